@@ -1,0 +1,372 @@
+//! Exact trace statistics (what `causeway stats` and `get_trace_stats` return): per (source, op)
+//! counts and nearest-rank percentiles over every stored event in a window, host off-CPU totals,
+//! calls counted in the kernel but not stored, and drop counters.
+
+use std::collections::BTreeMap;
+
+use causeway_store::duckdb;
+use causeway_store::{Reader, StoreError};
+use serde::Serialize;
+
+use crate::window::{Window, WindowSpec};
+
+/// What to compute statistics over.
+#[derive(Debug, Clone, Default)]
+pub struct StatsQuery {
+    /// Only this process.
+    pub pid: Option<u32>,
+    /// Only this node.
+    pub node: Option<String>,
+    /// Time window (anchored to the trace end).
+    pub window: WindowSpec,
+}
+
+/// Statistics of one (source, op).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OpStats {
+    /// Source name (CUDA, DRIVER, HOST, ...).
+    pub source: String,
+    /// Op name.
+    pub op: String,
+    /// Stored events in the window.
+    pub count: u64,
+    /// Nearest-rank 50th percentile of duration (ns).
+    pub p50_ns: i64,
+    /// Nearest-rank 95th percentile (ns).
+    pub p95_ns: i64,
+    /// Nearest-rank 99th percentile (ns).
+    pub p99_ns: i64,
+    /// Largest duration (ns).
+    pub max_ns: i64,
+    /// Mean duration (ns).
+    pub mean_ns: f64,
+    /// Sum of durations (ns).
+    pub total_ns: i64,
+    /// `exact` (every call stored), `stored_only` (the kernel counted more calls than were
+    /// stored: percentiles cover the stored ones) or `histogram_estimate` (no stored events;
+    /// estimated from the kernel's log2 histograms, upper bucket bounds).
+    pub percentiles: &'static str,
+    /// Calls counted in the kernel, when that count is known and differs from `count`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counted_calls: Option<u64>,
+}
+
+/// Off-CPU time of traced threads (sched_switch), split by why they were off the CPU.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct OffCpu {
+    /// Context switches.
+    pub switches: u64,
+    /// Total off-CPU time (ns).
+    pub total_ns: i64,
+    /// Off-CPU while runnable: preempted by another task (ns).
+    pub preempted_ns: i64,
+    /// Off-CPU while sleeping/blocked, voluntarily (ns).
+    pub blocked_ns: i64,
+    /// Off-CPU with unknown state, e.g. imported reference traces (ns).
+    pub unknown_state_ns: i64,
+}
+
+/// What `stats` returns.
+#[derive(Debug, Clone, Serialize)]
+pub struct TraceStats {
+    /// Events in the window.
+    pub events: u64,
+    /// First event timestamp in the window (ns), 0 if none.
+    pub first_ns: i64,
+    /// Last event timestamp in the window (ns), 0 if none.
+    pub last_ns: i64,
+    /// The whole trace's first event (ns).
+    pub trace_first_ns: i64,
+    /// The whole trace's last event (ns).
+    pub trace_last_ns: i64,
+    /// The window used (inclusive bounds).
+    pub window: Window,
+    /// Process filter, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Nodes in the window.
+    pub nodes: Vec<String>,
+    /// Per (source, op), in catalogue order of sources, busiest op first.
+    pub ops: Vec<OpStats>,
+    /// Host off-CPU totals.
+    pub off_cpu: OffCpu,
+    /// Lost events by kind, plus `total`.
+    pub drops: BTreeMap<String, u64>,
+}
+
+const SPAN_SQL: &str = "SELECT count(*)::BIGINT, coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_data";
+
+const OPS_SQL: &str = "
+WITH g AS (
+    SELECT op_id,
+           count(*)::BIGINT AS n,
+           quantile_disc(duration, 0.5) AS p50,
+           quantile_disc(duration, 0.95) AS p95,
+           quantile_disc(duration, 0.99) AS p99,
+           max(duration) AS mx,
+           avg(duration)::DOUBLE AS mean,
+           sum(duration)::BIGINT AS total,
+           min(timestamp) AS first,
+           max(timestamp) AS last
+    FROM event_data
+    WHERE timestamp BETWEEN ? AND ?
+      AND (?::BIGINT < 0 OR pid = ?::BIGINT)
+      AND (?::VARCHAR = '' OR node = ?::VARCHAR)
+    GROUP BY op_id
+)
+SELECT s.source_id, o.source, o.op, g.n, g.p50, g.p95, g.p99, g.mx, g.mean, g.total, g.first, g.last, g.op_id
+FROM g JOIN ops o ON o.op_id = g.op_id JOIN sources s ON s.source = o.source
+ORDER BY s.source_id, g.n DESC, o.op";
+
+const OFF_CPU_SQL: &str = "
+SELECT count(*)::BIGINT,
+       coalesce(sum(duration), 0)::BIGINT,
+       coalesce(sum(duration) FILTER (WHERE arg1 = 0), 0)::BIGINT,
+       coalesce(sum(duration) FILTER (WHERE arg1 = 1), 0)::BIGINT,
+       coalesce(sum(duration) FILTER (WHERE arg1 NOT IN (0, 1)), 0)::BIGINT
+FROM event_data
+WHERE op_id = 100 AND timestamp BETWEEN ? AND ?
+  AND (?::BIGINT < 0 OR pid = ?::BIGINT)
+  AND (?::VARCHAR = '' OR node = ?::VARCHAR)";
+
+const COUNTED_SQL: &str = "
+SELECT o.source, o.op, c.op_id, sum(c.calls)::BIGINT, sum(c.stored)::BIGINT, sum(c.total_ns)::BIGINT
+FROM op_counts c JOIN ops o ON o.op_id = c.op_id
+WHERE c.window_end_ns >= ? AND c.window_start_ns <= ?
+  AND (?::BIGINT < 0 OR c.pid = ?::BIGINT)
+  AND (?::VARCHAR = '' OR c.node = ?::VARCHAR)
+GROUP BY ALL";
+
+const HIST_SQL: &str = "
+SELECT log2_bucket, sum(count)::BIGINT
+FROM op_histograms
+WHERE op_id = ? AND window_end_ns >= ? AND window_start_ns <= ?
+  AND (?::BIGINT < 0 OR pid = ?::BIGINT)
+  AND (?::VARCHAR = '' OR node = ?::VARCHAR)
+GROUP BY ALL ORDER BY 1";
+
+const DROPS_SQL: &str = "
+SELECT kind, sum(count)::BIGINT FROM drops
+WHERE (?::VARCHAR = '' OR node = ?::VARCHAR)
+GROUP BY kind ORDER BY kind";
+
+const NODES_SQL: &str = "
+SELECT DISTINCT node FROM event_data
+WHERE timestamp BETWEEN ? AND ? AND (?::VARCHAR = '' OR node = ?::VARCHAR) ORDER BY node";
+
+fn duck<'a>(r: &'a Reader, action: &'static str) -> impl Fn(duckdb::Error) -> StoreError + 'a {
+    move |source| StoreError::Duck {
+        path: r.path().to_path_buf(),
+        action,
+        source,
+    }
+}
+
+/// Nearest-rank percentile from a log2 histogram: the upper bound of the bucket holding rank
+/// ceil(p * n). An estimate, labelled so by callers.
+fn histogram_percentile(buckets: &[(u8, u64)], p_permille: u64) -> i64 {
+    let n: u64 = buckets.iter().map(|b| b.1).sum();
+    if n == 0 {
+        return 0;
+    }
+    let rank = (p_permille * n).div_ceil(1000).max(1);
+    let mut seen = 0;
+    for (b, c) in buckets {
+        seen += c;
+        if seen >= rank {
+            return 1i64.checked_shl(*b as u32 + 1).unwrap_or(i64::MAX) - 1;
+        }
+    }
+    0
+}
+
+/// Computes [`TraceStats`] for `q` over the store behind `r`.
+pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError> {
+    let (total, first, last): (i64, i64, i64) = r
+        .prepare_trusted(SPAN_SQL)?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .map_err(duck(r, "reading the trace span"))?;
+    let window = q.window.resolve(first, last);
+    let pid: i64 = q.pid.map_or(-1, i64::from);
+    let node = q.node.clone().unwrap_or_default();
+    let _ = total;
+
+    let mut ops = Vec::new();
+    let mut events = 0u64;
+    let (mut wfirst, mut wlast) = (i64::MAX, i64::MIN);
+    let mut stored_ids = BTreeMap::new();
+    {
+        let mut st = r.prepare_trusted(OPS_SQL)?;
+        let mut rows = st
+            .query(duckdb::params![
+                window.from_ns,
+                window.until_ns,
+                pid,
+                pid,
+                node,
+                node
+            ])
+            .map_err(duck(r, "computing op statistics"))?;
+        while let Some(row) = rows.next().map_err(duck(r, "reading op statistics"))? {
+            let g = |i: usize| -> Result<i64, StoreError> {
+                row.get::<_, i64>(i).map_err(duck(r, "reading op statistics"))
+            };
+            let count = g(3)? as u64;
+            events += count;
+            wfirst = wfirst.min(g(10)?);
+            wlast = wlast.max(g(11)?);
+            let op_id: u16 = row.get(12).map_err(duck(r, "reading op statistics"))?;
+            stored_ids.insert(op_id, ops.len());
+            ops.push(OpStats {
+                source: row.get(1).map_err(duck(r, "reading op statistics"))?,
+                op: row.get(2).map_err(duck(r, "reading op statistics"))?,
+                count,
+                p50_ns: g(4)?,
+                p95_ns: g(5)?,
+                p99_ns: g(6)?,
+                max_ns: g(7)?,
+                mean_ns: row.get(8).map_err(duck(r, "reading op statistics"))?,
+                total_ns: g(9)?,
+                percentiles: "exact",
+                counted_calls: None,
+            });
+        }
+    }
+
+    // Calls the kernel counted: mark ops whose stored rows are fewer, and add ops seen only there.
+    {
+        let mut st = r.prepare_trusted(COUNTED_SQL)?;
+        let rows: Vec<(String, String, u16, i64, i64, i64)> = st
+            .query_map(
+                duckdb::params![window.from_ns, window.until_ns, pid, pid, node, node],
+                |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                        row.get(5)?,
+                    ))
+                },
+            )
+            .and_then(|rows| rows.collect())
+            .map_err(duck(r, "reading kernel call counts"))?;
+        for (source, op, op_id, calls, _stored, total_ns) in rows {
+            let calls = calls as u64;
+            match stored_ids.get(&op_id) {
+                Some(&i) if calls > ops[i].count => {
+                    ops[i].counted_calls = Some(calls);
+                    ops[i].percentiles = "stored_only";
+                }
+                Some(_) => {}
+                None if calls > 0 => {
+                    let mut hs = r.prepare_trusted(HIST_SQL)?;
+                    let buckets: Vec<(u8, u64)> = hs
+                        .query_map(
+                            duckdb::params![
+                                op_id,
+                                window.from_ns,
+                                window.until_ns,
+                                pid,
+                                pid,
+                                node,
+                                node
+                            ],
+                            |row| Ok((row.get::<_, u8>(0)?, row.get::<_, i64>(1)? as u64)),
+                        )
+                        .and_then(|rows| rows.collect())
+                        .map_err(duck(r, "reading histograms"))?;
+                    let max_bucket = buckets.last().map(|b| b.0);
+                    ops.push(OpStats {
+                        source,
+                        op,
+                        count: 0,
+                        p50_ns: histogram_percentile(&buckets, 500),
+                        p95_ns: histogram_percentile(&buckets, 950),
+                        p99_ns: histogram_percentile(&buckets, 990),
+                        max_ns: max_bucket.map_or(0, |b| {
+                            1i64.checked_shl(b as u32 + 1).unwrap_or(i64::MAX) - 1
+                        }),
+                        mean_ns: total_ns as f64 / calls as f64,
+                        total_ns,
+                        percentiles: "histogram_estimate",
+                        counted_calls: Some(calls),
+                    });
+                }
+                None => {}
+            }
+        }
+    }
+
+    let off_cpu = r
+        .prepare_trusted(OFF_CPU_SQL)?
+        .query_row(
+            duckdb::params![window.from_ns, window.until_ns, pid, pid, node, node],
+            |row| {
+                Ok(OffCpu {
+                    switches: row.get::<_, i64>(0)? as u64,
+                    total_ns: row.get(1)?,
+                    preempted_ns: row.get(2)?,
+                    blocked_ns: row.get(3)?,
+                    unknown_state_ns: row.get(4)?,
+                })
+            },
+        )
+        .map_err(duck(r, "computing off-CPU totals"))?;
+
+    let mut drops = BTreeMap::new();
+    let mut drop_total = 0u64;
+    {
+        let mut st = r.prepare_trusted(DROPS_SQL)?;
+        let rows: Vec<(String, i64)> = st
+            .query_map(duckdb::params![node, node], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .and_then(|rows| rows.collect())
+            .map_err(duck(r, "reading drop counters"))?;
+        for (k, n) in rows {
+            drop_total += n as u64;
+            drops.insert(k, n as u64);
+        }
+    }
+    drops.insert("total".into(), drop_total);
+
+    let nodes: Vec<String> = r
+        .prepare_trusted(NODES_SQL)?
+        .query_map(
+            duckdb::params![window.from_ns, window.until_ns, node, node],
+            |row| row.get(0),
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "listing nodes"))?;
+
+    Ok(TraceStats {
+        events,
+        first_ns: if events > 0 { wfirst } else { 0 },
+        last_ns: if events > 0 { wlast } else { 0 },
+        trace_first_ns: first,
+        trace_last_ns: last,
+        window,
+        pid: q.pid,
+        nodes,
+        ops,
+        off_cpu,
+        drops,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_percentiles_use_bucket_upper_bounds() {
+        // 90 calls in [1024, 2048), 10 calls in [1 Mi, 2 Mi).
+        let b = [(10u8, 90u64), (20u8, 10u64)];
+        assert_eq!(histogram_percentile(&b, 500), 2047);
+        assert_eq!(histogram_percentile(&b, 900), 2047);
+        assert_eq!(histogram_percentile(&b, 950), (1 << 21) - 1);
+        assert_eq!(histogram_percentile(&[], 500), 0);
+    }
+}

@@ -1,0 +1,86 @@
+//! `causeway import`: reference-tool SQLite traces into a new causeway store.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use causeway_store::import::{ImportOptions, SourceReport, import};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::output::thousands;
+
+/// Arguments of `causeway import`.
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// Reference-tool trace databases (SQLite) to import.
+    #[arg(required = true, value_name = "SRC.db")]
+    pub sources: Vec<PathBuf>,
+    /// The causeway store to create.
+    #[arg(long, value_name = "OUT.duckdb")]
+    pub db: PathBuf,
+    /// Node name for every imported event (default: the name recorded in the file, else its stem).
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Replace OUT if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the import and prints what was imported per source.
+pub fn run(args: &ImportArgs) -> Result<()> {
+    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("importing {bar:30} {pos}/{len} events ({per_sec})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let opts = ImportOptions {
+        node: args.node.clone(),
+    };
+    let started = std::time::Instant::now();
+    let reports = import(&args.sources, &args.db, args.force, &opts, &mut |p| {
+        bar.set_length(p.total);
+        bar.set_position(p.done);
+    })?;
+    bar.finish_and_clear();
+    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, db = %args.db.display(), "import finished");
+    if args.json {
+        crate::print_json(&serde_json::json!({
+            "db": args.db,
+            "sources": reports,
+        }))?;
+        return Ok(());
+    }
+    let mut out = String::new();
+    for r in &reports {
+        out.push_str(&describe(r));
+    }
+    out.push_str(&format!("wrote {}\n", args.db.display()));
+    crate::print_text(&out)
+}
+
+fn describe(r: &SourceReport) -> String {
+    let mut s = format!(
+        "{}: {} events, node {}",
+        r.path.display(),
+        thousands(r.events),
+        r.nodes.join(", ")
+    );
+    s.push_str(&format!(
+        "; {} stacks, {} chains, {} sessions, {} processes, {} snapshots",
+        r.stacks, r.chains, r.sessions, r.processes, r.snapshots
+    ));
+    if r.skipped > 0 {
+        s.push_str(&format!(
+            "; {} events skipped (unknown ops, counted in drops)",
+            thousands(r.skipped)
+        ));
+    }
+    s.push('\n');
+    s
+}

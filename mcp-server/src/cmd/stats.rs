@@ -1,0 +1,177 @@
+//! `causeway stats`: the CLI twin of the MCP tool `get_trace_stats`.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use causeway_analysis::{StatsQuery, TraceStats, WindowSpec, trace_stats};
+use causeway_store::Reader;
+
+use crate::output::{Align, human_duration, micros, table, thousands, timestamp};
+
+/// Time window and filters shared by the analysis commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WindowArgs {
+    /// Only the last DURATION of the trace (anchored to its end), e.g. 5m, 30s.
+    #[arg(long, value_name = "DURATION", conflicts_with_all = ["from", "until"])]
+    pub since: Option<String>,
+    /// Window start: ns since epoch, RFC 3339, +DURATION after the trace start, -DURATION before its end.
+    #[arg(long, value_name = "TIME")]
+    pub from: Option<String>,
+    /// Window end (same forms as --from).
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Only this process.
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Only this node.
+    #[arg(long)]
+    pub node: Option<String>,
+}
+
+impl WindowArgs {
+    /// The analysis query these arguments describe.
+    pub fn to_query(&self) -> Result<StatsQuery> {
+        Ok(StatsQuery {
+            pid: self.pid,
+            node: self.node.clone(),
+            window: WindowSpec::from_args(
+                self.since.as_deref(),
+                self.from.as_deref(),
+                self.until.as_deref(),
+            )?,
+        })
+    }
+}
+
+/// Arguments of `causeway stats`.
+#[derive(Debug, clap::Args)]
+pub struct StatsArgs {
+    /// The trace store.
+    #[arg(long, value_name = "TRACE.duckdb")]
+    pub db: PathBuf,
+    #[command(flatten)]
+    pub window: WindowArgs,
+    /// Print JSON (stable shape, see docs/cli.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `stats`.
+pub fn run(args: &StatsArgs) -> Result<()> {
+    let reader = Reader::open(&args.db)?;
+    let stats = trace_stats(&reader, &args.window.to_query()?)?;
+    if args.json {
+        return crate::print_json(&stats);
+    }
+    crate::print_text(&render(&stats))
+}
+
+/// The human rendering (also used by snapshot tests).
+pub fn render(s: &TraceStats) -> String {
+    let mut out = String::new();
+    let span = s.last_ns.saturating_sub(s.first_ns);
+    out.push_str(&format!(
+        "{} events from {} to {} ({})",
+        thousands(s.events),
+        timestamp(s.first_ns),
+        timestamp(s.last_ns),
+        human_duration(span)
+    ));
+    if !s.nodes.is_empty() {
+        out.push_str(&format!(", node {}", s.nodes.join(", ")));
+    }
+    if let Some(pid) = s.pid {
+        out.push_str(&format!(", pid {pid}"));
+    }
+    out.push('\n');
+    if (s.window.from_ns, s.window.until_ns) != (s.trace_first_ns, s.trace_last_ns) {
+        out.push_str(&format!(
+            "window {} .. {} of a trace ending {}\n",
+            timestamp(s.window.from_ns),
+            timestamp(s.window.until_ns),
+            timestamp(s.trace_last_ns)
+        ));
+    }
+    out.push('\n');
+    let rows: Vec<Vec<String>> = s
+        .ops
+        .iter()
+        .map(|o| {
+            let mark = match o.percentiles {
+                "exact" => "",
+                "stored_only" => " *",
+                _ => " ~",
+            };
+            vec![
+                o.source.clone(),
+                format!("{}{mark}", o.op),
+                thousands(o.counted_calls.unwrap_or(o.count)),
+                micros(o.p50_ns),
+                micros(o.p95_ns),
+                micros(o.p99_ns),
+                micros(o.max_ns),
+                micros(o.mean_ns as i64),
+                human_duration(o.total_ns),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            ("SOURCE", Align::Left),
+            ("OP", Align::Left),
+            ("COUNT", Align::Right),
+            ("P50 us", Align::Right),
+            ("P95 us", Align::Right),
+            ("P99 us", Align::Right),
+            ("MAX us", Align::Right),
+            ("MEAN us", Align::Right),
+            ("TOTAL", Align::Right),
+        ],
+        &rows,
+    ));
+    if s.ops.iter().any(|o| o.percentiles == "stored_only") {
+        out.push_str("* the kernel counted more calls than were stored; percentiles cover the stored calls\n");
+    }
+    if s.ops.iter().any(|o| o.percentiles == "histogram_estimate") {
+        out.push_str("~ no stored events: percentiles estimated from kernel log2 histograms (bucket upper bounds)\n");
+    }
+    let c = &s.off_cpu;
+    if c.switches > 0 {
+        out.push_str(&format!(
+            "\noff-CPU: {} context switches, {} total",
+            thousands(c.switches),
+            human_duration(c.total_ns)
+        ));
+        if c.preempted_ns + c.blocked_ns > 0 {
+            out.push_str(&format!(
+                " ({} preempted while runnable, {} blocked/sleeping",
+                human_duration(c.preempted_ns),
+                human_duration(c.blocked_ns)
+            ));
+            if c.unknown_state_ns > 0 {
+                out.push_str(&format!(", {} unknown", human_duration(c.unknown_state_ns)));
+            }
+            out.push(')');
+        } else if c.unknown_state_ns > 0 {
+            out.push_str(" (run state not recorded)");
+        }
+        out.push('\n');
+    }
+    let total = s.drops.get("total").copied().unwrap_or(0);
+    if total == 0 {
+        out.push_str("drops: none\n");
+    } else {
+        let parts: Vec<String> = s
+            .drops
+            .iter()
+            .filter(|(k, _)| k.as_str() != "total")
+            .map(|(k, v)| format!("{k} {}", thousands(*v)))
+            .collect();
+        out.push_str(&format!(
+            "drops: {} ({})\n",
+            thousands(total),
+            parts.join(", ")
+        ));
+    }
+    out
+}

@@ -1,0 +1,84 @@
+//! The `causeway` binary: the command-line interface for people, and (with `mcp`) the
+//! read-only MCP server for agents. Every command is a thin layer over the library crates.
+
+mod cmd;
+mod output;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+/// Explains why GPU workloads are slow: eBPF traces of CUDA, driver, NCCL and host events in a
+/// DuckDB trace store, causal analysis, and a read-only MCP server for agents.
+#[derive(Debug, Parser)]
+#[command(name = "causeway", version, about, long_about = None, arg_required_else_help = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Import trace databases recorded by the reference tool (SQLite) into a causeway store.
+    Import(cmd::import::ImportArgs),
+    /// Per-op counts, exact percentiles, off-CPU totals and drops of a trace.
+    Stats(cmd::stats::StatsArgs),
+    /// Run one read-only SQL query against a trace.
+    Query(cmd::query::QueryArgs),
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CAUSEWAY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()))
+        .init();
+}
+
+/// Writes data to stdout; a closed pipe (e.g. `| head`) is not an error.
+pub(crate) fn print_text(s: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+/// Writes pretty JSON and a newline to stdout.
+pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+    let mut s = serde_json::to_string_pretty(v)?;
+    s.push('\n');
+    print_text(&s)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match &cli.command {
+        Command::Import(a) => cmd::import::run(a),
+        Command::Stats(a) => cmd::stats::run(a),
+        Command::Query(a) => cmd::query::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let mut msg = format!("{e}");
+            for cause in e.chain().skip(1) {
+                let c = cause.to_string();
+                if !msg.contains(&c) {
+                    msg.push_str(&format!(": {c}"));
+                }
+            }
+            let (first, rest) = msg.split_once("\nhint: ").unwrap_or((msg.as_str(), ""));
+            eprintln!("error: {first}");
+            if !rest.is_empty() {
+                eprintln!("hint: {rest}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

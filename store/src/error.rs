@@ -1,0 +1,97 @@
+//! Errors of the trace store, each with what failed and, where there is one, the fix.
+
+use std::path::PathBuf;
+
+/// Everything the store can fail at.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// DuckDB refused an operation on a trace file.
+    #[error("{path}: {action} failed: {source}")]
+    Duck {
+        /// The trace file.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// DuckDB's own error.
+        #[source]
+        source: duckdb::Error,
+    },
+    /// The file exists but is not a causeway trace store.
+    #[error("{path}: not a causeway trace store ({why})\nhint: create one with `causeway import` or `causeway trace`, or pass the right --db")]
+    NotAStore {
+        /// The file.
+        path: PathBuf,
+        /// What was missing.
+        why: String,
+    },
+    /// The store was written by a newer causeway.
+    #[error("{path}: schema version {found} is newer than this causeway supports ({supported})\nhint: upgrade causeway")]
+    NewerSchema {
+        /// The file.
+        path: PathBuf,
+        /// Version in the file.
+        found: u32,
+        /// Version this build writes.
+        supported: u32,
+    },
+    /// The trace file does not exist.
+    #[error("{path}: no such trace file\nhint: list traces with `causeway list`, or record one with `causeway import` / `causeway trace`")]
+    Missing {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// Refusing to overwrite an existing file.
+    #[error("{path}: already exists\nhint: pass --force to replace it, or choose another --db")]
+    Exists {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// A filesystem operation failed.
+    #[error("{path}: {action}: {source}")]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A query was refused by the SQL guard.
+    #[error("query refused: {0}")]
+    Rejected(#[from] causeway_sqlguard::Rejection),
+    /// A query ran longer than its time limit and was interrupted.
+    #[error("query interrupted after {limit_ms} ms (time limit)\nhint: add a WHERE on timestamp or pid, aggregate instead of listing rows, or raise --timeout")]
+    Timeout {
+        /// The limit that was hit.
+        limit_ms: u64,
+    },
+    /// A query failed inside DuckDB.
+    #[error("query failed: {message}\nhint: {hint}")]
+    Query {
+        /// DuckDB's message.
+        message: String,
+        /// What to try.
+        hint: String,
+    },
+    /// Unknown op name given by the caller.
+    #[error("unknown op '{0}'\nhint: the ops table lists every op: SELECT op, source, description FROM ops")]
+    UnknownOp(String),
+}
+
+/// Shorthand used across the store.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+pub(crate) trait DuckContext<T> {
+    fn ctx(self, path: &std::path::Path, action: &'static str) -> Result<T>;
+}
+
+impl<T> DuckContext<T> for duckdb::Result<T> {
+    fn ctx(self, path: &std::path::Path, action: &'static str) -> Result<T> {
+        self.map_err(|source| StoreError::Duck {
+            path: path.to_path_buf(),
+            action,
+            source,
+        })
+    }
+}

@@ -1,0 +1,908 @@
+//! Imports trace databases recorded by the reference tool (SQLite, every schema vintage seen:
+//! integer or `node:seq` event ids, with or without node/comm/cgroup_id/stack_ips/rank columns
+//! and aggregate tables) into a new causeway store, through a temp file renamed on success.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use duckdb::params;
+use rusqlite::{OpenFlags, types::ValueRef};
+use serde::Serialize;
+
+use crate::catalog::{self, op_by_name};
+use crate::error::{DuckContext, StoreError};
+use crate::{Event, Writer, WriterOptions};
+
+/// What can go wrong importing one source file.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The path cannot be read.
+    #[error("{path}: cannot read: {source}\nhint: check the path and its permissions")]
+    Unreadable {
+        /// The source file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not an SQLite database.
+    #[error("{path}: not an SQLite database\nhint: import takes trace databases recorded by the reference tool (*.db); open causeway stores directly with --db")]
+    NotSqlite {
+        /// The source file.
+        path: PathBuf,
+    },
+    /// An SQLite database, but not a trace.
+    #[error("{path}: not a trace database ({why})\nhint: a trace database has an events table with timestamp, pid, tid, source, op and duration columns")]
+    NotATrace {
+        /// The source file.
+        path: PathBuf,
+        /// What is missing.
+        why: String,
+    },
+    /// The file is damaged or cut short.
+    #[error("{path}: damaged or truncated trace database ({detail})\nhint: copy the file again from the machine that recorded it")]
+    Corrupt {
+        /// The source file.
+        path: PathBuf,
+        /// SQLite's message.
+        detail: String,
+    },
+    /// The output would overwrite a source.
+    #[error("{path}: the output is also a source\nhint: choose another --db")]
+    OutputIsSource {
+        /// The path given twice.
+        path: PathBuf,
+    },
+    /// Writing the store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Options of one import run.
+#[derive(Debug, Clone, Default)]
+pub struct ImportOptions {
+    /// Node name for every event (overrides names in the files).
+    pub node: Option<String>,
+}
+
+/// What was imported from one source file.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SourceReport {
+    /// The source file.
+    pub path: PathBuf,
+    /// Schema version the reference tool wrote, if recorded.
+    pub reference_version: String,
+    /// Nodes the events were stamped with.
+    pub nodes: Vec<String>,
+    /// Events written.
+    pub events: u64,
+    /// Events skipped (op unknown to the catalogue), counted in `drops` as `import_skipped`.
+    pub skipped: u64,
+    /// Distinct stacks written.
+    pub stacks: u64,
+    /// Causal chains written.
+    pub chains: u64,
+    /// Sessions written.
+    pub sessions: u64,
+    /// Processes written.
+    pub processes: u64,
+    /// System snapshots written.
+    pub snapshots: u64,
+}
+
+/// Progress of a running import.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Events done across all sources.
+    pub done: u64,
+    /// Events in all sources.
+    pub total: u64,
+}
+
+/// The reference tool's (source, op) numbering, used when a file lacks its own `ops` table.
+const REFERENCE_OPS: &[((i64, i64), &str)] = &[
+    ((1, 1), "cudaMalloc"),
+    ((1, 2), "cudaFree"),
+    ((1, 3), "cudaLaunchKernel"),
+    ((1, 4), "cudaMemcpy"),
+    ((1, 5), "cudaStreamSync"),
+    ((1, 6), "cudaDeviceSync"),
+    ((1, 7), "cudaMemcpyAsync"),
+    ((1, 8), "cudaMallocManaged"),
+    ((3, 1), "sched_switch"),
+    ((3, 2), "sched_wakeup"),
+    ((3, 3), "mm_page_alloc"),
+    ((3, 4), "oom_kill"),
+    ((3, 5), "process_exec"),
+    ((3, 6), "process_exit"),
+    ((3, 7), "process_fork"),
+    ((3, 10), "pod_restart"),
+    ((3, 11), "pod_eviction"),
+    ((3, 12), "pod_oom_kill"),
+    ((4, 1), "cuLaunchKernel"),
+    ((4, 2), "cuMemcpy"),
+    ((4, 3), "cuMemcpyAsync"),
+    ((4, 4), "cuCtxSynchronize"),
+    ((4, 5), "cuMemAlloc"),
+    ((4, 6), "cuMemAllocManaged"),
+    ((5, 1), "block_read"),
+    ((5, 2), "block_write"),
+    ((5, 3), "block_discard"),
+    ((6, 1), "tcp_retransmit"),
+    ((7, 1), "net_send"),
+    ((7, 2), "net_recv"),
+];
+
+/// Imports `sources` into a new store at `out` (refusing to replace it unless `force`).
+pub fn import(
+    sources: &[PathBuf],
+    out: &Path,
+    force: bool,
+    opts: &ImportOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Vec<SourceReport>, ImportError> {
+    let out_abs = std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf());
+    let mut files = Vec::new();
+    for src in sources {
+        if std::path::absolute(src).ok().as_deref() == Some(out_abs.as_path()) {
+            return Err(ImportError::OutputIsSource { path: src.clone() });
+        }
+        files.push(SqliteTrace::open(src)?);
+    }
+    let total: u64 = files.iter().map(|f| f.event_count).sum();
+    let mut first_error = None;
+    let result = crate::write_atomically(out, force, |tmp| {
+        let first_node = files
+            .first()
+            .map(|f| f.default_node(opts))
+            .unwrap_or_else(crate::default_node_name);
+        let mut writer = Writer::create(
+            tmp,
+            WriterOptions {
+                node: first_node,
+                ..WriterOptions::default()
+            },
+        )?;
+        let mut done = 0u64;
+        let mut reports = Vec::new();
+        for f in &files {
+            match f.copy_into(&mut writer, opts, &mut done, total, progress) {
+                Ok(r) => reports.push(r),
+                Err(e) => {
+                    first_error = Some(e);
+                    return Err(StoreError::Query {
+                        message: "import failed".into(),
+                        hint: String::new(),
+                    });
+                }
+            }
+        }
+        writer.finish()?;
+        Ok(reports)
+    });
+    match (result, first_error) {
+        (_, Some(e)) => Err(e),
+        (Ok(r), None) => Ok(r),
+        (Err(e), None) => Err(e.into()),
+    }
+}
+
+struct SqliteTrace {
+    path: PathBuf,
+    conn: rusqlite::Connection,
+    event_cols: HashSet<String>,
+    event_count: u64,
+    tables: HashSet<String>,
+}
+
+fn classify(path: &Path, e: rusqlite::Error) -> ImportError {
+    let detail = e.to_string();
+    if detail.contains("file is not a database") {
+        ImportError::NotSqlite {
+            path: path.to_path_buf(),
+        }
+    } else {
+        ImportError::Corrupt {
+            path: path.to_path_buf(),
+            detail,
+        }
+    }
+}
+
+impl SqliteTrace {
+    fn open(path: &Path) -> Result<SqliteTrace, ImportError> {
+        let meta = std::fs::metadata(path).map_err(|source| ImportError::Unreadable {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if meta.is_dir() {
+            return Err(ImportError::Unreadable {
+                path: path.to_path_buf(),
+                source: std::io::Error::other("is a directory"),
+            });
+        }
+        std::fs::File::open(path).map_err(|source| ImportError::Unreadable {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut header = [0u8; 16];
+        {
+            use std::io::Read;
+            let mut f = std::fs::File::open(path).map_err(|source| ImportError::Unreadable {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            if f.read_exact(&mut header).is_err() || &header != b"SQLite format 3\0" {
+                return Err(ImportError::NotSqlite {
+                    path: path.to_path_buf(),
+                });
+            }
+        }
+        let conn = rusqlite::Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| classify(path, e))?;
+        let tables: HashSet<String> = {
+            let mut st = conn
+                .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+                .map_err(|e| classify(path, e))?;
+            st.query_map([], |r| r.get::<_, String>(0))
+                .and_then(|rows| rows.collect())
+                .map_err(|e| classify(path, e))?
+        };
+        if !tables.contains("events") {
+            return Err(ImportError::NotATrace {
+                path: path.to_path_buf(),
+                why: "no events table".into(),
+            });
+        }
+        let event_cols: HashSet<String> = {
+            let mut st = conn
+                .prepare("SELECT name FROM pragma_table_info('events')")
+                .map_err(|e| classify(path, e))?;
+            st.query_map([], |r| r.get::<_, String>(0))
+                .and_then(|rows| rows.collect())
+                .map_err(|e| classify(path, e))?
+        };
+        for c in ["timestamp", "pid", "tid", "source", "op", "duration"] {
+            if !event_cols.contains(c) {
+                return Err(ImportError::NotATrace {
+                    path: path.to_path_buf(),
+                    why: format!("events has no {c} column"),
+                });
+            }
+        }
+        // Reading every page once detects truncation before anything is written.
+        let check: String = conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(|e| classify(path, e))?;
+        if check != "ok" {
+            return Err(ImportError::Corrupt {
+                path: path.to_path_buf(),
+                detail: check,
+            });
+        }
+        let event_count: i64 = conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .map_err(|e| classify(path, e))?;
+        Ok(SqliteTrace {
+            path: path.to_path_buf(),
+            conn,
+            event_cols,
+            event_count: event_count as u64,
+            tables,
+        })
+    }
+
+    fn has_col(&self, table: &str, col: &str) -> bool {
+        if table == "events" {
+            return self.event_cols.contains(col);
+        }
+        self.conn
+            .prepare(&format!("SELECT name FROM pragma_table_info('{table}') WHERE name = ?"))
+            .and_then(|mut st| st.exists([col]))
+            .unwrap_or(false)
+    }
+
+    fn stem(&self) -> String {
+        self.path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "imported".into())
+    }
+
+    fn default_node(&self, opts: &ImportOptions) -> String {
+        if let Some(n) = &opts.node {
+            return n.clone();
+        }
+        if self.tables.contains("sessions") && self.has_col("sessions", "node") {
+            let n: Option<String> = self
+                .conn
+                .query_row(
+                    "SELECT node FROM sessions WHERE node != '' ORDER BY id LIMIT 1",
+                    [],
+                    |r| r.get(0),
+                )
+                .ok();
+            if let Some(n) = n {
+                return n;
+            }
+        }
+        self.stem()
+    }
+
+    fn origin(&self) -> String {
+        format!(
+            "imported:{}",
+            self.path
+                .file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        )
+    }
+
+    fn sq<T>(&self, r: rusqlite::Result<T>) -> Result<T, ImportError> {
+        r.map_err(|e| classify(&self.path, e))
+    }
+
+    /// (source id, op id) -> catalogue op id, from the file's own `ops` table when it has one.
+    fn op_map(&self) -> Result<HashMap<(i64, i64), u16>, ImportError> {
+        let mut names: Vec<((i64, i64), String)> = REFERENCE_OPS
+            .iter()
+            .map(|(k, n)| (*k, n.to_string()))
+            .collect();
+        if self.tables.contains("ops") {
+            let mut st = self.sq(self.conn.prepare("SELECT source_id, op_id, name FROM ops"))?;
+            let rows: Vec<((i64, i64), String)> = self.sq(
+                st.query_map([], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
+                    .and_then(|rows| rows.collect()),
+            )?;
+            names.extend(rows);
+        }
+        Ok(names
+            .into_iter()
+            .filter_map(|(k, n)| op_by_name(&n).map(|o| (k, o.id)))
+            .collect())
+    }
+
+    fn copy_into(
+        &self,
+        w: &mut Writer,
+        opts: &ImportOptions,
+        done: &mut u64,
+        total: u64,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<SourceReport, ImportError> {
+        let file_node = self.default_node(opts);
+        let origin = self.origin();
+        let ops = self.op_map()?;
+        let names = self.process_names()?;
+        let mut report = SourceReport {
+            path: self.path.clone(),
+            reference_version: self.meta_value("version"),
+            ..SourceReport::default()
+        };
+
+        let col = |c: &str, default: &str| -> String {
+            if self.event_cols.contains(c) {
+                c.to_string()
+            } else {
+                default.to_string()
+            }
+        };
+        let node_expr = if opts.node.is_none() && self.event_cols.contains("node") {
+            "node".to_string()
+        } else {
+            "''".to_string()
+        };
+        let sql = format!(
+            "SELECT {node_expr}, timestamp, duration, pid, tid, source, op, {}, {}, {}, {}, {}, {}, {}, {}, {}
+             FROM events ORDER BY 1, timestamp, rowid",
+            col("arg0", "0"),
+            col("arg1", "0"),
+            col("ret_code", "0"),
+            col("gpu_id", "0"),
+            col("stack_hash", "0"),
+            col("cgroup_id", "0"),
+            col("rank", "NULL"),
+            col("comm", "''"),
+            col("stack_ips", "''"),
+        );
+        let mut st = self.sq(self.conn.prepare(&sql))?;
+        let mut rows = self.sq(st.query([]))?;
+        let mut current_node: Option<String> = None;
+        let mut skipped: HashMap<(i64, i64), u64> = HashMap::new();
+        let mut ip_stacks: HashMap<i64, Vec<u64>> = HashMap::new();
+        while let Some(r) = self.sq(rows.next())? {
+            let node: String = {
+                let n: String = self.sq(r.get(0))?;
+                if n.is_empty() { file_node.clone() } else { n }
+            };
+            if current_node.as_deref() != Some(node.as_str()) {
+                w.set_node(&node, &origin, "")?;
+                if !report.nodes.contains(&node) {
+                    report.nodes.push(node.clone());
+                }
+                current_node = Some(node);
+            }
+            let source: i64 = self.sq(r.get(5))?;
+            let op: i64 = self.sq(r.get(6))?;
+            *done += 1;
+            if (*done).is_multiple_of(4096) {
+                progress(Progress { done: *done, total });
+            }
+            let Some(&op_id) = ops.get(&(source, op)) else {
+                *skipped.entry((source, op)).or_default() += 1;
+                continue;
+            };
+            let pid: i64 = self.sq(r.get(3))?;
+            let mut ev = Event {
+                timestamp: self.sq(r.get(1))?,
+                duration: self.sq(r.get(2))?,
+                pid: pid as u32,
+                tid: self.sq(r.get::<_, i64>(4))? as u32,
+                comm: String::new(),
+                op_id,
+                arg0: self.sq(r.get(7))?,
+                arg1: self.sq(r.get(8))?,
+                ret_code: self.sq(r.get::<_, i64>(9))? as i32,
+                gpu_id: self.sq(r.get::<_, i64>(10))? as i16,
+                stack_hash: self.sq(r.get(11))?,
+                cgroup_id: self.sq(r.get::<_, i64>(12))? as u64,
+                rank: self.sq(r.get::<_, Option<i64>>(13))?.map(|v| v as i32),
+            };
+            let comm: String = match r.get_ref(14) {
+                Ok(ValueRef::Text(t)) => String::from_utf8_lossy(t).into_owned(),
+                _ => String::new(),
+            };
+            ev.comm = if comm.is_empty() {
+                names.get(&pid).cloned().unwrap_or_default()
+            } else {
+                comm
+            };
+            normalise_reference_args(&mut ev);
+            if ev.stack_hash == 0
+                && let Ok(ValueRef::Text(t)) = r.get_ref(15)
+                && !t.is_empty()
+            {
+                let ips = parse_ips(&String::from_utf8_lossy(t));
+                if !ips.is_empty() {
+                    let h = fnv64(&ips);
+                    ev.stack_hash = h;
+                    ip_stacks.entry(h).or_insert(ips);
+                }
+            }
+            w.append(&ev)?;
+            report.events += 1;
+        }
+        progress(Progress { done: *done, total });
+        w.flush()?;
+        for ((s, o), n) in &skipped {
+            report.skipped += n;
+            w.record_drop(
+                "import_skipped",
+                None,
+                *n,
+                &format!("{}: reference source {s} op {o} is not in the op catalogue", origin),
+            )?;
+        }
+        report.stacks = self.copy_stacks(w, &ip_stacks)?;
+        report.chains = self.copy_chains(w, &file_node, &origin, opts)?;
+        report.sessions = self.copy_sessions(w, &file_node, &origin, opts)?;
+        report.processes = self.copy_processes(w, &report.nodes, &names)?;
+        report.snapshots = self.copy_host_tables(w, &file_node, &ops)?;
+        Ok(report)
+    }
+
+    fn meta_value(&self, key: &str) -> String {
+        if !self.tables.contains("schema_info") {
+            return String::new();
+        }
+        self.conn
+            .query_row("SELECT value FROM schema_info WHERE key = ?", [key], |r| {
+                r.get(0)
+            })
+            .unwrap_or_default()
+    }
+
+    fn process_names(&self) -> Result<HashMap<i64, String>, ImportError> {
+        if !self.tables.contains("process_names") {
+            return Ok(HashMap::new());
+        }
+        let mut st = self.sq(self.conn.prepare("SELECT pid, name FROM process_names"))?;
+        self.sq(
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .and_then(|rows| rows.collect()),
+        )
+    }
+
+    fn copy_stacks(&self, w: &mut Writer, ip_stacks: &HashMap<i64, Vec<u64>>) -> Result<u64, ImportError> {
+        let path = w.path().to_path_buf();
+        let conn = w.conn();
+        let mut n = 0;
+        let mut ins = conn
+            .prepare("INSERT INTO stack_frames VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+            .ctx(&path, "preparing stack inserts")?;
+        if self.tables.contains("stack_traces") {
+            let mut st = self.sq(self.conn.prepare("SELECT hash, ips, frames FROM stack_traces"))?;
+            let rows: Vec<(i64, String, String)> = self.sq(
+                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .and_then(|rows| rows.collect()),
+            )?;
+            for (hash, ips, frames) in rows {
+                let ips = parse_ips(&ips);
+                let parsed: Vec<serde_json::Value> =
+                    serde_json::from_str(&frames).unwrap_or_default();
+                let depth = ips.len().max(parsed.len());
+                for d in 0..depth {
+                    let f = parsed.get(d);
+                    let text = |k: &str| {
+                        f.and_then(|f| f.get(k))
+                            .and_then(|v| v.as_str())
+                            .unwrap_or("")
+                            .to_string()
+                    };
+                    let ip = ips
+                        .get(d)
+                        .copied()
+                        .or_else(|| parse_hex(&text("i")))
+                        .unwrap_or(0);
+                    let symbol = text("s");
+                    let offset = symbol
+                        .rsplit_once("+0x")
+                        .and_then(|(_, o)| u64::from_str_radix(o, 16).ok())
+                        .unwrap_or(0);
+                    ins.execute(params![hash, d as u16, ip, symbol, text("f"), offset])
+                        .ctx(&path, "writing stack frames")?;
+                }
+                n += 1;
+            }
+        }
+        for (hash, ips) in ip_stacks {
+            for (d, ip) in ips.iter().enumerate() {
+                ins.execute(params![hash, d as u16, ip, "", "", 0u64])
+                    .ctx(&path, "writing stack frames")?;
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn copy_chains(&self, w: &mut Writer, node: &str, origin: &str, opts: &ImportOptions) -> Result<u64, ImportError> {
+        if !self.tables.contains("causal_chains") {
+            return Ok(0);
+        }
+        let node_expr = if opts.node.is_none() && self.has_col("causal_chains", "node") {
+            "node"
+        } else {
+            "''"
+        };
+        let sql = format!(
+            "SELECT id, detected_at, severity, summary, root_cause, explanation, recommendations,
+                    cuda_op, cuda_p99_us, cuda_p50_us, tail_ratio, timeline, {node_expr}
+             FROM causal_chains ORDER BY detected_at"
+        );
+        let mut st = self.sq(self.conn.prepare(&sql))?;
+        type Row = (String, i64, String, String, String, String, String, String, i64, i64, f64, String, String);
+        let rows: Vec<Row> = self.sq(
+            st.query_map([], |r| {
+                Ok((
+                    r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?,
+                    r.get(7)?, r.get(8)?, r.get(9)?, r.get(10)?, r.get(11)?, r.get(12)?,
+                ))
+            })
+            .and_then(|rows| rows.collect()),
+        )?;
+        let path = w.path().to_path_buf();
+        let mut ins = w
+            .conn()
+            .prepare(
+                "INSERT INTO chains VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)
+                 ON CONFLICT DO NOTHING",
+            )
+            .ctx(&path, "preparing chain inserts")?;
+        for (id, at, sev, summary, root, expl, recs, op, p99, p50, ratio, timeline, n) in &rows {
+            let n = if n.is_empty() { node } else { n.as_str() };
+            let recs = if recs.trim_start().starts_with('[') {
+                recs.clone()
+            } else {
+                serde_json::to_string(&[recs]).unwrap_or_default()
+            };
+            let evidence = if op.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "SELECT * FROM events WHERE op = '{}' AND node = '{}' ORDER BY duration DESC LIMIT 20",
+                    op.replace('\'', "''"),
+                    n.replace('\'', "''")
+                )
+            };
+            ins.execute(params![
+                id,
+                n,
+                reference_detector(id),
+                at,
+                sev,
+                summary,
+                root,
+                expl,
+                recs,
+                convert_timeline(timeline),
+                evidence,
+                catalog::op_by_name(op).map(|o| o.name).unwrap_or(op.as_str()),
+                p50 * 1000,
+                p99 * 1000,
+                ratio,
+                origin
+            ])
+            .ctx(&path, "writing chains")?;
+        }
+        Ok(rows.len() as u64)
+    }
+
+    fn copy_sessions(&self, w: &mut Writer, node: &str, origin: &str, opts: &ImportOptions) -> Result<u64, ImportError> {
+        if !self.tables.contains("sessions") {
+            return Ok(0);
+        }
+        let opt = |c: &str, d: &str| if self.has_col("sessions", c) { c.to_string() } else { d.to_string() };
+        let node_expr = if opts.node.is_none() { opt("node", "''") } else { "''".into() };
+        let sql = format!(
+            "SELECT id, started_at, stopped_at, gpu_model, gpu_driver, cpu_model, cpu_cores, mem_total,
+                    kernel, os_release, cuda_ver, python_ver, ingero_ver, pid_filter, flags, {node_expr},
+                    {}, {}, {} FROM sessions ORDER BY id",
+            opt("rank", "NULL"),
+            opt("local_rank", "NULL"),
+            opt("world_size", "NULL")
+        );
+        let mut st = self.sq(self.conn.prepare(&sql))?;
+        let mut rows = self.sq(st.query([]))?;
+        let path = w.path().to_path_buf();
+        let mut ins = w
+            .conn()
+            .prepare(
+                "INSERT INTO sessions VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT DO NOTHING",
+            )
+            .ctx(&path, "preparing session inserts")?;
+        let mut n = 0;
+        while let Some(r) = self.sq(rows.next())? {
+            let row_node: String = self.sq(r.get(15))?;
+            let row_node = if row_node.is_empty() { node.to_string() } else { row_node };
+            let s = |i: usize| -> Result<String, ImportError> { self.sq(r.get(i)) };
+            let i = |i: usize| -> Result<i64, ImportError> { self.sq(r.get(i)) };
+            let o = |i: usize| -> Result<Option<i64>, ImportError> { self.sq(r.get(i)) };
+            ins.execute(params![
+                i(0)?, row_node, i(1)?, i(2)?, s(8)?, s(9)?, s(5)?, i(6)?, i(7)?, s(3)?, s(4)?,
+                s(10)?, s(11)?, s(12)?, s(13)?, s(14)?, o(16)?, o(17)?, o(18)?, origin
+            ])
+            .ctx(&path, "writing sessions")?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn copy_processes(&self, w: &mut Writer, nodes: &[String], names: &HashMap<i64, String>) -> Result<u64, ImportError> {
+        let seen: HashMap<i64, i64> = if self.tables.contains("process_names") {
+            let mut st = self.sq(self.conn.prepare("SELECT pid, seen_at FROM process_names"))?;
+            self.sq(st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).and_then(|r| r.collect()))?
+        } else {
+            HashMap::new()
+        };
+        let path = w.path().to_path_buf();
+        // A process belongs to the node(s) whose events carry its pid.
+        let mut n = 0;
+        for node in nodes {
+            let mut pids = w
+                .conn()
+                .prepare(
+                    "SELECT pid, min(timestamp), max(timestamp), any_value(comm)
+                     FROM event_data WHERE node = ? GROUP BY pid",
+                )
+                .ctx(&path, "listing processes")?;
+            let rows: Vec<(u32, i64, i64, String)> = pids
+                .query_map(params![node], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .and_then(|r| r.collect())
+                .ctx(&path, "listing processes")?;
+            let mut ins = w
+                .conn()
+                .prepare(
+                    "INSERT INTO processes (node, pid, comm, first_seen_ns, last_seen_ns) VALUES (?, ?, ?, ?, ?)
+                     ON CONFLICT DO NOTHING",
+                )
+                .ctx(&path, "preparing process inserts")?;
+            for (pid, first, last, comm) in rows {
+                let name = names.get(&(pid as i64)).cloned().unwrap_or(comm);
+                let last = seen.get(&(pid as i64)).copied().unwrap_or(last).max(last);
+                ins.execute(params![node, pid, name, first, last])
+                    .ctx(&path, "writing processes")?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    fn copy_host_tables(&self, w: &mut Writer, node: &str, ops: &HashMap<(i64, i64), u16>) -> Result<u64, ImportError> {
+        let path = w.path().to_path_buf();
+        let conn = w.conn();
+        let mut snapshots = 0;
+        if self.tables.contains("system_snapshots") {
+            let mut st = self.sq(self.conn.prepare(
+                "SELECT timestamp, cpu_pct, mem_pct, mem_avail, swap_mb, load_avg FROM system_snapshots ORDER BY timestamp",
+            ))?;
+            let rows: Vec<(i64, f64, f64, i64, i64, f64)> = self.sq(
+                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+                    .and_then(|r| r.collect()),
+            )?;
+            let mut ins = conn
+                .prepare("INSERT INTO system_snapshots VALUES (?, ?, ?, ?, ?, ?, ?)")
+                .ctx(&path, "preparing snapshot inserts")?;
+            for (ts, cpu, mem, avail, swap, load) in rows {
+                ins.execute(params![node, ts, cpu, mem, avail, swap, load])
+                    .ctx(&path, "writing snapshots")?;
+                snapshots += 1;
+            }
+        }
+        if self.tables.contains("cgroup_metadata") {
+            let mut st = self.sq(self.conn.prepare(
+                "SELECT cgroup_id, container_id, cgroup_path, pod_name, namespace FROM cgroup_metadata",
+            ))?;
+            let rows: Vec<(i64, String, String, String, String)> = self.sq(
+                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+                    .and_then(|r| r.collect()),
+            )?;
+            let mut ins = conn
+                .prepare("INSERT INTO cgroups VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+                .ctx(&path, "preparing cgroup inserts")?;
+            for (id, container, cpath, pod, ns) in rows {
+                ins.execute(params![node, id as u64, container, cpath, pod, ns])
+                    .ctx(&path, "writing cgroups")?;
+            }
+        }
+        if self.tables.contains("cgroup_schedstat") {
+            let mut st = self.sq(self.conn.prepare(
+                "SELECT cgroup_id, window_start, window_end, p99_off_cpu, total_off_cpu, event_count FROM cgroup_schedstat",
+            ))?;
+            let rows: Vec<(i64, i64, i64, i64, i64, i64)> = self.sq(
+                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+                    .and_then(|r| r.collect()),
+            )?;
+            let mut ins = conn
+                .prepare("INSERT INTO cgroup_schedstat VALUES (?, ?, ?, ?, ?, ?, ?)")
+                .ctx(&path, "preparing schedstat inserts")?;
+            for (id, ws, we, p99, total, count) in rows {
+                ins.execute(params![node, id as u64, ws, we, p99, total, count])
+                    .ctx(&path, "writing schedstat")?;
+            }
+        }
+        if self.tables.contains("event_aggregates") {
+            let mut st = self.sq(self.conn.prepare(
+                "SELECT bucket, source, op, pid, count, stored, sum_dur, sum_arg0 FROM event_aggregates",
+            ))?;
+            let rows: Vec<(i64, i64, i64, i64, i64, i64, i64, i64)> = self.sq(
+                st.query_map([], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?))
+                })
+                .and_then(|r| r.collect()),
+            )?;
+            let mut ins = conn
+                .prepare("INSERT INTO op_counts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+                .ctx(&path, "preparing op count inserts")?;
+            for (bucket, s, o, pid, count, stored, sum_dur, sum_arg0) in rows {
+                if let Some(op_id) = ops.get(&(s, o)) {
+                    ins.execute(params![
+                        node,
+                        pid as u32,
+                        op_id,
+                        bucket,
+                        bucket + 60_000_000_000,
+                        count as u64,
+                        stored as u64,
+                        sum_dur as u64,
+                        sum_arg0 as u64
+                    ])
+                    .ctx(&path, "writing op counts")?;
+                }
+            }
+        }
+        Ok(snapshots)
+    }
+}
+
+/// The reference tool's host events use other arg conventions; map them onto the catalogue's.
+fn normalise_reference_args(ev: &mut Event) {
+    match catalog::op_by_id(ev.op_id).map(|o| o.name) {
+        // Reference: arg1 = the switched task's pid, no next task, no run state.
+        Some("sched_switch") => {
+            ev.arg0 = 0;
+            ev.arg1 = 2;
+        }
+        // Reference: arg1 = child pid.
+        Some("process_fork") => {
+            ev.arg0 = ev.arg1;
+            ev.arg1 = 0;
+        }
+        _ => {}
+    }
+}
+
+fn reference_detector(id: &str) -> String {
+    let descriptor = id.rsplit(':').next().unwrap_or(id);
+    let kind = descriptor.split('-').next().unwrap_or("");
+    match kind {
+        "tail" => "tail_latency".into(),
+        "drop" => "throughput_drop".into(),
+        "" => "imported".into(),
+        other => other.replace('-', "_"),
+    }
+}
+
+fn convert_timeline(text: &str) -> String {
+    let Ok(items) = serde_json::from_str::<Vec<serde_json::Value>>(text) else {
+        return "[]".into();
+    };
+    let out: Vec<serde_json::Value> = items
+        .into_iter()
+        .map(|it| {
+            let s = |k: &str| it.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
+            let dur_us = it.get("dur_us").and_then(|v| v.as_i64()).unwrap_or(0);
+            serde_json::json!({
+                "layer": s("layer"),
+                "op": catalog::op_by_name(&s("op")).map(|o| o.name.to_string()).unwrap_or_else(|| s("op")),
+                "detail": s("detail"),
+                "duration_ns": dur_us * 1000,
+            })
+        })
+        .collect();
+    serde_json::to_string(&out).unwrap_or_else(|_| "[]".into())
+}
+
+fn parse_hex(s: &str) -> Option<u64> {
+    u64::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok()
+}
+
+fn parse_ips(text: &str) -> Vec<u64> {
+    serde_json::from_str::<Vec<String>>(text)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|s| parse_hex(s))
+        .collect()
+}
+
+/// FNV-1a 64 over the little-endian bytes of the IPs (the reference tool's stack hash).
+fn fnv64(ips: &[u64]) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for ip in ips {
+        for b in ip.to_le_bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detectors_from_reference_ids() {
+        assert_eq!(reference_detector("tail-medium-cudaLaunchKernel"), "tail_latency");
+        assert_eq!(reference_detector("gpu-node-01:drop-high-cuLaunchKernel"), "throughput_drop");
+    }
+
+    #[test]
+    fn timeline_units_become_ns() {
+        let t = convert_timeline(r#"[{"layer":"CUDA","op":"cudaDeviceSync","detail":"x","dur_us":13}]"#);
+        assert_eq!(
+            t,
+            r#"[{"detail":"x","duration_ns":13000,"layer":"CUDA","op":"cudaDeviceSynchronize"}]"#
+        );
+    }
+
+    #[test]
+    fn ips_parse() {
+        assert_eq!(parse_ips(r#"["0x10","0xff"]"#), vec![16, 255]);
+        assert!(parse_ips("").is_empty());
+    }
+}

@@ -1,0 +1,140 @@
+//! causeway's trace store: one embedded DuckDB file per trace, its schema and op catalogue, the
+//! single batched writer, the locked-down reader that runs only compiled-in or guarded SQL, and
+//! the importer for trace databases recorded by the reference tool (SQLite).
+
+pub mod catalog;
+mod error;
+pub mod import;
+mod reader;
+pub mod sanitize;
+pub mod schema;
+mod writer;
+
+use std::path::Path;
+
+pub use error::{Result, StoreError};
+pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
+pub use writer::{
+    Event, Frame, HistogramBucket, OpCount, ProcessInfo, SessionInfo, Writer, WriterOptions,
+};
+
+use error::DuckContext;
+
+/// The DuckDB crate this store is built on, for compiled-in queries in sibling crates.
+pub use duckdb;
+
+/// The SQL policy for every store: its own relations only, default row caps.
+pub fn default_policy() -> causeway_sqlguard::Policy {
+    causeway_sqlguard::Policy::new(schema::RELATIONS.iter().copied())
+}
+
+/// This machine's node name: `CAUSEWAY_NODE`, else the hostname, else "local".
+pub fn default_node_name() -> String {
+    if let Ok(n) = std::env::var("CAUSEWAY_NODE")
+        && !n.trim().is_empty()
+    {
+        return n.trim().to_string();
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "local".into())
+}
+
+/// Now, in ns since the Unix epoch.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Opens a read-write connection with autoloading and external access off.
+pub(crate) fn open_rw(path: &Path) -> Result<duckdb::Connection> {
+    let config = duckdb::Config::default()
+        .enable_autoload_extension(false)
+        .and_then(|c| c.with("autoinstall_known_extensions", "false"))
+        .and_then(|c| c.enable_external_access(false))
+        .ctx(path, "configuring the writer")?;
+    duckdb::Connection::open_with_flags(path, config).ctx(path, "opening for writing")
+}
+
+/// Verifies the file is a causeway store of a version this build reads.
+pub(crate) fn check_schema(conn: &duckdb::Connection, path: &Path) -> Result<()> {
+    let version: std::result::Result<String, _> = conn.query_row(
+        "SELECT value FROM meta WHERE key = 'schema_version'",
+        [],
+        |r| r.get(0),
+    );
+    let version = version.map_err(|_| StoreError::NotAStore {
+        path: path.to_path_buf(),
+        why: "no meta.schema_version".into(),
+    })?;
+    let found: u32 = version.parse().map_err(|_| StoreError::NotAStore {
+        path: path.to_path_buf(),
+        why: format!("schema_version '{version}' is not a number"),
+    })?;
+    if found > schema::SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            supported: schema::SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Writes a new file through a temporary sibling and renames it into place only on success,
+/// so a failure leaves nothing behind. `build` receives the temporary path.
+pub fn write_atomically<T>(
+    out: &Path,
+    force: bool,
+    build: impl FnOnce(&Path) -> Result<T>,
+) -> Result<T> {
+    if out.exists() && !force {
+        return Err(StoreError::Exists {
+            path: out.to_path_buf(),
+        });
+    }
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        return Err(StoreError::Io {
+            path: dir.clone(),
+            action: "the output directory does not exist",
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        });
+    }
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trace.duckdb".into());
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let cleanup = |tmp: &Path| {
+        let _ = std::fs::remove_file(tmp);
+        let mut wal = tmp.as_os_str().to_owned();
+        wal.push(".wal");
+        let _ = std::fs::remove_file(std::path::PathBuf::from(wal));
+    };
+    match build(&tmp) {
+        Ok(v) => {
+            std::fs::rename(&tmp, out).map_err(|source| {
+                cleanup(&tmp);
+                StoreError::Io {
+                    path: out.to_path_buf(),
+                    action: "moving the finished file into place",
+                    source,
+                }
+            })?;
+            Ok(v)
+        }
+        Err(e) => {
+            cleanup(&tmp);
+            Err(e)
+        }
+    }
+}

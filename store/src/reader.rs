@@ -1,0 +1,323 @@
+//! Read-only access to a trace store: a locked-down connection (read-only, no external access,
+//! no extension loading, configuration locked, memory and thread caps) that runs only
+//! compiled-in queries or [`GuardedSql`], with a timeout, row and byte caps, and sanitised cells.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use causeway_sqlguard::{GuardedSql, Policy};
+use duckdb::types::{TimeUnit, ValueRef};
+use duckdb::{AccessMode, Config, Connection, Statement};
+use serde::Serialize;
+
+use crate::error::{DuckContext, Result, StoreError};
+use crate::sanitize::sanitize;
+
+/// Limits for one query from outside.
+#[derive(Debug, Clone)]
+pub struct QueryLimits {
+    /// Interrupt the query after this long.
+    pub timeout: Duration,
+    /// Stop adding rows once the JSON size of the result passes this many bytes.
+    pub max_bytes: usize,
+}
+
+impl Default for QueryLimits {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(10),
+            max_bytes: 1 << 20,
+        }
+    }
+}
+
+/// How a reader connection is capped.
+#[derive(Debug, Clone)]
+pub struct ReaderOptions {
+    /// DuckDB memory limit (e.g. "1GB").
+    pub memory_limit: String,
+    /// DuckDB worker threads.
+    pub threads: i64,
+}
+
+impl Default for ReaderOptions {
+    fn default() -> Self {
+        Self {
+            memory_limit: "2GB".into(),
+            threads: 2,
+        }
+    }
+}
+
+/// One column of a result.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ColumnInfo {
+    /// Column name.
+    pub name: String,
+    /// DuckDB type.
+    #[serde(rename = "type")]
+    pub type_name: String,
+}
+
+/// The rows of a guarded query.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueryResult {
+    /// Columns in order.
+    pub columns: Vec<ColumnInfo>,
+    /// Rows of JSON values (strings sanitised).
+    pub rows: Vec<Vec<serde_json::Value>>,
+    /// Whether rows were cut by the row or byte cap.
+    pub truncated: bool,
+    /// Why rows were cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated_reason: Option<String>,
+    /// Wall time of the query.
+    pub elapsed_ms: f64,
+}
+
+/// A read-only, locked-down view of one trace file.
+pub struct Reader {
+    conn: Connection,
+    path: PathBuf,
+    policy: Policy,
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader").field("path", &self.path).finish()
+    }
+}
+
+impl Reader {
+    /// Opens `path` read-only with the default caps.
+    pub fn open(path: &Path) -> Result<Reader> {
+        Self::open_with(path, &ReaderOptions::default())
+    }
+
+    /// Opens `path` read-only with explicit caps. Never writes or migrates the file.
+    pub fn open_with(path: &Path, opts: &ReaderOptions) -> Result<Reader> {
+        if !path.exists() {
+            return Err(StoreError::Missing {
+                path: path.to_path_buf(),
+            });
+        }
+        let config = Config::default()
+            .access_mode(AccessMode::ReadOnly)
+            .and_then(|c| c.enable_external_access(false))
+            .and_then(|c| c.enable_autoload_extension(false))
+            .and_then(|c| c.with("autoinstall_known_extensions", "false"))
+            .and_then(|c| c.max_memory(&opts.memory_limit))
+            .and_then(|c| c.threads(opts.threads))
+            .ctx(path, "configuring a read-only connection")?;
+        let conn = Connection::open_with_flags(path, config).map_err(|e| {
+            let msg = e.to_string();
+            if msg.contains("not a valid DuckDB database file") || msg.contains("database file") {
+                StoreError::NotAStore {
+                    path: path.to_path_buf(),
+                    why: "not a DuckDB file".into(),
+                }
+            } else {
+                StoreError::Duck {
+                    path: path.to_path_buf(),
+                    action: "opening read-only",
+                    source: e,
+                }
+            }
+        })?;
+        crate::check_schema(&conn, path)?;
+        conn.execute_batch("SET lock_configuration = true")
+            .ctx(path, "locking the configuration")?;
+        Ok(Reader {
+            conn,
+            path: path.to_path_buf(),
+            policy: crate::default_policy(),
+        })
+    }
+
+    /// The trace file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The SQL policy of this store (its relations and row limits).
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Prepares a compiled-in query. Only `'static` text is accepted, so SQL from outside
+    /// cannot reach this path; it must go through [`Reader::query`] as [`GuardedSql`].
+    pub fn prepare_trusted(&self, sql: &'static str) -> Result<Statement<'_>> {
+        self.conn
+            .prepare(sql)
+            .ctx(&self.path, "preparing an internal query")
+    }
+
+    /// Runs a guarded query with limits. The guard runs again here (defence in depth).
+    pub fn query(&self, sql: &GuardedSql, limits: &QueryLimits) -> Result<QueryResult> {
+        let again = causeway_sqlguard::guard(sql.as_str(), &self.policy, Some(sql.row_limit()))?;
+        let row_limit = again.row_limit().min(sql.row_limit()) as usize;
+        let started = Instant::now();
+        let handle = self.conn.interrupt_handle();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let timeout = limits.timeout;
+        let watchdog = std::thread::spawn(move || {
+            if done_rx.recv_timeout(timeout) == Err(mpsc::RecvTimeoutError::Timeout) {
+                handle.interrupt();
+                true
+            } else {
+                false
+            }
+        });
+        let outcome = self.run(&again, row_limit, limits.max_bytes);
+        let _ = done_tx.send(());
+        let interrupted = watchdog.join().unwrap_or(false);
+        match outcome {
+            Ok(mut r) => {
+                r.elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+                Ok(r)
+            }
+            Err(_) if interrupted => Err(StoreError::Timeout {
+                limit_ms: timeout.as_millis() as u64,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn run(&self, sql: &GuardedSql, row_limit: usize, max_bytes: usize) -> Result<QueryResult> {
+        let to_err = |e: duckdb::Error| query_error(&e);
+        let mut stmt = self.conn.prepare(sql.as_str()).map_err(to_err)?;
+        let mut rows = stmt.query([]).map_err(to_err)?;
+        let columns: Vec<ColumnInfo> = {
+            let st = rows.as_ref().ok_or_else(|| StoreError::Query {
+                message: "the statement returned no result set".into(),
+                hint: "send a query that returns rows".into(),
+            })?;
+            (0..st.column_count())
+                .map(|i| ColumnInfo {
+                    name: sanitize(st.column_name(i).map(String::as_str).unwrap_or("?")),
+                    type_name: format!("{:?}", st.column_type(i)),
+                })
+                .collect()
+        };
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        let mut truncated_reason = None;
+        while let Some(row) = rows.next().map_err(to_err)? {
+            if out.len() == row_limit {
+                truncated_reason = Some(format!(
+                    "more than {row_limit} rows; add LIMIT/OFFSET or aggregate"
+                ));
+                break;
+            }
+            let mut cells = Vec::with_capacity(columns.len());
+            for i in 0..columns.len() {
+                let v = to_json(row.get_ref(i).map_err(to_err)?);
+                bytes += json_len(&v);
+                cells.push(v);
+            }
+            if bytes > max_bytes {
+                truncated_reason = Some(format!(
+                    "result passed {max_bytes} bytes; select fewer columns or rows"
+                ));
+                break;
+            }
+            out.push(cells);
+        }
+        Ok(QueryResult {
+            columns,
+            truncated: truncated_reason.is_some(),
+            truncated_reason,
+            rows: out,
+            elapsed_ms: 0.0,
+        })
+    }
+}
+
+fn query_error(e: &duckdb::Error) -> StoreError {
+    let message = sanitize(&e.to_string());
+    let hint = if message.contains("INTERRUPT") || message.contains("nterrupted") {
+        "the query was interrupted; narrow it with WHERE on timestamp or pid"
+    } else if message.contains("memory") {
+        "the query needs more memory than allowed; aggregate or filter first"
+    } else if message.contains("Catalog Error") || message.contains("Binder Error") {
+        "check table and column names: SELECT table_name, column_name, meaning FROM schema_columns"
+    } else {
+        "check the SQL; the schema_columns and ops tables document every column and op"
+    };
+    StoreError::Query {
+        message,
+        hint: hint.into(),
+    }
+}
+
+fn json_len(v: &serde_json::Value) -> usize {
+    let n = match v {
+        serde_json::Value::String(s) => s.len() + 2,
+        serde_json::Value::Null => 4,
+        other => other.to_string().len(),
+    };
+    n + 1
+}
+
+fn ts_to_string(unit: TimeUnit, v: i64) -> String {
+    let ns: i128 = match unit {
+        TimeUnit::Second => v as i128 * 1_000_000_000,
+        TimeUnit::Millisecond => v as i128 * 1_000_000,
+        TimeUnit::Microsecond => v as i128 * 1_000,
+        TimeUnit::Nanosecond => v as i128,
+    };
+    let secs = ns.div_euclid(1_000_000_000) as i64;
+    let sub = ns.rem_euclid(1_000_000_000) as u32;
+    match std::time::UNIX_EPOCH.checked_add(Duration::new(secs.max(0) as u64, sub)) {
+        Some(t) if secs >= 0 => humantime::format_rfc3339_nanos(t).to_string(),
+        _ => format!("{ns}ns"),
+    }
+}
+
+/// Converts one DuckDB cell to JSON; strings are sanitised.
+fn to_json(v: ValueRef<'_>) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        ValueRef::Null => J::Null,
+        ValueRef::Boolean(b) => J::Bool(b),
+        ValueRef::TinyInt(i) => J::from(i),
+        ValueRef::SmallInt(i) => J::from(i),
+        ValueRef::Int(i) => J::from(i),
+        ValueRef::BigInt(i) => J::from(i),
+        ValueRef::HugeInt(i) => i64::try_from(i)
+            .map(J::from)
+            .unwrap_or_else(|_| J::String(i.to_string())),
+        ValueRef::UTinyInt(i) => J::from(i),
+        ValueRef::USmallInt(i) => J::from(i),
+        ValueRef::UInt(i) => J::from(i),
+        ValueRef::UBigInt(i) => J::from(i),
+        ValueRef::Float(f) => serde_json::Number::from_f64(f as f64)
+            .map(J::Number)
+            .unwrap_or(J::Null),
+        ValueRef::Double(f) => serde_json::Number::from_f64(f)
+            .map(J::Number)
+            .unwrap_or(J::Null),
+        ValueRef::Text(t) => J::String(sanitize(&String::from_utf8_lossy(t))),
+        ValueRef::Blob(b) => J::String(format!("<{} bytes>", b.len())),
+        ValueRef::Timestamp(unit, v) => J::String(ts_to_string(unit, v)),
+        other => {
+            let owned: duckdb::types::Value = other.to_owned();
+            J::String(sanitize(&value_to_string(&owned)))
+        }
+    }
+}
+
+fn value_to_string(v: &duckdb::types::Value) -> String {
+    use duckdb::types::Value as V;
+    match v {
+        V::Null => "NULL".into(),
+        V::Text(s) => s.clone(),
+        V::Enum(s) => s.clone(),
+        V::List(items) | V::Array(items) => format!(
+            "[{}]",
+            items.iter().map(value_to_string).collect::<Vec<_>>().join(", ")
+        ),
+        other => format!("{other:?}"),
+    }
+}

@@ -1,0 +1,147 @@
+//! Creates the store's schema and documents every table and column for people and agents.
+
+use duckdb::{Connection, params};
+
+use crate::catalog::{OPS, Source};
+
+/// Version written into `meta.schema_version`; bump on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The schema DDL (tables and views).
+pub const SCHEMA_SQL: &str = include_str!("../sql/001_schema.sql");
+
+/// Every relation of a store: what the SQL guard allows a query to read.
+pub const RELATIONS: &[&str] = &[
+    "events",
+    "event_data",
+    "ops",
+    "sources",
+    "sessions",
+    "processes",
+    "nodes",
+    "stack_frames",
+    "stacks",
+    "chains",
+    "op_counts",
+    "op_histograms",
+    "drops",
+    "system_snapshots",
+    "cgroups",
+    "cgroup_schedstat",
+    "meta",
+    "schema_columns",
+];
+
+/// (table, column, unit, meaning) for every column an agent is likely to query.
+pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
+    ("events", "id", "", "unique event id '<node>:<seq>'"),
+    ("events", "seq", "", "per-node sequence number, in recording order"),
+    ("events", "timestamp", "ns since Unix epoch", "when the call was entered / the event happened (sched_switch: switch-out)"),
+    ("events", "duration", "ns", "see ops.duration_meaning: call duration, off-CPU time, I/O latency"),
+    ("events", "pid", "", "process id (tgid) on its node"),
+    ("events", "tid", "", "thread id"),
+    ("events", "comm", "", "thread name at the time (data from the traced machine)"),
+    ("events", "node", "", "machine the event was recorded on"),
+    ("events", "source", "", "CUDA, DRIVER, HOST, IO, TCP, NET, GRAPH, NCCL (see sources)"),
+    ("events", "op", "", "operation name, e.g. cudaLaunchKernel, sched_switch (see ops)"),
+    ("events", "op_id", "", "numeric op id (join key to ops)"),
+    ("events", "arg0", "", "op-specific, see ops.arg0_meaning (bytes for memcpy/alloc, next pid for sched_switch)"),
+    ("events", "arg1", "", "op-specific, see ops.arg1_meaning (copy direction, preempted(0)/blocked(1))"),
+    ("events", "ret_code", "", "return code of the call (0 = success); 0 for host events"),
+    ("events", "gpu_id", "", "CUDA device ordinal when known, else 0"),
+    ("events", "stack_hash", "", "call stack id, join stack_frames/stacks on stack_hash; 0 = none"),
+    ("events", "cgroup_id", "", "cgroup of the thread; join cgroups for container/pod"),
+    ("events", "rank", "", "distributed rank of the process (torchrun RANK) when known"),
+    ("ops", "op", "", "operation name used in events.op"),
+    ("ops", "duration_meaning", "", "what events.duration measures for this op"),
+    ("ops", "arg0_meaning", "", "what events.arg0 holds for this op"),
+    ("ops", "arg1_meaning", "", "what events.arg1 holds for this op"),
+    ("ops", "reference_name", "", "name used by the reference tool, where different"),
+    ("processes", "comm", "", "process name (data from the traced machine)"),
+    ("processes", "cmdline", "", "command line (data from the traced machine)"),
+    ("stack_frames", "depth", "", "0 = innermost frame"),
+    ("stack_frames", "symbol", "", "resolved symbol (with +offset), empty when unresolved"),
+    ("stack_frames", "module", "", "file the frame is in (libcudart.so.12, _C.so, ...)"),
+    ("chains", "severity", "", "HIGH, MEDIUM or LOW"),
+    ("chains", "time_lost_ns", "ns", "estimated time the workload lost to this cause (ranking key)"),
+    ("chains", "recommendations", "", "JSON array of strings"),
+    ("chains", "timeline", "", "JSON array of {layer, op, detail, duration_ns}"),
+    ("chains", "evidence_sql", "", "a query that shows the rows behind the chain"),
+    ("op_counts", "calls", "", "calls counted in the kernel in the window (exact, includes unstored calls)"),
+    ("op_counts", "stored", "", "calls with a row in event_data"),
+    ("op_counts", "total_ns", "ns", "sum of durations of all counted calls"),
+    ("op_histograms", "log2_bucket", "", "bucket b counts calls with 2^b <= duration_ns < 2^(b+1)"),
+    ("drops", "kind", "", "ringbuf_full, channel_full, write_failed, sampled, import_skipped"),
+    ("drops", "count", "", "events lost of this kind"),
+    ("sessions", "started_ns", "ns since Unix epoch", "recording start"),
+    ("sessions", "stopped_ns", "ns since Unix epoch", "recording end (0 if the recorder died)"),
+    ("nodes", "clock_offset_ns", "ns", "estimated clock offset to the reference node; NULL when unknown"),
+    ("system_snapshots", "cpu_pct", "%", "host CPU utilisation at the sample"),
+    ("system_snapshots", "mem_avail_mb", "MiB", "available host memory"),
+    ("cgroup_schedstat", "total_off_cpu_ns", "ns", "off-CPU time of the cgroup's threads in the window"),
+];
+
+/// Creates every table and view and fills the lookup tables. Runs in one transaction.
+pub fn create(conn: &Connection) -> duckdb::Result<()> {
+    conn.execute_batch("BEGIN TRANSACTION")?;
+    let result = create_inner(conn);
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT"),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+fn create_inner(conn: &Connection) -> duckdb::Result<()> {
+    conn.execute_batch(SCHEMA_SQL)?;
+    let mut meta = conn.prepare("INSERT INTO meta VALUES (?, ?)")?;
+    for (k, v) in [
+        ("schema_version", SCHEMA_VERSION.to_string()),
+        ("created_by", format!("causeway {}", env!("CARGO_PKG_VERSION"))),
+        ("timestamp_unit", "ns since the Unix epoch".to_string()),
+        ("duration_unit", "ns".to_string()),
+        (
+            "example_query",
+            "SELECT op, count(*) AS calls, quantile_disc(duration, 0.99) / 1e3 AS p99_us FROM events WHERE source IN ('CUDA', 'DRIVER') GROUP BY op ORDER BY calls DESC".to_string(),
+        ),
+    ] {
+        meta.execute(params![k, v])?;
+    }
+    let mut src = conn.prepare("INSERT INTO sources VALUES (?, ?, ?)")?;
+    for s in Source::ALL {
+        src.execute(params![s.id(), s.name(), s.description()])?;
+    }
+    let mut op = conn.prepare("INSERT INTO ops VALUES (?, ?, ?, ?, ?, ?, ?, ?)")?;
+    for o in OPS {
+        op.execute(params![
+            o.id,
+            o.source.name(),
+            o.name,
+            o.description,
+            o.duration,
+            o.arg0,
+            o.arg1,
+            o.reference_name
+        ])?;
+    }
+    let mut doc = conn.prepare(
+        "INSERT INTO schema_columns
+         SELECT table_name, column_name, data_type, ?, ?
+         FROM information_schema.columns WHERE table_name = ? AND column_name = ?",
+    )?;
+    for (table, column, unit, meaning) in COLUMN_DOCS {
+        doc.execute(params![unit, meaning, table, column])?;
+    }
+    // Columns without a hand-written line still get a row with their type.
+    conn.execute_batch(
+        "INSERT INTO schema_columns
+         SELECT c.table_name, c.column_name, c.data_type, '', ''
+         FROM information_schema.columns c
+         WHERE c.table_schema = 'main'
+           AND NOT EXISTS (SELECT 1 FROM schema_columns s
+                           WHERE s.table_name = c.table_name AND s.column_name = c.column_name)",
+    )?;
+    Ok(())
+}

@@ -1,0 +1,639 @@
+//! The one writer of a trace store: creates the file, appends events in Arrow batches bounded by
+//! size and time, and records processes, stacks, sessions, counters, histograms and drops.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use duckdb::arrow::array::{
+    ArrayRef, Int16Array, Int32Array, Int64Array, StringArray, UInt16Array, UInt32Array,
+    UInt64Array,
+};
+use duckdb::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use duckdb::arrow::record_batch::RecordBatch;
+use duckdb::{Connection, params};
+
+use crate::error::{DuckContext, Result, StoreError};
+use crate::schema;
+
+/// How the writer batches and whose events it writes.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// Node name stamped on every row (hostname by default).
+    pub node: String,
+    /// Flush when this many events are buffered.
+    pub batch_rows: usize,
+    /// Flush on `tick` when the oldest buffered event is older than this.
+    pub flush_interval: Duration,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        Self {
+            node: crate::default_node_name(),
+            batch_rows: 65_536,
+            flush_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// One event, as the collector and the importer produce it. See `ops` for arg meanings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Event {
+    /// ns since the Unix epoch.
+    pub timestamp: i64,
+    /// ns.
+    pub duration: i64,
+    /// Process id (tgid).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Thread name.
+    pub comm: String,
+    /// Catalogue op id (`catalog::OPS`).
+    pub op_id: u16,
+    /// Op-specific argument 0.
+    pub arg0: i64,
+    /// Op-specific argument 1.
+    pub arg1: i64,
+    /// Return code (0 = success).
+    pub ret_code: i32,
+    /// CUDA device ordinal.
+    pub gpu_id: i16,
+    /// Stack id (0 = none).
+    pub stack_hash: i64,
+    /// cgroup id.
+    pub cgroup_id: u64,
+    /// Distributed rank, when known.
+    pub rank: Option<i32>,
+}
+
+/// A process seen while tracing.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// Process name.
+    pub comm: String,
+    /// Command line.
+    pub cmdline: String,
+    /// First time seen (ns).
+    pub first_seen_ns: i64,
+    /// Last time seen (ns).
+    pub last_seen_ns: i64,
+    /// torchrun RANK.
+    pub rank: Option<i32>,
+    /// torchrun LOCAL_RANK.
+    pub local_rank: Option<i32>,
+    /// torchrun WORLD_SIZE.
+    pub world_size: Option<i32>,
+    /// Cluster id.
+    pub cluster: String,
+}
+
+/// One frame of a call stack.
+#[derive(Debug, Clone, Default)]
+pub struct Frame {
+    /// Instruction pointer.
+    pub ip: u64,
+    /// Symbol (with +offset), empty if unresolved.
+    pub symbol: String,
+    /// File the frame is in.
+    pub module: String,
+    /// Offset within the symbol.
+    pub offset: u64,
+}
+
+/// Kernel-side call counts for one (pid, op) and window.
+#[derive(Debug, Clone, Default)]
+pub struct OpCount {
+    /// Process id.
+    pub pid: u32,
+    /// Op id.
+    pub op_id: u16,
+    /// Window start (ns).
+    pub window_start_ns: i64,
+    /// Window end (ns).
+    pub window_end_ns: i64,
+    /// Calls counted.
+    pub calls: u64,
+    /// Calls stored as rows.
+    pub stored: u64,
+    /// Sum of durations (ns).
+    pub total_ns: u64,
+    /// Sum of bytes.
+    pub bytes: u64,
+}
+
+/// One bucket of a kernel-side log2 histogram.
+#[derive(Debug, Clone, Default)]
+pub struct HistogramBucket {
+    /// Process id.
+    pub pid: u32,
+    /// Op id.
+    pub op_id: u16,
+    /// Window start (ns).
+    pub window_start_ns: i64,
+    /// Window end (ns).
+    pub window_end_ns: i64,
+    /// log2 of the lower bound in ns.
+    pub log2_bucket: u8,
+    /// Calls in the bucket.
+    pub count: u64,
+}
+
+/// Host facts of one recording.
+#[derive(Debug, Clone, Default)]
+pub struct SessionInfo {
+    /// Recording start (ns).
+    pub started_ns: i64,
+    /// Host name.
+    pub hostname: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// OS release.
+    pub os_release: String,
+    /// CPU model.
+    pub cpu_model: String,
+    /// Logical CPUs.
+    pub cpu_cores: i32,
+    /// Memory in MiB.
+    pub mem_total_mb: i64,
+    /// GPU model(s).
+    pub gpu_model: String,
+    /// NVIDIA driver version.
+    pub gpu_driver: String,
+    /// CUDA version.
+    pub cuda_version: String,
+    /// Python version of the traced job, if known.
+    pub python_version: String,
+    /// Version of the recorder.
+    pub tool_version: String,
+    /// Pids traced.
+    pub pid_filter: String,
+    /// Recorder flags.
+    pub flags: String,
+    /// Rank of the job on this node, when known.
+    pub rank: Option<i32>,
+    /// Local rank.
+    pub local_rank: Option<i32>,
+    /// World size.
+    pub world_size: Option<i32>,
+    /// 'recorded' or 'imported:<file>'.
+    pub origin: String,
+}
+
+#[derive(Default)]
+struct Columns {
+    seq: Vec<u64>,
+    timestamp: Vec<i64>,
+    duration: Vec<i64>,
+    pid: Vec<u32>,
+    tid: Vec<u32>,
+    comm: Vec<String>,
+    op_id: Vec<u16>,
+    arg0: Vec<i64>,
+    arg1: Vec<i64>,
+    ret_code: Vec<i32>,
+    gpu_id: Vec<i16>,
+    stack_hash: Vec<i64>,
+    cgroup_id: Vec<u64>,
+    rank: Vec<Option<i32>>,
+}
+
+impl Columns {
+    fn len(&self) -> usize {
+        self.seq.len()
+    }
+}
+
+/// The single writer of a store file.
+pub struct Writer {
+    conn: Connection,
+    path: PathBuf,
+    opts: WriterOptions,
+    next_seq: u64,
+    buf: Columns,
+    oldest: Option<Instant>,
+    schema: SchemaRef,
+    written: u64,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("path", &self.path)
+            .field("node", &self.opts.node)
+            .field("written", &self.written)
+            .finish()
+    }
+}
+
+fn event_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("node", DataType::Utf8, false),
+        Field::new("seq", DataType::UInt64, false),
+        Field::new("timestamp", DataType::Int64, false),
+        Field::new("duration", DataType::Int64, false),
+        Field::new("pid", DataType::UInt32, false),
+        Field::new("tid", DataType::UInt32, false),
+        Field::new("comm", DataType::Utf8, false),
+        Field::new("op_id", DataType::UInt16, false),
+        Field::new("arg0", DataType::Int64, false),
+        Field::new("arg1", DataType::Int64, false),
+        Field::new("ret_code", DataType::Int32, false),
+        Field::new("gpu_id", DataType::Int16, false),
+        Field::new("stack_hash", DataType::Int64, false),
+        Field::new("cgroup_id", DataType::UInt64, false),
+        Field::new("rank", DataType::Int32, true),
+    ]))
+}
+
+impl Writer {
+    /// Creates a new store file with the schema. Fails if `path` exists.
+    pub fn create(path: &Path, opts: WriterOptions) -> Result<Writer> {
+        if path.exists() {
+            return Err(StoreError::Exists {
+                path: path.to_path_buf(),
+            });
+        }
+        let conn = crate::open_rw(path)?;
+        schema::create(&conn).ctx(path, "creating the schema")?;
+        let mut w = Writer {
+            conn,
+            path: path.to_path_buf(),
+            opts,
+            next_seq: 0,
+            buf: Columns::default(),
+            oldest: None,
+            schema: event_schema(),
+            written: 0,
+        };
+        w.register_node("recorded", "")?;
+        Ok(w)
+    }
+
+    /// Opens an existing store to append more events for `opts.node` (sequence numbers continue).
+    pub fn open_append(path: &Path, opts: WriterOptions) -> Result<Writer> {
+        if !path.exists() {
+            return Err(StoreError::Missing {
+                path: path.to_path_buf(),
+            });
+        }
+        let conn = crate::open_rw(path)?;
+        crate::check_schema(&conn, path)?;
+        let next: i64 = conn
+            .query_row(
+                "SELECT coalesce(max(seq) + 1, 0)::BIGINT FROM event_data WHERE node = ?",
+                params![opts.node],
+                |r| r.get(0),
+            )
+            .ctx(path, "reading the last sequence number")?;
+        let mut w = Writer {
+            conn,
+            path: path.to_path_buf(),
+            opts,
+            next_seq: next as u64,
+            buf: Columns::default(),
+            oldest: None,
+            schema: event_schema(),
+            written: 0,
+        };
+        w.register_node("recorded", "")?;
+        Ok(w)
+    }
+
+    /// Switches the node stamped on following rows (flushing first); sequence numbers continue
+    /// from that node's last one. Used by the importer and merge for multi-node files.
+    pub fn set_node(&mut self, node: &str, origin: &str, cluster: &str) -> Result<()> {
+        self.flush()?;
+        self.opts.node = node.to_string();
+        let next: i64 = self
+            .conn
+            .query_row(
+                "SELECT coalesce(max(seq) + 1, 0)::BIGINT FROM event_data WHERE node = ?",
+                params![node],
+                |r| r.get(0),
+            )
+            .ctx(&self.path, "reading the last sequence number")?;
+        self.next_seq = next as u64;
+        self.register_node(origin, cluster)
+    }
+
+    /// The node this writer stamps on rows.
+    pub fn node(&self) -> &str {
+        &self.opts.node
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Events written to the file so far (not counting the buffer).
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Records (or updates) the node row with its origin and cluster.
+    pub fn register_node(&mut self, origin: &str, cluster: &str) -> Result<()> {
+        let host = if origin == "recorded" {
+            crate::default_node_name()
+        } else {
+            String::new()
+        };
+        self.conn
+            .execute(
+                "INSERT INTO nodes (node, hostname, cluster, origin) VALUES (?, ?, ?, ?)
+                 ON CONFLICT (node) DO UPDATE SET origin = excluded.origin,
+                     cluster = CASE WHEN excluded.cluster = '' THEN nodes.cluster ELSE excluded.cluster END",
+                params![self.opts.node, host, cluster, origin],
+            )
+            .ctx(&self.path, "recording the node")?;
+        Ok(())
+    }
+
+    /// Buffers one event; flushes when the batch is full.
+    pub fn append(&mut self, ev: &Event) -> Result<()> {
+        let b = &mut self.buf;
+        b.seq.push(self.next_seq);
+        self.next_seq += 1;
+        b.timestamp.push(ev.timestamp);
+        b.duration.push(ev.duration);
+        b.pid.push(ev.pid);
+        b.tid.push(ev.tid);
+        b.comm.push(ev.comm.clone());
+        b.op_id.push(ev.op_id);
+        b.arg0.push(ev.arg0);
+        b.arg1.push(ev.arg1);
+        b.ret_code.push(ev.ret_code);
+        b.gpu_id.push(ev.gpu_id);
+        b.stack_hash.push(ev.stack_hash);
+        b.cgroup_id.push(ev.cgroup_id);
+        b.rank.push(ev.rank);
+        if self.oldest.is_none() {
+            self.oldest = Some(Instant::now());
+        }
+        if b.len() >= self.opts.batch_rows {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Flushes the buffer if its oldest event waited longer than the flush interval.
+    pub fn tick(&mut self) -> Result<()> {
+        match self.oldest {
+            Some(t) if t.elapsed() >= self.opts.flush_interval => self.flush(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes every buffered event to the file (one Arrow batch through the Appender).
+    pub fn flush(&mut self) -> Result<()> {
+        self.oldest = None;
+        let n = self.buf.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let b = std::mem::take(&mut self.buf);
+        let node: ArrayRef = Arc::new(StringArray::from(vec![self.opts.node.as_str(); n]));
+        let columns: Vec<ArrayRef> = vec![
+            node,
+            Arc::new(UInt64Array::from(b.seq)),
+            Arc::new(Int64Array::from(b.timestamp)),
+            Arc::new(Int64Array::from(b.duration)),
+            Arc::new(UInt32Array::from(b.pid)),
+            Arc::new(UInt32Array::from(b.tid)),
+            Arc::new(StringArray::from(b.comm)),
+            Arc::new(UInt16Array::from(b.op_id)),
+            Arc::new(Int64Array::from(b.arg0)),
+            Arc::new(Int64Array::from(b.arg1)),
+            Arc::new(Int32Array::from(b.ret_code)),
+            Arc::new(Int16Array::from(b.gpu_id)),
+            Arc::new(Int64Array::from(b.stack_hash)),
+            Arc::new(UInt64Array::from(b.cgroup_id)),
+            Arc::new(Int32Array::from(b.rank)),
+        ];
+        let batch = RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| {
+            StoreError::Query {
+                message: format!("building an event batch: {e}"),
+                hint: "this is a bug in causeway; please report it".into(),
+            }
+        })?;
+        let mut app = self
+            .conn
+            .appender("event_data")
+            .ctx(&self.path, "opening the appender")?;
+        app.append_record_batch(batch)
+            .ctx(&self.path, "appending events")?;
+        app.flush().ctx(&self.path, "flushing events")?;
+        self.written += n as u64;
+        Ok(())
+    }
+
+    /// Inserts or updates a process row (last_seen and names move forward).
+    pub fn upsert_process(&mut self, p: &ProcessInfo) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (node, pid) DO UPDATE SET
+                   ppid = CASE WHEN excluded.ppid = 0 THEN processes.ppid ELSE excluded.ppid END,
+                   comm = CASE WHEN excluded.comm = '' THEN processes.comm ELSE excluded.comm END,
+                   cmdline = CASE WHEN excluded.cmdline = '' THEN processes.cmdline ELSE excluded.cmdline END,
+                   first_seen_ns = least(processes.first_seen_ns, excluded.first_seen_ns),
+                   last_seen_ns = greatest(processes.last_seen_ns, excluded.last_seen_ns),
+                   rank = coalesce(excluded.rank, processes.rank),
+                   local_rank = coalesce(excluded.local_rank, processes.local_rank),
+                   world_size = coalesce(excluded.world_size, processes.world_size),
+                   cluster = CASE WHEN excluded.cluster = '' THEN processes.cluster ELSE excluded.cluster END",
+                params![
+                    self.opts.node,
+                    p.pid,
+                    p.ppid,
+                    p.comm,
+                    p.cmdline,
+                    p.first_seen_ns,
+                    p.last_seen_ns,
+                    p.rank,
+                    p.local_rank,
+                    p.world_size,
+                    p.cluster
+                ],
+            )
+            .ctx(&self.path, "recording a process")?;
+        Ok(())
+    }
+
+    /// Interns a stack: frames are written once per hash.
+    pub fn add_stack(&mut self, stack_hash: i64, frames: &[Frame]) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction()
+            .ctx(&self.path, "starting a transaction")?;
+        {
+            let mut st = tx
+                .prepare(
+                    "INSERT INTO stack_frames VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                )
+                .ctx(&self.path, "preparing a stack insert")?;
+            for (depth, f) in frames.iter().enumerate() {
+                st.execute(params![
+                    stack_hash,
+                    depth as u16,
+                    f.ip,
+                    f.symbol,
+                    f.module,
+                    f.offset
+                ])
+                .ctx(&self.path, "recording a stack frame")?;
+            }
+        }
+        tx.commit().ctx(&self.path, "committing a stack")?;
+        Ok(())
+    }
+
+    /// Counts lost events of one kind.
+    pub fn record_drop(
+        &mut self,
+        kind: &str,
+        op_id: Option<u16>,
+        count: u64,
+        detail: &str,
+    ) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        self.conn
+            .execute(
+                "INSERT INTO drops VALUES (?, ?, ?, ?, ?, ?)",
+                params![
+                    self.opts.node,
+                    crate::now_ns(),
+                    kind,
+                    op_id,
+                    count,
+                    detail
+                ],
+            )
+            .ctx(&self.path, "recording drops")?;
+        Ok(())
+    }
+
+    /// Stores kernel-side call counts.
+    pub fn record_op_counts(&mut self, rows: &[OpCount]) -> Result<()> {
+        let mut app = self
+            .conn
+            .appender("op_counts")
+            .ctx(&self.path, "opening the op_counts appender")?;
+        for r in rows {
+            app.append_row(params![
+                self.opts.node,
+                r.pid,
+                r.op_id,
+                r.window_start_ns,
+                r.window_end_ns,
+                r.calls,
+                r.stored,
+                r.total_ns,
+                r.bytes
+            ])
+            .ctx(&self.path, "recording op counts")?;
+        }
+        app.flush().ctx(&self.path, "flushing op counts")?;
+        Ok(())
+    }
+
+    /// Stores kernel-side log2 histograms.
+    pub fn record_histogram(&mut self, rows: &[HistogramBucket]) -> Result<()> {
+        let mut app = self
+            .conn
+            .appender("op_histograms")
+            .ctx(&self.path, "opening the op_histograms appender")?;
+        for r in rows {
+            app.append_row(params![
+                self.opts.node,
+                r.pid,
+                r.op_id,
+                r.window_start_ns,
+                r.window_end_ns,
+                r.log2_bucket,
+                r.count
+            ])
+            .ctx(&self.path, "recording a histogram")?;
+        }
+        app.flush().ctx(&self.path, "flushing histograms")?;
+        Ok(())
+    }
+
+    /// Starts a session row and returns its id.
+    pub fn begin_session(&mut self, s: &SessionInfo) -> Result<i64> {
+        let id: i64 = self
+            .conn
+            .query_row(
+                "SELECT coalesce(max(session_id) + 1, 1) FROM sessions WHERE node = ?",
+                params![self.opts.node],
+                |r| r.get(0),
+            )
+            .ctx(&self.path, "numbering the session")?;
+        self.conn
+            .execute(
+                "INSERT INTO sessions VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                params![
+                    id,
+                    self.opts.node,
+                    s.started_ns,
+                    s.hostname,
+                    s.kernel,
+                    s.os_release,
+                    s.cpu_model,
+                    s.cpu_cores,
+                    s.mem_total_mb,
+                    s.gpu_model,
+                    s.gpu_driver,
+                    s.cuda_version,
+                    s.python_version,
+                    s.tool_version,
+                    s.pid_filter,
+                    s.flags,
+                    s.rank,
+                    s.local_rank,
+                    s.world_size,
+                    s.origin
+                ],
+            )
+            .ctx(&self.path, "recording the session")?;
+        Ok(id)
+    }
+
+    /// Marks a session as stopped.
+    pub fn end_session(&mut self, id: i64, stopped_ns: i64) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE sessions SET stopped_ns = ? WHERE node = ? AND session_id = ?",
+                params![stopped_ns, self.opts.node, id],
+            )
+            .ctx(&self.path, "closing the session")?;
+        Ok(())
+    }
+
+    /// The connection, for the importer and other trusted bulk writers in this crate.
+    pub(crate) fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Flushes, checkpoints and closes: the file is complete afterwards.
+    pub fn finish(mut self) -> Result<()> {
+        self.flush()?;
+        self.conn
+            .execute_batch("CHECKPOINT")
+            .ctx(&self.path, "checkpointing")?;
+        let path = self.path.clone();
+        self.conn
+            .close()
+            .map_err(|(_, e)| e)
+            .ctx(&path, "closing")?;
+        Ok(())
+    }
+}

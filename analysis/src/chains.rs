@@ -1,0 +1,140 @@
+//! Causal chains: the shape every finding takes (what `explain`, `get_causal_chains` and
+//! `run_demo` return), and reading chains stored in a trace (imported from reference traces).
+
+use causeway_store::duckdb;
+use causeway_store::{Reader, StoreError};
+use serde::{Deserialize, Serialize};
+
+use crate::window::WindowSpec;
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Severity {
+    /// Minor.
+    Low,
+    /// Worth fixing.
+    Medium,
+    /// Costs the workload a lot of time.
+    High,
+}
+
+impl Severity {
+    /// Parses HIGH/MEDIUM/LOW (any case); unknown text is LOW.
+    pub fn parse(s: &str) -> Severity {
+        match s.to_ascii_uppercase().as_str() {
+            "HIGH" | "CRITICAL" => Severity::High,
+            "MEDIUM" => Severity::Medium,
+            _ => Severity::Low,
+        }
+    }
+
+    /// HIGH, MEDIUM or LOW.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::High => "HIGH",
+            Severity::Medium => "MEDIUM",
+            Severity::Low => "LOW",
+        }
+    }
+}
+
+/// One step of a chain's timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelineItem {
+    /// Layer: CUDA, DRIVER, HOST, IO, NET, NCCL, NODE.
+    pub layer: String,
+    /// Op involved.
+    pub op: String,
+    /// What happened.
+    pub detail: String,
+    /// How long (ns).
+    pub duration_ns: i64,
+}
+
+/// A causal chain: a finding with its cause, evidence and fix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Chain {
+    /// Stable id within the trace.
+    pub id: String,
+    /// snake_case name of the detector that fired (cpu_contention, sync_storm, ...).
+    pub detector: String,
+    /// HIGH, MEDIUM or LOW.
+    pub severity: Severity,
+    /// One line.
+    pub summary: String,
+    /// The cause, in a sentence.
+    pub root_cause: String,
+    /// A paragraph connecting cause and effect with numbers from the trace.
+    pub explanation: String,
+    /// Steps from cause to effect.
+    pub timeline: Vec<TimelineItem>,
+    /// What to do.
+    pub recommendations: Vec<String>,
+    /// SQL that shows the rows behind the chain.
+    pub evidence_sql: String,
+    /// Estimated time the workload lost (ns): the ranking key.
+    pub time_lost_ns: i64,
+    /// Node the finding is about ('' when trace-wide).
+    pub node: String,
+    /// Where the chain came from: `engine` or `imported:<file>`.
+    pub origin: String,
+}
+
+/// Which chains to return.
+#[derive(Debug, Clone, Default)]
+pub struct ChainQuery {
+    /// Time window (anchored to the trace end).
+    pub window: WindowSpec,
+    /// Only this process.
+    pub pid: Option<u32>,
+    /// Only this node.
+    pub node: Option<String>,
+    /// At most this many, best first.
+    pub top_n: Option<usize>,
+}
+
+const STORED_SQL: &str = "
+SELECT chain_id, detector, severity, summary, root_cause, explanation, timeline,
+       recommendations, evidence_sql, time_lost_ns, node, origin, detected_ns
+FROM chains
+WHERE (?::VARCHAR = '' OR node = ?::VARCHAR)
+ORDER BY time_lost_ns DESC,
+         CASE severity WHEN 'HIGH' THEN 0 WHEN 'MEDIUM' THEN 1 ELSE 2 END,
+         detected_ns, chain_id";
+
+/// Chains stored in the trace file (e.g. imported from a reference trace), ranked.
+pub fn stored_chains(r: &Reader, q: &ChainQuery) -> Result<Vec<Chain>, StoreError> {
+    let node = q.node.clone().unwrap_or_default();
+    let mut st = r.prepare_trusted(STORED_SQL)?;
+    let rows = st
+        .query_map(duckdb::params![node, node], |row| {
+            let timeline: String = row.get(6)?;
+            let recs: String = row.get(7)?;
+            Ok(Chain {
+                id: row.get(0)?,
+                detector: row.get(1)?,
+                severity: Severity::parse(&row.get::<_, String>(2)?),
+                summary: row.get(3)?,
+                root_cause: row.get(4)?,
+                explanation: row.get(5)?,
+                timeline: serde_json::from_str(&timeline).unwrap_or_default(),
+                recommendations: serde_json::from_str(&recs).unwrap_or_default(),
+                evidence_sql: row.get(8)?,
+                time_lost_ns: row.get(9)?,
+                node: row.get(10)?,
+                origin: row.get(11)?,
+            })
+        })
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(|source| StoreError::Duck {
+            path: r.path().to_path_buf(),
+            action: "reading stored chains",
+            source,
+        })?;
+    let mut rows = rows;
+    if let Some(n) = q.top_n {
+        rows.truncate(n);
+    }
+    Ok(rows)
+}

@@ -9,5 +9,6 @@ fn main() {
         && let Ok(abs) = std::fs::canonicalize(&dir)
     {
         println!("cargo:rustc-link-arg-bins=-Wl,-rpath,{}", abs.display());
+        println!("cargo:rustc-link-arg-tests=-Wl,-rpath,{}", abs.display());
     }
 }

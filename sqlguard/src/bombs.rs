@@ -1,19 +1,24 @@
-//! Resource bombs: size checks for the calls and joins that are obviously unbounded.
+//! Resource bombs: size checks for the calls that are obviously unbounded, and the limits the
+//! guard's size checks use.
 //!
 //! The guard rejects what it can see is unbounded from the query text alone: series functions
 //! with huge or non-literal bounds (`range(1e12)`), string and list builders with huge counts
-//! (`repeat('x', 2e9)`, nested `repeat(repeat(...))`), format strings with huge field widths,
-//! and cross joins of store tables with no join condition and no WHERE clause. Everything else
-//! (a self-join on a weak condition, a heavy window over millions of rows) is left to the
-//! store's runtime limits: a query timeout that interrupts DuckDB, a memory cap, a thread cap,
-//! and row and byte caps on the result. Recursive CTEs are refused in `walk.rs`.
+//! (`repeat('x', 2e9)`, nested `repeat(repeat(...))`), format strings with huge field widths
+//! (`formats.rs`), and cross joins of store tables with no join condition and no WHERE clause
+//! (`cross.rs`). Everything else (a self-join on a weak condition, a heavy window over millions
+//! of rows, a series inside a lambda per row) is left to the store's runtime limits: a query
+//! timeout that interrupts DuckDB, a memory cap, a thread cap, and row and byte caps on the
+//! result. `WITH RECURSIVE` is always refused (`clauses.rs`).
 
 use sqlparser::ast::{
-    BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments,
-    UnaryOperator, Value,
+    BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, UnaryOperator,
+    Value,
 };
 
+use crate::formats;
 use crate::rejection::{Rejection, excerpt};
+
+pub use crate::cross::{MAX_CROSS_PRODUCT, NOMINAL_TABLE_ROWS};
 
 /// The most rows (or list elements) one `range`/`generate_series` call may produce.
 pub const MAX_SERIES_ROWS: f64 = 1_000_000.0;
@@ -21,13 +26,6 @@ pub const MAX_SERIES_ROWS: f64 = 1_000_000.0;
 /// The longest string or list a builder call (`repeat`, `lpad`, `list_resize`, ...) may make,
 /// and the widest field a format string may ask for.
 pub const MAX_GENERATED_LENGTH: f64 = 100_000.0;
-
-/// Rows assumed for a store table (or a CTE over one) when sizing a cross join.
-pub const NOMINAL_TABLE_ROWS: f64 = 1_000_000.0;
-
-/// The largest cross product (with store tables at their nominal size) allowed without a
-/// WHERE clause; series-only cross products are held to this bound even with one.
-pub const MAX_CROSS_PRODUCT: f64 = 10_000_000.0;
 
 /// Builders whose argument at the given index is a length or a count.
 const LENGTH_ARGUMENTS: &[(&str, usize)] = &[
@@ -38,17 +36,6 @@ const LENGTH_ARGUMENTS: &[(&str, usize)] = &[
     ("array_resize", 1),
     ("bitstring", 1),
 ];
-
-/// One operand of a cross product, as the walk classified it.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum CrossItem {
-    /// A store table or a CTE, by name: unbounded as far as the guard knows.
-    Table(String),
-    /// A series table function with this many rows.
-    Series(f64),
-    /// A derived table, `unnest`, or a join group: assumed small.
-    Other,
-}
 
 /// Checks a scalar call of an allowed function for size bombs.
 pub(crate) fn check_scalar_call(name: &str, call: &Function) -> Result<(), Rejection> {
@@ -90,7 +77,7 @@ pub(crate) fn check_scalar_call(name: &str, call: &Function) -> Result<(), Rejec
         return Ok(());
     }
     if name == "printf" || name == "format" {
-        check_format_string(name, args, call)?;
+        formats::check_format_string(name, args, call)?;
     }
     Ok(())
 }
@@ -166,158 +153,6 @@ pub(crate) fn series_rows(
         ));
     }
     Ok(rows)
-}
-
-/// Refuses a cross product that is obviously unbounded. `items` are the operands combined with
-/// no join condition (comma joins, CROSS JOIN, `ON true`); `has_where` says whether the SELECT
-/// filters them.
-pub(crate) fn check_cross_product(items: &[CrossItem], has_where: bool) -> Result<(), Rejection> {
-    if items.len() < 2 {
-        return Ok(());
-    }
-    let series: f64 = items
-        .iter()
-        .map(|i| match i {
-            CrossItem::Series(n) => n.max(1.0),
-            _ => 1.0,
-        })
-        .product();
-    let estimate: f64 = items
-        .iter()
-        .map(|i| match i {
-            CrossItem::Table(_) => NOMINAL_TABLE_ROWS,
-            CrossItem::Series(n) => n.max(1.0),
-            CrossItem::Other => 1.0,
-        })
-        .product();
-    let names = items
-        .iter()
-        .map(|i| match i {
-            CrossItem::Table(name) => name.clone(),
-            CrossItem::Series(n) => format!("a series of {}", show(*n)),
-            CrossItem::Other => "a subquery".to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(" x ");
-    if series > MAX_CROSS_PRODUCT {
-        return Err(Rejection::new(
-            format!(
-                "the cross join {names} would produce about {} rows; at most {} are allowed",
-                show(series),
-                show(MAX_CROSS_PRODUCT)
-            ),
-            "make the series smaller, or join them with a condition",
-        ));
-    }
-    if !has_where && estimate > MAX_CROSS_PRODUCT {
-        return Err(Rejection::new(
-            format!(
-                "the cross join {names} has no join condition and no WHERE clause, so its size \
-                 is the product of the table sizes (unbounded)"
-            ),
-            "join with a condition (JOIN ... ON a.pid = b.pid, or a time-overlap condition), \
-             filter with WHERE, or pre-aggregate one side into a scalar subquery",
-        ));
-    }
-    Ok(())
-}
-
-/// Checks the format string of `printf`/`format` for huge or argument-supplied field widths.
-fn check_format_string(
-    name: &str,
-    args: &[FunctionArg],
-    call: &Function,
-) -> Result<(), Rejection> {
-    let Some(format) = args.first().and_then(unnamed_expr).and_then(string_literal) else {
-        return Err(Rejection::new(
-            format!(
-                "the format string of {name} must be a string literal, in {}",
-                excerpt(call)
-            ),
-            format!("write the format as a literal, e.g. {name}('%d ms', x)"),
-        ));
-    };
-    let problem = if name == "printf" {
-        printf_problem(&format)
-    } else {
-        fmt_problem(&format)
-    };
-    match problem {
-        Some(problem) => Err(Rejection::new(
-            format!("the format string of {name} {problem}, in {}", excerpt(call)),
-            format!(
-                "use literal field widths of at most {}",
-                show(MAX_GENERATED_LENGTH)
-            ),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// What is wrong with a printf-style format string, if anything.
-fn printf_problem(format: &str) -> Option<String> {
-    let mut chars = format.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            continue;
-        }
-        if chars.peek() == Some(&'%') {
-            chars.next();
-            continue;
-        }
-        let mut spec = String::new();
-        while let Some(&c) = chars.peek() {
-            if c.is_ascii_digit() || "-+ #0.*'lhLqjzt".contains(c) {
-                spec.push(c);
-                chars.next();
-            } else {
-                break;
-            }
-        }
-        if let Some(problem) = width_problem(&spec) {
-            return Some(problem);
-        }
-    }
-    None
-}
-
-/// What is wrong with a `{fmt}`-style format string, if anything.
-fn fmt_problem(format: &str) -> Option<String> {
-    let mut depth = 0usize;
-    let mut field = String::new();
-    for c in format.chars() {
-        match c {
-            '{' => {
-                depth += 1;
-                if depth > 1 && !field.is_empty() {
-                    return Some("takes a field width from an argument".to_string());
-                }
-                field.clear();
-            }
-            '}' if depth > 0 => {
-                depth -= 1;
-                if let Some(problem) = width_problem(&field) {
-                    return Some(problem);
-                }
-                field.clear();
-            }
-            c if depth > 0 => field.push(c),
-            _ => {}
-        }
-    }
-    None
-}
-
-/// Checks a format spec's width/precision digits and `*` (width from an argument).
-fn width_problem(spec: &str) -> Option<String> {
-    if spec.contains('*') {
-        return Some("takes a field width from an argument (*)".to_string());
-    }
-    spec.split(|c: char| !c.is_ascii_digit())
-        .filter(|digits| !digits.is_empty())
-        .map(|digits| digits.parse::<f64>().unwrap_or(f64::INFINITY))
-        .find(|width| *width > MAX_GENERATED_LENGTH)
-        .map(|width| format!("asks for a field width of {}", show(width)))
 }
 
 /// The length, in elements, of the value a builder call makes, if the guard can tell.
@@ -428,7 +263,7 @@ pub(crate) fn literal_number(expr: &Expr) -> Option<f64> {
 }
 
 /// The value of a string literal.
-fn string_literal(expr: &Expr) -> Option<String> {
+pub(crate) fn string_literal(expr: &Expr) -> Option<String> {
     match expr {
         Expr::Value(v) => v.value.clone().into_string(),
         Expr::Nested(inner) => string_literal(inner),
@@ -437,7 +272,7 @@ fn string_literal(expr: &Expr) -> Option<String> {
 }
 
 /// A count for messages: integral values without a fraction, huge ones in scientific notation.
-fn show(n: f64) -> String {
+pub(crate) fn show(n: f64) -> String {
     if n.is_finite() && n.abs() < 1e15 {
         format!("{}", n.round() as i64)
     } else {
@@ -527,19 +362,6 @@ mod tests {
         assert!(check("format('{} took {:.2f}', a, b)").is_ok());
         assert!(check("format('{:>1000000000}', 'x')").is_err());
         assert!(check("format('{:>{}}', 'x', 1000000000)").is_err());
-    }
-
-    #[test]
-    fn cross_products() {
-        let t = |n: &str| CrossItem::Table(n.to_string());
-        assert!(check_cross_product(&[t("events")], false).is_ok());
-        assert!(check_cross_product(&[t("events"), t("events")], false).is_err());
-        assert!(check_cross_product(&[t("events"), t("events")], true).is_ok());
-        assert!(check_cross_product(&[t("events"), CrossItem::Other], false).is_ok());
-        assert!(check_cross_product(&[t("events"), CrossItem::Series(10.0)], false).is_ok());
-        assert!(check_cross_product(&[t("events"), CrossItem::Series(1e3)], false).is_err());
-        let series = [CrossItem::Series(1e6), CrossItem::Series(1e6)];
-        assert!(check_cross_product(&series, true).is_err());
     }
 
     #[test]

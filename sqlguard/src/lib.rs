@@ -47,11 +47,21 @@
 //!
 //! Queries longer than [`MAX_SQL_BYTES`] are refused before parsing, which also bounds the
 //! nesting depth the parser, the walk and the renderer recurse through.
+//!
+//! # Test corpus
+//!
+//! `sqlguard/tests/corpus/accept.txt` and `reject.txt` hold the adversarial corpus in a plain
+//! text format described at the top of each file and parsed by [`corpus::parse_corpus`], so
+//! other crates (the store's end-to-end test) can `include_str!` and load the same entries.
 
 pub mod bombs;
+mod clauses;
 pub mod corpus;
+mod cross;
+mod formats;
 pub mod functions;
 mod limit;
+mod names;
 mod policy;
 mod rejection;
 mod statement;
@@ -172,7 +182,12 @@ mod tests {
 
     #[test]
     fn reguarding_is_idempotent() {
-        let g = guard("FROM events SELECT op, count(*) GROUP BY ALL", &store(), Some(20)).unwrap();
+        let g = guard(
+            "FROM events SELECT op, count(*) GROUP BY ALL",
+            &store(),
+            Some(20),
+        )
+        .unwrap();
         let again = guard(g.as_str(), &store(), Some(g.row_limit())).unwrap();
         assert_eq!(again, g);
     }
@@ -186,7 +201,12 @@ mod tests {
     #[test]
     fn long_sql_is_refused_before_parsing() {
         let sql = format!("SELECT 1{}", " ".repeat(MAX_SQL_BYTES));
-        assert!(guard(&sql, &store(), None).unwrap_err().reason.contains("bytes long"));
+        assert!(
+            guard(&sql, &store(), None)
+                .unwrap_err()
+                .reason
+                .contains("bytes long")
+        );
     }
 
     #[test]
@@ -200,6 +220,9 @@ mod tests {
     #[test]
     fn rejection_display_is_reason_and_hint() {
         let err = guard("DROP TABLE events", &store(), None).unwrap_err();
-        assert!(err.to_string().starts_with("DROP TABLE statements are not allowed\nhint: "));
+        assert!(
+            err.to_string()
+                .starts_with("DROP TABLE statements are not allowed\nhint: ")
+        );
     }
 }

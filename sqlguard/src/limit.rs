@@ -78,14 +78,8 @@ mod tests {
 
     #[test]
     fn clamps_only_larger_literals() {
-        assert_eq!(
-            limited("SELECT 1 LIMIT 5", 1001),
-            "SELECT 1 LIMIT 5"
-        );
-        assert_eq!(
-            limited("SELECT 1 LIMIT 1e9", 1001),
-            "SELECT 1 LIMIT 1001"
-        );
+        assert_eq!(limited("SELECT 1 LIMIT 5", 1001), "SELECT 1 LIMIT 5");
+        assert_eq!(limited("SELECT 1 LIMIT 1e9", 1001), "SELECT 1 LIMIT 1001");
         assert_eq!(
             limited("SELECT 1 LIMIT 2000 OFFSET 3", 1001),
             "SELECT 1 LIMIT 1001 OFFSET 3"

@@ -30,6 +30,14 @@ impl Rejection {
         }
     }
 
+    /// A state the guard should never reach; refusing is the safe answer.
+    pub(crate) fn internal(what: &str) -> Self {
+        Self::new(
+            format!("the SQL guard could not check this query ({what})"),
+            "simplify the query; if it is an ordinary read-only query, report it as a guard bug",
+        )
+    }
+
     /// A construct the guard does not support at all (fail-closed refusals).
     pub(crate) fn unsupported(what: impl std::fmt::Display, hint: impl Into<String>) -> Self {
         Self::new(

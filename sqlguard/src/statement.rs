@@ -70,7 +70,7 @@ const LABEL_MODIFIERS: &[&str] = &[
 ];
 
 /// Statement keywords followed by an object kind worth naming (`CREATE SECRET`).
-const TWO_WORD_STATEMENTS: &[&str] = &["ALTER", "CREATE", "DROP", "EXPORT", "IMPORT", "UPDATE"];
+const TWO_WORD_STATEMENTS: &[&str] = &["ALTER", "CREATE", "DROP", "EXPORT", "IMPORT"];
 
 /// Parses `sql` into exactly one statement, or explains why not.
 pub(crate) fn parse_one(sql: &str) -> Result<Statement, Rejection> {
@@ -154,7 +154,11 @@ pub(crate) fn statement_rejection(label: &str) -> Rejection {
                                     come back as rows; files, other databases and extensions \
                                     are not reachable"
             .to_string(),
-        "DESCRIBE" | "DESC" | "SHOW" | "SUMMARIZE" => describe_hint(),
+        "DESCRIBE" | "DESC" | "SHOW" => describe_hint(),
+        "SUMMARIZE" => "compute the summary with aggregates, e.g. SELECT min(duration), \
+                        max(duration), avg(duration), quantile_cont(duration, 0.5), count(*) \
+                        FROM events; schema_columns lists the columns"
+            .to_string(),
         _ => format!("the trace store is read-only; {QUERY_HINT}"),
     };
     Rejection::new(format!("{label} statements are not allowed"), hint)
@@ -212,14 +216,15 @@ fn parse_failure(sql: &str, error: &ParserError) -> Rejection {
             statement_rejection(&label_from_words(&words.join(" ")))
         }
         _ => {
-            let reason = match error {
-                ParserError::RecursionLimitExceeded => {
-                    "the SQL nests too deeply for the guard to check it".to_string()
-                }
-                other => format!("the SQL does not parse: {other}"),
-            };
+            if matches!(error, ParserError::RecursionLimitExceeded) {
+                return Rejection::new(
+                    "the SQL nests too deeply for the guard to check it",
+                    "flatten the query: move nested subqueries into CTEs (WITH a AS (...), b AS \
+                     (SELECT ... FROM a) SELECT ... FROM b)",
+                );
+            }
             Rejection::new(
-                reason,
+                format!("the SQL does not parse: {error}"),
                 "check the syntax (DuckDB dialect). The guard's parser does not support \
                  PIVOT/UNPIVOT statements, SUMMARIZE, list comprehensions, ASOF JOIN, USING \
                  SAMPLE or nested /* */ comments: use conditional aggregation, \
@@ -296,7 +301,10 @@ mod tests {
         let err = parse_one("summarize events").unwrap_err();
         assert_eq!(err.reason, "SUMMARIZE statements are not allowed");
         let err = parse_one("PIVOT events ON op USING count(*)").unwrap_err();
-        assert!(err.reason.starts_with("the PIVOT statement is not supported"));
+        assert!(
+            err.reason
+                .starts_with("the PIVOT statement is not supported")
+        );
     }
 
     #[test]

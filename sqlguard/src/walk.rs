@@ -17,13 +17,17 @@ use std::collections::HashSet;
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    Expr, Function, FunctionArg, FunctionArguments, Ident, JoinConstraint, JoinOperator,
-    LimitClause, ObjectName, ObjectNamePart, Query, Select, SetExpr, Statement, TableFactor,
-    TableWithJoins, Value, ValueWithSpan, Visit, Visitor, With,
+    Expr, Function, FunctionArg, FunctionArguments, ObjectName, ObjectNamePart, Query, Select,
+    Statement, TableFactor, ValueWithSpan, Visit, Visitor,
 };
 
-use crate::bombs::{self, CrossItem};
+use crate::bombs;
+use crate::clauses::{
+    CteScope, check_joins, check_query_clauses, check_select_clauses, check_with, is_unconditioned,
+};
+use crate::cross::{self, CrossItem};
 use crate::functions::{ALLOWED_TABLE_FUNCTIONS, blocked_function, is_allowed_table_function};
+use crate::names::{check_value, function_name, identifiers, looks_like_path};
 use crate::policy::{Policy, table_part};
 use crate::rejection::{QUERY_HINT, Rejection, excerpt};
 use crate::statement::statement_label;
@@ -42,7 +46,7 @@ pub(crate) fn check(statement: &Statement, policy: &Policy) -> Result<(), Reject
     match statement.visit(&mut walk) {
         ControlFlow::Break(rejection) => Err(*rejection),
         ControlFlow::Continue(()) if walk.frames.is_empty() => Ok(()),
-        ControlFlow::Continue(()) => Err(internal("query scopes did not close")),
+        ControlFlow::Continue(()) => Err(Rejection::internal("query scopes did not close")),
     }
 }
 
@@ -72,16 +76,8 @@ fn flow(result: Result<(), Rejection>) -> Flow {
 }
 
 /// A node's address, used to recognise the same node when the visitor reaches it again.
-fn address<T>(node: &T) -> usize {
+pub(crate) fn address<T>(node: &T) -> usize {
     std::ptr::from_ref(node).addr()
-}
-
-/// A rejection for a state the walk should never reach; refusing is the safe answer.
-fn internal(what: &str) -> Rejection {
-    Rejection::new(
-        format!("the SQL guard could not check this query ({what})"),
-        "simplify the query; if it is an ordinary read-only query, report it as a guard bug",
-    )
 }
 
 /// The CTEs a query defines, and how many of them are visible at the current point.
@@ -89,12 +85,11 @@ fn internal(what: &str) -> Rejection {
 struct Frame {
     /// Address of the query that owns this frame.
     query: usize,
-    /// Lower-case CTE names with the addresses of their bodies, in definition order.
-    ctes: Vec<(String, usize)>,
+    /// The query's CTEs, in definition order.
+    ctes: Vec<CteScope>,
     /// How many of `ctes` (a prefix) are in scope right now.
     visible: usize,
 }
-
 /// The visitor state.
 struct Walk<'p> {
     policy: &'p Policy,
@@ -125,7 +120,7 @@ impl Visitor for Walk<'_> {
     fn pre_visit_query(&mut self, query: &Query) -> Flow {
         let this = address(query);
         if let Some(frame) = self.frames.last_mut()
-            && let Some(k) = frame.ctes.iter().position(|(_, body)| *body == this)
+            && let Some(k) = frame.ctes.iter().position(|cte| cte.body == this)
         {
             // Inside the body of CTE k: only the CTEs defined before it are visible.
             frame.visible = k;
@@ -152,10 +147,10 @@ impl Visitor for Walk<'_> {
         let this = address(query);
         match self.frames.pop() {
             Some(frame) if frame.query == this => {}
-            _ => return stop(internal("query scopes are unbalanced")),
+            _ => return stop(Rejection::internal("query scopes are unbalanced")),
         }
         if let Some(frame) = self.frames.last_mut()
-            && let Some(k) = frame.ctes.iter().position(|(_, body)| *body == this)
+            && let Some(k) = frame.ctes.iter().position(|cte| cte.body == this)
         {
             // After the body of CTE k, it and the ones before it are visible.
             frame.visible = k + 1;
@@ -164,7 +159,12 @@ impl Visitor for Walk<'_> {
     }
 
     fn pre_visit_select(&mut self, select: &Select) -> Flow {
-        flow(self.check_select(select))
+        flow(check_select_clauses(select))
+    }
+
+    fn post_visit_select(&mut self, select: &Select) -> Flow {
+        // After the FROM items were checked, so a refused relation is named first.
+        flow(self.check_cross_product(select))
     }
 
     fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> Flow {
@@ -197,36 +197,10 @@ impl Visitor for Walk<'_> {
 }
 
 impl Walk<'_> {
-    /// Clauses of a SELECT that DuckDB queries never need, joins, and the cross-join bound.
-    fn check_select(&self, select: &Select) -> Result<(), Rejection> {
-        if select.into.is_some() {
-            return Err(Rejection::new(
-                "SELECT ... INTO creates a table and is not allowed",
-                "drop the INTO clause; results come back as rows",
-            ));
-        }
-        let unsupported = [
-            (!select.optimizer_hints.is_empty(), "an optimizer hint"),
-            (select.select_modifiers.is_some(), "a MySQL SELECT modifier"),
-            (select.top.is_some(), "SELECT TOP (use LIMIT)"),
-            (!select.lateral_views.is_empty(), "LATERAL VIEW"),
-            (select.prewhere.is_some(), "PREWHERE"),
-            (!select.connect_by.is_empty(), "CONNECT BY"),
-            (!select.cluster_by.is_empty(), "CLUSTER BY"),
-            (!select.distribute_by.is_empty(), "DISTRIBUTE BY"),
-            (!select.sort_by.is_empty(), "SORT BY"),
-            (select.value_table_mode.is_some(), "SELECT AS STRUCT/VALUE"),
-        ];
-        if let Some((_, what)) = unsupported.iter().find(|(present, _)| *present) {
-            return Err(Rejection::unsupported(
-                what,
-                "write standard DuckDB SQL: SELECT ... FROM ... WHERE ... GROUP BY ... \
-                 ORDER BY ... LIMIT ...",
-            ));
-        }
+    /// The cross-join bound over a SELECT's FROM items.
+    fn check_cross_product(&self, select: &Select) -> Result<(), Rejection> {
         let mut items = Vec::new();
         for table in &select.from {
-            check_joins(table)?;
             items.push(self.cross_item(&table.relation));
             for join in &table.joins {
                 if is_unconditioned(&join.join_operator) {
@@ -234,7 +208,7 @@ impl Walk<'_> {
                 }
             }
         }
-        bombs::check_cross_product(&items, select.selection.is_some())
+        cross::check_cross_product(&items, select.selection.is_some())
     }
 
     /// How a FROM operand counts in a cross product.
@@ -242,7 +216,16 @@ impl Walk<'_> {
         match factor {
             TableFactor::Table {
                 name, args: None, ..
-            } => CrossItem::Table(name.to_string()),
+            } => {
+                let cte = match name.0.as_slice() {
+                    [single] => single.as_ident().and_then(|i| self.visible_cte(&i.value)),
+                    _ => None,
+                };
+                match cte.and_then(|c| c.rows) {
+                    Some(rows) => CrossItem::Bounded(name.to_string(), rows),
+                    None => CrossItem::Table(name.to_string()),
+                }
+            }
             TableFactor::Table {
                 name,
                 args: Some(args),
@@ -308,7 +291,9 @@ impl Walk<'_> {
             TableFactor::NestedJoin {
                 table_with_joins, ..
             } => check_joins(table_with_joins),
-            TableFactor::TableFunction { .. } => Err(table_function_rejection(self.policy, "TABLE(...)")),
+            TableFactor::TableFunction { .. } => {
+                Err(table_function_rejection(self.policy, "TABLE(...)"))
+            }
             TableFactor::JsonTable { .. }
             | TableFactor::OpenJsonTable { .. }
             | TableFactor::XmlTable { .. }
@@ -395,10 +380,16 @@ impl Walk<'_> {
 
     /// Whether `name` is a CTE in scope at this point of the walk.
     fn cte_visible(&self, name: &str) -> bool {
+        self.visible_cte(name).is_some()
+    }
+
+    /// The innermost CTE called `name` in scope at this point of the walk.
+    fn visible_cte(&self, name: &str) -> Option<&CteScope> {
         let lower = name.to_lowercase();
         self.frames
             .iter()
-            .any(|f| f.ctes[..f.visible].iter().any(|(cte, _)| *cte == lower))
+            .rev()
+            .find_map(|f| f.ctes[..f.visible].iter().find(|cte| cte.name == lower))
     }
 
     /// A function called in FROM: only unnest/range/generate_series, with bounded series.
@@ -495,249 +486,9 @@ fn series_item(name: &ObjectName, args: &[FunctionArg], factor: &TableFactor) ->
         return CrossItem::Other;
     }
     match bombs::series_rows(&lower, args, factor) {
-        Ok(rows) => CrossItem::Series(rows),
+        Ok(rows) => CrossItem::Bounded(excerpt(factor), rows),
         Err(_) => CrossItem::Other,
     }
-}
-
-/// The plain identifiers of a name; computed name parts (`IDENTIFIER('x')`) are refused.
-fn identifiers(name: &ObjectName) -> Result<Vec<&Ident>, Rejection> {
-    name.0
-        .iter()
-        .map(|part| {
-            part.as_ident().ok_or_else(|| {
-                Rejection::unsupported(
-                    format!("the computed name {}", excerpt(name)),
-                    "write names as plain identifiers",
-                )
-            })
-        })
-        .collect()
-}
-
-/// The function's own name (its last part), refusing computed and non-ASCII names.
-fn function_name(name: &ObjectName) -> Result<String, Rejection> {
-    let idents = identifiers(name)?;
-    let Some(last) = idents.last() else {
-        return Err(internal("a function without a name"));
-    };
-    if !last.value.is_ascii() {
-        return Err(Rejection::new(
-            format!(
-                "function name {} contains non-ASCII characters (a look-alike such as a \
-                 Cyrillic letter?)",
-                excerpt(name)
-            ),
-            "DuckDB's functions have ASCII names; retype the name in plain ASCII",
-        ));
-    }
-    Ok(last.value.clone())
-}
-
-/// Query-level clauses and the kinds of set-expression bodies.
-fn check_query_clauses(query: &Query) -> Result<(), Rejection> {
-    check_body(&query.body)?;
-    let unsupported = [
-        (query.fetch.is_some(), "FETCH FIRST (use LIMIT)"),
-        (!query.locks.is_empty(), "FOR UPDATE/FOR SHARE"),
-        (query.for_clause.is_some(), "FOR XML/FOR JSON"),
-        (query.settings.is_some(), "a SETTINGS clause"),
-        (query.format_clause.is_some(), "a FORMAT clause"),
-        (!query.pipe_operators.is_empty(), "pipe syntax (|>)"),
-    ];
-    if let Some((_, what)) = unsupported.iter().find(|(present, _)| *present) {
-        return Err(Rejection::unsupported(
-            what,
-            "drop the clause; results come back as rows and LIMIT bounds them",
-        ));
-    }
-    match &query.limit_clause {
-        Some(LimitClause::LimitOffset { limit_by, .. }) if !limit_by.is_empty() => Err(
-            Rejection::unsupported("LIMIT ... BY", "use QUALIFY row_number() OVER (...) <= n"),
-        ),
-        Some(LimitClause::OffsetCommaLimit { .. }) => Err(Rejection::unsupported(
-            "LIMIT offset, count",
-            "write LIMIT count OFFSET offset",
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// A query body: SELECT, VALUES, a parenthesised query, or a set operation of those.
-fn check_body(body: &SetExpr) -> Result<(), Rejection> {
-    match body {
-        SetExpr::Select(_) | SetExpr::Query(_) | SetExpr::Values(_) => Ok(()),
-        SetExpr::SetOperation { left, right, .. } => {
-            check_body(left)?;
-            check_body(right)
-        }
-        SetExpr::Insert(statement)
-        | SetExpr::Update(statement)
-        | SetExpr::Delete(statement)
-        | SetExpr::Merge(statement) => Err(Rejection::new(
-            format!(
-                "a {} inside a query (a data-modifying CTE or subquery) is not allowed",
-                statement_label(statement)
-            ),
-            QUERY_HINT,
-        )),
-        SetExpr::Table(_) => Err(Rejection::unsupported(
-            "the TABLE <name> shorthand",
-            "write SELECT * FROM <name>",
-        )),
-    }
-}
-
-/// WITH: no RECURSIVE, distinct and harmless CTE names. Returns the names with body addresses.
-fn check_with(with: &With) -> Result<Vec<(String, usize)>, Rejection> {
-    if with.recursive {
-        return Err(Rejection::new(
-            "WITH RECURSIVE is not allowed: a recursive CTE can run without bound",
-            "use range(n)/generate_series(a, b) with literal bounds, window functions (lag, \
-             lead, running sums with OVER), or a self-join",
-        ));
-    }
-    let mut ctes: Vec<(String, usize)> = Vec::new();
-    for cte in &with.cte_tables {
-        let name = &cte.alias.name;
-        let lower = name.value.to_lowercase();
-        if cte.from.is_some() {
-            return Err(Rejection::unsupported(
-                "a CTE with a FROM clause after it",
-                "write WITH name AS (SELECT ...)",
-            ));
-        }
-        if name.quote_style == Some('\'') || looks_like_path(&name.value) {
-            return Err(Rejection::new(
-                format!(
-                    "CTE name {} looks like a string or file path",
-                    excerpt(&name.value)
-                ),
-                "name CTEs with plain identifiers, e.g. WITH slow AS (...)",
-            ));
-        }
-        if blocked_function(&lower).is_some() {
-            return Err(Rejection::new(
-                format!(
-                    "CTE name {} shadows a blocked system function or relation",
-                    name.value
-                ),
-                "pick another name for the CTE, e.g. WITH slow AS (...)",
-            ));
-        }
-        if ctes.iter().any(|(existing, _)| *existing == lower) {
-            return Err(Rejection::new(
-                format!("CTE name {} is defined twice in one WITH", name.value),
-                "give each CTE its own name",
-            ));
-        }
-        ctes.push((lower, address(&*cte.query)));
-    }
-    Ok(ctes)
-}
-
-/// Join operators DuckDB queries use; the others (APPLY, ASOF with MATCH_CONDITION,
-/// STRAIGHT_JOIN, ARRAY JOIN) are refused.
-fn check_joins(table: &TableWithJoins) -> Result<(), Rejection> {
-    for join in &table.joins {
-        let what = match &join.join_operator {
-            JoinOperator::Join(_)
-            | JoinOperator::Inner(_)
-            | JoinOperator::Left(_)
-            | JoinOperator::LeftOuter(_)
-            | JoinOperator::Right(_)
-            | JoinOperator::RightOuter(_)
-            | JoinOperator::FullOuter(_)
-            | JoinOperator::CrossJoin(_)
-            | JoinOperator::Semi(_)
-            | JoinOperator::LeftSemi(_)
-            | JoinOperator::RightSemi(_)
-            | JoinOperator::Anti(_)
-            | JoinOperator::LeftAnti(_)
-            | JoinOperator::RightAnti(_) => None,
-            JoinOperator::CrossApply | JoinOperator::OuterApply => {
-                Some("CROSS APPLY/OUTER APPLY (use LATERAL)")
-            }
-            JoinOperator::AsOf { .. } => Some("ASOF JOIN ... MATCH_CONDITION"),
-            JoinOperator::StraightJoin(_) => Some("STRAIGHT_JOIN"),
-            JoinOperator::ArrayJoin | JoinOperator::LeftArrayJoin | JoinOperator::InnerArrayJoin => {
-                Some("ARRAY JOIN (use unnest)")
-            }
-        };
-        if join.global {
-            return Err(Rejection::unsupported("GLOBAL JOIN", "drop GLOBAL"));
-        }
-        if let Some(what) = what {
-            return Err(Rejection::unsupported(
-                what,
-                "use JOIN/LEFT JOIN/SEMI JOIN/ANTI JOIN ... ON, LATERAL subqueries, or a range \
-                 join such as ON b.timestamp BETWEEN a.timestamp AND a.timestamp + a.duration",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Whether a join combines its operands without a real condition (a cross product).
-fn is_unconditioned(operator: &JoinOperator) -> bool {
-    let constraint = match operator {
-        JoinOperator::CrossJoin(_) => return true,
-        JoinOperator::Join(c)
-        | JoinOperator::Inner(c)
-        | JoinOperator::Left(c)
-        | JoinOperator::LeftOuter(c)
-        | JoinOperator::Right(c)
-        | JoinOperator::RightOuter(c)
-        | JoinOperator::FullOuter(c) => c,
-        _ => return false,
-    };
-    match constraint {
-        JoinConstraint::None => true,
-        JoinConstraint::On(Expr::Value(v)) => v.value == Value::Boolean(true),
-        _ => false,
-    }
-}
-
-/// Literals: strings that are URLs are refused wherever they appear.
-fn check_value(value: &Value) -> Result<(), Rejection> {
-    let Some(text) = value.clone().into_string() else {
-        return Ok(());
-    };
-    if looks_like_url(&text) {
-        return Err(Rejection::new(
-            format!(
-                "the string '{}' is a URL; URLs are refused anywhere in a query because DuckDB \
-                 can read them as files",
-                excerpt(&text)
-            ),
-            "only the trace store's own tables can be read; drop the URL",
-        ));
-    }
-    Ok(())
-}
-
-/// Whether `text` starts like a URL (`s3://`, `https://`, `hf://`, `file:`).
-pub(crate) fn looks_like_url(text: &str) -> bool {
-    let text = text.trim_start().to_ascii_lowercase();
-    if text.starts_with("file:") {
-        return true;
-    }
-    match text.split_once("://") {
-        Some((scheme, _)) => {
-            let mut chars = scheme.chars();
-            chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-                && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
-        }
-        None => false,
-    }
-}
-
-/// Whether a relation or CTE name looks like a file path (DuckDB replacement scans read
-/// `FROM "data.csv"` as a file) or a URL.
-fn looks_like_path(name: &str) -> bool {
-    looks_like_url(name)
-        || name.contains(['/', '\\', '.', ':', '*', '?'])
-        || name.starts_with('~')
 }
 
 #[cfg(test)]
@@ -752,20 +503,6 @@ mod tests {
 
     fn reason(sql: &str) -> String {
         walk(sql).unwrap_err().reason
-    }
-
-    #[test]
-    fn urls_and_paths() {
-        for url in ["s3://b/k", "HTTPS://x", " http://x", "hf://d", "file:/etc/passwd", "gcs://b"] {
-            assert!(looks_like_url(url), "{url}");
-        }
-        for text in ["%http://%", "abc", "3s://x", "://x"] {
-            assert!(!looks_like_url(text), "{text}");
-        }
-        assert!(looks_like_path("/etc/passwd"));
-        assert!(looks_like_path("x.csv"));
-        assert!(looks_like_path("~/x"));
-        assert!(!looks_like_path("events"));
     }
 
     #[test]
@@ -807,10 +544,10 @@ mod tests {
     #[test]
     fn functions() {
         assert!(reason("SELECT getenv('HOME')").starts_with("function getenv reads"));
+        assert!(reason("SELECT * FROM main.read_csv('x')").starts_with("table function read_csv"));
         assert!(
-            reason("SELECT * FROM main.read_csv('x')").starts_with("table function read_csv")
+            reason("SELECT * FROM repeat_row(1, num_rows := 5)").contains("not allowed in FROM")
         );
-        assert!(reason("SELECT * FROM repeat_row(1, num_rows := 5)").contains("not allowed in FROM"));
         assert!(reason("SELECT reаd_csv('x')").contains("non-ASCII"));
         assert!(reason("SELECT pg_catalog.lower('x')").contains("catalog schema"));
         assert!(walk("SELECT * FROM range(10) t(i), unnest([1, 2]) u(x)").is_ok());
@@ -819,8 +556,13 @@ mod tests {
     #[test]
     fn cross_joins() {
         assert!(reason("SELECT count(*) FROM events a, events b").contains("cross join"));
-        assert!(reason("SELECT count(*) FROM events a JOIN events b ON true").contains("cross join"));
+        assert!(
+            reason("SELECT count(*) FROM events a JOIN events b ON true").contains("cross join")
+        );
         assert!(walk("SELECT count(*) FROM events a, events b WHERE a.pid = b.pid").is_ok());
-        assert!(reason("SELECT count(*) FROM range(1000000) a, range(1000000) b WHERE true").contains("cross join"));
+        assert!(
+            reason("SELECT count(*) FROM range(1000000) a, range(1000000) b WHERE true")
+                .contains("cross join")
+        );
     }
 }

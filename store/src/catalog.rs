@@ -63,13 +63,21 @@ impl Source {
     /// One line saying what the source covers.
     pub fn description(self) -> &'static str {
         match self {
-            Source::Cuda => "CUDA runtime API (libcudart), uprobe + uretprobe: duration and return code",
-            Source::Driver => "CUDA driver API (libcuda), uprobe + uretprobe: duration and return code",
-            Source::Host => "Host kernel: scheduler (off-CPU intervals, wakeups), page allocations, OOM kills, process exec/exit/fork",
+            Source::Cuda => {
+                "CUDA runtime API (libcudart), uprobe + uretprobe: duration and return code"
+            }
+            Source::Driver => {
+                "CUDA driver API (libcuda), uprobe + uretprobe: duration and return code"
+            }
+            Source::Host => {
+                "Host kernel: scheduler (off-CPU intervals, wakeups), page allocations, OOM kills, process exec/exit/fork"
+            }
             Source::Io => "Block I/O requests, issue to completion: latency, bytes, direction",
             Source::Tcp => "TCP retransmits (IPv4 and IPv6)",
             Source::Net => "Socket send/receive syscalls: duration and bytes",
-            Source::Graph => "CUDA graphs: stream capture, instantiation and graph launches (libcudart)",
+            Source::Graph => {
+                "CUDA graphs: stream capture, instantiation and graph launches (libcudart)"
+            }
             Source::Nccl => "NCCL collectives and send/recv (libnccl): bytes, communicator, rank",
         }
     }
@@ -146,10 +154,10 @@ ops! {
     56 Driver "cuLaunchKernelEx" "" : "Extended kernel launch (clusters, attributes)"; dur CALL; a0 "CUfunction handle"; a1 "grid size (x*y*z blocks)";
     57 Driver "cuMemFree" "" : "GPU memory free (cuMemFree_v2)"; dur CALL; a0 "device pointer freed"; a1 UNUSED;
     58 Driver "cuStreamSynchronize" "" : "Host waits for all work in one stream"; dur "time the host thread waited (ns)"; a0 "stream handle"; a1 UNUSED;
-    100 Host "sched_switch" "" : "A thread of a traced process was switched out and later back in"; dur "off-CPU time: from switch-out to switch-in (the event's timestamp is the switch-out)"; a0 "pid of the task that ran next on that CPU (0 = idle)"; a1 "0 = preempted while runnable, 1 = blocked/sleeping (voluntary), 2 = other state";
-    101 Host "sched_wakeup" "" : "A traced thread was woken and queued to run"; dur "run-queue latency: from wakeup to running (ns), 0 when unknown"; a0 "pid of the waker"; a1 "target CPU";
+    100 Host "sched_switch" "" : "A thread of a traced process was switched out and later back in"; dur "off-CPU time: from switch-out to switch-in (the event's timestamp is the switch-out)"; a0 "thread id (kernel task pid) of the task that ran next on that CPU (0 = idle)"; a1 "0 = preempted while runnable, 1 = blocked/sleeping (voluntary), 2 = other state";
+    101 Host "sched_wakeup" "" : "A traced thread was woken and queued to run"; dur "run-queue latency: from wakeup to running (ns), 0 when unknown"; a0 "thread id (kernel task pid) of the waker"; a1 "target CPU";
     102 Host "mm_page_alloc" "" : "Kernel page allocations on behalf of a traced process (aggregated)"; dur "0"; a0 "bytes allocated"; a1 "allocation order";
-    103 Host "oom_kill" "" : "The OOM killer killed a process"; dur "0"; a0 "killed pid"; a1 "pages it held";
+    103 Host "oom_kill" "" : "The OOM killer killed a process"; dur "0"; a0 "killed pid"; a1 "pages it held (0 when unknown)";
     104 Host "process_exec" "" : "A traced process called execve"; dur "0"; a0 "parent pid"; a1 UNUSED;
     105 Host "process_exit" "" : "A traced process exited"; dur "process lifetime (ns), 0 when unknown"; a0 "exit code"; a1 UNUSED;
     106 Host "process_fork" "" : "A traced process forked (the child is traced too)"; dur "0"; a0 "child pid"; a1 UNUSED;
@@ -159,7 +167,7 @@ ops! {
     130 Io "block_read" "" : "Block device read request"; dur "issue to completion (ns)"; a0 "bytes"; a1 "device number (major << 20 | minor)";
     131 Io "block_write" "" : "Block device write request"; dur "issue to completion (ns)"; a0 "bytes"; a1 "device number (major << 20 | minor)";
     132 Io "block_discard" "" : "Block device discard/trim request"; dur "issue to completion (ns)"; a0 "bytes"; a1 "device number (major << 20 | minor)";
-    150 Tcp "tcp_retransmit" "" : "TCP segment retransmitted"; dur "0"; a0 "remote port"; a1 "address family (2 = IPv4, 10 = IPv6)";
+    150 Tcp "tcp_retransmit" "" : "TCP segment retransmitted (host-wide: pid is whichever task was current)"; dur "0"; a0 "remote port"; a1 "address family (2 = IPv4, 10 = IPv6)";
     170 Net "net_send" "" : "Socket send family syscall (send, sendto, sendmsg, write on a socket)"; dur CALL; a0 "bytes sent (negative = error)"; a1 "file descriptor";
     171 Net "net_recv" "" : "Socket receive family syscall (recv, recvfrom, recvmsg, read on a socket)"; dur CALL; a0 "bytes received (negative = error)"; a1 "file descriptor";
     200 Nccl "ncclAllReduce" "" : "NCCL all-reduce (enqueue)"; dur CALL; a0 "bytes"; a1 "communicator handle";
@@ -179,9 +187,10 @@ pub fn op_by_id(id: u16) -> Option<&'static OpInfo> {
 
 /// Looks an op up by name (ours, or the reference tool's where it differs), case-sensitively.
 pub fn op_by_name(name: &str) -> Option<&'static OpInfo> {
-    OPS.iter()
-        .find(|o| o.name == name)
-        .or_else(|| OPS.iter().find(|o| !o.reference_name.is_empty() && o.reference_name == name))
+    OPS.iter().find(|o| o.name == name).or_else(|| {
+        OPS.iter()
+            .find(|o| !o.reference_name.is_empty() && o.reference_name == name)
+    })
 }
 
 #[cfg(test)]
@@ -206,7 +215,10 @@ mod tests {
 
     #[test]
     fn reference_names_resolve() {
-        assert_eq!(op_by_name("cudaDeviceSync").unwrap().name, "cudaDeviceSynchronize");
+        assert_eq!(
+            op_by_name("cudaDeviceSync").unwrap().name,
+            "cudaDeviceSynchronize"
+        );
         assert_eq!(op_by_name("cudaLaunchKernel").unwrap().id, 3);
     }
 }

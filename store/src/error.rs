@@ -17,7 +17,9 @@ pub enum StoreError {
         source: duckdb::Error,
     },
     /// The file exists but is not a causeway trace store.
-    #[error("{path}: not a causeway trace store ({why})\nhint: create one with `causeway import` or `causeway trace`, or pass the right --db")]
+    #[error(
+        "{path}: not a causeway trace store ({why})\nhint: create one with `causeway import` or `causeway trace`, or pass the right --db"
+    )]
     NotAStore {
         /// The file.
         path: PathBuf,
@@ -25,7 +27,9 @@ pub enum StoreError {
         why: String,
     },
     /// The store was written by a newer causeway.
-    #[error("{path}: schema version {found} is newer than this causeway supports ({supported})\nhint: upgrade causeway")]
+    #[error(
+        "{path}: schema version {found} is newer than this causeway supports ({supported})\nhint: upgrade causeway"
+    )]
     NewerSchema {
         /// The file.
         path: PathBuf,
@@ -35,7 +39,9 @@ pub enum StoreError {
         supported: u32,
     },
     /// The trace file does not exist.
-    #[error("{path}: no such trace file\nhint: list traces with `causeway list`, or record one with `causeway import` / `causeway trace`")]
+    #[error(
+        "{path}: no such trace file\nhint: list traces with `causeway list`, or record one with `causeway import` / `causeway trace`"
+    )]
     Missing {
         /// The path given.
         path: PathBuf,
@@ -61,7 +67,9 @@ pub enum StoreError {
     #[error("query refused: {0}")]
     Rejected(#[from] causeway_sqlguard::Rejection),
     /// A query ran longer than its time limit and was interrupted.
-    #[error("query interrupted after {limit_ms} ms (time limit)\nhint: add a WHERE on timestamp or pid, aggregate instead of listing rows, or raise --timeout")]
+    #[error(
+        "query interrupted after {limit_ms} ms (time limit)\nhint: add a WHERE on timestamp or pid, aggregate instead of listing rows, or raise --timeout"
+    )]
     Timeout {
         /// The limit that was hit.
         limit_ms: u64,
@@ -75,7 +83,9 @@ pub enum StoreError {
         hint: String,
     },
     /// Unknown op name given by the caller.
-    #[error("unknown op '{0}'\nhint: the ops table lists every op: SELECT op, source, description FROM ops")]
+    #[error(
+        "unknown op '{0}'\nhint: the ops table lists every op: SELECT op, source, description FROM ops"
+    )]
     UnknownOp(String),
 }
 

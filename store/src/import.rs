@@ -26,13 +26,17 @@ pub enum ImportError {
         source: std::io::Error,
     },
     /// The file is not an SQLite database.
-    #[error("{path}: not an SQLite database\nhint: import takes trace databases recorded by the reference tool (*.db); open causeway stores directly with --db")]
+    #[error(
+        "{path}: not an SQLite database\nhint: import takes trace databases recorded by the reference tool (*.db); open causeway stores directly with --db"
+    )]
     NotSqlite {
         /// The source file.
         path: PathBuf,
     },
     /// An SQLite database, but not a trace.
-    #[error("{path}: not a trace database ({why})\nhint: a trace database has an events table with timestamp, pid, tid, source, op and duration columns")]
+    #[error(
+        "{path}: not a trace database ({why})\nhint: a trace database has an events table with timestamp, pid, tid, source, op and duration columns"
+    )]
     NotATrace {
         /// The source file.
         path: PathBuf,
@@ -40,7 +44,9 @@ pub enum ImportError {
         why: String,
     },
     /// The file is damaged or cut short.
-    #[error("{path}: damaged or truncated trace database ({detail})\nhint: copy the file again from the machine that recorded it")]
+    #[error(
+        "{path}: damaged or truncated trace database ({detail})\nhint: copy the file again from the machine that recorded it"
+    )]
     Corrupt {
         /// The source file.
         path: PathBuf,
@@ -300,7 +306,9 @@ impl SqliteTrace {
             return self.event_cols.contains(col);
         }
         self.conn
-            .prepare(&format!("SELECT name FROM pragma_table_info('{table}') WHERE name = ?"))
+            .prepare(&format!(
+                "SELECT name FROM pragma_table_info('{table}') WHERE name = ?"
+            ))
             .and_then(|mut st| st.exists([col]))
             .unwrap_or(false)
     }
@@ -354,10 +362,9 @@ impl SqliteTrace {
             .collect();
         if self.tables.contains("ops") {
             let mut st = self.sq(self.conn.prepare("SELECT source_id, op_id, name FROM ops"))?;
-            let rows: Vec<((i64, i64), String)> = self.sq(
-                st.query_map([], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
-                    .and_then(|rows| rows.collect()),
-            )?;
+            let rows: Vec<((i64, i64), String)> = self.sq(st
+                .query_map([], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
+                .and_then(|rows| rows.collect()))?;
             names.extend(rows);
         }
         Ok(names
@@ -484,14 +491,25 @@ impl SqliteTrace {
                 "import_skipped",
                 None,
                 *n,
-                &format!("{}: reference source {s} op {o} is not in the op catalogue", origin),
+                &format!(
+                    "{}: reference source {s} op {o} is not in the op catalogue",
+                    origin
+                ),
             )?;
         }
+        // One transaction for the small tables: per-statement commits would each sync the WAL.
+        let path = w.path().to_path_buf();
+        w.conn()
+            .execute_batch("BEGIN TRANSACTION")
+            .ctx(&path, "starting a transaction")?;
         report.stacks = self.copy_stacks(w, &ip_stacks)?;
         report.chains = self.copy_chains(w, &file_node, &origin, opts)?;
         report.sessions = self.copy_sessions(w, &file_node, &origin, opts)?;
         report.processes = self.copy_processes(w, &report.nodes, &names)?;
         report.snapshots = self.copy_host_tables(w, &file_node, &ops)?;
+        w.conn()
+            .execute_batch("COMMIT")
+            .ctx(&path, "committing the import")?;
         Ok(report)
     }
 
@@ -511,13 +529,16 @@ impl SqliteTrace {
             return Ok(HashMap::new());
         }
         let mut st = self.sq(self.conn.prepare("SELECT pid, name FROM process_names"))?;
-        self.sq(
-            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-                .and_then(|rows| rows.collect()),
-        )
+        self.sq(st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(|rows| rows.collect()))
     }
 
-    fn copy_stacks(&self, w: &mut Writer, ip_stacks: &HashMap<i64, Vec<u64>>) -> Result<u64, ImportError> {
+    fn copy_stacks(
+        &self,
+        w: &mut Writer,
+        ip_stacks: &HashMap<i64, Vec<u64>>,
+    ) -> Result<u64, ImportError> {
         let path = w.path().to_path_buf();
         let conn = w.conn();
         let mut n = 0;
@@ -525,11 +546,12 @@ impl SqliteTrace {
             .prepare("INSERT INTO stack_frames VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
             .ctx(&path, "preparing stack inserts")?;
         if self.tables.contains("stack_traces") {
-            let mut st = self.sq(self.conn.prepare("SELECT hash, ips, frames FROM stack_traces"))?;
-            let rows: Vec<(i64, String, String)> = self.sq(
-                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                    .and_then(|rows| rows.collect()),
-            )?;
+            let mut st = self.sq(self
+                .conn
+                .prepare("SELECT hash, ips, frames FROM stack_traces"))?;
+            let rows: Vec<(i64, String, String)> = self.sq(st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .and_then(|rows| rows.collect()))?;
             for (hash, ips, frames) in rows {
                 let ips = parse_ips(&ips);
                 let parsed: Vec<serde_json::Value> =
@@ -569,7 +591,13 @@ impl SqliteTrace {
         Ok(n)
     }
 
-    fn copy_chains(&self, w: &mut Writer, node: &str, origin: &str, opts: &ImportOptions) -> Result<u64, ImportError> {
+    fn copy_chains(
+        &self,
+        w: &mut Writer,
+        node: &str,
+        origin: &str,
+        opts: &ImportOptions,
+    ) -> Result<u64, ImportError> {
         if !self.tables.contains("causal_chains") {
             return Ok(0);
         }
@@ -584,16 +612,40 @@ impl SqliteTrace {
              FROM causal_chains ORDER BY detected_at"
         );
         let mut st = self.sq(self.conn.prepare(&sql))?;
-        type Row = (String, i64, String, String, String, String, String, String, i64, i64, f64, String, String);
-        let rows: Vec<Row> = self.sq(
-            st.query_map([], |r| {
+        type Row = (
+            String,
+            i64,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            i64,
+            i64,
+            f64,
+            String,
+            String,
+        );
+        let rows: Vec<Row> = self.sq(st
+            .query_map([], |r| {
                 Ok((
-                    r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?,
-                    r.get(7)?, r.get(8)?, r.get(9)?, r.get(10)?, r.get(11)?, r.get(12)?,
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                    r.get(8)?,
+                    r.get(9)?,
+                    r.get(10)?,
+                    r.get(11)?,
+                    r.get(12)?,
                 ))
             })
-            .and_then(|rows| rows.collect()),
-        )?;
+            .and_then(|rows| rows.collect()))?;
         let path = w.path().to_path_buf();
         let mut ins = w
             .conn()
@@ -630,7 +682,9 @@ impl SqliteTrace {
                 recs,
                 convert_timeline(timeline),
                 evidence,
-                catalog::op_by_name(op).map(|o| o.name).unwrap_or(op.as_str()),
+                catalog::op_by_name(op)
+                    .map(|o| o.name)
+                    .unwrap_or(op.as_str()),
                 p50 * 1000,
                 p99 * 1000,
                 ratio,
@@ -641,12 +695,28 @@ impl SqliteTrace {
         Ok(rows.len() as u64)
     }
 
-    fn copy_sessions(&self, w: &mut Writer, node: &str, origin: &str, opts: &ImportOptions) -> Result<u64, ImportError> {
+    fn copy_sessions(
+        &self,
+        w: &mut Writer,
+        node: &str,
+        origin: &str,
+        opts: &ImportOptions,
+    ) -> Result<u64, ImportError> {
         if !self.tables.contains("sessions") {
             return Ok(0);
         }
-        let opt = |c: &str, d: &str| if self.has_col("sessions", c) { c.to_string() } else { d.to_string() };
-        let node_expr = if opts.node.is_none() { opt("node", "''") } else { "''".into() };
+        let opt = |c: &str, d: &str| {
+            if self.has_col("sessions", c) {
+                c.to_string()
+            } else {
+                d.to_string()
+            }
+        };
+        let node_expr = if opts.node.is_none() {
+            opt("node", "''")
+        } else {
+            "''".into()
+        };
         let sql = format!(
             "SELECT id, started_at, stopped_at, gpu_model, gpu_driver, cpu_model, cpu_cores, mem_total,
                     kernel, os_release, cuda_ver, python_ver, ingero_ver, pid_filter, flags, {node_expr},
@@ -668,13 +738,35 @@ impl SqliteTrace {
         let mut n = 0;
         while let Some(r) = self.sq(rows.next())? {
             let row_node: String = self.sq(r.get(15))?;
-            let row_node = if row_node.is_empty() { node.to_string() } else { row_node };
+            let row_node = if row_node.is_empty() {
+                node.to_string()
+            } else {
+                row_node
+            };
             let s = |i: usize| -> Result<String, ImportError> { self.sq(r.get(i)) };
             let i = |i: usize| -> Result<i64, ImportError> { self.sq(r.get(i)) };
             let o = |i: usize| -> Result<Option<i64>, ImportError> { self.sq(r.get(i)) };
             ins.execute(params![
-                i(0)?, row_node, i(1)?, i(2)?, s(8)?, s(9)?, s(5)?, i(6)?, i(7)?, s(3)?, s(4)?,
-                s(10)?, s(11)?, s(12)?, s(13)?, s(14)?, o(16)?, o(17)?, o(18)?, origin
+                i(0)?,
+                row_node,
+                i(1)?,
+                i(2)?,
+                s(8)?,
+                s(9)?,
+                s(5)?,
+                i(6)?,
+                i(7)?,
+                s(3)?,
+                s(4)?,
+                s(10)?,
+                s(11)?,
+                s(12)?,
+                s(13)?,
+                s(14)?,
+                o(16)?,
+                o(17)?,
+                o(18)?,
+                origin
             ])
             .ctx(&path, "writing sessions")?;
             n += 1;
@@ -682,10 +774,17 @@ impl SqliteTrace {
         Ok(n)
     }
 
-    fn copy_processes(&self, w: &mut Writer, nodes: &[String], names: &HashMap<i64, String>) -> Result<u64, ImportError> {
+    fn copy_processes(
+        &self,
+        w: &mut Writer,
+        nodes: &[String],
+        names: &HashMap<i64, String>,
+    ) -> Result<u64, ImportError> {
         let seen: HashMap<i64, i64> = if self.tables.contains("process_names") {
             let mut st = self.sq(self.conn.prepare("SELECT pid, seen_at FROM process_names"))?;
-            self.sq(st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).and_then(|r| r.collect()))?
+            self.sq(st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .and_then(|r| r.collect()))?
         } else {
             HashMap::new()
         };
@@ -701,7 +800,9 @@ impl SqliteTrace {
                 )
                 .ctx(&path, "listing processes")?;
             let rows: Vec<(u32, i64, i64, String)> = pids
-                .query_map(params![node], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .query_map(params![node], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })
                 .and_then(|r| r.collect())
                 .ctx(&path, "listing processes")?;
             let mut ins = w
@@ -722,7 +823,12 @@ impl SqliteTrace {
         Ok(n)
     }
 
-    fn copy_host_tables(&self, w: &mut Writer, node: &str, ops: &HashMap<(i64, i64), u16>) -> Result<u64, ImportError> {
+    fn copy_host_tables(
+        &self,
+        w: &mut Writer,
+        node: &str,
+        ops: &HashMap<(i64, i64), u16>,
+    ) -> Result<u64, ImportError> {
         let path = w.path().to_path_buf();
         let conn = w.conn();
         let mut snapshots = 0;
@@ -730,10 +836,18 @@ impl SqliteTrace {
             let mut st = self.sq(self.conn.prepare(
                 "SELECT timestamp, cpu_pct, mem_pct, mem_avail, swap_mb, load_avg FROM system_snapshots ORDER BY timestamp",
             ))?;
-            let rows: Vec<(i64, f64, f64, i64, i64, f64)> = self.sq(
-                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
-                    .and_then(|r| r.collect()),
-            )?;
+            let rows: Vec<(i64, f64, f64, i64, i64, f64)> = self.sq(st
+                .query_map([], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                })
+                .and_then(|r| r.collect()))?;
             let mut ins = conn
                 .prepare("INSERT INTO system_snapshots VALUES (?, ?, ?, ?, ?, ?, ?)")
                 .ctx(&path, "preparing snapshot inserts")?;
@@ -747,10 +861,11 @@ impl SqliteTrace {
             let mut st = self.sq(self.conn.prepare(
                 "SELECT cgroup_id, container_id, cgroup_path, pod_name, namespace FROM cgroup_metadata",
             ))?;
-            let rows: Vec<(i64, String, String, String, String)> = self.sq(
-                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
-                    .and_then(|r| r.collect()),
-            )?;
+            let rows: Vec<(i64, String, String, String, String)> = self.sq(st
+                .query_map([], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })
+                .and_then(|r| r.collect()))?;
             let mut ins = conn
                 .prepare("INSERT INTO cgroups VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
                 .ctx(&path, "preparing cgroup inserts")?;
@@ -763,10 +878,18 @@ impl SqliteTrace {
             let mut st = self.sq(self.conn.prepare(
                 "SELECT cgroup_id, window_start, window_end, p99_off_cpu, total_off_cpu, event_count FROM cgroup_schedstat",
             ))?;
-            let rows: Vec<(i64, i64, i64, i64, i64, i64)> = self.sq(
-                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
-                    .and_then(|r| r.collect()),
-            )?;
+            let rows: Vec<(i64, i64, i64, i64, i64, i64)> = self.sq(st
+                .query_map([], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                })
+                .and_then(|r| r.collect()))?;
             let mut ins = conn
                 .prepare("INSERT INTO cgroup_schedstat VALUES (?, ?, ?, ?, ?, ?, ?)")
                 .ctx(&path, "preparing schedstat inserts")?;
@@ -779,12 +902,21 @@ impl SqliteTrace {
             let mut st = self.sq(self.conn.prepare(
                 "SELECT bucket, source, op, pid, count, stored, sum_dur, sum_arg0 FROM event_aggregates",
             ))?;
-            let rows: Vec<(i64, i64, i64, i64, i64, i64, i64, i64)> = self.sq(
-                st.query_map([], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?))
+            type AggRow = (i64, i64, i64, i64, i64, i64, i64, i64);
+            let rows: Vec<AggRow> = self.sq(st
+                .query_map([], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                    ))
                 })
-                .and_then(|r| r.collect()),
-            )?;
+                .and_then(|r| r.collect()))?;
             let mut ins = conn
                 .prepare("INSERT INTO op_counts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
                 .ctx(&path, "preparing op count inserts")?;
@@ -887,13 +1019,21 @@ mod tests {
 
     #[test]
     fn detectors_from_reference_ids() {
-        assert_eq!(reference_detector("tail-medium-cudaLaunchKernel"), "tail_latency");
-        assert_eq!(reference_detector("gpu-node-01:drop-high-cuLaunchKernel"), "throughput_drop");
+        assert_eq!(
+            reference_detector("tail-medium-cudaLaunchKernel"),
+            "tail_latency"
+        );
+        assert_eq!(
+            reference_detector("gpu-node-01:drop-high-cuLaunchKernel"),
+            "throughput_drop"
+        );
     }
 
     #[test]
     fn timeline_units_become_ns() {
-        let t = convert_timeline(r#"[{"layer":"CUDA","op":"cudaDeviceSync","detail":"x","dur_us":13}]"#);
+        let t = convert_timeline(
+            r#"[{"layer":"CUDA","op":"cudaDeviceSync","detail":"x","dur_us":13}]"#,
+        );
         assert_eq!(
             t,
             r#"[{"detail":"x","duration_ns":13000,"layer":"CUDA","op":"cudaDeviceSynchronize"}]"#

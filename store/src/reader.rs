@@ -316,7 +316,11 @@ fn value_to_string(v: &duckdb::types::Value) -> String {
         V::Enum(s) => s.clone(),
         V::List(items) | V::Array(items) => format!(
             "[{}]",
-            items.iter().map(value_to_string).collect::<Vec<_>>().join(", ")
+            items
+                .iter()
+                .map(value_to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         other => format!("{other:?}"),
     }

@@ -46,7 +46,10 @@ mod tests {
 
     #[test]
     fn strips_escapes_and_bidi() {
-        assert_eq!(sanitize("py\x1b[31mthon\u{202E}gnp.exe\u{200B}"), "py[31mthongnp.exe");
+        assert_eq!(
+            sanitize("py\x1b[31mthon\u{202E}gnp.exe\u{200B}"),
+            "py[31mthongnp.exe"
+        );
         assert_eq!(sanitize("a\nb\tc\0d"), "abcd");
     }
 
@@ -60,6 +63,9 @@ mod tests {
 
     #[test]
     fn keeps_ordinary_unicode() {
-        assert_eq!(sanitize("VLLM::EngineCor ünïcødé 模型"), "VLLM::EngineCor ünïcødé 模型");
+        assert_eq!(
+            sanitize("VLLM::EngineCor ünïcødé 模型"),
+            "VLLM::EngineCor ünïcødé 模型"
+        );
     }
 }

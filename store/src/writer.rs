@@ -416,12 +416,11 @@ impl Writer {
             Arc::new(UInt64Array::from(b.cgroup_id)),
             Arc::new(Int32Array::from(b.rank)),
         ];
-        let batch = RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| {
-            StoreError::Query {
+        let batch =
+            RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| StoreError::Query {
                 message: format!("building an event batch: {e}"),
                 hint: "this is a bug in causeway; please report it".into(),
-            }
-        })?;
+            })?;
         let mut app = self
             .conn
             .appender("event_data")
@@ -508,14 +507,7 @@ impl Writer {
         self.conn
             .execute(
                 "INSERT INTO drops VALUES (?, ?, ?, ?, ?, ?)",
-                params![
-                    self.opts.node,
-                    crate::now_ns(),
-                    kind,
-                    op_id,
-                    count,
-                    detail
-                ],
+                params![self.opts.node, crate::now_ns(), kind, op_id, count, detail],
             )
             .ctx(&self.path, "recording drops")?;
         Ok(())

@@ -30,7 +30,8 @@ pub struct QueryArgs {
 /// Runs `query`.
 pub fn run(args: &QueryArgs) -> Result<()> {
     let reader = Reader::open(&args.db)?;
-    let guarded = causeway_sqlguard::guard(&args.sql, reader.policy(), args.limit)?;
+    let guarded = causeway_sqlguard::guard(&args.sql, reader.policy(), args.limit)
+        .map_err(causeway_store::StoreError::from)?;
     let limits = QueryLimits {
         timeout: Duration::from_secs(args.timeout.max(1)),
         ..QueryLimits::default()
@@ -53,7 +54,10 @@ pub fn render(r: &QueryResult) -> String {
                 .first()
                 .and_then(|row| row.get(headers_index(r, &c.name)))
                 .is_some_and(|v| v.is_number());
-            (c.name.as_str(), if numeric { Align::Right } else { Align::Left })
+            (
+                c.name.as_str(),
+                if numeric { Align::Right } else { Align::Left },
+            )
         })
         .collect();
     let rows: Vec<Vec<String>> = r
@@ -70,7 +74,11 @@ pub fn render(r: &QueryResult) -> String {
         })
         .collect();
     let mut out = table(&headers, &rows);
-    out.push_str(&format!("({} row{}", r.rows.len(), if r.rows.len() == 1 { "" } else { "s" }));
+    out.push_str(&format!(
+        "({} row{}",
+        r.rows.len(),
+        if r.rows.len() == 1 { "" } else { "s" }
+    ));
     if let Some(why) = &r.truncated_reason {
         out.push_str(&format!("; truncated: {why}"));
     }

@@ -1,0 +1,163 @@
+//! `import`, `stats` and `query` as a person runs them: output snapshots, JSON shape, windows,
+//! and bad input with clear errors and non-zero exits.
+
+use crate::common::{causeway, ok, scratch, shared, vllm_store};
+
+#[test]
+fn stats_table_of_the_vllm_trace() {
+    let db = vllm_store();
+    let text = ok(&["stats", "--db", db.to_str().unwrap()]);
+    insta::assert_snapshot!("stats_vllm", text);
+}
+
+#[test]
+fn stats_json_has_the_documented_shape_and_published_figures() {
+    let db = vllm_store();
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["stats", "--db", db.to_str().unwrap(), "--json"])).unwrap();
+    assert_eq!(v["events"], 10_869);
+    assert!(v["first_ns"].as_i64().unwrap() < v["last_ns"].as_i64().unwrap());
+    let ops = v["ops"].as_array().unwrap();
+    let find = |name: &str| ops.iter().find(|o| o["op"] == name).unwrap().clone();
+    let launch = find("cudaLaunchKernel");
+    assert_eq!(launch["source"], "CUDA");
+    assert_eq!(launch["count"], 550);
+    assert_eq!(launch["p50_ns"], 20_300);
+    assert_eq!(launch["p99_ns"], 5_079_382);
+    for key in ["p95_ns", "max_ns", "mean_ns", "total_ns"] {
+        assert!(launch[key].is_number(), "{key}");
+    }
+    assert_eq!(find("sched_switch")["count"], 7_757);
+    assert_eq!(find("cudaDeviceSynchronize")["p99_ns"], 4_720_968);
+    assert_eq!(find("cudaMemcpyAsync")["count"], 734);
+    assert_eq!(find("cuLaunchKernel")["count"], 1_672);
+    assert_eq!(v["drops"]["total"], 0);
+}
+
+#[test]
+fn windows_are_anchored_to_the_trace_end() {
+    let db = vllm_store();
+    let db = db.to_str().unwrap();
+    let all: serde_json::Value =
+        serde_json::from_str(&ok(&["stats", "--db", db, "--json"])).unwrap();
+    let last: serde_json::Value =
+        serde_json::from_str(&ok(&["stats", "--db", db, "--since", "10s", "--json"])).unwrap();
+    let end = all["trace_last_ns"].as_i64().unwrap();
+    assert_eq!(last["window"]["until_ns"].as_i64().unwrap(), end);
+    assert_eq!(
+        last["window"]["from_ns"].as_i64().unwrap(),
+        end - 10_000_000_000
+    );
+    assert!(last["events"].as_u64().unwrap() < all["events"].as_u64().unwrap());
+    assert!(last["first_ns"].as_i64().unwrap() >= end - 10_000_000_000);
+
+    let first: serde_json::Value = serde_json::from_str(&ok(&[
+        "stats", "--db", db, "--from", "+0s", "--until", "+10s", "--json",
+    ]))
+    .unwrap();
+    let begin = all["trace_first_ns"].as_i64().unwrap();
+    assert_eq!(
+        first["window"]["until_ns"].as_i64().unwrap(),
+        begin + 10_000_000_000
+    );
+
+    let pid: serde_json::Value =
+        serde_json::from_str(&ok(&["stats", "--db", db, "--pid", "72801", "--json"])).unwrap();
+    assert_eq!(pid["pid"], 72801);
+    assert!(pid["events"].as_u64().unwrap() < all["events"].as_u64().unwrap());
+}
+
+#[test]
+fn query_runs_guarded_sql() {
+    let db = vllm_store();
+    let text = ok(&[
+        "query",
+        "--db",
+        db.to_str().unwrap(),
+        "SELECT op, count(*) AS calls FROM events WHERE source = 'CUDA' GROUP BY op ORDER BY calls DESC, op",
+    ]);
+    insta::assert_snapshot!("query_cuda_ops", text);
+    let json: serde_json::Value = serde_json::from_str(&ok(&[
+        "query",
+        "--db",
+        db.to_str().unwrap(),
+        "--json",
+        "--limit",
+        "3",
+        "SELECT id FROM events ORDER BY timestamp",
+    ]))
+    .unwrap();
+    assert_eq!(json["rows"].as_array().unwrap().len(), 3);
+    assert_eq!(json["truncated"], true);
+}
+
+#[test]
+fn query_refuses_writes_with_a_reason_and_a_hint() {
+    let db = vllm_store();
+    let out = causeway(&[
+        "query",
+        "--db",
+        db.to_str().unwrap(),
+        "DROP TABLE event_data",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: query refused"), "{err}");
+    assert!(err.contains("hint:"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn import_refuses_to_overwrite_and_names_bad_files() {
+    let src = shared("sample-gpu-node-01.db");
+    let out = scratch().join("n1.duckdb");
+    let out_s = out.to_str().unwrap();
+    ok(&["import", src.to_str().unwrap(), "--db", out_s]);
+    let again = causeway(&["import", src.to_str().unwrap(), "--db", out_s]);
+    assert_eq!(again.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("already exists") && err.contains("--force"),
+        "{err}"
+    );
+    ok(&["import", src.to_str().unwrap(), "--db", out_s, "--force"]);
+
+    let junk = scratch().join("junk.db");
+    std::fs::write(&junk, "not sqlite").unwrap();
+    let bad = causeway(&[
+        "import",
+        junk.to_str().unwrap(),
+        "--db",
+        scratch().join("j.duckdb").to_str().unwrap(),
+    ]);
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(
+        err.lines().next().unwrap(),
+        format!("error: {}: not an SQLite database", junk.display())
+    );
+    assert!(err.lines().nth(1).unwrap().starts_with("hint: "), "{err}");
+    assert!(!scratch().join("j.duckdb").exists());
+}
+
+#[test]
+fn stats_on_a_missing_or_foreign_file_fails_clearly() {
+    let out = causeway(&["stats", "--db", "/nonexistent/trace.duckdb"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/nonexistent/trace.duckdb: no such trace file"),
+        "{err}"
+    );
+    let bad_time = causeway(&[
+        "stats",
+        "--db",
+        vllm_store().to_str().unwrap(),
+        "--from",
+        "yesterday",
+    ]);
+    assert_eq!(bad_time.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad_time.stderr).contains("cannot read time 'yesterday'"));
+    let usage = causeway(&["stats"]);
+    assert_eq!(usage.status.code(), Some(2), "clap usage errors exit 2");
+}

@@ -1,0 +1,62 @@
+//! Helpers: run the built binary, locate the shared reference traces, import them once.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The reference trace `name` from ../shared/investigations.
+pub fn shared(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/investigations")
+        .join(name);
+    assert!(
+        p.exists(),
+        "{} is missing (tests read ../shared/investigations)",
+        p.display()
+    );
+    p
+}
+
+/// Runs `causeway ARGS` with colour off.
+pub fn causeway(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_causeway"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("CAUSEWAY_LOG")
+        .output()
+        .expect("run causeway")
+}
+
+/// stdout of a successful run.
+pub fn ok(args: &[&str]) -> String {
+    let out = causeway(args);
+    assert!(
+        out.status.success(),
+        "causeway {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A directory that lives for the whole test binary.
+pub fn scratch() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().unwrap()).path()
+}
+
+/// The vLLM reference trace imported once per test binary.
+pub fn vllm_store() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let out = scratch().join("vllm.duckdb");
+        let src = shared("vllm-37343-logprobs-amplification.db");
+        ok(&[
+            "import",
+            src.to_str().unwrap(),
+            "--db",
+            out.to_str().unwrap(),
+        ]);
+        out
+    })
+    .clone()
+}

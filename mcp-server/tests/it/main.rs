@@ -1,0 +1,5 @@
+//! End-to-end tests of the `causeway` binary: commands as a person runs them, exit codes,
+//! messages and snapshot-tested output.
+
+mod cli;
+mod common;

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole test suite, exactly what CI runs (.ci/run): installs what is missing, then
+# formatting, lints, every crate's tests (including the eBPF tests, which need root and a
+# kernel with BTF), and the MCP conformance checks with real clients.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+# Builds are reused across runs from a cache outside the clone; a cold run also passes.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/causeway/target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+export CI="${CI:-true}"
+# Test binaries also carry an rpath (build.rs); this covers any that do not.
+export LD_LIBRARY_PATH="$PWD/.deps/duckdb${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"   # insta: never write snapshots during the suite
+
+step() { printf '\n== %s\n' "$*" >&2; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (all targets, warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test (workspace)"
+cargo test --workspace --locked --no-fail-fast
+
+if [ -x conformance/run.sh ]; then
+  step "MCP conformance (official suite + Python SDK client)"
+  bash conformance/run.sh
+fi

@@ -1,0 +1,44 @@
+//! Shared helpers: where the shared investigations live, and small store builders.
+
+use std::path::PathBuf;
+
+use causeway_store::{Event, Writer, WriterOptions};
+
+/// `../shared/investigations` next to the repository, where the reference traces are.
+pub fn shared(name: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/investigations");
+    let p = root.join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: these tests read the reference traces from ../shared/investigations",
+        p.display()
+    );
+    p
+}
+
+/// A store with `n` synthetic cudaLaunchKernel events (durations 1..=n us) on node "t".
+pub fn small_store(dir: &std::path::Path, n: i64) -> PathBuf {
+    let path = dir.join("small.duckdb");
+    let mut w = Writer::create(
+        &path,
+        WriterOptions {
+            node: "t".into(),
+            ..WriterOptions::default()
+        },
+    )
+    .unwrap();
+    for i in 0..n {
+        w.append(&Event {
+            timestamp: 1_000_000_000 + i * 1_000,
+            duration: (i + 1) * 1_000,
+            pid: 42,
+            tid: 43,
+            comm: "python3".into(),
+            op_id: 3,
+            ..Event::default()
+        })
+        .unwrap();
+    }
+    w.finish().unwrap();
+    path
+}

@@ -1,0 +1,212 @@
+//! The writer: round trip of every column, sequence numbers, batching by size and time, and a
+//! store that is readable after the writer is dropped without `finish`.
+
+use std::time::Duration;
+
+use causeway_store::{Event, Frame, ProcessInfo, Reader, Writer, WriterOptions};
+
+fn count(r: &Reader, sql: &'static str) -> i64 {
+    r.prepare_trusted(sql)
+        .unwrap()
+        .query_row([], |row| row.get(0))
+        .unwrap()
+}
+
+#[test]
+fn events_round_trip_with_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rt.duckdb");
+    let mut w = Writer::create(
+        &path,
+        WriterOptions {
+            node: "n1".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ev = Event {
+        timestamp: 1_700_000_000_123_456_789,
+        duration: 5_000,
+        pid: 10,
+        tid: 11,
+        comm: "pt_data_worker".into(),
+        op_id: 7,
+        arg0: 4096,
+        arg1: 1,
+        ret_code: 2,
+        gpu_id: 3,
+        stack_hash: -99,
+        cgroup_id: 1234,
+        rank: Some(5),
+    };
+    w.append(&ev).unwrap();
+    w.add_stack(
+        -99,
+        &[Frame {
+            ip: 0x10,
+            symbol: "cudaMemcpyAsync+0x2".into(),
+            module: "libcudart.so.12".into(),
+            offset: 2,
+        }],
+    )
+    .unwrap();
+    w.upsert_process(&ProcessInfo {
+        pid: 10,
+        comm: "python3".into(),
+        first_seen_ns: 1,
+        last_seen_ns: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    w.upsert_process(&ProcessInfo {
+        pid: 10,
+        last_seen_ns: 9,
+        ..Default::default()
+    })
+    .unwrap();
+    w.record_drop("ringbuf_full", Some(3), 17, "test").unwrap();
+    w.finish().unwrap();
+
+    let r = Reader::open(&path).unwrap();
+    let names: (String, String, String, String) = r
+        .prepare_trusted("SELECT id, source, op, comm FROM events")
+        .unwrap()
+        .query_row([], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?, x.get(3)?)))
+        .unwrap();
+    assert_eq!(
+        names,
+        (
+            "n1:0".into(),
+            "CUDA".into(),
+            "cudaMemcpyAsync".into(),
+            "pt_data_worker".into()
+        )
+    );
+    let values: (i64, i64, i64, i64, i32, i16, i64, i64, Option<i32>) = r
+        .prepare_trusted(
+            "SELECT timestamp, duration, arg0, arg1, ret_code, gpu_id, stack_hash, cgroup_id::BIGINT, rank FROM events",
+        )
+        .unwrap()
+        .query_row([], |x| {
+            Ok((x.get(0)?, x.get(1)?, x.get(2)?, x.get(3)?, x.get(4)?, x.get(5)?, x.get(6)?, x.get(7)?, x.get(8)?))
+        })
+        .unwrap();
+    assert_eq!(
+        values,
+        (ev.timestamp, 5_000, 4096, 1, 2, 3, -99, 1234, Some(5))
+    );
+    assert_eq!(
+        count(
+            &r,
+            "SELECT count(*) FROM stacks WHERE frames LIKE 'cudaMemcpyAsync+0x2 (libcudart.so.12)%'"
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            &r,
+            "SELECT last_seen_ns FROM processes WHERE pid = 10 AND comm = 'python3'"
+        ),
+        9
+    );
+    assert_eq!(count(&r, "SELECT sum(count)::BIGINT FROM drops"), 17);
+    assert_eq!(
+        count(&r, "SELECT count(*) FROM ops"),
+        causeway_store::catalog::OPS.len() as i64
+    );
+    assert!(
+        count(
+            &r,
+            "SELECT count(*) FROM schema_columns WHERE meaning != ''"
+        ) > 30
+    );
+}
+
+#[test]
+fn batches_flush_by_size_and_by_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.duckdb");
+    let mut w = Writer::create(
+        &path,
+        WriterOptions {
+            node: "n".into(),
+            batch_rows: 100,
+            flush_interval: Duration::from_millis(20),
+        },
+    )
+    .unwrap();
+    for i in 0..250 {
+        w.append(&Event {
+            timestamp: i,
+            op_id: 3,
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    assert_eq!(w.written(), 200, "two full batches were written");
+    w.tick().unwrap();
+    assert_eq!(w.written(), 200, "the rest waits for the interval");
+    std::thread::sleep(Duration::from_millis(30));
+    w.tick().unwrap();
+    assert_eq!(w.written(), 250);
+    w.finish().unwrap();
+}
+
+#[test]
+fn appending_continues_sequence_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crate::common::small_store(dir.path(), 5);
+    let mut w = Writer::open_append(
+        &path,
+        WriterOptions {
+            node: "t".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    w.append(&Event {
+        timestamp: 1,
+        op_id: 3,
+        ..Default::default()
+    })
+    .unwrap();
+    w.finish().unwrap();
+    let r = Reader::open(&path).unwrap();
+    assert_eq!(count(&r, "SELECT max(seq)::BIGINT FROM events"), 5);
+    assert_eq!(count(&r, "SELECT count(DISTINCT id) FROM events"), 6);
+}
+
+#[test]
+fn create_refuses_an_existing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crate::common::small_store(dir.path(), 1);
+    let err = Writer::create(&path, WriterOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("already exists"), "{err}");
+}
+
+#[test]
+fn flushed_events_survive_a_writer_that_never_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crash.duckdb");
+    let mut w = Writer::create(
+        &path,
+        WriterOptions {
+            node: "n".into(),
+            batch_rows: 10,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for i in 0..25 {
+        w.append(&Event {
+            timestamp: i,
+            op_id: 3,
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    // Simulates a crash: no finish, no checkpoint; the WAL holds the flushed batches.
+    std::mem::forget(w);
+    let r = Reader::open(&path).unwrap();
+    assert_eq!(count(&r, "SELECT count(*) FROM events"), 20);
+}

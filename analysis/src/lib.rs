@@ -1,10 +1,20 @@
-//! Exact statistics, causal chains and detectors over a causeway trace. The foundation issue
-//! provides exact statistics and time windows; the analysis issue adds chains and detectors.
+//! Exact statistics, causal chains and detectors over a causeway trace: the foundation's exact
+//! statistics and time windows, and the causal engine (per-call attribution, rates and change
+//! points, detectors, ranked chains) with the demo scenarios that exercise it.
 
+pub mod attribution;
 pub mod chains;
+pub mod demo;
+pub mod detectors;
+pub mod engine;
+pub mod facts;
+pub mod fmt;
+pub mod rates;
+pub mod report;
 pub mod stats;
 pub mod window;
 
 pub use chains::{Chain, ChainQuery, Severity, TimelineItem, stored_chains};
+pub use engine::{Explain, ExplainOptions, ProcessStats, explain, explain_with};
 pub use stats::{OffCpu, OpStats, StatsQuery, TraceStats, trace_stats};
 pub use window::{TimeError, TimeRef, Window, WindowSpec};

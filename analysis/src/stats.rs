@@ -100,9 +100,7 @@ const OPS_SQL: &str = "
 WITH g AS (
     SELECT op_id,
            count(*)::BIGINT AS n,
-           quantile_disc(duration, 0.5) AS p50,
-           quantile_disc(duration, 0.95) AS p95,
-           quantile_disc(duration, 0.99) AS p99,
+           quantile_disc(duration, [0.5, 0.95, 0.99]) AS q,
            max(duration) AS mx,
            avg(duration)::DOUBLE AS mean,
            sum(duration)::BIGINT AS total,
@@ -114,7 +112,7 @@ WITH g AS (
       AND (?::VARCHAR = '' OR node = ?::VARCHAR)
     GROUP BY op_id
 )
-SELECT s.source_id, o.source, o.op, g.n, g.p50, g.p95, g.p99, g.mx, g.mean, g.total, g.first, g.last, g.op_id
+SELECT s.source_id, o.source, o.op, g.n, g.q[1], g.q[2], g.q[3], g.mx, g.mean, g.total, g.first, g.last, g.op_id
 FROM g JOIN ops o ON o.op_id = g.op_id JOIN sources s ON s.source = o.source
 ORDER BY s.source_id, g.n DESC, o.op";
 
@@ -209,7 +207,8 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
             .map_err(duck(r, "computing op statistics"))?;
         while let Some(row) = rows.next().map_err(duck(r, "reading op statistics"))? {
             let g = |i: usize| -> Result<i64, StoreError> {
-                row.get::<_, i64>(i).map_err(duck(r, "reading op statistics"))
+                row.get::<_, i64>(i)
+                    .map_err(duck(r, "reading op statistics"))
             };
             let count = g(3)? as u64;
             events += count;

@@ -19,7 +19,9 @@ pub enum TimeRef {
 
 /// Why a time or duration could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot read time '{input}': {why}\nhint: use ns since the Unix epoch (1774099500000000000), RFC 3339 (2026-03-21T13:25:00Z), +DURATION after the trace start (+30s) or -DURATION before its end (-5m)")]
+#[error(
+    "cannot read time '{input}': {why}\nhint: use ns since the Unix epoch (1774099500000000000), RFC 3339 (2026-03-21T13:25:00Z), +DURATION after the trace start (+30s) or -DURATION before its end (-5m)"
+)]
 pub struct TimeError {
     input: String,
     why: String,
@@ -165,15 +167,24 @@ mod tests {
 
     #[test]
     fn relative_and_absolute_times() {
-        assert_eq!("+1s".parse::<TimeRef>().unwrap(), TimeRef::AfterStart(1_000_000_000));
-        assert_eq!("-2ms".parse::<TimeRef>().unwrap(), TimeRef::BeforeEnd(2_000_000));
+        assert_eq!(
+            "+1s".parse::<TimeRef>().unwrap(),
+            TimeRef::AfterStart(1_000_000_000)
+        );
+        assert_eq!(
+            "-2ms".parse::<TimeRef>().unwrap(),
+            TimeRef::BeforeEnd(2_000_000)
+        );
         assert_eq!("42".parse::<TimeRef>().unwrap(), TimeRef::Absolute(42));
         assert_eq!(
             "1970-01-01T00:00:01Z".parse::<TimeRef>().unwrap(),
             TimeRef::Absolute(1_000_000_000)
         );
         let e = "yesterday".parse::<TimeRef>().unwrap_err().to_string();
-        assert!(e.contains("cannot read time 'yesterday'") && e.contains("hint:"), "{e}");
+        assert!(
+            e.contains("cannot read time 'yesterday'") && e.contains("hint:"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,1 +1,18 @@
-//! Placeholder: filled by its own issue (see ARCHITECTURE.md).
+//! causeway's collector: finds CUDA libraries, attaches the BPF probes, polls the ring buffer on
+//! one thread (which owns the skeleton), and feeds the trace store through a writer thread.
+//!
+//! Entry points for the binary: [`run_trace`] with [`TraceArgs`] (`causeway trace`) and
+//! [`check`] (`causeway check`).
+
+mod attach;
+pub mod check;
+pub mod discover;
+mod error;
+pub mod host;
+mod poll;
+mod sink;
+mod trace;
+
+pub use check::{CheckReport, check};
+pub use error::CollectorError;
+pub use trace::{OpSummary, TraceArgs, TraceSummary, run_trace};

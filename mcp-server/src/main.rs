@@ -2,6 +2,7 @@
 //! read-only MCP server for agents. Every command is a thin layer over the library crates.
 
 mod cmd;
+mod mcp;
 mod output;
 
 use std::io::Write;
@@ -27,6 +28,28 @@ enum Command {
     Stats(cmd::stats::StatsArgs),
     /// Run one read-only SQL query against a trace.
     Query(cmd::query::QueryArgs),
+    /// Explain why the workload was slow: ranked causal chains with timeline, root cause and fix.
+    Explain(cmd::explain::ExplainArgs),
+    /// Generate a realistic synthetic trace for a scenario (no root, no GPU) and explain it.
+    Demo(cmd::demo::DemoArgs),
+    /// Serve a trace read-only to MCP clients (stdio by default, or streamable HTTP).
+    Mcp(cmd::mcp::McpArgs),
+    /// Top call stacks by total time for an op, process and window.
+    Stacks(cmd::stacks::StacksArgs),
+    /// Traces the MCP server can open: the --db trace and the traces directories.
+    Traces(cmd::traces::TracesArgs),
+    /// One trace: time span, nodes, processes, events per source, drops.
+    Describe(cmd::traces::DescribeArgs),
+    /// Run every MCP tool once on a trace and write the self-test report.
+    Selftest(cmd::traces::SelftestArgs),
+    /// Record a trace with eBPF (root): CUDA runtime/driver/NCCL calls and host events.
+    Trace(causeway_collector::TraceArgs),
+    /// Check this machine for tracing: kernel, BTF, privileges, NVIDIA driver, CUDA libraries.
+    Check {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn init_logging() {
@@ -62,6 +85,24 @@ fn main() -> ExitCode {
         Command::Import(a) => cmd::import::run(a),
         Command::Stats(a) => cmd::stats::run(a),
         Command::Query(a) => cmd::query::run(a),
+        Command::Explain(a) => cmd::explain::run(a),
+        Command::Demo(a) => cmd::demo::run(a),
+        Command::Mcp(a) => cmd::mcp::run(a),
+        Command::Stacks(a) => cmd::stacks::run(a),
+        Command::Traces(a) => cmd::traces::run_traces(a),
+        Command::Describe(a) => cmd::traces::run_describe(a),
+        Command::Selftest(a) => cmd::traces::run_selftest(a),
+        Command::Trace(a) => causeway_collector::run_trace(a)
+            .map_err(anyhow::Error::from)
+            .and_then(|s| if a.json { Ok(()) } else { print_json(&s) }),
+        Command::Check { json } => {
+            let report = causeway_collector::check();
+            if *json {
+                print_json(&report)
+            } else {
+                print_text(&report.to_string())
+            }
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -133,7 +133,10 @@ mod tests {
     fn table_aligns() {
         let t = table(
             &[("OP", Align::Left), ("N", Align::Right)],
-            &[vec!["a".into(), "1".into()], vec!["long".into(), "100".into()]],
+            &[
+                vec!["a".into(), "1".into()],
+                vec!["long".into(), "100".into()],
+            ],
         );
         assert_eq!(t, "OP      N\na       1\nlong  100\n");
     }

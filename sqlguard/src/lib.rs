@@ -37,7 +37,9 @@
 //! The SQL that is returned is sqlparser's rendering of the checked AST, not the input text:
 //! comments are gone and quoting is canonical, so what DuckDB runs is exactly what was checked.
 //! The guard re-parses its own output and checks it again before returning it, so guarding
-//! [`GuardedSql::as_str`] once more (as the store does) accepts it and returns the same text.
+//! [`GuardedSql::as_str`] once more (as the store does) accepts it; with
+//! `Some(guarded.row_limit())` as the requested limit it returns an equal [`GuardedSql`] (with a
+//! smaller limit, only the LIMIT literal can change).
 //!
 //! The row limit is applied in the AST: the outer query's LIMIT is set to `row_limit + 1` when
 //! it has none (or `LIMIT ALL`) and lowered to that when it is a larger literal; the extra row

@@ -58,7 +58,8 @@ pub(crate) fn check_value(value: &Value) -> Result<(), Rejection> {
     Ok(())
 }
 
-/// Whether `text` starts like a URL (`s3://`, `https://`, `hf://`, `file:`).
+/// Whether `text` starts like a URL (`s3://`, `https://`, `hf://`, `file:`): any non-empty
+/// scheme of letters, digits, `+`, `-` or `.` before `://` counts, valid or not (fail-closed).
 pub(crate) fn looks_like_url(text: &str) -> bool {
     let text = text.trim_start().to_ascii_lowercase();
     if text.starts_with("file:") {
@@ -66,9 +67,10 @@ pub(crate) fn looks_like_url(text: &str) -> bool {
     }
     match text.split_once("://") {
         Some((scheme, _)) => {
-            let mut chars = scheme.chars();
-            chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-                && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+            !scheme.is_empty()
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
         }
         None => false,
     }
@@ -87,6 +89,8 @@ mod tests {
     #[test]
     fn urls_and_paths() {
         for url in [
+            "0ttp://x",
+            "3s://x",
             "s3://b/k",
             "HTTPS://x",
             " http://x",
@@ -96,7 +100,7 @@ mod tests {
         ] {
             assert!(looks_like_url(url), "{url}");
         }
-        for text in ["%http://%", "abc", "3s://x", "://x"] {
+        for text in ["%http://%", "abc", "://x", "a b://x"] {
             assert!(!looks_like_url(text), "{text}");
         }
         assert!(looks_like_path("/etc/passwd"));

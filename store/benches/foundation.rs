@@ -3,6 +3,9 @@
 //! reference tool's store) measured in the same run, and import time of the vLLM trace.
 //! CAUSEWAY_BENCH_EVENTS sets the event count (default 10,000,000).
 
+// A benchmark's figures are its output: printing them to stdout is the point.
+#![allow(clippy::print_stdout)]
+
 use std::path::Path;
 use std::time::Instant;
 
@@ -132,14 +135,18 @@ fn main() {
     // 1. Ingest through the writer (Arrow batches via the Appender) into a file.
     let path = dir.path().join("bench.duckdb");
     let started = Instant::now();
-    let mut w = Writer::create(
-        &path,
-        WriterOptions {
-            node: "bench".into(),
-            ..WriterOptions::default()
-        },
-    )
-    .unwrap();
+    let mut opts = WriterOptions {
+        node: "bench".into(),
+        ..WriterOptions::default()
+    };
+    if let Some(b) = std::env::var("CAUSEWAY_BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        opts.batch_rows = b;
+    }
+    println!("writer batch: {} rows", opts.batch_rows);
+    let mut w = Writer::create(&path, opts).unwrap();
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     for i in 0..n {
         w.append(&synthetic(i, &mut state)).unwrap();
@@ -191,7 +198,7 @@ fn main() {
             let out = dir.path().join(format!("vllm{i}.duckdb"));
             let started = Instant::now();
             import(
-                &[vllm.clone()],
+                std::slice::from_ref(&vllm),
                 &out,
                 false,
                 &ImportOptions::default(),

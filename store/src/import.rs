@@ -171,8 +171,16 @@ pub fn import(
         )?;
         let mut done = 0u64;
         let mut reports = Vec::new();
+        let mut seen_stacks = HashSet::new();
         for f in &files {
-            match f.copy_into(&mut writer, opts, &mut done, total, progress) {
+            match f.copy_into(
+                &mut writer,
+                &mut seen_stacks,
+                opts,
+                &mut done,
+                total,
+                progress,
+            ) {
                 Ok(r) => reports.push(r),
                 Err(e) => {
                     first_error = Some(e);
@@ -376,6 +384,7 @@ impl SqliteTrace {
     fn copy_into(
         &self,
         w: &mut Writer,
+        seen_stacks: &mut HashSet<i64>,
         opts: &ImportOptions,
         done: &mut u64,
         total: u64,
@@ -502,7 +511,7 @@ impl SqliteTrace {
         w.conn()
             .execute_batch("BEGIN TRANSACTION")
             .ctx(&path, "starting a transaction")?;
-        report.stacks = self.copy_stacks(w, &ip_stacks)?;
+        report.stacks = self.copy_stacks(w, &ip_stacks, seen_stacks)?;
         report.chains = self.copy_chains(w, &file_node, &origin, opts)?;
         report.sessions = self.copy_sessions(w, &file_node, &origin, opts)?;
         report.processes = self.copy_processes(w, &report.nodes, &names)?;
@@ -538,13 +547,15 @@ impl SqliteTrace {
         &self,
         w: &mut Writer,
         ip_stacks: &HashMap<i64, Vec<u64>>,
+        seen: &mut HashSet<i64>,
     ) -> Result<u64, ImportError> {
         let path = w.path().to_path_buf();
-        let conn = w.conn();
+        // Appender, not INSERT per frame: per-statement overhead made imports take seconds.
+        let mut app = w
+            .conn()
+            .appender("stack_frames")
+            .ctx(&path, "opening the stack appender")?;
         let mut n = 0;
-        let mut ins = conn
-            .prepare("INSERT INTO stack_frames VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
-            .ctx(&path, "preparing stack inserts")?;
         if self.tables.contains("stack_traces") {
             let mut st = self.sq(self
                 .conn
@@ -553,6 +564,9 @@ impl SqliteTrace {
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .and_then(|rows| rows.collect()))?;
             for (hash, ips, frames) in rows {
+                if !seen.insert(hash) {
+                    continue;
+                }
                 let ips = parse_ips(&ips);
                 let parsed: Vec<serde_json::Value> =
                     serde_json::from_str(&frames).unwrap_or_default();
@@ -575,19 +589,23 @@ impl SqliteTrace {
                         .rsplit_once("+0x")
                         .and_then(|(_, o)| u64::from_str_radix(o, 16).ok())
                         .unwrap_or(0);
-                    ins.execute(params![hash, d as u16, ip, symbol, text("f"), offset])
+                    app.append_row(params![hash, d as u16, ip, symbol, text("f"), offset])
                         .ctx(&path, "writing stack frames")?;
                 }
                 n += 1;
             }
         }
         for (hash, ips) in ip_stacks {
+            if !seen.insert(*hash) {
+                continue;
+            }
             for (d, ip) in ips.iter().enumerate() {
-                ins.execute(params![hash, d as u16, ip, "", "", 0u64])
+                app.append_row(params![hash, d as u16, ip, "", "", 0u64])
                     .ctx(&path, "writing stack frames")?;
             }
             n += 1;
         }
+        app.flush().ctx(&path, "flushing stack frames")?;
         Ok(n)
     }
 

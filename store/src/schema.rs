@@ -279,13 +279,14 @@ fn create_inner(conn: &Connection) -> duckdb::Result<()> {
     ] {
         meta.execute(params![k, v])?;
     }
-    let mut src = conn.prepare("INSERT INTO sources VALUES (?, ?, ?)")?;
+    let mut src = conn.appender("sources")?;
     for s in Source::ALL {
-        src.execute(params![s.id(), s.name(), s.description()])?;
+        src.append_row(params![s.id(), s.name(), s.description()])?;
     }
-    let mut op = conn.prepare("INSERT INTO ops VALUES (?, ?, ?, ?, ?, ?, ?, ?)")?;
+    src.flush()?;
+    let mut op = conn.appender("ops")?;
     for o in OPS {
-        op.execute(params![
+        op.append_row(params![
             o.id,
             o.source.name(),
             o.name,
@@ -296,14 +297,25 @@ fn create_inner(conn: &Connection) -> duckdb::Result<()> {
             o.reference_name
         ])?;
     }
-    let mut doc = conn.prepare(
-        "INSERT INTO schema_columns
-         SELECT table_name, column_name, data_type, ?, ?
-         FROM information_schema.columns WHERE table_name = ? AND column_name = ?",
+    op.flush()?;
+    // The hand-written lines go into a staging table in one append, join the catalog, and go.
+    conn.execute_batch(
+        "CREATE TABLE _column_docs (table_name VARCHAR, column_name VARCHAR, unit VARCHAR, meaning VARCHAR)",
     )?;
+    let mut doc = conn.appender("_column_docs")?;
     for (table, column, unit, meaning) in COLUMN_DOCS {
-        doc.execute(params![unit, meaning, table, column])?;
+        doc.append_row(params![table, column, unit, meaning])?;
     }
+    doc.flush()?;
+    drop(doc);
+    conn.execute_batch(
+        "INSERT INTO schema_columns
+         SELECT c.table_name, c.column_name, c.data_type, d.unit, d.meaning
+         FROM information_schema.columns c
+         JOIN _column_docs d USING (table_name, column_name)
+         WHERE c.table_schema = 'main';
+         DROP TABLE _column_docs;",
+    )?;
     // Columns without a hand-written line still get a row with their type.
     conn.execute_batch(
         "INSERT INTO schema_columns

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use duckdb::arrow::array::{
-    ArrayRef, Int16Array, Int32Array, Int64Array, StringArray, UInt16Array, UInt32Array,
-    UInt64Array,
+    ArrayRef, Int16Array, Int32Array, Int64Array, StringArray, StringBuilder, UInt16Array,
+    UInt32Array, UInt64Array,
 };
 use duckdb::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use duckdb::arrow::record_batch::RecordBatch;
@@ -31,7 +31,9 @@ impl Default for WriterOptions {
     fn default() -> Self {
         Self {
             node: crate::default_node_name(),
-            batch_rows: 65_536,
+            // Two DuckDB row groups: batches this large are written straight to the file
+            // (optimistic writes) instead of through the WAL, which doubles ingest speed.
+            batch_rows: 262_144,
             flush_interval: Duration::from_secs(1),
         }
     }
@@ -185,14 +187,13 @@ pub struct SessionInfo {
     pub origin: String,
 }
 
-#[derive(Default)]
 struct Columns {
     seq: Vec<u64>,
     timestamp: Vec<i64>,
     duration: Vec<i64>,
     pid: Vec<u32>,
     tid: Vec<u32>,
-    comm: Vec<String>,
+    comm: StringBuilder,
     op_id: Vec<u16>,
     arg0: Vec<i64>,
     arg1: Vec<i64>,
@@ -201,6 +202,27 @@ struct Columns {
     stack_hash: Vec<i64>,
     cgroup_id: Vec<u64>,
     rank: Vec<Option<i32>>,
+}
+
+impl Default for Columns {
+    fn default() -> Self {
+        Columns {
+            seq: Vec::new(),
+            timestamp: Vec::new(),
+            duration: Vec::new(),
+            pid: Vec::new(),
+            tid: Vec::new(),
+            comm: StringBuilder::new(),
+            op_id: Vec::new(),
+            arg0: Vec::new(),
+            arg1: Vec::new(),
+            ret_code: Vec::new(),
+            gpu_id: Vec::new(),
+            stack_hash: Vec::new(),
+            cgroup_id: Vec::new(),
+            rank: Vec::new(),
+        }
+    }
 }
 
 impl Columns {
@@ -364,7 +386,7 @@ impl Writer {
         b.duration.push(ev.duration);
         b.pid.push(ev.pid);
         b.tid.push(ev.tid);
-        b.comm.push(ev.comm.clone());
+        b.comm.append_value(&ev.comm);
         b.op_id.push(ev.op_id);
         b.arg0.push(ev.arg0);
         b.arg1.push(ev.arg1);
@@ -397,7 +419,7 @@ impl Writer {
         if n == 0 {
             return Ok(());
         }
-        let b = std::mem::take(&mut self.buf);
+        let mut b = std::mem::take(&mut self.buf);
         let node: ArrayRef = Arc::new(StringArray::from(vec![self.opts.node.as_str(); n]));
         let columns: Vec<ArrayRef> = vec![
             node,
@@ -406,7 +428,7 @@ impl Writer {
             Arc::new(Int64Array::from(b.duration)),
             Arc::new(UInt32Array::from(b.pid)),
             Arc::new(UInt32Array::from(b.tid)),
-            Arc::new(StringArray::from(b.comm)),
+            Arc::new(b.comm.finish()),
             Arc::new(UInt16Array::from(b.op_id)),
             Arc::new(Int64Array::from(b.arg0)),
             Arc::new(Int64Array::from(b.arg1)),

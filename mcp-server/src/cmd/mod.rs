@@ -1,5 +1,10 @@
 //! One module per CLI command; each is a thin layer over the library crates.
 
+pub mod demo;
+pub mod explain;
 pub mod import;
+pub mod mcp;
 pub mod query;
+pub mod stacks;
 pub mod stats;
+pub mod traces;

@@ -3,3 +3,5 @@
 
 mod cli;
 mod common;
+mod mcp;
+mod trace;

@@ -3,13 +3,15 @@
 //! and inserting comments or whitespace between the tokens of a refused query never makes it
 //! accepted. Cases per property: `PROPTEST_CASES` (default 1,024).
 
+use std::sync::LazyLock;
+
 use causeway_sqlguard::{MAX_SQL_BYTES, Policy, guard};
 use proptest::prelude::*;
 use proptest::sample::Index;
 
 use crate::corpus::{ACCEPT, REJECT, all_entries};
 use crate::support::{check_safe, store_policy};
-use causeway_sqlguard::corpus::parse_corpus;
+use causeway_sqlguard::corpus::{CorpusEntry, parse_corpus};
 
 /// Pieces of SQL, hostile and ordinary, that token soups and mutations are built from.
 const VOCABULARY: &[&str] = &[
@@ -234,6 +236,12 @@ fn apply(sql: &str, mutation: &Mutation) -> String {
     }
 }
 
+/// Every corpus entry, parsed once.
+static ENTRIES: LazyLock<Vec<CorpusEntry>> = LazyLock::new(all_entries);
+
+/// Rejected corpus queries without quotes or comments, parsed once.
+static PLAIN_REJECTED: LazyLock<Vec<String>> = LazyLock::new(plain_rejected);
+
 /// Rejected corpus queries without quotes or comments, where every space is between tokens.
 fn plain_rejected() -> Vec<String> {
     parse_corpus(REJECT)
@@ -273,8 +281,7 @@ proptest! {
         entry in any::<Index>(),
         mutations in prop::collection::vec(mutation(), 1..5),
     ) {
-        let entries = all_entries();
-        let mut sql = entries[entry.index(entries.len())].sql.clone();
+        let mut sql = ENTRIES[entry.index(ENTRIES.len())].sql.clone();
         for m in &mutations {
             sql = apply(&sql, m);
         }
@@ -289,8 +296,7 @@ proptest! {
             1..16,
         ),
     ) {
-        let rejected = plain_rejected();
-        let sql = &rejected[entry.index(rejected.len())];
+        let sql = &PLAIN_REJECTED[entry.index(PLAIN_REJECTED.len())];
         let mut fill = fillers.iter().cycle();
         let mut mutated = String::new();
         for (k, piece) in sql.split(' ').enumerate() {

@@ -1,0 +1,106 @@
+//! Rerunnable benchmark of `explain`: on the imported vLLM reference trace (if
+//! ../shared/investigations is present) and on a synthetic trace of 10M events (preempted
+//! launching threads, checkpoint stalls, sleeping helper threads) written through the Writer.
+//! Run: `cargo bench -p causeway-analysis --bench explain` (EVENTS=N to change the size).
+
+// The figures / accuracy table printed on stdout are this target's output.
+#![allow(clippy::print_stdout)]
+
+use std::path::Path;
+use std::time::Instant;
+
+use causeway_analysis::demo::model::{Gen, Knobs, MS, T0, Thread, feed_loop, idle_thread};
+use causeway_analysis::{ChainQuery, explain};
+use causeway_store::{Reader, Writer, WriterOptions};
+
+fn time_explain(label: &str, db: &Path, runs: usize) {
+    let r = Reader::open(db).expect("open");
+    let mut best = f64::MAX;
+    let mut chains = 0;
+    for _ in 0..runs {
+        let t = Instant::now();
+        let e = explain(&r, &ChainQuery::default()).expect("explain");
+        best = best.min(t.elapsed().as_secs_f64());
+        chains = e.chains.len();
+    }
+    println!(
+        "{label}: explain best of {runs}: {:.1} ms ({chains} chains)",
+        best * 1e3
+    );
+}
+
+fn synthetic(path: &Path, target: u64) -> u64 {
+    let mut w = Writer::create(
+        path,
+        WriterOptions {
+            node: "bench-node".into(),
+            ..WriterOptions::default()
+        },
+    )
+    .expect("writer");
+    let knobs = Knobs {
+        preempt: (0.1, MS, 4 * MS),
+        preempt_by: 5151,
+        checkpoint: Some((60_000 * MS, 10, 40 * MS)),
+        ..Knobs::default()
+    };
+    let chunk = 10_000 * MS;
+    let mut written = 0u64;
+    let mut start = T0;
+    let mut seed = 1;
+    while written < target {
+        for p in 0..4u32 {
+            let mut g = Gen::new(seed);
+            seed += 1;
+            let pid = 10_000 + p * 100;
+            let t = Thread::new(pid, pid, "python3", p as i16);
+            feed_loop(&mut g, &t, start, chunk, &knobs);
+            idle_thread(
+                &mut g,
+                &Thread::new(pid, pid + 1, "python3", -1),
+                start,
+                chunk,
+                100 * MS,
+            );
+            for e in &g.events {
+                w.append(e).expect("append");
+            }
+            written += g.events.len() as u64;
+        }
+        start += chunk;
+    }
+    w.finish().expect("finish");
+    written
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/investigations/vllm-37343-logprobs-amplification.db");
+    if shared.exists() {
+        let db = dir.path().join("vllm.duckdb");
+        causeway_store::import::import(
+            &[shared],
+            &db,
+            false,
+            &causeway_store::import::ImportOptions::default(),
+            &mut |_| {},
+        )
+        .expect("import");
+        time_explain("vllm-37343 (10,869 events)", &db, 10);
+    } else {
+        println!("vllm-37343: skipped ({} not found)", shared.display());
+    }
+    let target: u64 = std::env::var("EVENTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000_000);
+    let db = dir.path().join("synthetic.duckdb");
+    let t = Instant::now();
+    let n = synthetic(&db, target);
+    println!(
+        "synthetic: wrote {n} events in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    time_explain(&format!("synthetic ({n} events)"), &db, 3);
+}

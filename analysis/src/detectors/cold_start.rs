@@ -1,0 +1,122 @@
+//! `cold_start`: the first GPU calls of a process are slow (lazy module loading, context and
+//! library handle creation, autotuning), inflating the tail of every later percentile.
+//!
+//! Trigger: in a process's warm-up phase (its first max(1 s, 5% of its GPU-call span)), >= 3
+//! slow calls (>= 1 ms and >= 10x the op's p50; synchronisations excluded) whose excess over
+//! the p50 is >= 20 ms, at a density (slow calls per second) >= 10x the rest of the run.
+//! Time lost: the sum of (duration - p50) of those calls.
+//! Severity: the common rule.
+//! Recommendation: warm up before taking traffic; load modules eagerly; capture graphs early.
+
+use causeway_store::StoreError;
+
+use super::{Finding, Input, d, lit, severity, step};
+use crate::chains::Chain;
+
+/// Minimum excess time of warm-up calls.
+pub const MIN_LOST_NS: i64 = 20_000_000;
+
+/// Runs the detector.
+pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
+    let ctx = inp.ctx;
+    let mut out = Vec::new();
+    for a in inp.attr.iter().filter(|a| a.warmup && a.slow_calls >= 3) {
+        let excess: i64 = a
+            .ops
+            .iter()
+            .map(|(op, n)| *n as i64 * ctx.op(&a.node, a.pid, op).map_or(0, |o| o.p50_ns))
+            .sum();
+        let lost = (a.slow_ns - excess).max(0);
+        let Some(t) = ctx
+            .threads
+            .iter()
+            .find(|t| t.node == a.node && t.tid == a.tid)
+        else {
+            continue;
+        };
+        let span = (t.last_ns - t.first_ns).max(1);
+        let warm_len = (span / 20).max(1_000_000_000).min(span);
+        let later = inp
+            .attr
+            .iter()
+            .find(|b| !b.warmup && b.node == a.node && b.tid == a.tid)
+            .map_or(0, |b| b.slow_calls);
+        let dense_warm = a.slow_calls as f64 / warm_len as f64;
+        let dense_later = later as f64 / (span - warm_len).max(1) as f64;
+        if lost < MIN_LOST_NS || dense_warm < 10.0 * dense_later {
+            continue;
+        }
+        let node_span = ctx.node_span_ns(&a.node);
+        let ops: Vec<String> = a.ops.iter().map(|(o, n)| format!("{n} {o}")).collect();
+        let s = inp.split;
+        let explanation = format!(
+            "{} (pid {}, tid {}) made {} slow GPU calls ({}) in its first {} of GPU activity, {} in excess of their ops' medians; the rest of the run had {} such calls. The thread was off the CPU for {} inside them ({} blocked, {} preempted, {} of unknown state), consistent with module loading and initialisation rather than contention. These calls alone set the p99 of their ops. Across the trace, {} of off-CPU time was inside slow GPU calls and {} belonged to threads that made no GPU call{}: that sleeping is not GPU-path time.",
+            t.comm,
+            a.pid,
+            a.tid,
+            a.slow_calls,
+            ops.join(", "),
+            d(warm_len),
+            d(lost),
+            later,
+            d(a.off_inside_ns),
+            d(a.blocked_ns),
+            d(a.preempted_ns),
+            d(a.unknown_ns),
+            d(s.inside_slow_calls_ns),
+            d(s.non_gpu_threads_ns),
+            s.largest_non_gpu
+                .as_ref()
+                .map(|(pid, tid, comm, ns)| format!(
+                    " (largest: {comm} pid {pid} tid {tid}, {} off-CPU outside any CUDA call)",
+                    d(*ns)
+                ))
+                .unwrap_or_default()
+        );
+        out.push(
+            Finding {
+                detector: "cold_start",
+                node: a.node.clone(),
+                time_lost_ns: lost,
+                severity: severity(lost, node_span),
+                summary: format!("{} slow GPU calls in the first {} of {} (pid {}) cost {}", a.slow_calls, d(warm_len), t.comm, a.pid, d(lost)),
+                root_cause: "Cold start: the first calls load CUDA modules and initialise libraries lazily, so early requests pay for initialisation".into(),
+                explanation,
+                timeline: vec![
+                    step("CUDA", a.ops.keys().next().map_or("cudaLaunchKernel", |s| s.as_str()), format!("{} first-use calls, {} over median", a.slow_calls, d(lost)), a.slow_ns),
+                    step("HOST", "sched_switch", format!("{} off-CPU inside them", d(a.off_inside_ns)), a.off_inside_ns),
+                ],
+                recommendations: vec![
+                    "Send warm-up requests (or run a few dummy steps) before taking traffic or starting the timer.".into(),
+                    "Load modules at start with CUDA_MODULE_LOADING=EAGER, or capture CUDA graphs during start-up.".into(),
+                    "Exclude the warm-up window when judging steady-state latency percentiles (explain --from +2s).".into(),
+                ],
+                evidence_sql: format!(
+                    "SELECT timestamp, op, duration, tid FROM events WHERE node = {} AND pid = {} AND source IN ('CUDA', 'DRIVER') AND duration >= 1000000 ORDER BY timestamp LIMIT 50",
+                    lit(&a.node), a.pid
+                ),
+            }
+            .into_chain(),
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::demo::Scenario;
+    use crate::detectors::testutil::chains_of;
+
+    #[test]
+    fn fires_on_lazy_loading() {
+        let c = chains_of(Scenario::ColdStart, false, "cold_start");
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert!(c[0].time_lost_ns > 500_000_000, "{}", c[0].time_lost_ns);
+    }
+
+    #[test]
+    fn quiet_when_warm_and_under_uniform_preemption() {
+        assert!(chains_of(Scenario::ColdStart, true, "cold_start").is_empty());
+        assert!(chains_of(Scenario::CpuContention, false, "cold_start").is_empty());
+    }
+}

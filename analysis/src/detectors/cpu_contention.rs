@@ -1,0 +1,140 @@
+//! `cpu_contention`: the GPU-feeding thread is taken off the CPU *inside* its CUDA calls.
+//!
+//! Trigger: on one launching thread, outside the warm-up phase, slow calls (>= 1 ms and >= 10x
+//! their op's p50; synchronisations excluded, waiting is their job) contain >= 20 ms of off-CPU
+//! time that is preempted (runnable, arg1 = 0) or of unknown state, in at least 3 calls, and
+//! at least 0.5% of the node's span. Blocked (sleeping) time inside calls is not contention.
+//! Time lost: that preempted + unknown off-CPU time inside the calls.
+//! Severity: the common rule, capped at MEDIUM when most of it has an unknown run state.
+//! Recommendation: pin the feeding thread, move or deprioritise the tasks that ran instead.
+
+use causeway_store::StoreError;
+
+use super::{Finding, Input, d, lit, pct, severity, step};
+use crate::chains::{Chain, Severity};
+
+/// Minimum preempted/unknown off-CPU time inside slow calls.
+pub const MIN_LOST_NS: i64 = 20_000_000;
+
+/// Runs the detector.
+pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
+    let ctx = inp.ctx;
+    let mut out = Vec::new();
+    for a in inp.attr.iter().filter(|a| !a.warmup) {
+        let lost = a.preempted_ns + a.unknown_ns;
+        let span = ctx.node_span_ns(&a.node);
+        if lost < MIN_LOST_NS || a.with_off_cpu < 3 || (lost as f64) < 0.005 * span as f64 {
+            continue;
+        }
+        let comm = ctx
+            .threads
+            .iter()
+            .find(|t| t.node == a.node && t.tid == a.tid)
+            .map_or("?".to_string(), |t| t.comm.clone());
+        let ops: Vec<String> = a.ops.iter().map(|(o, n)| format!("{n} {o}")).collect();
+        let instead: Vec<String> = a
+            .ran_instead
+            .iter()
+            .map(|(pid, ns)| format!("{} (pid {pid}) {}", ctx.name(&a.node, *pid), d(*ns)))
+            .collect();
+        let unknown_mostly = a.unknown_ns > a.preempted_ns;
+        let mut sev = severity(lost, span);
+        if unknown_mostly && sev == Severity::High {
+            sev = Severity::Medium;
+        }
+        let s = inp.split;
+        let mut explanation = format!(
+            "{comm} (pid {}, tid {}) launches the GPU's work. {} of its {} slow calls ({}) had the thread off the CPU inside them: {} off-CPU inside slow calls ({} preempted while runnable, {} blocked, {} of unknown state). ",
+            a.pid,
+            a.tid,
+            a.with_off_cpu,
+            a.slow_calls,
+            ops.join(", "),
+            d(a.off_inside_ns),
+            d(a.preempted_ns),
+            d(a.blocked_ns),
+            d(a.unknown_ns)
+        );
+        if !instead.is_empty() {
+            explanation.push_str(&format!(
+                "While it was preempted, these ran instead: {}. ",
+                instead.join(", ")
+            ));
+        }
+        explanation.push_str(&format!(
+            "Of {} off-CPU time of all traced threads, {} was inside slow GPU calls, {} elsewhere on GPU-calling threads, and {} on threads that made no GPU call (not blamed on the GPU path).",
+            d(s.total_ns), d(s.inside_slow_calls_ns), d(s.feeders_elsewhere_ns), d(s.non_gpu_threads_ns)
+        ));
+        if unknown_mostly {
+            explanation.push_str(" The trace does not record whether the thread was runnable or sleeping, so part of this may be voluntary waiting.");
+        }
+        let culprit = a
+            .ran_instead
+            .first()
+            .map(|(pid, _)| format!("{} (pid {pid})", ctx.name(&a.node, *pid)));
+        let mut recs = vec![format!(
+            "Pin {comm} (tid {}) to dedicated cores, e.g. `taskset -pc 2-3 {}`, and keep other work off them (isolcpus / cgroup cpusets).",
+            a.tid, a.tid
+        )];
+        match &culprit {
+            Some(c) => recs.push(format!("Lower the priority of {c} (`renice +19`) or move it to other cores: it held the CPU for {} inside launches.", d(a.ran_instead[0].1))),
+            None => recs.push("Record with run-state tracing (causeway trace) to see which tasks preempt the thread.".into()),
+        }
+        recs.push(
+            "Do not set CUDA_LAUNCH_BLOCKING=1: it serialises launches and makes the loss worse."
+                .into(),
+        );
+        out.push(
+            Finding {
+                detector: "cpu_contention",
+                node: a.node.clone(),
+                time_lost_ns: lost,
+                severity: sev,
+                summary: format!(
+                    "{comm} (tid {}) was preempted inside {} of {} slow GPU calls: {} off-CPU ({} of the trace)",
+                    a.tid, a.with_off_cpu, a.slow_calls, d(lost), pct(lost, span)
+                ),
+                root_cause: match &culprit {
+                    Some(c) => format!("CPU contention: {c} and other tasks take the CPU from the GPU-feeding thread in the middle of its CUDA calls"),
+                    None => "CPU contention: the GPU-feeding thread is taken off the CPU in the middle of its CUDA calls".into(),
+                },
+                explanation,
+                timeline: vec![
+                    step("HOST", "sched_switch", format!("{} preempted inside slow calls{}", d(lost), culprit.map(|c| format!(", mostly by {c}")).unwrap_or_default()), lost),
+                    step("CUDA", a.ops.keys().next().map_or("cudaLaunchKernel", |s| s.as_str()), format!("{} slow calls totalling {}", a.slow_calls, d(a.slow_ns)), a.slow_ns),
+                    step("GPU", "idle", "the GPU waits for work that was not launched yet".into(), lost),
+                ],
+                recommendations: recs,
+                evidence_sql: format!(
+                    "SELECT s.timestamp, s.duration AS off_cpu_ns, s.arg0 AS ran_instead_pid, s.arg1 AS state, c.op, c.duration AS call_ns FROM events c JOIN events s ON s.node = c.node AND s.tid = c.tid AND s.op = 'sched_switch' AND s.timestamp < c.timestamp + c.duration AND s.timestamp + s.duration > c.timestamp WHERE c.node = {} AND c.tid = {} AND c.source IN ('CUDA', 'DRIVER') AND c.duration >= 1000000 ORDER BY s.duration DESC LIMIT 50",
+                    lit(&a.node), a.tid
+                ),
+            }
+            .into_chain(),
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::demo::Scenario;
+    use crate::detectors::testutil::chains_of;
+
+    #[test]
+    fn fires_on_preemption_and_names_the_culprit() {
+        let c = chains_of(Scenario::CpuContention, false, "cpu_contention");
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert!(
+            c[0].explanation.contains("node_exporter (pid 5151)"),
+            "{}",
+            c[0].explanation
+        );
+        assert!(c[0].time_lost_ns > 1_000_000_000);
+    }
+
+    #[test]
+    fn quiet_without_preemption() {
+        assert!(chains_of(Scenario::CpuContention, true, "cpu_contention").is_empty());
+    }
+}

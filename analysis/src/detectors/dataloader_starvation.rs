@@ -1,0 +1,129 @@
+//! `dataloader_starvation`: the training loop sleeps between steps waiting for input while the
+//! data workers thrash (preempting each other, re-forked every epoch).
+//!
+//! Trigger: a launching thread is blocked (sleeping, arg1 = 1) inside gaps >= 1 ms between
+//! its GPU calls for >= 10% of its span, not explained by its own socket or block I/O, and the
+//! node shows input workers (threads named like DataLoader workers, or child processes of the
+//! training process that make no GPU call).
+//! Time lost: blocked time in gaps minus own socket and I/O waits. Severity: the common rule.
+//! Recommendation: more/persistent workers, pinned memory, prefetching, cheaper transforms.
+
+use causeway_store::StoreError;
+
+use super::{Finding, Input, d, lit, pct, severity, step};
+use crate::chains::Chain;
+
+fn is_worker(comm: &str) -> bool {
+    let c = comm.to_ascii_lowercase();
+    c.contains("data_worker") || c.contains("dataloader") || c.starts_with("pt_data")
+}
+
+/// Runs the detector.
+pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
+    let ctx = inp.ctx;
+    let mut out = Vec::new();
+    for w in inp.waits.iter().filter(|w| w.gaps > 0) {
+        let Some(t) = ctx
+            .threads
+            .iter()
+            .find(|t| t.node == w.node && t.tid == w.tid && t.pid == w.pid)
+        else {
+            continue;
+        };
+        let span = (t.last_ns - t.first_ns).max(1);
+        let lost = (w.blocked_in_gaps_ns - t.net_ns - w.io_wait_ns).max(0);
+        if (lost as f64) < 0.10 * span as f64 {
+            continue;
+        }
+        let workers: Vec<_> = ctx
+            .threads
+            .iter()
+            .filter(|x| {
+                x.node == w.node
+                    && x.gpu_calls == 0
+                    && (is_worker(&x.comm)
+                        || (x.pid != w.pid && is_child(ctx, &x.node, x.pid, w.pid)))
+            })
+            .collect();
+        if workers.is_empty() {
+            continue;
+        }
+        let wpids: std::collections::BTreeSet<u32> = workers.iter().map(|x| x.pid).collect();
+        let preempted: i64 = workers.iter().map(|x| x.preempted_ns).sum();
+        let switches: u64 = workers.iter().map(|x| x.switches).sum();
+        let io: u64 = workers.iter().map(|x| x.io_requests).sum();
+        let forks = ctx
+            .op(&w.node, w.pid, "process_fork")
+            .map_or(0, |o| o.count);
+        let memcpy = ctx.op(&w.node, w.pid, "cudaMemcpy");
+        out.push(
+            Finding {
+                detector: "dataloader_starvation",
+                node: w.node.clone(),
+                time_lost_ns: lost,
+                severity: severity(lost, ctx.node_span_ns(&w.node)),
+                summary: format!("{} (tid {}) slept {} waiting for input between steps ({} of its span)", t.comm, t.tid, d(lost), pct(lost, span)),
+                root_cause: "Input starvation: the DataLoader cannot produce batches as fast as the GPU consumes them".into(),
+                explanation: format!(
+                    "{} (pid {}, tid {}) had {} gaps of 1 ms or more between GPU calls, {} in total, and slept for {} of them with no socket or disk wait of its own. Meanwhile {} worker processes made {} context switches ({} preempted while runnable: more busy workers than free cores), issued {} block reads, and the trainer forked {forks} processes (workers re-created instead of persistent).{}",
+                    t.comm, t.pid, t.tid, w.gaps, d(w.gap_ns), d(lost), wpids.len(), switches, d(preempted), io,
+                    memcpy.map(|m| format!(" Each step also copies the batch synchronously from pageable memory: {} cudaMemcpy calls, p50 {}.", m.count, d(m.p50_ns))).unwrap_or_default()
+                ),
+                timeline: vec![
+                    step("HOST", "pt_data_worker", format!("{} workers, {} preempted, {} reads", wpids.len(), d(preempted), io), preempted),
+                    step("HOST", "sched_switch", format!("training thread asleep {} waiting for batches", d(lost)), lost),
+                    step("GPU", "idle", "no work between steps".into(), lost),
+                ],
+                recommendations: vec![
+                    "Set persistent_workers=True so workers are not re-forked every epoch, and prefetch_factor >= 2.".into(),
+                    format!("Match num_workers to free cores ({} workers were preempted for {}); move heavy decoding/augmentation to the GPU (DALI, torchvision.transforms.v2 on CUDA).", wpids.len(), d(preempted)),
+                    "Use pin_memory=True and .to(device, non_blocking=True) so the copy overlaps compute.".into(),
+                ],
+                evidence_sql: format!(
+                    "SELECT comm, pid, count(*) FILTER (WHERE op = 'sched_switch') AS switches, sum(duration) FILTER (WHERE op = 'sched_switch' AND arg1 = 0) AS preempted_ns, count(*) FILTER (WHERE source = 'IO') AS io_requests FROM events WHERE node = {} GROUP BY comm, pid ORDER BY switches DESC LIMIT 20",
+                    lit(&w.node)
+                ),
+            }
+            .into_chain(),
+        );
+    }
+    Ok(out)
+}
+
+fn is_child(ctx: &crate::facts::Ctx<'_>, node: &str, pid: u32, parent: u32) -> bool {
+    ctx.parents.get(&(node.to_string(), pid)) == Some(&parent)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::demo::Scenario;
+    use crate::detectors::testutil::chains_of;
+
+    #[test]
+    fn fires_when_the_loop_waits_for_batches() {
+        let c = chains_of(
+            Scenario::DataloaderStarvation,
+            false,
+            "dataloader_starvation",
+        );
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert!(
+            c[0].explanation.contains("6 worker processes"),
+            "{}",
+            c[0].explanation
+        );
+    }
+
+    #[test]
+    fn quiet_when_workers_keep_up_or_the_thread_is_busy() {
+        assert!(
+            chains_of(
+                Scenario::DataloaderStarvation,
+                true,
+                "dataloader_starvation"
+            )
+            .is_empty()
+        );
+        assert!(chains_of(Scenario::ThroughputDrop, false, "dataloader_starvation").is_empty());
+    }
+}

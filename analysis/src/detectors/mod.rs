@@ -1,0 +1,180 @@
+//! Detectors: one small unit per pathology, each with a documented trigger, thresholds,
+//! severity rule and recommendation text. They read the shared facts (per-thread totals,
+//! per-call attribution, launch rates, host waits) and return chains; the engine ranks them.
+//!
+//! Severity rule (all detectors unless their file says otherwise): the share of the node's
+//! traced span the chain's estimated time lost represents: HIGH >= 10%, MEDIUM >= 2%, LOW below.
+
+pub mod cold_start;
+pub mod cpu_contention;
+pub mod dataloader_starvation;
+pub mod gpu_contention;
+pub mod host_memory_pressure;
+pub mod io_stall;
+pub mod memory_fragmentation;
+pub mod network_wait;
+pub mod straggler;
+pub mod sync_storm;
+pub mod throughput_drop;
+pub mod waits;
+
+use causeway_store::StoreError;
+
+use crate::attribution::{OffCpuSplit, ThreadAttribution};
+use crate::chains::{Chain, Severity, TimelineItem};
+use crate::facts::Ctx;
+use crate::fmt::dur;
+use crate::rates::RateSeries;
+
+/// Everything a detector may read.
+#[derive(Debug)]
+pub struct Input<'a> {
+    /// Facts.
+    pub ctx: &'a Ctx<'a>,
+    /// Per-call attribution.
+    pub attr: &'a [ThreadAttribution],
+    /// Where off-CPU time went.
+    pub split: &'a OffCpuSplit,
+    /// Launch rates per launching thread.
+    pub rates: &'a [RateSeries],
+    /// Host waits of threads (gaps, own I/O).
+    pub waits: &'a [waits::ThreadWaits],
+}
+
+/// A detector's entry point.
+pub type DetectFn = fn(&Input<'_>) -> Result<Vec<Chain>, StoreError>;
+
+/// Every detector, by stable name.
+pub const ALL: [(&str, DetectFn); 11] = [
+    ("cpu_contention", cpu_contention::detect),
+    ("dataloader_starvation", dataloader_starvation::detect),
+    ("sync_storm", sync_storm::detect),
+    ("memory_fragmentation", memory_fragmentation::detect),
+    ("io_stall", io_stall::detect),
+    ("network_wait", network_wait::detect),
+    ("host_memory_pressure", host_memory_pressure::detect),
+    ("throughput_drop", throughput_drop::detect),
+    ("cold_start", cold_start::detect),
+    ("gpu_contention", gpu_contention::detect),
+    ("straggler", straggler::detect),
+];
+
+/// The common severity rule.
+pub fn severity(time_lost_ns: i64, span_ns: i64) -> Severity {
+    let share = time_lost_ns as f64 / span_ns.max(1) as f64;
+    if share >= 0.10 {
+        Severity::High
+    } else if share >= 0.02 {
+        Severity::Medium
+    } else {
+        Severity::Low
+    }
+}
+
+/// Percentage with one decimal.
+pub fn pct(part: i64, whole: i64) -> String {
+    format!("{:.1}%", part as f64 * 100.0 / whole.max(1) as f64)
+}
+
+/// One timeline step.
+pub fn step(layer: &str, op: &str, detail: String, duration_ns: i64) -> TimelineItem {
+    TimelineItem {
+        layer: layer.into(),
+        op: op.into(),
+        detail,
+        duration_ns,
+    }
+}
+
+/// What a detector found, before it becomes a chain.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    /// Detector name.
+    pub detector: &'static str,
+    /// Node.
+    pub node: String,
+    /// Estimated time lost (ns).
+    pub time_lost_ns: i64,
+    /// Severity (use [`severity`] unless the detector documents otherwise).
+    pub severity: Severity,
+    /// One line.
+    pub summary: String,
+    /// The cause.
+    pub root_cause: String,
+    /// Cause and effect with numbers.
+    pub explanation: String,
+    /// Steps.
+    pub timeline: Vec<TimelineItem>,
+    /// Fixes.
+    pub recommendations: Vec<String>,
+    /// SQL behind it.
+    pub evidence_sql: String,
+}
+
+impl Finding {
+    /// The chain (id assigned by the engine after ranking).
+    pub fn into_chain(self) -> Chain {
+        Chain {
+            id: String::new(),
+            detector: self.detector.into(),
+            severity: self.severity,
+            summary: self.summary,
+            root_cause: self.root_cause,
+            explanation: self.explanation,
+            timeline: self.timeline,
+            recommendations: self.recommendations,
+            evidence_sql: self.evidence_sql,
+            time_lost_ns: self.time_lost_ns,
+            node: self.node,
+            origin: "engine".into(),
+        }
+    }
+}
+
+/// SQL string literal.
+pub fn lit(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Human duration (re-exported for detectors).
+pub fn d(ns: i64) -> String {
+    dur(ns)
+}
+
+/// Whether a thread name is a kernel thread or the tracer itself (never the workload).
+pub fn is_system_thread(comm: &str) -> bool {
+    const PREFIXES: [&str; 9] = [
+        "jbd2/",
+        "kworker",
+        "ksoftirqd",
+        "kswapd",
+        "migration/",
+        "rcu_",
+        "ingero",
+        "causeway",
+        "irq/",
+    ];
+    PREFIXES.iter().any(|p| comm.starts_with(p))
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use causeway_store::Reader;
+
+    use crate::chains::{Chain, ChainQuery};
+    use crate::demo::{Scenario, write_scenario};
+
+    /// Writes a demo scenario to a temporary store, explains it, and returns the chains of one
+    /// detector.
+    pub fn chains_of(s: Scenario, healthy: bool, detector: &str) -> Vec<Chain> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t.duckdb");
+        write_scenario(&p, s, healthy).expect("demo trace");
+        let r = Reader::open(&p).expect("reader");
+        let e = crate::engine::explain(&r, &ChainQuery::default()).expect("explain");
+        e.chains
+            .into_iter()
+            .filter(|c| c.detector == detector)
+            .collect()
+    }
+}

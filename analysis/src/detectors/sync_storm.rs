@@ -1,0 +1,96 @@
+//! `sync_storm`: the feeding thread synchronises with the GPU many times per step (the hidden
+//! `.item()` / `.cpu()` / `.numpy()` pattern), so the host cannot run ahead of the GPU.
+//!
+//! Trigger: on one launching thread, >= 100 synchronisations (stream/device/context/event
+//! syncs) per second of its span, >= 1 sync per 4 launches, and sync time >= 5% of the span.
+//! Time lost: sync time x (syncs - launches/20) / syncs: the waits beyond one sync per 20
+//! launches (a generous healthy baseline: one per step).
+//! Severity: the common rule.
+//! Recommendation: remove per-step host reads of device values; batch them; use events.
+
+use causeway_store::StoreError;
+
+use super::{Finding, Input, d, lit, pct, severity, step};
+use crate::chains::Chain;
+use crate::facts::SYNC_OPS;
+
+/// Syncs per second that start to look like a storm.
+pub const MIN_SYNCS_PER_S: f64 = 100.0;
+
+/// Runs the detector.
+pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
+    let ctx = inp.ctx;
+    let mut out = Vec::new();
+    for t in ctx.feeders() {
+        // Per-op totals are per process; a feeding thread issues them in practice.
+        let syncs: Vec<_> = ctx
+            .ops
+            .iter()
+            .filter(|o| o.node == t.node && o.pid == t.pid && SYNC_OPS.contains(&o.op.as_str()))
+            .collect();
+        let n: u64 = syncs.iter().map(|o| o.count).sum();
+        let sync_ns: i64 = syncs.iter().map(|o| o.total_ns).sum();
+        let span = (t.last_ns - t.first_ns).max(1);
+        let per_s = n as f64 / (span as f64 / 1e9);
+        if per_s < MIN_SYNCS_PER_S
+            || (n as f64) < t.launches as f64 / 4.0
+            || (sync_ns as f64) < 0.05 * span as f64
+        {
+            continue;
+        }
+        let expected = t.launches as f64 / 20.0;
+        let lost = (sync_ns as f64 * ((n as f64 - expected) / n as f64).max(0.0)) as i64;
+        let d2h = ctx.op(&t.node, t.pid, "cudaMemcpy").map_or(0, |o| o.count);
+        let main = syncs
+            .iter()
+            .max_by_key(|o| o.count)
+            .map_or("cudaStreamSynchronize".to_string(), |o| o.op.clone());
+        out.push(
+            Finding {
+                detector: "sync_storm",
+                node: t.node.clone(),
+                time_lost_ns: lost,
+                severity: severity(lost, ctx.node_span_ns(&t.node)),
+                summary: format!("{} syncs/s on {} (tid {}): one per {:.1} launches, {} waiting ({} of its span)", per_s.round(), t.comm, t.tid, t.launches as f64 / n.max(1) as f64, d(sync_ns), pct(sync_ns, span)),
+                root_cause: "Sync storm: the training step reads device values on the host (.item(), .cpu(), .numpy(), printing a tensor), forcing a GPU synchronisation each time".into(),
+                explanation: format!(
+                    "{} (pid {}, tid {}) made {} synchronisations ({}) against {} kernel launches and {} synchronous cudaMemcpy calls. Each sync drains the GPU queue, so the host cannot enqueue the next kernels while the GPU works and the GPU idles while the host catches up. Beyond one sync per 20 launches, these waits cost an estimated {}.",
+                    t.comm, t.pid, t.tid, n, main, t.launches, d2h, d(lost)
+                ),
+                timeline: vec![
+                    step("CUDA", &main, format!("{n} syncs, {} total wait", d(sync_ns)), sync_ns),
+                    step("GPU", "idle", "queue drained after every sync; host and GPU serialised".into(), lost),
+                ],
+                recommendations: vec![
+                    "Find the host reads of device tensors in the step (.item(), .cpu(), .numpy(), bool(tensor), print) with torch.cuda.set_sync_debug_mode('warn').".into(),
+                    "Keep metrics on the GPU and read them every N steps; replace data-dependent Python branches with tensor ops (torch.where).".into(),
+                    "Where a host value is needed, copy asynchronously (non_blocking=True into pinned memory) and wait on a CUDA event later.".into(),
+                ],
+                evidence_sql: format!(
+                    "SELECT op, count(*) AS calls, sum(duration) AS total_ns, median(duration) AS p50_ns FROM events WHERE node = {} AND tid = {} AND source IN ('CUDA', 'DRIVER') GROUP BY op ORDER BY calls DESC",
+                    lit(&t.node), t.tid
+                ),
+            }
+            .into_chain(),
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::demo::Scenario;
+    use crate::detectors::testutil::chains_of;
+
+    #[test]
+    fn fires_on_per_step_item_calls() {
+        let c = chains_of(Scenario::SyncStorm, false, "sync_storm");
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert!(c[0].summary.contains("syncs/s"));
+    }
+
+    #[test]
+    fn one_sync_per_step_is_healthy() {
+        assert!(chains_of(Scenario::SyncStorm, true, "sync_storm").is_empty());
+    }
+}

@@ -1,0 +1,104 @@
+//! `throughput_drop`: a launching thread's kernel launch rate falls to a lower level and stays
+//! there (change point on launches per second).
+//!
+//! Trigger: the best change point of the thread's per-second launch series has >= 3 s on each
+//! side, a sustained level before (its lower quartile >= 20 launches/s, so a warm-up burst of
+//! one or two seconds does not count), and a median after <= 50% of the median before.
+//! Time lost: seconds after x (1 - after/before): the extra time the remaining work takes at
+//! the lower rate. Severity: the common rule.
+//! Recommendation depends on what the thread did meanwhile (on-CPU: host overhead; off-CPU:
+//! waits, see the other chains).
+
+use causeway_store::StoreError;
+
+use super::{Finding, Input, d, lit, pct, severity, step};
+use crate::chains::Chain;
+
+/// Minimum launch rate before the drop.
+pub const MIN_BEFORE_PER_S: f64 = 20.0;
+
+/// Runs the detector.
+pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
+    let ctx = inp.ctx;
+    let mut out = Vec::new();
+    for s in inp.rates {
+        let Some(c) = s.change else { continue };
+        if c.before_low < MIN_BEFORE_PER_S || c.after_median > 0.5 * c.before_median {
+            continue;
+        }
+        let after_s = s.per_second.len().saturating_sub(c.at_second) as i64;
+        let ratio = c.after_median / c.before_median;
+        let lost = (after_s as f64 * (1.0 - ratio) * 1e9) as i64;
+        let Some(t) = ctx
+            .threads
+            .iter()
+            .find(|t| t.node == s.node && t.tid == s.tid)
+        else {
+            continue;
+        };
+        let at_ns = s.start_ns + c.at_second as i64 * 1_000_000_000;
+        let on_cpu = 1.0 - t.off_ns as f64 / (t.last_ns - t.first_ns).max(1) as f64;
+        let host_bound = on_cpu >= 0.8;
+        out.push(
+            Finding {
+                detector: "throughput_drop",
+                node: s.node.clone(),
+                time_lost_ns: lost,
+                severity: severity(lost, ctx.node_span_ns(&s.node)),
+                summary: format!(
+                    "launch rate of {} (tid {}) fell from {:.0}/s to {:.0}/s ({:.0}% drop) {} into the trace",
+                    t.comm, t.tid, c.before_median, c.after_median, (1.0 - ratio) * 100.0, d(at_ns - ctx.window.from_ns)
+                ),
+                root_cause: if host_bound {
+                    "Throughput drop from host overhead: the feeding thread stays on the CPU but spends longer between launches".into()
+                } else {
+                    "Throughput drop: the feeding thread launches less often because it waits more".into()
+                },
+                explanation: format!(
+                    "Kernel launches per second of {} (pid {}, tid {}) changed level after second {} of its activity: median {:.0}/s before, {:.0}/s after, for the remaining {after_s} s. The thread was on the CPU for {} of its span ({} off-CPU), so the missing launches are {}.",
+                    t.comm, t.pid, t.tid, c.at_second, c.before_median, c.after_median,
+                    pct(((on_cpu.clamp(0.0, 1.0)) * 1000.0) as i64, 1000), d(t.off_ns),
+                    if host_bound { "host-side work between launches (Python overhead, logging, data-dependent control flow, a growing structure), not waiting" } else { "time spent waiting; see the other chains for what it waited on" }
+                ),
+                timeline: vec![
+                    step("CUDA", "cudaLaunchKernel", format!("{:.0}/s -> {:.0}/s", c.before_median, c.after_median), 0),
+                    step("GPU", "idle", format!("an estimated {} of extra run time at the lower rate", d(lost)), lost),
+                ],
+                recommendations: if host_bound {
+                    vec![
+                        format!("Profile the thread's Python after {} (py-spy dump --pid {}) for work that grows per step.", d(at_ns - ctx.window.from_ns), t.pid),
+                        "Capture the step in a CUDA graph (torch.compile mode=\"reduce-overhead\") to cut per-launch host cost.".into(),
+                    ]
+                } else {
+                    vec!["Compare the windows before and after the drop: causeway explain --until/--from around the change point.".into()]
+                },
+                evidence_sql: format!(
+                    "SELECT (timestamp - {}) // 1000000000 AS second, count(*) AS launches FROM events WHERE node = {} AND tid = {} AND op IN ('cudaLaunchKernel', 'cuLaunchKernel') GROUP BY 1 ORDER BY 1",
+                    s.start_ns, lit(&s.node), s.tid
+                ),
+            }
+            .into_chain(),
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::demo::Scenario;
+    use crate::detectors::testutil::chains_of;
+
+    #[test]
+    fn fires_on_a_sustained_rate_drop() {
+        let c = chains_of(Scenario::ThroughputDrop, false, "throughput_drop");
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert!(c[0].summary.contains("fell from"), "{}", c[0].summary);
+        assert!(c[0].time_lost_ns > 3_000_000_000, "{}", c[0].time_lost_ns);
+    }
+
+    #[test]
+    fn steady_rate_and_periodic_dips_are_not_drops() {
+        assert!(chains_of(Scenario::ThroughputDrop, true, "throughput_drop").is_empty());
+        assert!(chains_of(Scenario::IoStall, false, "throughput_drop").is_empty());
+    }
+}

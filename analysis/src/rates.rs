@@ -1,0 +1,189 @@
+//! Rates over time and change points: kernel launches per second of every launching thread
+//! (one aggregating query), and the single split of that series that best separates two
+//! levels (a launch-rate drop), decided on segment medians so one burst second cannot fake it.
+
+use causeway_store::StoreError;
+use causeway_store::duckdb;
+use serde::Serialize;
+
+use crate::facts::{Ctx, duck};
+
+/// Launches per second of one thread.
+#[derive(Debug, Clone, Serialize)]
+pub struct RateSeries {
+    /// Node.
+    pub node: String,
+    /// Process.
+    pub pid: u32,
+    /// Thread.
+    pub tid: u32,
+    /// Start of second 0 (ns).
+    pub start_ns: i64,
+    /// Launches in each second from the thread's first to its last active second.
+    pub per_second: Vec<u32>,
+    /// Best change point, if the series is long enough.
+    pub change: Option<ChangePoint>,
+}
+
+/// Where a series changes level.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct ChangePoint {
+    /// Index of the first second of the second segment.
+    pub at_second: usize,
+    /// Median launches/s before.
+    pub before_median: f64,
+    /// 25th percentile (nearest rank) of launches/s before: the level was sustained if high.
+    pub before_low: f64,
+    /// Median launches/s after.
+    pub after_median: f64,
+}
+
+/// Minimum seconds on each side of a change point.
+pub const MIN_SEGMENT_S: usize = 3;
+
+const RATES_SQL: &str = "
+WITH f AS (
+  SELECT DISTINCT node, tid FROM event_data
+  WHERE op_id IN (SELECT op_id FROM ops WHERE op IN ('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx', 'cudaGraphLaunch'))
+    AND timestamp BETWEEN $1 AND $2 AND ($3::BIGINT < 0 OR pid = $3::BIGINT) AND ($4::VARCHAR = '' OR node = $4::VARCHAR))
+SELECT e.node, e.pid, e.tid, ((e.timestamp - $1) // 1000000000)::BIGINT AS sec,
+       count(*) FILTER (WHERE e.op_id IN (SELECT op_id FROM ops WHERE op IN ('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx', 'cudaGraphLaunch')))::BIGINT
+FROM event_data e JOIN f ON f.node = e.node AND f.tid = e.tid
+WHERE e.timestamp BETWEEN $1 AND $2
+GROUP BY ALL ORDER BY 1, 2, 3, 4";
+
+/// Per-second launch series of every launching thread in the window.
+pub fn launch_rates(ctx: &Ctx<'_>) -> Result<Vec<RateSeries>, StoreError> {
+    let r = ctx.r;
+    let rows: Vec<(String, u32, u32, i64, i64)> = r
+        .prepare_trusted(RATES_SQL)?
+        .query_map(
+            duckdb::params![ctx.window.from_ns, ctx.window.until_ns, ctx.pid, ctx.node],
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            },
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "computing launch rates"))?;
+    let mut out: Vec<RateSeries> = Vec::new();
+    let mut first_sec = 0i64;
+    for (node, pid, tid, sec, n) in rows {
+        let same = out
+            .last()
+            .is_some_and(|s| s.node == node && s.tid == tid && s.pid == pid);
+        if !same {
+            first_sec = sec;
+            out.push(RateSeries {
+                node,
+                pid,
+                tid,
+                start_ns: ctx.window.from_ns + sec * 1_000_000_000,
+                per_second: Vec::new(),
+                change: None,
+            });
+        }
+        if let Some(s) = out.last_mut() {
+            let i = (sec - first_sec).max(0) as usize;
+            if s.per_second.len() <= i {
+                s.per_second.resize(i + 1, 0);
+            }
+            s.per_second[i] = n.clamp(0, i64::from(u32::MAX)) as u32;
+        }
+    }
+    for s in &mut out {
+        // The last second is usually partial: leave it out of the decision.
+        let n = s.per_second.len().saturating_sub(1);
+        s.change = change_point(&s.per_second[..n]);
+    }
+    Ok(out)
+}
+
+fn lower_quartile(xs: &[u32]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_unstable();
+    v.get(v.len().div_ceil(4).saturating_sub(1))
+        .map_or(0.0, |&x| f64::from(x))
+}
+
+fn median(xs: &[u32]) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    let mut v = xs.to_vec();
+    v.sort_unstable();
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        f64::from(v[m])
+    } else {
+        (f64::from(v[m - 1]) + f64::from(v[m])) / 2.0
+    }
+}
+
+/// The split maximising |mean difference| * sqrt(k (n - k) / n) (a one-step binary
+/// segmentation), with segment medians reported. None if the series is too short.
+pub fn change_point(xs: &[u32]) -> Option<ChangePoint> {
+    let n = xs.len();
+    if n < 2 * MIN_SEGMENT_S {
+        return None;
+    }
+    let total: f64 = xs.iter().map(|&x| f64::from(x)).sum();
+    let mut left = 0.0;
+    let mut best: Option<(f64, usize)> = None;
+    for k in 1..n {
+        left += f64::from(xs[k - 1]);
+        if k < MIN_SEGMENT_S || n - k < MIN_SEGMENT_S {
+            continue;
+        }
+        let (kf, nf) = (k as f64, n as f64);
+        let diff = (left / kf - (total - left) / (nf - kf)).abs();
+        let score = diff * (kf * (nf - kf) / nf).sqrt();
+        if best.is_none_or(|b| score > b.0) {
+            best = Some((score, k));
+        }
+    }
+    best.map(|(_, k)| ChangePoint {
+        at_second: k,
+        before_median: median(&xs[..k]),
+        before_low: lower_quartile(&xs[..k]),
+        after_median: median(&xs[k..]),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_level_drop() {
+        let xs = [100, 102, 98, 101, 99, 40, 41, 39, 40, 42];
+        let c = change_point(&xs).unwrap();
+        assert_eq!(c.at_second, 5);
+        assert_eq!(c.before_median, 100.0);
+        assert_eq!(c.after_median, 40.0);
+    }
+
+    #[test]
+    fn one_burst_second_is_not_a_level() {
+        // vLLM-like: a warm-up burst, then a steady low rate.
+        let xs = [0, 0, 0, 0, 0, 1028, 0, 0, 0, 0, 4, 35, 55, 49, 68, 70, 40];
+        let c = change_point(&xs).unwrap();
+        assert!(c.before_low < 20.0, "{c:?}");
+        // vLLM #37343 engine thread: 1,028 launches in 250 ms of warm-up, then ~50/s.
+        let xs = [
+            523, 505, 0, 0, 0, 0, 0, 0, 0, 4, 1, 61, 50, 60, 78, 50, 41, 40, 37, 42,
+        ];
+        let c = change_point(&xs).unwrap();
+        assert!(c.before_low < 20.0, "{c:?}");
+    }
+
+    #[test]
+    fn short_series_has_no_change_point() {
+        assert_eq!(change_point(&[1, 2, 3]), None);
+    }
+}

@@ -1,0 +1,266 @@
+//! The event ABI shared with the BPF programs (src/bpf/events.h), decoded safely from bytes.
+//!
+//! Records are read with explicit little-endian field reads at fixed offsets (no transmutes),
+//! and a unit test pins the offsets to the layout the compiler gave the generated skeleton types.
+
+use thiserror::Error;
+
+/// Size in bytes of one `struct cw_event` ring-buffer record.
+pub const EVENT_SIZE: usize = 72;
+/// Number of log2 duration buckets in `struct cw_stat`.
+pub const HIST_BUCKETS: usize = 40;
+/// Size in bytes of one `struct cw_stat` map value.
+pub const STAT_SIZE: usize = 32 + 8 * HIST_BUCKETS;
+/// Size in bytes of one `struct cw_stat_key` map key.
+pub const STAT_KEY_SIZE: usize = 8;
+/// Number of op slots in the `drops` and `op_mode` arrays.
+pub const MAX_OPS: u32 = 256;
+
+/// What produced a record (the leading kind tag of `struct cw_event`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A paired uprobe/uretprobe call (CUDA runtime, driver, graph, NCCL).
+    Call,
+    /// An off-CPU interval or wakeup of a traced thread.
+    Sched,
+    /// A fork, exec or exit of a traced process.
+    Proc,
+    /// A block I/O request.
+    Io,
+    /// A TCP retransmit.
+    Tcp,
+    /// A socket send/recv syscall.
+    Net,
+    /// An OOM kill.
+    Oom,
+}
+
+impl Kind {
+    fn from_tag(tag: u8) -> Option<Kind> {
+        Some(match tag {
+            1 => Kind::Call,
+            2 => Kind::Sched,
+            3 => Kind::Proc,
+            4 => Kind::Io,
+            5 => Kind::Tcp,
+            6 => Kind::Net,
+            7 => Kind::Oom,
+            _ => return None,
+        })
+    }
+}
+
+/// A record that could not be decoded.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The record is shorter than the ABI says.
+    #[error("event record of {0} bytes, expected {EVENT_SIZE}")]
+    Short(usize),
+    /// The leading kind tag is unknown (kernel and user space built from different sources).
+    #[error("unknown event kind tag {0}")]
+    UnknownKind(u8),
+}
+
+/// One decoded `struct cw_event`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawEvent {
+    /// Kind tag.
+    pub kind: Kind,
+    /// Catalogue op id.
+    pub op: u16,
+    /// Process id (tgid).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Return code of the call (0 for host events).
+    pub ret: i32,
+    /// CLOCK_MONOTONIC ns of the start.
+    pub ts_mono_ns: u64,
+    /// Duration in ns (meaning per op).
+    pub duration_ns: u64,
+    /// First op-specific argument.
+    pub arg0: i64,
+    /// Second op-specific argument.
+    pub arg1: i64,
+    /// cgroup v2 id.
+    pub cgroup_id: u64,
+    /// Task comm, lossily decoded up to the first NUL.
+    pub comm: String,
+}
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[o..o + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Decodes one ring-buffer record.
+pub fn decode_event(b: &[u8]) -> Result<RawEvent, DecodeError> {
+    if b.len() < EVENT_SIZE {
+        return Err(DecodeError::Short(b.len()));
+    }
+    let kind = Kind::from_tag(b[0]).ok_or(DecodeError::UnknownKind(b[0]))?;
+    let comm_bytes = &b[56..72];
+    let end = comm_bytes.iter().position(|&c| c == 0).unwrap_or(16);
+    Ok(RawEvent {
+        kind,
+        op: u16_at(b, 2),
+        pid: u32_at(b, 4),
+        tid: u32_at(b, 8),
+        ret: u32_at(b, 12) as i32,
+        ts_mono_ns: u64_at(b, 16),
+        duration_ns: u64_at(b, 24),
+        arg0: u64_at(b, 32) as i64,
+        arg1: u64_at(b, 40) as i64,
+        cgroup_id: u64_at(b, 48),
+        comm: String::from_utf8_lossy(&comm_bytes[..end]).into_owned(),
+    })
+}
+
+/// Key of the per-(process, op) statistics map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StatKey {
+    /// Process id (tgid).
+    pub pid: u32,
+    /// Catalogue op id.
+    pub op: u16,
+}
+
+impl StatKey {
+    /// Decodes a map key; `None` when the size is wrong.
+    pub fn decode(b: &[u8]) -> Option<StatKey> {
+        (b.len() == STAT_KEY_SIZE).then(|| StatKey {
+            pid: u32_at(b, 0),
+            op: u16_at(b, 4),
+        })
+    }
+}
+
+/// Value of the per-(process, op) statistics map: exact in-kernel counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    /// Calls/events seen in the kernel.
+    pub calls: u64,
+    /// Of which submitted to the ring buffer.
+    pub stored: u64,
+    /// Sum of durations (ns).
+    pub total_ns: u64,
+    /// Sum of byte arguments.
+    pub bytes: u64,
+    /// log2 histogram of durations (bucket i counts [2^i, 2^(i+1)) ns).
+    pub hist: [u64; HIST_BUCKETS],
+}
+
+impl Stat {
+    /// Decodes a map value; `None` when the size is wrong.
+    pub fn decode(b: &[u8]) -> Option<Stat> {
+        if b.len() != STAT_SIZE {
+            return None;
+        }
+        let mut hist = [0u64; HIST_BUCKETS];
+        for (i, h) in hist.iter_mut().enumerate() {
+            *h = u64_at(b, 32 + 8 * i);
+        }
+        Some(Stat {
+            calls: u64_at(b, 0),
+            stored: u64_at(b, 8),
+            total_ns: u64_at(b, 16),
+            bytes: u64_at(b, 24),
+            hist,
+        })
+    }
+}
+
+/// Sums one per-CPU counter value (as returned by a per-CPU array lookup).
+pub fn sum_percpu(values: &[Vec<u8>]) -> u64 {
+    values
+        .iter()
+        .filter(|v| v.len() >= 8)
+        .map(|v| u64_at(v, 0))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::skel::types;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn layout_matches_the_compiled_structs() {
+        assert_eq!(size_of::<types::cw_event>(), EVENT_SIZE);
+        assert_eq!(size_of::<types::cw_stat>(), STAT_SIZE);
+        assert_eq!(size_of::<types::cw_stat_key>(), STAT_KEY_SIZE);
+        assert_eq!(offset_of!(types::cw_event, op), 2);
+        assert_eq!(offset_of!(types::cw_event, pid), 4);
+        assert_eq!(offset_of!(types::cw_event, tid), 8);
+        assert_eq!(offset_of!(types::cw_event, ret), 12);
+        assert_eq!(offset_of!(types::cw_event, ts), 16);
+        assert_eq!(offset_of!(types::cw_event, duration), 24);
+        assert_eq!(offset_of!(types::cw_event, arg0), 32);
+        assert_eq!(offset_of!(types::cw_event, arg1), 40);
+        assert_eq!(offset_of!(types::cw_event, cgroup_id), 48);
+        assert_eq!(offset_of!(types::cw_event, comm), 56);
+        assert_eq!(offset_of!(types::cw_stat, hist), 32);
+    }
+
+    #[test]
+    fn decodes_a_record() {
+        let mut b = vec![0u8; EVENT_SIZE];
+        b[0] = 1;
+        b[2..4].copy_from_slice(&3u16.to_le_bytes());
+        b[4..8].copy_from_slice(&4242u32.to_le_bytes());
+        b[8..12].copy_from_slice(&4243u32.to_le_bytes());
+        b[12..16].copy_from_slice(&(-2i32).to_le_bytes());
+        b[16..24].copy_from_slice(&1_000u64.to_le_bytes());
+        b[24..32].copy_from_slice(&50u64.to_le_bytes());
+        b[32..40].copy_from_slice(&(-7i64).to_le_bytes());
+        b[40..48].copy_from_slice(&9i64.to_le_bytes());
+        b[56..60].copy_from_slice(b"work");
+        let e = decode_event(&b).unwrap();
+        assert_eq!(e.kind, Kind::Call);
+        assert_eq!((e.op, e.pid, e.tid, e.ret), (3, 4242, 4243, -2));
+        assert_eq!(
+            (e.ts_mono_ns, e.duration_ns, e.arg0, e.arg1),
+            (1_000, 50, -7, 9)
+        );
+        assert_eq!(e.comm, "work");
+    }
+
+    #[test]
+    fn rejects_short_and_unknown_records() {
+        assert_eq!(decode_event(&[1u8; 10]), Err(DecodeError::Short(10)));
+        let mut b = vec![0u8; EVENT_SIZE];
+        b[0] = 99;
+        assert_eq!(decode_event(&b), Err(DecodeError::UnknownKind(99)));
+    }
+
+    #[test]
+    fn decodes_stats() {
+        let mut v = vec![0u8; STAT_SIZE];
+        v[0..8].copy_from_slice(&5u64.to_le_bytes());
+        v[32 + 8 * 3..32 + 8 * 4].copy_from_slice(&2u64.to_le_bytes());
+        let s = Stat::decode(&v).unwrap();
+        assert_eq!(s.calls, 5);
+        assert_eq!(s.hist[3], 2);
+        assert!(Stat::decode(&v[..10]).is_none());
+        assert_eq!(
+            StatKey::decode(&[1, 0, 0, 0, 3, 0, 0, 0]),
+            Some(StatKey { pid: 1, op: 3 })
+        );
+        assert_eq!(
+            sum_percpu(&[5u64.to_le_bytes().to_vec(), 6u64.to_le_bytes().to_vec()]),
+            11
+        );
+    }
+}

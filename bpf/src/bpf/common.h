@@ -1,0 +1,141 @@
+// Shared maps, load-time configuration and helpers of every causeway BPF program.
+//
+// Targeting: `targets` holds the tgids being traced. Host programs only look at targets; the
+// uprobes either require a target (--pid, -- COMMAND) or enrol every caller (all CUDA processes).
+// Accounting: every call/event is counted per (pid, op) in `stats` with a log2 duration histogram
+// before the ring buffer is tried, so statistics stay exact when events are dropped or not emitted.
+#ifndef CAUSEWAY_COMMON_H
+#define CAUSEWAY_COMMON_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "events.h"
+
+#define BPF_MAP_TYPE_LRU_HASH_ 9
+
+/* Load-time configuration (set from user space before load). */
+const volatile __u32 self_tgid = 0;       /* the collector itself: never traced (wakeup storm) */
+const volatile __u32 spawner_tid = 0;     /* thread that forks `-- COMMAND`: its children are enrolled */
+const volatile __u8 uprobes_enrol = 0;    /* 1: any process calling a probed library is enrolled */
+
+/* Dummies so libbpf-cargo emits Rust types for the ABI structs (abi.rs checks the layout). */
+struct cw_event cw_event_abi = {};
+struct cw_stat cw_stat_abi = {};
+struct cw_stat_key cw_stat_key_abi = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20); /* resized by user space before load */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);  /* tgid */
+	__type(value, __u8); /* 1 */
+} targets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct cw_stat_key);
+	__type(value, struct cw_stat);
+} stats SEC(".maps");
+
+/* Ring-buffer reservation failures per op, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CW_MAX_OPS);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+/* Per-op mode, changed at run time: 0 = emit events, 1 = count and histogram only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CW_MAX_OPS);
+	__type(key, __u32);
+	__type(value, __u32);
+} op_mode SEC(".maps");
+
+static __always_inline bool cw_is_target(__u32 tgid)
+{
+	if (tgid == self_tgid || tgid == 0)
+		return false;
+	return bpf_map_lookup_elem(&targets, &tgid) != NULL;
+}
+
+static __always_inline __u32 cw_log2(__u64 v)
+{
+	__u32 r = 0;
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) { r += 1; }
+	return r >= CW_HIST_BUCKETS ? CW_HIST_BUCKETS - 1 : r;
+}
+
+/* Counts one call/event of `op` for `pid`; returns true when an event should be emitted. */
+static __always_inline bool cw_account(__u32 pid, __u16 op, __u64 dur, __u64 bytes)
+{
+	struct cw_stat_key key = { .pid = pid, .op = op };
+	struct cw_stat *st = bpf_map_lookup_elem(&stats, &key);
+	if (!st) {
+		struct cw_stat zero = {};
+		bpf_map_update_elem(&stats, &key, &zero, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&stats, &key);
+		if (!st)
+			return true;
+	}
+	__sync_fetch_and_add(&st->calls, 1);
+	__sync_fetch_and_add(&st->total_ns, dur);
+	__sync_fetch_and_add(&st->bytes, bytes);
+	__u32 b = cw_log2(dur);
+	if (b < CW_HIST_BUCKETS)
+		__sync_fetch_and_add(&st->hist[b], 1);
+
+	__u32 k = op;
+	__u32 *mode = bpf_map_lookup_elem(&op_mode, &k);
+	return !(mode && *mode == 1);
+}
+
+static __always_inline void cw_count_stored(__u32 pid, __u16 op)
+{
+	struct cw_stat_key key = { .pid = pid, .op = op };
+	struct cw_stat *st = bpf_map_lookup_elem(&stats, &key);
+	if (st)
+		__sync_fetch_and_add(&st->stored, 1);
+}
+
+/* Reserves one event; counts a drop for `op` when the ring buffer is full. */
+static __always_inline struct cw_event *cw_reserve(__u16 op)
+{
+	struct cw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		__u32 k = op;
+		__u64 *n = bpf_map_lookup_elem(&drops, &k);
+		if (n)
+			*n += 1;
+		return NULL;
+	}
+	e->flags = 0;
+	return e;
+}
+
+/* Submits without waking the consumer (it polls on a timer) unless the ring is filling up. */
+static __always_inline void cw_commit(struct cw_event *e)
+{
+	__u32 pid = e->pid;
+	__u16 op = e->op;
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 size = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
+	bpf_ringbuf_submit(e, avail > size / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	cw_count_stored(pid, op);
+}
+
+#endif

@@ -1,0 +1,103 @@
+// The event ABI between the BPF programs and user space (mirrored by bpf/src/abi.rs).
+//
+// Every ring-buffer record is one `struct cw_event`: a leading kind tag, the catalogue op id
+// (store/src/catalog.rs), who, when, and two op-specific arguments whose meaning the catalogue
+// documents. Change this file and abi.rs together (a unit test checks the size and offsets).
+#ifndef CAUSEWAY_EVENTS_H
+#define CAUSEWAY_EVENTS_H
+
+/* Kind tags (first byte of every record). */
+#define CW_KIND_CALL 1  /* a paired uprobe/uretprobe call (CUDA runtime, driver, graph, NCCL) */
+#define CW_KIND_SCHED 2 /* off-CPU interval or wakeup latency of a traced thread */
+#define CW_KIND_PROC 3  /* fork / exec / exit of a traced process */
+#define CW_KIND_IO 4    /* block I/O request, issue to completion */
+#define CW_KIND_TCP 5   /* TCP retransmit */
+#define CW_KIND_NET 6   /* socket send/recv syscall */
+#define CW_KIND_OOM 7   /* OOM kill */
+
+/* Catalogue op ids used in the kernel (must equal store/src/catalog.rs; abi.rs tests it). */
+#define OP_CUDA_MALLOC 1
+#define OP_CUDA_FREE 2
+#define OP_CUDA_LAUNCH_KERNEL 3
+#define OP_CUDA_MEMCPY 4
+#define OP_CUDA_STREAM_SYNC 5
+#define OP_CUDA_DEVICE_SYNC 6
+#define OP_CUDA_MEMCPY_ASYNC 7
+#define OP_CUDA_MALLOC_MANAGED 8
+#define OP_CUDA_MEMCPY_2D 9
+#define OP_CUDA_MEMCPY_2D_ASYNC 10
+#define OP_CUDA_MEMCPY_PEER 11
+#define OP_CUDA_MEMCPY_PEER_ASYNC 12
+#define OP_CUDA_MEMSET_ASYNC 13
+#define OP_CUDA_EVENT_SYNC 14
+#define OP_GRAPH_LAUNCH 30
+#define OP_GRAPH_BEGIN_CAPTURE 31
+#define OP_GRAPH_END_CAPTURE 32
+#define OP_GRAPH_INSTANTIATE 33
+#define OP_CU_LAUNCH_KERNEL 50
+#define OP_CU_MEMCPY 51
+#define OP_CU_MEMCPY_ASYNC 52
+#define OP_CU_CTX_SYNC 53
+#define OP_CU_MEM_ALLOC 54
+#define OP_CU_MEM_ALLOC_MANAGED 55
+#define OP_CU_LAUNCH_KERNEL_EX 56
+#define OP_CU_MEM_FREE 57
+#define OP_CU_STREAM_SYNC 58
+#define OP_SCHED_SWITCH 100
+#define OP_SCHED_WAKEUP 101
+#define OP_MM_PAGE_ALLOC 102
+#define OP_OOM_KILL 103
+#define OP_PROCESS_EXEC 104
+#define OP_PROCESS_EXIT 105
+#define OP_PROCESS_FORK 106
+#define OP_BLOCK_READ 130
+#define OP_BLOCK_WRITE 131
+#define OP_BLOCK_DISCARD 132
+#define OP_TCP_RETRANSMIT 150
+#define OP_NET_SEND 170
+#define OP_NET_RECV 171
+#define OP_NCCL_ALL_REDUCE 200
+#define OP_NCCL_BROADCAST 201
+#define OP_NCCL_REDUCE 202
+#define OP_NCCL_ALL_GATHER 203
+#define OP_NCCL_REDUCE_SCATTER 204
+#define OP_NCCL_SEND 205
+#define OP_NCCL_RECV 206
+#define OP_NCCL_GROUP_END 207
+
+/* Op ids index the per-CPU drop array and the op-mode array. */
+#define CW_MAX_OPS 256
+/* log2 histogram buckets of durations in ns (bucket i counts [2^i, 2^(i+1)), bucket 0 also 0). */
+#define CW_HIST_BUCKETS 40
+
+struct cw_event {
+	__u8 kind;          /* CW_KIND_* */
+	__u8 flags;         /* reserved, 0 */
+	__u16 op;           /* catalogue op id */
+	__u32 pid;          /* process id (tgid) */
+	__u32 tid;          /* thread id */
+	__s32 ret;          /* return code of the call, 0 for host events */
+	__u64 ts;           /* CLOCK_MONOTONIC ns (bpf_ktime_get_ns) of the start */
+	__u64 duration;     /* ns, meaning per op (catalogue) */
+	__s64 arg0;         /* per op (catalogue) */
+	__s64 arg1;         /* per op (catalogue) */
+	__u64 cgroup_id;    /* cgroup v2 id of the task */
+	char comm[16];      /* task comm (thread name) */
+};
+
+/* Key and value of the per-(process, op) statistics map (exact counts, whatever is dropped). */
+struct cw_stat_key {
+	__u32 pid;
+	__u16 op;
+	__u16 pad;
+};
+
+struct cw_stat {
+	__u64 calls;        /* completed calls / events seen in the kernel */
+	__u64 stored;       /* of which submitted to the ring buffer */
+	__u64 total_ns;     /* sum of durations */
+	__u64 bytes;        /* sum of byte arguments (copies, allocations, I/O, page allocations) */
+	__u64 hist[CW_HIST_BUCKETS];
+};
+
+#endif

@@ -1,0 +1,109 @@
+// Process lifecycle and memory programs (tp_btf): fork (children are enrolled), exec, exit, page
+// allocations (counted in the kernel only) and OOM kills.
+#ifndef CAUSEWAY_PROC_H
+#define CAUSEWAY_PROC_H
+
+#include "common.h"
+
+static __always_inline void cw_emit_proc(__u16 op, __u8 kind, __u32 pid, __u32 tid, __u64 ts,
+					 __u64 dur, __s64 a0, __s64 a1, struct task_struct *t)
+{
+	if (!cw_account(pid, op, dur, 0))
+		return;
+	struct cw_event *e = cw_reserve(op);
+	if (!e)
+		return;
+	e->kind = kind;
+	e->op = op;
+	e->pid = pid;
+	e->tid = tid;
+	e->ret = 0;
+	e->ts = ts;
+	e->duration = dur;
+	e->arg0 = a0;
+	e->arg1 = a1;
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_probe_read_kernel(e->comm, sizeof(e->comm), t->comm);
+	cw_commit(e);
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(cw_process_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ctgid = child->tgid, cpid = child->pid, ptgid = parent->tgid;
+	if (cpid != ctgid)
+		return 0; /* a new thread: its process is already (or not) traced */
+	bool traced = cw_is_target(ptgid);
+	bool spawned = spawner_tid && (__u32)parent->pid == spawner_tid;
+	if (!traced && !spawned)
+		return 0;
+	__u8 one = 1;
+	bpf_map_update_elem(&targets, &ctgid, &one, BPF_ANY);
+	if (traced)
+		cw_emit_proc(OP_PROCESS_FORK, CW_KIND_PROC, ptgid, parent->pid, bpf_ktime_get_ns(), 0,
+			     ctgid, 0, parent);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(cw_process_exec, struct task_struct *p, pid_t old_pid, void *bprm)
+{
+	__u32 tgid = p->tgid;
+	if (!cw_is_target(tgid))
+		return 0;
+	cw_emit_proc(OP_PROCESS_EXEC, CW_KIND_PROC, tgid, p->pid, bpf_ktime_get_ns(), 0,
+		     p->real_parent->tgid, 0, p);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(cw_process_exit, struct task_struct *p, bool group_dead)
+{
+	__u32 tgid = p->tgid, tid = p->pid;
+	if (!cw_is_target(tgid))
+		return 0;
+	if (!group_dead)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 start = p->start_time;
+	int code = p->exit_code;
+	__s64 status = (code & 0x7f) ? 128 + (code & 0x7f) : ((code >> 8) & 0xff);
+	cw_emit_proc(OP_PROCESS_EXIT, CW_KIND_PROC, tgid, tid, now, start && start < now ? now - start : 0,
+		     status, 0, p);
+	bpf_map_delete_elem(&targets, &tgid);
+	return 0;
+}
+
+SEC("tp_btf/mm_page_alloc")
+int BPF_PROG(cw_mm_page_alloc, struct page *page, unsigned int order, gfp_t gfp, int migratetype)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!cw_is_target(tgid))
+		return 0;
+	/* Aggregated only: counted per process in `stats`, never emitted (op_mode not consulted). */
+	struct cw_stat_key key = { .pid = tgid, .op = OP_MM_PAGE_ALLOC };
+	struct cw_stat *st = bpf_map_lookup_elem(&stats, &key);
+	if (!st) {
+		struct cw_stat zero = {};
+		bpf_map_update_elem(&stats, &key, &zero, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&stats, &key);
+		if (!st)
+			return 0;
+	}
+	__sync_fetch_and_add(&st->calls, 1);
+	__sync_fetch_and_add(&st->bytes, 4096ULL << (order & 31));
+	__sync_fetch_and_add(&st->hist[0], 1);
+	return 0;
+}
+
+SEC("tp_btf/mark_victim")
+int BPF_PROG(cw_oom_kill, struct task_struct *task, uid_t uid)
+{
+	/* Host-wide: an OOM kill anywhere matters to every traced job. */
+	__u64 id = bpf_get_current_pid_tgid();
+	cw_emit_proc(OP_OOM_KILL, CW_KIND_OOM, id >> 32, (__u32)id, bpf_ktime_get_ns(), 0,
+		     task->tgid, 0, task);
+	return 0;
+}
+
+#endif

@@ -1,0 +1,126 @@
+// Scheduler programs (tp_btf, no tracefs needed): off-CPU intervals and wakeup latency of traced threads.
+//
+// At switch-out of a traced thread (current == prev) we remember when, which task ran next, the
+// state class, the comm and the cgroup; at its switch-in we emit one sched_switch event
+// (timestamp = switch-out, duration = off-CPU time, arg0 = next task's pid (kernel pid = thread
+// id), arg1 = 0 preempted while runnable / 1 blocked / 2 other) and, when a wakeup was seen, one
+// sched_wakeup event (timestamp = wakeup, duration = run-queue latency, arg0 = waker thread id,
+// arg1 = target CPU).
+#ifndef CAUSEWAY_SCHED_H
+#define CAUSEWAY_SCHED_H
+
+#include "common.h"
+
+struct offcpu {
+	__u64 ts;
+	__u64 cgroup_id;
+	__u32 next_pid;
+	__u32 state;
+	char comm[16];
+};
+
+struct wakeup {
+	__u64 ts;
+	__u32 waker;
+	__s32 cpu;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH_);
+	__uint(max_entries, 65536);
+	__type(key, __u32); /* tid */
+	__type(value, struct offcpu);
+} offcpu SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH_);
+	__uint(max_entries, 65536);
+	__type(key, __u32); /* tid */
+	__type(value, struct wakeup);
+} wakeups SEC(".maps");
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 ptid = prev->pid, ptgid = prev->tgid;
+	if (ptid && cw_is_target(ptgid)) {
+		struct offcpu o = {};
+		o.ts = now;
+		o.next_pid = next->pid;
+		o.state = (preempt || prev_state == 0) ? 0 : ((prev_state & 3) ? 1 : 2);
+		o.cgroup_id = bpf_get_current_cgroup_id();
+		bpf_get_current_comm(o.comm, sizeof(o.comm));
+		bpf_map_update_elem(&offcpu, &ptid, &o, BPF_ANY);
+	}
+
+	__u32 ntid = next->pid, ntgid = next->tgid;
+	if (!ntid || !cw_is_target(ntgid))
+		return 0;
+
+	struct offcpu *op = bpf_map_lookup_elem(&offcpu, &ntid);
+	if (op) {
+		struct offcpu o = *op;
+		bpf_map_delete_elem(&offcpu, &ntid);
+		__u64 dur = now - o.ts;
+		if (cw_account(ntgid, OP_SCHED_SWITCH, dur, 0)) {
+			struct cw_event *e = cw_reserve(OP_SCHED_SWITCH);
+			if (e) {
+				e->kind = CW_KIND_SCHED;
+				e->op = OP_SCHED_SWITCH;
+				e->pid = ntgid;
+				e->tid = ntid;
+				e->ret = 0;
+				e->ts = o.ts;
+				e->duration = dur;
+				e->arg0 = o.next_pid;
+				e->arg1 = o.state;
+				e->cgroup_id = o.cgroup_id;
+				__builtin_memcpy(e->comm, o.comm, sizeof(e->comm));
+				cw_commit(e);
+			}
+		}
+	}
+
+	struct wakeup *wp = bpf_map_lookup_elem(&wakeups, &ntid);
+	if (wp) {
+		struct wakeup w = *wp;
+		bpf_map_delete_elem(&wakeups, &ntid);
+		__u64 dur = now - w.ts;
+		if (cw_account(ntgid, OP_SCHED_WAKEUP, dur, 0)) {
+			struct cw_event *e = cw_reserve(OP_SCHED_WAKEUP);
+			if (e) {
+				e->kind = CW_KIND_SCHED;
+				e->op = OP_SCHED_WAKEUP;
+				e->pid = ntgid;
+				e->tid = ntid;
+				e->ret = 0;
+				e->ts = w.ts;
+				e->duration = dur;
+				e->arg0 = w.waker;
+				e->arg1 = w.cpu;
+				e->cgroup_id = 0;
+				bpf_probe_read_kernel(e->comm, sizeof(e->comm), next->comm);
+				cw_commit(e);
+			}
+		}
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(cw_sched_wakeup, struct task_struct *p)
+{
+	__u32 tid = p->pid;
+	if (!tid || !cw_is_target(p->tgid))
+		return 0;
+	struct wakeup w = {};
+	w.ts = bpf_ktime_get_ns();
+	w.waker = (__u32)bpf_get_current_pid_tgid();
+	w.cpu = p->wake_cpu;
+	bpf_map_update_elem(&wakeups, &tid, &w, BPF_ANY);
+	return 0;
+}
+
+#endif

@@ -1,0 +1,126 @@
+// Minimal kernel type definitions for causeway's BPF programs (CO-RE: offsets are relocated at load).
+//
+// Only the types and fields the programs read are declared. Every record carries
+// preserve_access_index, so libbpf matches fields by name against the running kernel's BTF
+// (/sys/kernel/btf/vmlinux) and the layout written here never has to match it. pt_regs is the
+// x86-64 UAPI layout (stable ABI) and is what uprobe programs receive as context.
+#ifndef CAUSEWAY_VMLINUX_H
+#define CAUSEWAY_VMLINUX_H
+
+typedef signed char __s8;
+typedef unsigned char __u8;
+typedef short __s16;
+typedef unsigned short __u16;
+typedef int __s32;
+typedef unsigned int __u32;
+typedef long long __s64;
+typedef unsigned long long __u64;
+typedef __u8 u8;
+typedef __u16 u16;
+typedef __u32 u32;
+typedef __u64 u64;
+typedef __s32 s32;
+typedef __s64 s64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+typedef _Bool bool;
+typedef int pid_t;
+typedef unsigned int uid_t;
+typedef __u32 dev_t;
+typedef __u32 blk_opf_t;
+typedef __u8 blk_status_t;
+typedef unsigned int gfp_t;
+#define true 1
+#define false 0
+
+enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_RINGBUF = 27,
+};
+
+enum {
+	BPF_ANY = 0,
+	BPF_NOEXIST = 1,
+	BPF_EXIST = 2,
+};
+
+enum {
+	BPF_RB_NO_WAKEUP = 1,
+	BPF_RB_FORCE_WAKEUP = 2,
+};
+
+enum {
+	BPF_RB_AVAIL_DATA = 0,
+	BPF_RB_RING_SIZE = 1,
+};
+
+/* x86-64 user/kernel register frame (UAPI layout, not relocated). */
+struct pt_regs {
+	unsigned long r15;
+	unsigned long r14;
+	unsigned long r13;
+	unsigned long r12;
+	unsigned long bp;
+	unsigned long bx;
+	unsigned long r11;
+	unsigned long r10;
+	unsigned long r9;
+	unsigned long r8;
+	unsigned long ax;
+	unsigned long cx;
+	unsigned long dx;
+	unsigned long si;
+	unsigned long di;
+	unsigned long orig_ax;
+	unsigned long ip;
+	unsigned long cs;
+	unsigned long flags;
+	unsigned long sp;
+	unsigned long ss;
+};
+
+#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+
+struct task_struct {
+	int wake_cpu;
+	int exit_code;
+	pid_t pid;
+	pid_t tgid;
+	struct task_struct *real_parent;
+	u64 start_time;
+	char comm[16];
+};
+
+struct block_device {
+	dev_t bd_dev;
+};
+
+struct request {
+	blk_opf_t cmd_flags;
+	unsigned int __data_len;
+	struct block_device *part;
+};
+
+struct sock_common {
+	__be16 skc_dport;
+	unsigned short skc_family;
+};
+
+struct sock {
+	struct sock_common __sk_common;
+};
+
+struct sk_buff {
+	unsigned int len;
+};
+
+struct page {
+	unsigned long flags;
+};
+
+#pragma clang attribute pop
+
+#endif

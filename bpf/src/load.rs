@@ -1,0 +1,105 @@
+//! Opening, configuring and loading the BPF object (the skeleton stays on the calling thread).
+
+use std::mem::MaybeUninit;
+
+use libbpf_rs::OpenObject;
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use thiserror::Error;
+
+use crate::skel::{CausewaySkel, CausewaySkelBuilder};
+
+/// Default ring-buffer size: 8 MiB (about 116k events of 72 bytes).
+pub const DEFAULT_RINGBUF_BYTES: u32 = 8 << 20;
+
+/// Load-time configuration (`const volatile` globals and map sizes).
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    /// The collector's own tgid: never traced (avoids the ring-buffer wakeup storm).
+    pub self_tgid: u32,
+    /// Thread that spawns `-- COMMAND`: processes it forks are enrolled as targets (0: none).
+    pub spawner_tid: u32,
+    /// Enrol every process that calls a probed library (all-CUDA-processes mode).
+    pub uprobes_enrol: bool,
+    /// Ring-buffer size in bytes (a power of two, at least one page).
+    pub ringbuf_bytes: u32,
+    /// Load the host programs (scheduler, process, block, network).
+    pub host: bool,
+    /// Load the empty benchmark pair (`cw_bare_entry`/`cw_bare_exit`).
+    pub bare: bool,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        LoadConfig {
+            self_tgid: std::process::id(),
+            spawner_tid: 0,
+            uprobes_enrol: false,
+            ringbuf_bytes: DEFAULT_RINGBUF_BYTES,
+            host: true,
+            bare: false,
+        }
+    }
+}
+
+/// Why the BPF object could not be loaded.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    /// libbpf could not open the embedded object.
+    #[error("opening the BPF object failed: {0}")]
+    Open(#[source] libbpf_rs::Error),
+    /// The ring-buffer size is not a power of two of at least 4096 bytes.
+    #[error(
+        "ring buffer size {0} is not a power of two >= 4096\nhint: use e.g. 4096, 65536 or 8388608"
+    )]
+    RingSize(u32),
+    /// Setting a map size or program option failed.
+    #[error("configuring the BPF object failed: {0}")]
+    Config(#[source] libbpf_rs::Error),
+    /// The kernel refused the programs (permissions, BTF, verifier).
+    #[error(
+        "loading the BPF programs failed: {0}\nhint: run as root (or with CAP_BPF, CAP_PERFMON and \
+         CAP_SYS_RESOURCE) on a kernel >= 5.15 with BTF (/sys/kernel/btf/vmlinux); `causeway check` \
+         says what is missing"
+    )]
+    Load(#[source] libbpf_rs::Error),
+}
+
+/// Opens the object, applies `cfg` and loads it into the kernel. `storage` must outlive the skeleton.
+pub fn open_and_load<'obj>(
+    storage: &'obj mut MaybeUninit<OpenObject>,
+    cfg: &LoadConfig,
+) -> Result<CausewaySkel<'obj>, LoadError> {
+    if !cfg.ringbuf_bytes.is_power_of_two() || cfg.ringbuf_bytes < 4096 {
+        return Err(LoadError::RingSize(cfg.ringbuf_bytes));
+    }
+    let mut open = CausewaySkelBuilder::default()
+        .open(storage)
+        .map_err(LoadError::Open)?;
+    if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+        ro.self_tgid = cfg.self_tgid;
+        ro.spawner_tid = cfg.spawner_tid;
+        ro.uprobes_enrol = u8::from(cfg.uprobes_enrol);
+    }
+    open.maps
+        .events
+        .set_max_entries(cfg.ringbuf_bytes)
+        .map_err(LoadError::Config)?;
+    let progs = &mut open.progs;
+    for prog in [&mut progs.cw_bare_entry, &mut progs.cw_bare_exit] {
+        prog.set_autoload(cfg.bare);
+    }
+    for prog in [
+        &mut progs.cw_sched_switch,
+        &mut progs.cw_sched_wakeup,
+        &mut progs.cw_mm_page_alloc,
+        &mut progs.cw_oom_kill,
+        &mut progs.cw_block_rq_issue,
+        &mut progs.cw_block_rq_complete,
+        &mut progs.cw_tcp_retransmit,
+        &mut progs.cw_sys_enter,
+        &mut progs.cw_sys_exit,
+    ] {
+        prog.set_autoload(cfg.host);
+    }
+    open.load().map_err(LoadError::Load)
+}

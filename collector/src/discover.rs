@@ -1,0 +1,286 @@
+//! Finding the CUDA libraries to probe: in processes' /proc/PID/maps (site-packages and conda
+//! copies included), in a command's library search path, in standard locations, and executables
+//! that link the CUDA runtime statically.
+
+use std::collections::{HashSet, VecDeque};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use causeway_bpf::probes::Library;
+use serde::Serialize;
+
+/// One library file (or statically linked executable) to attach probes to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct LibFile {
+    /// Which library's functions it exports.
+    #[serde(serialize_with = "library_name")]
+    pub library: Library,
+    /// A path valid in the collector's mount namespace (possibly through /proc/PID/root).
+    pub path: PathBuf,
+}
+
+fn library_name<S: serde::Serializer>(l: &Library, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(l.name())
+}
+
+/// Identity of a file on disk (uprobes are per inode, so two paths to one file attach once).
+pub fn file_id(path: &Path) -> Option<(u64, u64)> {
+    fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The CUDA/NCCL libraries mapped by a process.
+pub fn libs_in_maps(pid: u32) -> Vec<LibFile> {
+    let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        let Some(path) = line.split_whitespace().nth(5) else {
+            continue;
+        };
+        if !path.starts_with('/') || !seen.insert(path.to_string()) {
+            continue;
+        }
+        let name = Path::new(path)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("");
+        let Some(library) = Library::from_file_name(name) else {
+            continue;
+        };
+        let direct = PathBuf::from(path);
+        let via_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
+        // Same inode through the process's root means the same file in our namespace too.
+        let path = if file_id(&direct).is_some() && file_id(&direct) == file_id(&via_root) {
+            direct
+        } else {
+            via_root
+        };
+        out.push(LibFile { library, path });
+    }
+    out
+}
+
+/// Whether an executable carries the CUDA runtime itself (nvcc links it statically by default).
+pub fn links_cudart_statically(exe: &Path) -> bool {
+    let Ok(meta) = fs::metadata(exe) else {
+        return false;
+    };
+    if meta.len() > 2 << 30 {
+        return false;
+    }
+    let Ok(bytes) = fs::read(exe) else {
+        return false;
+    };
+    let Ok(elf) = goblin::elf::Elf::parse(&bytes) else {
+        return false;
+    };
+    let defined = |syms: &goblin::elf::Symtab, strtab: &goblin::strtab::Strtab| {
+        syms.iter().any(|s| {
+            s.st_value != 0
+                && s.st_shndx != 0
+                && strtab.get_at(s.st_name) == Some("cudaLaunchKernel")
+        })
+    };
+    defined(&elf.dynsyms, &elf.dynstrtab) || defined(&elf.syms, &elf.strtab)
+}
+
+const STANDARD_DIRS: &[&str] = &[
+    "/usr/local/cuda/lib64",
+    "/usr/local/cuda/targets/x86_64-linux/lib",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/lib",
+    "/usr/lib/wsl/lib",
+    "/opt/conda/lib",
+];
+
+fn libs_in_dir(dir: &Path, out: &mut Vec<LibFile>) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for entry in rd.flatten() {
+        let name = entry.file_name();
+        let Some(library) = name.to_str().and_then(Library::from_file_name) else {
+            continue;
+        };
+        out.push(LibFile {
+            library,
+            path: entry.path(),
+        });
+    }
+}
+
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// CUDA libraries in standard locations: CUDA toolkits, the distribution's library directories,
+/// conda, and pip's `nvidia/*/lib` packages in every Python site-packages/dist-packages.
+pub fn standard_libs() -> Vec<LibFile> {
+    let mut dirs: Vec<PathBuf> = STANDARD_DIRS.iter().map(PathBuf::from).collect();
+    for p in subdirs(Path::new("/usr/local")) {
+        if p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("cuda-"))
+        {
+            dirs.push(p.join("lib64"));
+        }
+    }
+    for root in ["/usr/lib", "/usr/local/lib", "/opt/conda/lib"] {
+        for py in subdirs(Path::new(root)) {
+            if !py
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("python3"))
+            {
+                continue;
+            }
+            for pkgs in ["site-packages", "dist-packages"] {
+                for nv in subdirs(&py.join(pkgs).join("nvidia")) {
+                    dirs.push(nv.join("lib"));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for d in &dirs {
+        libs_in_dir(d, &mut out);
+    }
+    dedupe(out)
+}
+
+/// Keeps one path per file (symlinks such as libcuda.so -> libcuda.so.1 collapse).
+pub fn dedupe(libs: Vec<LibFile>) -> Vec<LibFile> {
+    let mut seen = HashSet::new();
+    libs.into_iter()
+        .filter(|l| file_id(&l.path).is_some_and(|id| seen.insert(id)))
+        .collect()
+}
+
+/// Processes that have a CUDA library mapped, with those libraries.
+pub fn cuda_processes() -> Vec<(u32, Vec<LibFile>)> {
+    let me = std::process::id();
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out: Vec<(u32, Vec<LibFile>)> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter_map(|pid| {
+            let libs = libs_in_maps(pid);
+            (!libs.is_empty()).then_some((pid, libs))
+        })
+        .collect();
+    out.sort_by_key(|(pid, _)| *pid);
+    out
+}
+
+/// Looks a command up in PATH (or takes it as a path when it contains a slash).
+pub fn find_in_path(cmd: &str) -> Option<PathBuf> {
+    if cmd.contains('/') {
+        return Some(PathBuf::from(cmd));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(cmd))
+        .find(|p| p.is_file())
+}
+
+/// The CUDA libraries a command will load at start, found the way the dynamic loader would:
+/// DT_NEEDED entries, searched in RPATH/RUNPATH ($ORIGIN expanded), LD_LIBRARY_PATH and the
+/// standard directories, a few levels deep. Also reports the executable itself when it links
+/// the runtime statically. Libraries loaded later with dlopen are found by the periodic rescan.
+pub fn command_libs(exe: &Path) -> Vec<LibFile> {
+    let mut out = Vec::new();
+    if links_cudart_statically(exe) {
+        out.push(LibFile {
+            library: Library::Cudart,
+            path: exe.to_path_buf(),
+        });
+    }
+    let ld_path: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    let mut queue = VecDeque::from([(exe.to_path_buf(), 0u8)]);
+    let mut visited = HashSet::new();
+    while let Some((file, depth)) = queue.pop_front() {
+        if depth > 4 || visited.len() > 256 || !visited.insert(file.clone()) {
+            continue;
+        }
+        let Ok(meta) = fs::metadata(&file) else {
+            continue;
+        };
+        if meta.len() > 256 << 20 {
+            continue;
+        }
+        let Ok(bytes) = fs::read(&file) else { continue };
+        let Ok(elf) = goblin::elf::Elf::parse(&bytes) else {
+            continue;
+        };
+        let origin = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let expand = |s: &str| -> Vec<PathBuf> {
+            s.split(':')
+                .filter(|d| !d.is_empty())
+                .map(|d| {
+                    PathBuf::from(
+                        d.replace("$ORIGIN", &origin.to_string_lossy())
+                            .replace("${ORIGIN}", &origin.to_string_lossy()),
+                    )
+                })
+                .collect()
+        };
+        let mut search: Vec<PathBuf> = Vec::new();
+        if elf.runpaths.is_empty() {
+            elf.rpaths.iter().for_each(|r| search.extend(expand(r)));
+        }
+        search.extend(ld_path.iter().cloned());
+        elf.runpaths.iter().for_each(|r| search.extend(expand(r)));
+        search.extend(STANDARD_DIRS.iter().map(PathBuf::from));
+        for needed in &elf.libraries {
+            let Some(found) = search.iter().map(|d| d.join(needed)).find(|p| p.is_file()) else {
+                continue;
+            };
+            match Library::from_file_name(needed) {
+                Some(library) => out.push(LibFile {
+                    library,
+                    path: found,
+                }),
+                None => queue.push_back((found, depth + 1)),
+            }
+        }
+    }
+    dedupe(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_maps_have_no_cuda_library() {
+        assert!(libs_in_maps(std::process::id()).is_empty());
+    }
+
+    #[test]
+    fn a_plain_executable_does_not_link_cudart() {
+        let exe = std::env::current_exe().unwrap();
+        assert!(!links_cudart_statically(&exe));
+    }
+
+    #[test]
+    fn finds_commands_in_path() {
+        assert!(find_in_path("sh").is_some_and(|p| p.is_file()));
+        assert_eq!(find_in_path("./x"), Some(PathBuf::from("./x")));
+    }
+}

@@ -1,0 +1,97 @@
+//! The collector's errors: what failed, and a `hint:` line saying what to do about it.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// Why a trace or check could not run.
+#[derive(Debug, Error)]
+pub enum CollectorError {
+    /// Not root and without the BPF capabilities.
+    #[error(
+        "tracing needs root or CAP_BPF + CAP_PERFMON (effective uid {uid})\nhint: run `sudo causeway trace ...`, \
+         or grant the capabilities: `sudo setcap cap_bpf,cap_perfmon,cap_sys_resource+ep $(command -v causeway)`"
+    )]
+    NotPrivileged {
+        /// The effective uid.
+        uid: u32,
+    },
+    /// The kernel exposes no BTF.
+    #[error(
+        "the kernel has no BTF (/sys/kernel/btf/vmlinux is missing)\nhint: use a kernel built with \
+         CONFIG_DEBUG_INFO_BTF=y (most distribution kernels >= 5.8 are)"
+    )]
+    NoBtf,
+    /// Loading the BPF programs failed.
+    #[error(transparent)]
+    Load(#[from] causeway_bpf::load::LoadError),
+    /// A program or probe could not be attached.
+    #[error(
+        "attaching {what} failed: {source}\nhint: check `causeway check`; uprobes need a kernel with CONFIG_UPROBE_EVENTS"
+    )]
+    Attach {
+        /// What was being attached.
+        what: String,
+        /// libbpf's error.
+        #[source]
+        source: causeway_bpf::libbpf_rs::Error,
+    },
+    /// No CUDA library was found to attach to.
+    #[error(
+        "no CUDA runtime or driver library found for {target}\nhint: libcudart/libcuda were not found in the \
+         process maps, the command's library search path, or the standard locations (/usr/local/cuda*/lib64, \
+         /usr/lib/x86_64-linux-gnu); for Python, start the trace with `-- python ...` or trace the running pid \
+         once it has imported torch"
+    )]
+    NoCudaLibrary {
+        /// The target description (pid, command, or "any process").
+        target: String,
+    },
+    /// The --pid target does not exist.
+    #[error("process {0} does not exist\nhint: check the pid with `ps -p {0}`")]
+    NoSuchProcess(u32),
+    /// The command could not be started.
+    #[error(
+        "starting `{command}` failed: {source}\nhint: check the command name and that it is executable"
+    )]
+    Spawn {
+        /// The command.
+        command: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Bad combination of options.
+    #[error("{0}")]
+    Usage(String),
+    /// The store failed.
+    #[error("trace store {path}: {source}")]
+    Store {
+        /// The store file.
+        path: PathBuf,
+        /// The store's error (boxed: it is large).
+        #[source]
+        source: Box<causeway_store::StoreError>,
+    },
+    /// An OS call failed.
+    #[error("{what}: {source}")]
+    Os {
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A BPF map operation failed.
+    #[error("BPF map {map}: {source}")]
+    Map {
+        /// The map.
+        map: &'static str,
+        /// libbpf's error.
+        #[source]
+        source: causeway_bpf::libbpf_rs::Error,
+    },
+    /// The writer thread ended abnormally.
+    #[error("the store writer thread panicked")]
+    WriterPanicked,
+}

@@ -1,0 +1,244 @@
+//! Poll-thread state: turns decoded records into store events (wall-clock time, rank, process
+//! rows), batches them to the writer without ever blocking, and turns the kernel's exact
+//! counters, histograms and drop counts into windowed store rows.
+
+use std::collections::{BTreeMap, HashMap};
+
+use causeway_bpf::abi::{MAX_OPS, RawEvent, Stat, StatKey, sum_percpu};
+use causeway_bpf::libbpf_rs::{MapCore, MapFlags};
+use causeway_bpf::skel::CausewaySkel;
+use causeway_store::{Event, HistogramBucket, OpCount, ProcessInfo};
+use crossbeam_channel::TrySendError;
+use tracing::warn;
+
+use crate::host;
+use crate::sink::{BATCH, Ctl, Sink};
+
+/// Per-op totals over the whole trace, from the kernel's counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OpTotal {
+    /// Calls/events counted in the kernel.
+    pub calls: u64,
+    /// Of which submitted to the ring buffer.
+    pub stored: u64,
+    /// Sum of durations (ns).
+    pub total_ns: u64,
+}
+
+/// Everything the poll thread accumulates.
+#[derive(Debug)]
+pub struct PollState {
+    offset_ns: i64,
+    batch: Vec<Event>,
+    seen: HashMap<u32, Option<i32>>,
+    /// Events handed to the writer thread.
+    pub sent: u64,
+    /// Events lost because the writer channel was full, per op.
+    pub channel_drops: BTreeMap<u16, u64>,
+    channel_reported: BTreeMap<u16, u64>,
+    /// Records that failed to decode.
+    pub undecodable: u64,
+    prev_stats: HashMap<StatKey, Stat>,
+    prev_drops: Vec<u64>,
+    /// Ring-buffer reservation failures per op, over the trace.
+    pub ring_drops: BTreeMap<u16, u64>,
+    /// Kernel counters per op over the trace (all pids).
+    pub totals: BTreeMap<u16, OpTotal>,
+    window_start_ns: i64,
+    /// Pids that produced events, with the time of their latest event (Unix ns).
+    pub pids: HashMap<u32, i64>,
+}
+
+impl PollState {
+    /// New state; `offset_ns` converts CLOCK_MONOTONIC to Unix ns.
+    pub fn new(offset_ns: i64) -> PollState {
+        PollState {
+            offset_ns,
+            batch: Vec::with_capacity(BATCH),
+            seen: HashMap::new(),
+            sent: 0,
+            channel_drops: BTreeMap::new(),
+            channel_reported: BTreeMap::new(),
+            undecodable: 0,
+            prev_stats: HashMap::new(),
+            prev_drops: vec![0; MAX_OPS as usize],
+            ring_drops: BTreeMap::new(),
+            totals: BTreeMap::new(),
+            window_start_ns: causeway_store::now_ns(),
+            pids: HashMap::new(),
+        }
+    }
+
+    /// Converts one record and queues it (sends a full batch).
+    pub fn push(&mut self, raw: RawEvent, sink: &Sink) {
+        let now = causeway_store::now_ns();
+        let rank = match self.seen.get(&raw.pid) {
+            Some(r) => *r,
+            None => {
+                let info = host::process_info(raw.pid, &raw.comm, now);
+                let rank = info.rank;
+                let _ = sink.ctl.send(Ctl::Process(info));
+                self.seen.insert(raw.pid, rank);
+                rank
+            }
+        };
+        // A fork's child is a process of the trace too: record its row while it is alive.
+        if raw.op == 106 && raw.arg0 > 0 && !self.seen.contains_key(&(raw.arg0 as u32)) {
+            let child = raw.arg0 as u32;
+            let info = host::process_info(child, &raw.comm, now);
+            self.seen.insert(child, info.rank);
+            let _ = sink.ctl.send(Ctl::Process(info));
+        }
+        let timestamp = raw.ts_mono_ns as i64 + self.offset_ns;
+        self.pids
+            .insert(raw.pid, timestamp + raw.duration_ns as i64);
+        self.batch.push(Event {
+            timestamp,
+            duration: raw.duration_ns as i64,
+            pid: raw.pid,
+            tid: raw.tid,
+            comm: raw.comm,
+            op_id: raw.op,
+            arg0: raw.arg0,
+            arg1: raw.arg1,
+            ret_code: raw.ret,
+            gpu_id: -1,
+            stack_hash: 0,
+            cgroup_id: raw.cgroup_id,
+            rank,
+        });
+        if self.batch.len() >= BATCH {
+            self.flush(sink);
+        }
+    }
+
+    /// Hands the queued events to the writer; a full channel counts them as dropped.
+    pub fn flush(&mut self, sink: &Sink) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        let n = batch.len() as u64;
+        match sink.data.try_send(batch) {
+            Ok(()) => self.sent += n,
+            Err(TrySendError::Full(batch)) | Err(TrySendError::Disconnected(batch)) => {
+                for e in &batch {
+                    *self.channel_drops.entry(e.op_id).or_default() += 1;
+                }
+            }
+        }
+    }
+
+    /// Reads the kernel's counters, histograms and drop counts; sends the deltas since the last
+    /// call as one window of rows, and new drops as drop rows.
+    pub fn snapshot(&mut self, skel: &CausewaySkel<'_>, sink: &Sink) {
+        let now = causeway_store::now_ns();
+        let (start, end) = (self.window_start_ns, now);
+        self.window_start_ns = now;
+        let mut counts = Vec::new();
+        let mut hist = Vec::new();
+        for key in skel.maps.stats.keys() {
+            let Some(k) = StatKey::decode(&key) else {
+                continue;
+            };
+            let Ok(Some(v)) = skel.maps.stats.lookup(&key, MapFlags::ANY) else {
+                continue;
+            };
+            let Some(s) = Stat::decode(&v) else { continue };
+            let prev = self.prev_stats.get(&k);
+            let d = |f: fn(&Stat) -> u64| f(&s).saturating_sub(prev.map(f).unwrap_or(0));
+            let calls = d(|s| s.calls);
+            if calls == 0 {
+                continue;
+            }
+            counts.push(OpCount {
+                pid: k.pid,
+                op_id: k.op,
+                window_start_ns: start,
+                window_end_ns: end,
+                calls,
+                stored: d(|s| s.stored),
+                total_ns: d(|s| s.total_ns),
+                bytes: d(|s| s.bytes),
+            });
+            for (i, c) in s.hist.iter().enumerate() {
+                let delta = c.saturating_sub(prev.map(|p| p.hist[i]).unwrap_or(0));
+                if delta > 0 {
+                    hist.push(HistogramBucket {
+                        pid: k.pid,
+                        op_id: k.op,
+                        window_start_ns: start,
+                        window_end_ns: end,
+                        log2_bucket: i as u8,
+                        count: delta,
+                    });
+                }
+            }
+            let t = self.totals.entry(k.op).or_default();
+            t.calls += calls;
+            t.stored += d(|s| s.stored);
+            t.total_ns += d(|s| s.total_ns);
+            self.prev_stats.insert(k, s);
+        }
+        if !counts.is_empty() {
+            let _ = sink.ctl.send(Ctl::Counts(counts, hist));
+        }
+        for op in 0..MAX_OPS {
+            let Ok(Some(vals)) = skel
+                .maps
+                .drops
+                .lookup_percpu(&op.to_ne_bytes(), MapFlags::ANY)
+            else {
+                continue;
+            };
+            let total = sum_percpu(&vals);
+            let delta = total.saturating_sub(self.prev_drops[op as usize]);
+            if delta > 0 {
+                self.prev_drops[op as usize] = total;
+                *self.ring_drops.entry(op as u16).or_default() += delta;
+                warn!(
+                    op,
+                    dropped = delta,
+                    "ring buffer full: events dropped (counted; statistics stay exact)"
+                );
+                let _ = sink.ctl.send(Ctl::Drop {
+                    kind: "ringbuf_full",
+                    op: Some(op as u16),
+                    count: delta,
+                    detail: "BPF ring buffer reservation failed".into(),
+                });
+            }
+        }
+        for (&op, &n) in &self.channel_drops {
+            let reported = self.channel_reported.entry(op).or_default();
+            if n > *reported {
+                let _ = sink.ctl.send(Ctl::Drop {
+                    kind: "channel_full",
+                    op: Some(op),
+                    count: n - *reported,
+                    detail: "writer channel full".into(),
+                });
+                *reported = n;
+            }
+        }
+    }
+
+    /// Sends final process rows (last seen now) for every process that produced events.
+    pub fn close_processes(&self, sink: &Sink) {
+        for (&pid, &last) in &self.pids {
+            let info = ProcessInfo {
+                pid,
+                ppid: 0,
+                comm: String::new(),
+                cmdline: String::new(),
+                first_seen_ns: last,
+                last_seen_ns: last,
+                rank: None,
+                local_rank: None,
+                world_size: None,
+                cluster: String::new(),
+            };
+            let _ = sink.ctl.send(Ctl::Process(info));
+        }
+    }
+}

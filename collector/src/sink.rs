@@ -1,0 +1,184 @@
+//! The writer thread: the only owner of the store `Writer`. It receives event batches over a
+//! bounded channel (the poll thread never blocks on it) and control messages over an unbounded
+//! one, appends, ticks the time-bounded flush, and completes the file at the end.
+
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use causeway_store::catalog::op_by_id;
+use causeway_store::{
+    Event, HistogramBucket, OpCount, ProcessInfo, SessionInfo, Writer, WriterOptions,
+};
+use crossbeam_channel::{Receiver, Sender, bounded, never, select, unbounded};
+use tracing::{error, warn};
+
+use crate::error::CollectorError;
+
+/// Event batches in flight between the poll and writer threads (each up to `BATCH` events).
+pub const CHANNEL_BATCHES: usize = 256;
+/// Largest batch the poll thread sends.
+pub const BATCH: usize = 4096;
+
+/// Rare messages that must not be dropped.
+#[derive(Debug)]
+pub enum Ctl {
+    /// Insert or update a process row.
+    Process(ProcessInfo),
+    /// Count lost events.
+    Drop {
+        /// "ringbuf_full", "channel_full", "write_failed" or "sampled".
+        kind: &'static str,
+        /// The op, when known.
+        op: Option<u16>,
+        /// How many.
+        count: u64,
+        /// Free text.
+        detail: String,
+    },
+    /// In-kernel counters and histograms of one window.
+    Counts(Vec<OpCount>, Vec<HistogramBucket>),
+}
+
+/// What the writer thread did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SinkStats {
+    /// Events appended.
+    pub written: u64,
+    /// Events whose append failed.
+    pub write_failed: u64,
+}
+
+/// The poll thread's handle on the writer thread.
+#[derive(Debug)]
+pub struct Sink {
+    /// Event batches (bounded: `try_send` only).
+    pub data: Sender<Vec<Event>>,
+    /// Control messages.
+    pub ctl: Sender<Ctl>,
+    join: JoinHandle<Result<SinkStats, CollectorError>>,
+}
+
+impl Sink {
+    /// Creates the store file and starts the writer thread.
+    pub fn start(
+        path: PathBuf,
+        opts: WriterOptions,
+        session: SessionInfo,
+        json: bool,
+    ) -> Result<Sink, CollectorError> {
+        let writer = Writer::create(&path, opts).map_err(|source| CollectorError::Store {
+            path: path.clone(),
+            source: Box::new(source),
+        })?;
+        let (data, data_rx) = bounded(CHANNEL_BATCHES);
+        let (ctl, ctl_rx) = unbounded();
+        let join = std::thread::Builder::new()
+            .name("causeway-writer".into())
+            .spawn(move || run(writer, path, session, data_rx, ctl_rx, json))
+            .map_err(|source| CollectorError::Os {
+                what: "starting the writer thread",
+                source,
+            })?;
+        Ok(Sink { data, ctl, join })
+    }
+
+    /// Closes the channels and waits until the file is complete.
+    pub fn finish(self) -> Result<SinkStats, CollectorError> {
+        drop(self.data);
+        drop(self.ctl);
+        self.join
+            .join()
+            .map_err(|_| CollectorError::WriterPanicked)?
+    }
+}
+
+fn store_err(path: &std::path::Path) -> impl Fn(causeway_store::StoreError) -> CollectorError + '_ {
+    move |source| CollectorError::Store {
+        path: path.to_path_buf(),
+        source: Box::new(source),
+    }
+}
+
+fn json_line(out: &mut impl std::io::Write, e: &Event) {
+    let op = op_by_id(e.op_id).map(|o| o.name).unwrap_or("unknown");
+    let v = serde_json::json!({
+        "timestamp": e.timestamp, "duration": e.duration, "pid": e.pid, "tid": e.tid,
+        "comm": e.comm, "op": op, "arg0": e.arg0, "arg1": e.arg1, "ret_code": e.ret_code,
+    });
+    // A closed stdout (e.g. `| head`) must not stop the recording.
+    let _ = writeln!(out, "{v}");
+}
+
+fn run(
+    mut w: Writer,
+    path: PathBuf,
+    session: SessionInfo,
+    data: Receiver<Vec<Event>>,
+    ctl: Receiver<Ctl>,
+    json: bool,
+) -> Result<SinkStats, CollectorError> {
+    let err = store_err(&path);
+    let sid = w.begin_session(&session).map_err(&err)?;
+    let mut stats = SinkStats::default();
+    let (mut data_open, mut ctl_open) = (true, true);
+    let stdout = std::io::stdout();
+    let (no_data, no_ctl) = (never(), never());
+    while data_open || ctl_open {
+        // A closed channel is swapped for one that never fires, so select does not spin on it.
+        let (d, c) = (
+            if data_open { &data } else { &no_data },
+            if ctl_open { &ctl } else { &no_ctl },
+        );
+        select! {
+            recv(d) -> batch => match batch {
+                Ok(batch) => {
+                    let mut out = json.then(|| stdout.lock());
+                    for e in &batch {
+                        match w.append(e) {
+                            Ok(()) => stats.written += 1,
+                            Err(e) => {
+                                if stats.write_failed == 0 {
+                                    error!(error = %e, "appending an event failed");
+                                }
+                                stats.write_failed += 1;
+                            }
+                        }
+                        if let Some(out) = out.as_mut() {
+                            json_line(out, e);
+                        }
+                    }
+                }
+                Err(_) => { data_open = false; }
+            },
+            recv(c) -> msg => match msg {
+                Ok(msg) => {
+                    let res = match msg {
+                        Ctl::Process(p) => w.upsert_process(&p),
+                        Ctl::Drop { kind, op, count, detail } => w.record_drop(kind, op, count, &detail),
+                        Ctl::Counts(counts, hist) => w.record_op_counts(&counts).and_then(|()| w.record_histogram(&hist)),
+                    };
+                    if let Err(e) = res {
+                        warn!(error = %e, "writing trace metadata failed");
+                    }
+                }
+                Err(_) => { ctl_open = false; }
+            },
+            default(Duration::from_millis(200)) => {}
+        }
+        if let Err(e) = w.tick() {
+            warn!(error = %e, "periodic flush failed");
+        }
+    }
+    if stats.write_failed > 0 {
+        let _ = w.record_drop(
+            "write_failed",
+            None,
+            stats.write_failed,
+            "store append failed",
+        );
+    }
+    w.end_session(sid, causeway_store::now_ns()).map_err(&err)?;
+    w.finish().map_err(&err)?;
+    Ok(stats)
+}

@@ -1,0 +1,173 @@
+//! CUDA runtime and driver calls: exact counts, argument values, return codes and durations.
+
+use crate::{args, bpf_test, command_pid, db_path, q, rows, standin, trace};
+
+#[test]
+fn runtime_and_driver_calls_are_counted_exactly_with_their_arguments() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let out = dir.path().join("out.txt");
+    let summary = trace(&args(&db, &[s.exe(), "calls", out.to_str().unwrap()]));
+    assert_eq!(summary.command_exit, Some(0));
+    assert_eq!(summary.ringbuf_drops + summary.channel_drops, 0);
+    let pid = command_pid(&db);
+    let printed = std::fs::read_to_string(&out).unwrap();
+    let mut f = printed.split_whitespace();
+    let dev_ptr = i64::from_str_radix(f.next().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let kernel_fn = i64::from_str_radix(f.next().unwrap().trim_start_matches("0x"), 16).unwrap();
+
+    let count = |op: &str| {
+        q(
+            &db,
+            &format!("SELECT count(*) FROM events WHERE op = '{op}' AND pid = {pid}"),
+        )
+    };
+    assert_eq!(count("cudaLaunchKernel"), 100);
+    assert_eq!(count("cudaMemcpy"), 3);
+    assert_eq!(count("cudaMemcpyAsync"), 1);
+    assert_eq!(count("cudaMalloc"), 2);
+    assert_eq!(count("cudaFree"), 1);
+    assert_eq!(count("cuMemAlloc"), 1);
+    assert_eq!(count("cuMemcpy"), 2);
+    assert_eq!(count("cuLaunchKernel"), 5);
+    assert_eq!(count("cuMemFree"), 1);
+    assert_eq!(count("cuCtxSynchronize"), 1);
+
+    // Launch: kernel function pointer and grid size 4*2*1.
+    let launch = rows(
+        &db,
+        &format!(
+            "SELECT DISTINCT arg0, arg1 FROM events WHERE op = 'cudaLaunchKernel' AND pid = {pid}"
+        ),
+        2,
+    );
+    assert_eq!(launch, vec![vec![kernel_fn, 8]]);
+    let cu = rows(
+        &db,
+        &format!("SELECT DISTINCT arg1 FROM events WHERE op = 'cuLaunchKernel' AND pid = {pid}"),
+        1,
+    );
+    assert_eq!(cu, vec![vec![24]]);
+    // Copies: bytes and direction, in call order.
+    let copies = rows(
+        &db,
+        &format!(
+            "SELECT arg0, arg1 FROM events WHERE op IN ('cudaMemcpy', 'cudaMemcpyAsync') AND pid = {pid} ORDER BY timestamp"
+        ),
+        2,
+    );
+    assert_eq!(
+        copies,
+        vec![vec![1024, 1], vec![2048, 2], vec![4096, 3], vec![512, 1]]
+    );
+    let cu_copies = rows(
+        &db,
+        &format!(
+            "SELECT arg0, arg1 FROM events WHERE op = 'cuMemcpy' AND pid = {pid} ORDER BY timestamp"
+        ),
+        2,
+    );
+    assert_eq!(cu_copies, vec![vec![256, 1], vec![128, 2]]);
+    // Allocation: bytes requested and the pointer returned; the failing one returns error 2.
+    let mallocs = rows(
+        &db,
+        &format!(
+            "SELECT arg0, arg1, ret_code FROM events WHERE op = 'cudaMalloc' AND pid = {pid} ORDER BY timestamp"
+        ),
+        3,
+    );
+    assert_eq!(
+        mallocs,
+        vec![vec![1 << 20, dev_ptr, 0], vec![1 << 41, 0, 2]]
+    );
+    assert_eq!(
+        q(
+            &db,
+            &format!("SELECT arg0 FROM events WHERE op = 'cudaFree' AND pid = {pid}")
+        ),
+        dev_ptr
+    );
+    assert_eq!(
+        q(
+            &db,
+            &format!("SELECT arg0 FROM events WHERE op = 'cuMemAlloc' AND pid = {pid}")
+        ),
+        4096
+    );
+
+    // Every call is also counted in the kernel, with nothing missing from the store.
+    let kernel_calls = q(
+        &db,
+        &format!(
+            "SELECT sum(calls) FROM op_counts o JOIN ops USING (op_id) WHERE ops.op = 'cudaLaunchKernel' AND pid = {pid}"
+        ),
+    );
+    assert_eq!(kernel_calls, 100);
+    let unstored = q(
+        &db,
+        &format!(
+            "SELECT coalesce(sum(calls - stored), 0) FROM op_counts WHERE pid = {pid} AND op_id < 100"
+        ),
+    );
+    assert_eq!(unstored, 0);
+    assert_eq!(
+        q(
+            &db,
+            &format!("SELECT sum(count) FROM op_histograms WHERE op_id = 3 AND pid = {pid}")
+        ),
+        100
+    );
+    assert_eq!(q(&db, "SELECT coalesce(sum(count), 0) FROM drops"), 0);
+    // The process row exists with the workload's comm.
+    assert_eq!(
+        q(
+            &db,
+            &format!("SELECT count(*) FROM processes WHERE pid = {pid} AND comm = 'workload'")
+        ),
+        1
+    );
+}
+
+#[test]
+fn synchronize_durations_match_the_sleep() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    trace(&args(&db, &[s.exe(), "sync", "50"]));
+    for op in [
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cuCtxSynchronize",
+    ] {
+        let d = rows(
+            &db,
+            &format!("SELECT duration FROM events WHERE op = '{op}'"),
+            1,
+        );
+        assert_eq!(d.len(), 1, "{op}: {d:?}");
+        let ms = d[0][0] as f64 / 1e6;
+        assert!(
+            (49.5..60.0).contains(&ms),
+            "{op} lasted {ms} ms, expected 50 ms"
+        );
+    }
+    assert_eq!(
+        q(
+            &db,
+            "SELECT arg0 FROM events WHERE op = 'cudaStreamSynchronize'"
+        ),
+        5
+    );
+    // The sleeping thread was off-CPU, blocked (arg1 = 1), for about as long.
+    let off = q(
+        &db,
+        "SELECT max(duration) FROM events WHERE op = 'sched_switch' AND arg1 = 1",
+    );
+    assert!(
+        (49.0..60.0).contains(&(off as f64 / 1e6)),
+        "longest blocked interval {off} ns"
+    );
+}

@@ -1,0 +1,142 @@
+//! Process lifecycle: forked children followed, and the store intact after SIGINT or SIGKILL
+//! of the tracer (the tracer runs in a child copy of this test binary).
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::{args, bpf_test, db_path, open, q, rows, standin, trace};
+
+#[test]
+fn forked_children_are_followed() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let summary = trace(&args(&db, &[s.exe(), "fork", "3", "7"]));
+    assert_eq!(summary.command_exit, Some(0));
+    let fork = rows(
+        &db,
+        "SELECT pid, arg0 FROM events WHERE op = 'process_fork'",
+        2,
+    );
+    assert_eq!(fork.len(), 1, "{fork:?}");
+    let (parent, child) = (fork[0][0], fork[0][1]);
+    assert_eq!(
+        q(
+            &db,
+            &format!(
+                "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel' AND pid = {parent}"
+            )
+        ),
+        3
+    );
+    assert_eq!(
+        q(
+            &db,
+            &format!("SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel' AND pid = {child}")
+        ),
+        7
+    );
+    // Both exits are recorded, with exit code 0 and a lifetime.
+    let exits = rows(
+        &db,
+        "SELECT pid, arg0, duration FROM events WHERE op = 'process_exit' ORDER BY pid",
+        3,
+    );
+    assert_eq!(exits.len(), 2, "{exits:?}");
+    assert!(exits.iter().all(|e| e[1] == 0 && e[2] > 0), "{exits:?}");
+    assert_eq!(
+        q(
+            &db,
+            &format!("SELECT count(*) FROM processes WHERE pid IN ({parent}, {child})")
+        ),
+        2
+    );
+}
+
+const CHILD_ENV: &str = "CAUSEWAY_IT_TRACER_DB";
+
+/// Not a test on its own: the body of the tracer process that the signal tests start and kill.
+#[test]
+#[ignore = "helper run by the signal tests in a child process"]
+fn tracer_child() {
+    let db = std::env::var(CHILD_ENV).expect("run by the signal tests");
+    let s = standin::get();
+    let mut a = args(std::path::Path::new(&db), &[s.exe(), "hold", "8000"]);
+    a.duration = Some(Duration::from_secs(120));
+    trace(&a);
+}
+
+fn start_tracer(db: &std::path::Path) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "lifecycle::tracer_child",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, db)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the tracer has flushed some launches into the file (the WAL counts).
+fn wait_for_events(child: &mut std::process::Child, secs: u64) {
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs(secs));
+    assert!(child.try_wait().unwrap().is_none(), "tracer exited early");
+    assert!(t.elapsed() >= Duration::from_secs(secs));
+}
+
+#[test]
+fn store_is_complete_after_sigint() {
+    let Some(_g) = bpf_test() else { return };
+    standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let mut child = start_tracer(&db);
+    wait_for_events(&mut child, 4);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "tracer after SIGINT: {status}");
+    let launches = q(
+        &db,
+        "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'",
+    );
+    assert!(launches > 100, "{launches} launches");
+    // The session is closed and the kernel counters were written at the end.
+    assert_eq!(
+        q(
+            &db,
+            "SELECT count(*) FROM sessions WHERE stopped_ns > started_ns"
+        ),
+        1
+    );
+    assert!(q(&db, "SELECT sum(calls) FROM op_counts WHERE op_id = 3") >= launches);
+}
+
+#[test]
+fn store_opens_after_sigkill_with_what_was_flushed() {
+    let Some(_g) = bpf_test() else { return };
+    standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let mut child = start_tracer(&db);
+    wait_for_events(&mut child, 4);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The traced workload runs on for a few seconds untraced; the file must open regardless.
+    let conn = open(&db);
+    let launches: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(launches > 100, "{launches} launches survived the SIGKILL");
+}

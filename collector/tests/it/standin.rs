@@ -1,0 +1,88 @@
+//! Builds the stand-in CUDA runtime/driver and the workload program from C, once per test run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The built stand-in: a directory holding libcudart.so.12, libcuda.so.1 and `workload`.
+#[derive(Debug)]
+pub struct Standin {
+    /// Where everything lies.
+    pub dir: PathBuf,
+    /// The workload executable (RUNPATH=$ORIGIN, linked against both libraries).
+    pub workload: PathBuf,
+}
+
+fn cc(args: &[&str]) {
+    let out = Command::new("cc")
+        .args(args)
+        .output()
+        .expect("running cc (install build-essential)");
+    assert!(
+        out.status.success(),
+        "cc {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds (once) and returns the stand-in.
+pub fn get() -> &'static Standin {
+    static S: OnceLock<Standin> = OnceLock::new();
+    S.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/standin");
+        let dir = tempfile::Builder::new()
+            .prefix("causeway-standin")
+            .tempdir()
+            .unwrap()
+            .keep();
+        let s = |n: &str| src.join(n).to_string_lossy().into_owned();
+        let o = |n: &str| dir.join(n).to_string_lossy().into_owned();
+        cc(&[
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcudart.so.12",
+            &format!("-Wl,--version-script,{}", s("cudart.map")),
+            "-o",
+            &o("libcudart.so.12"),
+            &s("cudart.c"),
+        ]);
+        cc(&[
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcuda.so.1",
+            &format!("-Wl,--version-script,{}", s("cuda.map")),
+            "-o",
+            &o("libcuda.so.1"),
+            &s("cuda.c"),
+        ]);
+        std::os::unix::fs::symlink("libcudart.so.12", dir.join("libcudart.so")).unwrap();
+        std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
+        cc(&[
+            "-O1",
+            "-Wall",
+            "-o",
+            &o("workload"),
+            &s("workload.c"),
+            "-L",
+            &o(""),
+            "-lcudart",
+            "-lcuda",
+            "-lpthread",
+            "-Wl,-rpath,$ORIGIN",
+        ]);
+        Standin {
+            workload: dir.join("workload"),
+            dir,
+        }
+    })
+}
+
+impl Standin {
+    /// The workload path as a string.
+    pub fn exe(&self) -> &str {
+        self.workload.to_str().unwrap()
+    }
+}

@@ -1,0 +1,203 @@
+// Test workloads calling the stand-in CUDA runtime and driver in known patterns (one mode per run).
+//
+//   calls OUT          fixed mix of runtime and driver calls (counts, sizes, directions below)
+//   sync MS            cudaDeviceSynchronize, cudaStreamSynchronize, cuCtxSynchronize sleeping MS each
+//   preempt OUT MS     a "victim" thread and a "busy" thread pinned to CPU 0 spin for MS; OUT gets tids
+//   fork N M           parent launches N kernels, a forked child M kernels; parent waits
+//   rate N [OUT]       N back-to-back cudaLaunchKernel calls; ns per call on stdout, "N ns" in OUT
+//   hold MS            cudaMalloc once, then keep calling cudaLaunchKernel every ms for MS
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct dim3 { unsigned int x, y, z; } dim3;
+int cudaMalloc(void **p, size_t n);
+int cudaFree(void *p);
+int cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **args, size_t shmem, void *stream);
+int cudaMemcpy(void *dst, const void *src, size_t n, int kind);
+int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream);
+int cudaStreamSynchronize(void *stream);
+int cudaDeviceSynchronize(void);
+void standinSetSyncDelayMs(int ms);
+int cuMemAlloc_v2(unsigned long long *p, size_t n);
+int cuMemFree_v2(unsigned long long p);
+int cuMemcpyHtoD_v2(unsigned long long dst, const void *src, size_t n);
+int cuMemcpyDtoH_v2(void *dst, unsigned long long src, size_t n);
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+		   unsigned shmem, void *stream, void **params, void **extra);
+int cuCtxSynchronize(void);
+void standinCuSetSyncDelayMs(int ms);
+
+static void kernel_a(void) {}
+
+static long now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static void launch(int n)
+{
+	dim3 g = { 4, 2, 1 }, b = { 128, 1, 1 };
+	for (int i = 0; i < n; i++)
+		cudaLaunchKernel((const void *)kernel_a, g, b, NULL, 0, NULL);
+}
+
+static int mode_calls(const char *out)
+{
+	void *d = NULL, *big = NULL;
+	static char host[1 << 16];
+	cudaMalloc(&d, 1 << 20);
+	launch(100);
+	cudaMemcpy(d, host, 1024, 1);
+	cudaMemcpy(host, d, 2048, 2);
+	cudaMemcpy(d, (char *)d + 8192, 4096, 3);
+	cudaMemcpyAsync(d, host, 512, 1, NULL);
+	int bad = cudaMalloc(&big, (size_t)1 << 41);
+	cudaFree(d);
+	unsigned long long dp = 0;
+	cuMemAlloc_v2(&dp, 4096);
+	cuMemcpyHtoD_v2(dp, host, 256);
+	cuMemcpyDtoH_v2(host, dp, 128);
+	for (int i = 0; i < 5; i++)
+		cuLaunchKernel((void *)kernel_a, 2, 3, 4, 32, 1, 1, 0, NULL, NULL, NULL);
+	cuMemFree_v2(dp);
+	cuCtxSynchronize();
+	FILE *f = fopen(out, "w");
+	if (!f)
+		return 1;
+	fprintf(f, "%p %p %d\n", d, (void *)kernel_a, bad);
+	fclose(f);
+	return 0;
+}
+
+static int mode_sync(int ms)
+{
+	standinSetSyncDelayMs(ms);
+	standinCuSetSyncDelayMs(ms);
+	cudaDeviceSynchronize();
+	cudaStreamSynchronize((void *)0x5);
+	cuCtxSynchronize();
+	return 0;
+}
+
+static int pin_cpu0(void)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(0, &set);
+	return sched_setaffinity(0, sizeof(set), &set);
+}
+
+static volatile int stop_spin;
+static long spin_ms;
+
+static void *busy(void *arg)
+{
+	(void)arg;
+	pin_cpu0();
+	pthread_setname_np(pthread_self(), "busy");
+	long end = now_ns() + spin_ms * 1000000L;
+	volatile unsigned long x = 0;
+	while (now_ns() < end)
+		x++;
+	return NULL;
+}
+
+static void *busy_named(void *arg)
+{
+	FILE *f = fopen((const char *)arg, "a");
+	if (f) {
+		fprintf(f, "busy %ld\n", (long)syscall(SYS_gettid));
+		fclose(f);
+	}
+	return busy(NULL);
+}
+
+static int mode_preempt(const char *out, int ms)
+{
+	FILE *f = fopen(out, "w");
+	if (!f)
+		return 1;
+	fprintf(f, "victim %ld\n", (long)syscall(SYS_gettid));
+	fclose(f);
+	pin_cpu0();
+	pthread_setname_np(pthread_self(), "victim");
+	spin_ms = ms;
+	pthread_t t;
+	pthread_create(&t, NULL, busy_named, (void *)out);
+	long end = now_ns() + (long)ms * 1000000L;
+	while (now_ns() < end)
+		launch(1);
+	pthread_join(t, NULL);
+	return 0;
+}
+
+static int mode_fork(int n, int m)
+{
+	pid_t child = fork();
+	if (child == 0) {
+		launch(m);
+		_exit(0);
+	}
+	launch(n);
+	int status = 0;
+	waitpid(child, &status, 0);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+static int mode_rate(long n, const char *out)
+{
+	dim3 g = { 1, 1, 1 }, b = { 1, 1, 1 };
+	long t0 = now_ns();
+	for (long i = 0; i < n; i++)
+		cudaLaunchKernel((const void *)kernel_a, g, b, NULL, 0, NULL);
+	long t1 = now_ns();
+	printf("%.1f\n", (double)(t1 - t0) / (double)n);
+	FILE *f = out ? fopen(out, "w") : NULL;
+	if (f) {
+		fprintf(f, "%ld %ld\n", n, t1 - t0);
+		fclose(f);
+	}
+	return 0;
+}
+
+static int mode_hold(int ms)
+{
+	void *d = NULL;
+	cudaMalloc(&d, 64);
+	long end = now_ns() + (long)ms * 1000000L;
+	while (now_ns() < end) {
+		launch(1);
+		usleep(1000);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return 2;
+	const char *m = argv[1];
+	if (!strcmp(m, "calls") && argc > 2)
+		return mode_calls(argv[2]);
+	if (!strcmp(m, "sync") && argc > 2)
+		return mode_sync(atoi(argv[2]));
+	if (!strcmp(m, "preempt") && argc > 3)
+		return mode_preempt(argv[2], atoi(argv[3]));
+	if (!strcmp(m, "fork") && argc > 3)
+		return mode_fork(atoi(argv[2]), atoi(argv[3]));
+	if (!strcmp(m, "rate") && argc > 2)
+		return mode_rate(atol(argv[2]), argc > 3 ? argv[3] : NULL);
+	if (!strcmp(m, "hold") && argc > 2)
+		return mode_hold(atoi(argv[2]));
+	return 2;
+}

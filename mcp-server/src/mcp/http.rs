@@ -1,0 +1,207 @@
+//! Streamable HTTP transport: rmcp's `StreamableHttpService` served through hyper-util, with
+//! Host and Origin validation (DNS-rebinding defence), a bearer token (constant-time compare),
+//! optional TLS (rustls), and a request body limit. Refusals are bare 401/403/413 responses that
+//! say nothing about the server.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use causeway_tools::Context;
+use http_body_util::{BodyExt, Empty, combinators::BoxBody};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio::net::TcpListener;
+use tower_service::Service;
+
+use super::handler::CausewayServer;
+
+/// How the HTTP transport is exposed.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Address to bind.
+    pub addr: SocketAddr,
+    /// Bearer token every request must carry (required off loopback).
+    pub token: Option<String>,
+    /// PEM certificate chain and private key for TLS.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Browser origins allowed besides the loopback ones.
+    pub allowed_origins: Vec<String>,
+    /// Host names (Host header) allowed besides the loopback ones.
+    pub allowed_hosts: Vec<String>,
+    /// Largest request body in bytes.
+    pub max_body_bytes: usize,
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn bare(status: StatusCode) -> Response<Body> {
+    let mut r = Response::new(Empty::<Bytes>::new().boxed());
+    *r.status_mut() = status;
+    if status == StatusCode::UNAUTHORIZED {
+        r.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Bearer"),
+        );
+    }
+    r
+}
+
+/// Constant-time comparison of the presented and expected token.
+fn token_ok(presented: &[u8], expected: &[u8]) -> bool {
+    let mut diff = presented.len() ^ expected.len();
+    for (i, e) in expected.iter().enumerate() {
+        diff |= usize::from(presented.get(i).copied().unwrap_or(0) ^ e);
+    }
+    diff == 0
+}
+
+fn authorized(req: &Request<Incoming>, token: Option<&str>) -> bool {
+    let Some(expected) = token else { return true };
+    req.headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| token_ok(t.trim().as_bytes(), expected.as_bytes()))
+}
+
+fn rmcp_config(o: &HttpOptions) -> StreamableHttpServerConfig {
+    let loopback = o.addr.ip().is_loopback();
+    let scheme = if o.tls.is_some() { "https" } else { "http" };
+    let mut origins: Vec<String> = ["localhost", "127.0.0.1", "[::1]"]
+        .iter()
+        .map(|h| format!("{scheme}://{h}:*"))
+        .collect();
+    origins.extend(o.allowed_origins.iter().cloned());
+    let mut config = StreamableHttpServerConfig::default()
+        .with_allowed_origins(origins)
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(o.max_body_bytes);
+    if !o.allowed_hosts.is_empty() {
+        let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+        hosts.extend(o.allowed_hosts.iter().cloned());
+        config = config.with_allowed_hosts(hosts);
+    } else if !loopback {
+        // Off loopback a token is mandatory, which already defeats DNS rebinding; clients
+        // reach the server under names we cannot know in advance.
+        config = config.disable_allowed_hosts();
+    }
+    config
+}
+
+fn tls_acceptor(cert: &PathBuf, key: &PathBuf) -> Result<tokio_rustls::TlsAcceptor> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|it| it.collect())
+        .with_context(|| {
+            format!(
+                "{}: cannot read the TLS certificate chain (PEM)",
+                cert.display()
+            )
+        })?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("{}: cannot read the TLS private key (PEM)", key.display()))?;
+    let mut config =
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .context("configuring TLS")?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .context("the TLS certificate and key do not match\nhint: pass the key of the --tls-cert certificate")?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Binds and serves until the process is stopped. `on_ready` gets the bound address.
+pub async fn serve(
+    ctx: Arc<Context>,
+    o: HttpOptions,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<()> {
+    let tls = match &o.tls {
+        Some((cert, key)) => Some(tls_acceptor(cert, key)?),
+        None => None,
+    };
+    let listener = TcpListener::bind(o.addr).await.with_context(|| {
+        format!(
+            "cannot listen on {}\nhint: choose another --http address or port",
+            o.addr
+        )
+    })?;
+    let bound = listener.local_addr()?;
+    let service = StreamableHttpService::new(
+        move || Ok(CausewayServer::new(ctx.clone())),
+        Arc::new(LocalSessionManager::default()),
+        rmcp_config(&o),
+    );
+    let token: Option<Arc<str>> = o.token.as_deref().map(Arc::from);
+    tracing::info!(addr = %bound, tls = tls.is_some(), auth = token.is_some(), "MCP over streamable HTTP");
+    on_ready(bound);
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                continue;
+            }
+        };
+        let service = service.clone();
+        let token = token.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let handler = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let mut service = service.clone();
+                let ok = authorized(&req, token.as_deref());
+                async move {
+                    if !ok {
+                        tracing::info!(%peer, "401: missing or wrong bearer token");
+                        return Ok::<_, Infallible>(bare(StatusCode::UNAUTHORIZED));
+                    }
+                    let resp = service.call(req).await?;
+                    if resp.status() == StatusCode::FORBIDDEN {
+                        tracing::info!(%peer, "403: Host or Origin not allowed");
+                        return Ok(bare(StatusCode::FORBIDDEN));
+                    }
+                    Ok(resp)
+                }
+            });
+            let builder = hyper::server::conn::http1::Builder::new();
+            let result = match tls {
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(s) => builder.serve_connection(TokioIo::new(s), handler).await,
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                },
+                None => {
+                    builder
+                        .serve_connection(TokioIo::new(stream), handler)
+                        .await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_comparison() {
+        assert!(token_ok(b"secret", b"secret"));
+        assert!(!token_ok(b"secreT", b"secret"));
+        assert!(!token_ok(b"secret-longer", b"secret"));
+        assert!(!token_ok(b"", b"secret"));
+    }
+}

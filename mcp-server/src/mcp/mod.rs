@@ -1,0 +1,26 @@
+//! The read-only MCP server: the rmcp handler over the tools registry, prompts and resources,
+//! served over stdio (default) or streamable HTTP. Nothing here writes to stdout except the
+//! stdio transport itself; logs go to stderr through tracing.
+
+pub mod handler;
+pub mod http;
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use causeway_tools::Context;
+use rmcp::ServiceExt;
+
+pub use handler::CausewayServer;
+
+/// Serves MCP over stdin/stdout until the client closes the stream.
+pub async fn serve_stdio(ctx: Arc<Context>) -> Result<()> {
+    let server = CausewayServer::new(ctx)
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| anyhow::anyhow!("MCP handshake on stdio failed: {e}"))?;
+    tracing::info!("MCP over stdio");
+    let reason = server.waiting().await?;
+    tracing::info!(?reason, "MCP stdio session ended");
+    Ok(())
+}

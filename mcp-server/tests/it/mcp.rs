@@ -1,0 +1,316 @@
+//! `causeway mcp` end to end with raw JSON-RPC: stdio handshake and tool calls, tools/list budget on the wire, and the HTTP transport's refusals (token off
+//! loopback, 401 without the bearer token, 403 for a foreign Origin, 413 for a huge body).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_causeway");
+
+fn vllm() -> &'static Path {
+    static DIR: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &DIR.get_or_init(|| {
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/investigations/vllm-37343-logprobs-amplification.db");
+        assert!(src.exists(), "{} is missing", src.display());
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("vllm.duckdb");
+        let st = Command::new(BIN)
+            .args(["import"])
+            .arg(&src)
+            .arg("--db")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        (dir, out)
+    })
+    .1
+}
+
+struct StdioServer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl StdioServer {
+    fn start() -> Self {
+        let mut child = Command::new(BIN)
+            .args(["mcp", "--db"])
+            .arg(vllm())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        StdioServer {
+            child,
+            stdin,
+            stdout,
+            next_id: 1,
+        }
+    }
+
+    fn send(&mut self, v: &Value) {
+        writeln!(self.stdin, "{v}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "server closed stdout"
+            );
+            let v: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("stdout is not JSON-RPC ({e}): {line}"));
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+
+    fn initialize(&mut self, version: &str) -> Value {
+        let r = self.request(
+            "initialize",
+            json!({"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}),
+        );
+        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        r
+    }
+}
+
+impl Drop for StdioServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn stdio_answers_initialize_and_tools_in_2025_11_25() {
+    vllm();
+    let started = Instant::now();
+    let mut s = StdioServer::start();
+    let init = s.initialize("2025-11-25");
+    let ready = started.elapsed();
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(init["result"]["serverInfo"]["name"], "causeway");
+    assert!(
+        ready < Duration::from_secs(5),
+        "first answer after {ready:?}"
+    );
+
+    let list = s.request("tools/list", json!({}));
+    let wire = serde_json::to_string(&list["result"]).unwrap();
+    assert!(
+        wire.len() / 4 < 3_000,
+        "tools/list is {} tokens on the wire",
+        wire.len() / 4
+    );
+    let tools = list["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 8);
+    for t in tools {
+        assert_eq!(t["annotations"]["readOnlyHint"], true);
+        assert_eq!(t["annotations"]["openWorldHint"], false);
+        assert!(t["outputSchema"].is_object());
+    }
+
+    let stats = s.request(
+        "tools/call",
+        json!({"name": "get_trace_stats", "arguments": {}}),
+    );
+    assert_ne!(stats["result"]["isError"], true, "{stats}");
+    assert_eq!(stats["result"]["structuredContent"]["events"], 10869);
+    let bad = s.request(
+        "tools/call",
+        json!({"name": "get_stacks", "arguments": {"limit": "five"}}),
+    );
+    assert_eq!(bad["result"]["isError"], true, "{bad}");
+    let text = bad["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("/limit") && text.contains("hint:"), "{text}");
+
+    let prompt = s.request(
+        "prompts/get",
+        json!({"name": "investigate", "arguments": {}}),
+    );
+    let msg = prompt["result"]["messages"][0]["content"]["text"]
+        .as_str()
+        .unwrap();
+    assert!(msg.contains("get_causal_chains"));
+    let res = s.request("resources/read", json!({"uri": "causeway://ops"}));
+    assert!(
+        res["result"]["contents"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("cudaLaunchKernel")
+    );
+}
+
+/// 2026-07-28 is stateless (`server/discover`, exercised by conformance/run-e2e.sh with the
+/// Python SDK); an `initialize` offering it settles on the newest handshake revision.
+#[test]
+fn initialize_offering_2026_07_28_settles_on_2025_11_25() {
+    let mut s = StdioServer::start();
+    let init = s.initialize("2026-07-28");
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+}
+
+#[test]
+fn a_missing_trace_fails_before_serving() {
+    let out = Command::new(BIN)
+        .args(["mcp", "--db", "/nonexistent/t.duckdb"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        out.stdout.is_empty(),
+        "nothing on stdout (it is the protocol stream)"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no such trace file") && err.contains("hint:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn http_off_loopback_requires_a_token() {
+    let out = Command::new(BIN)
+        .args(["mcp", "--db"])
+        .arg(vllm())
+        .args(["--http", "0.0.0.0:0"])
+        .env_remove("CAUSEWAY_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("without a bearer token") && err.contains("CAUSEWAY_TOKEN"),
+        "{err}"
+    );
+}
+
+struct Http {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_server(token: &str) -> Http {
+    let mut child = Command::new(BIN)
+        .args(["mcp", "--db"])
+        .arg(vllm())
+        .args(["--http", "127.0.0.1:0", "--max-body", "4096"])
+        .env("CAUSEWAY_TOKEN", token)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening on ") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "server exited");
+    }
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    Http { child, addr }
+}
+
+fn post(addr: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = String::new();
+    let _ = s.read_to_string(&mut resp);
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, resp)
+}
+
+#[test]
+fn http_refuses_without_details() {
+    let token = "0123456789abcdef0123456789abcdef";
+    let srv = http_server(token);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}})
+    .to_string();
+    let bearer = format!("Bearer {token}");
+
+    let (code, resp) = post(&srv.addr, &[], &init);
+    assert_eq!(code, 401, "{resp}");
+    assert!(
+        resp.ends_with("\r\n\r\n") || resp.contains("content-length: 0"),
+        "no details: {resp}"
+    );
+    let (code, _) = post(
+        &srv.addr,
+        &[("Authorization", "Bearer wrong-token-wrong-token")],
+        &init,
+    );
+    assert_eq!(code, 401);
+
+    let (code, resp) = post(
+        &srv.addr,
+        &[
+            ("Authorization", &bearer),
+            ("Origin", "https://evil.example"),
+        ],
+        &init,
+    );
+    assert_eq!(code, 403, "{resp}");
+
+    let big = format!("{{\"pad\": \"{}\"}}", "x".repeat(10_000));
+    let (code, _) = post(&srv.addr, &[("Authorization", &bearer)], &big);
+    assert_eq!(code, 413);
+
+    let (code, resp) = post(
+        &srv.addr,
+        &[
+            ("Authorization", &bearer),
+            ("Origin", "http://localhost:6274"),
+        ],
+        &init,
+    );
+    assert_eq!(code, 200, "{resp}");
+    assert!(
+        resp.contains("\"protocolVersion\":\"2025-11-25\""),
+        "{resp}"
+    );
+}

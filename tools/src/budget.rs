@@ -1,0 +1,51 @@
+//! Output budgets: an agent's context window is the scarce resource, so every tool response is
+//! bounded. A response carries its structured content and a text rendering; together they stay
+//! under [`RESPONSE_CHARS`] (about 8,000 tokens at 4 characters per token).
+
+/// Characters per token used for every estimate.
+pub const CHARS_PER_TOKEN: usize = 4;
+/// Token budget of one tool response.
+pub const RESPONSE_TOKENS: usize = 8_000;
+/// Character budget of one tool response (structured + text).
+pub const RESPONSE_CHARS: usize = RESPONSE_TOKENS * CHARS_PER_TOKEN;
+/// Byte cap on `run_sql` rows (they appear twice: structured and as text).
+pub const SQL_MAX_BYTES: usize = 12_000;
+/// Character cap of the text rendering of one response.
+pub const TEXT_CHARS: usize = 12_000;
+/// Token budget of the whole `tools/list` response.
+pub const TOOLS_LIST_TOKENS: usize = 3_000;
+
+/// Estimated tokens of a text.
+pub fn tokens(s: &str) -> usize {
+    s.len().div_ceil(CHARS_PER_TOKEN)
+}
+
+/// Cuts a text rendering at a line boundary under [`TEXT_CHARS`], with a note saying so.
+pub fn cap_text(mut s: String) -> String {
+    if s.len() <= TEXT_CHARS {
+        return s;
+    }
+    let mut cut = TEXT_CHARS - 120;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let cut = s[..cut].rfind('\n').map_or(cut, |i| i + 1);
+    s.truncate(cut);
+    s.push_str("[text cut to fit the response budget; the structured result has every field]\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_long_text_with_a_note() {
+        let long = "line of text\n".repeat(2_000);
+        let out = cap_text(long);
+        assert!(out.len() <= TEXT_CHARS);
+        assert!(out.ends_with("response budget; the structured result has every field]\n"));
+        assert_eq!(cap_text("short\n".into()), "short\n");
+        assert_eq!(tokens("abcdefgh"), 2);
+    }
+}

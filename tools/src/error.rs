@@ -1,0 +1,111 @@
+//! The error every tool returns: what failed, and a `hint` an agent or a person can act on.
+
+use std::fmt::Display;
+
+/// Why a tool call failed. MCP returns these as tool errors (`isError`), the CLI prints them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// An argument broke its schema (wrong type, out of range, unknown field, ...).
+    #[error("invalid argument {field}: {rule}\nhint: {hint}")]
+    InvalidArgument {
+        /// JSON pointer of the failing field (`/top_n`), or `(arguments)` for the object.
+        field: String,
+        /// The rule it broke.
+        rule: String,
+        /// What to send instead.
+        hint: String,
+    },
+    /// No tool with this name.
+    #[error("unknown tool '{0}'\nhint: call tools/list for the tool names")]
+    UnknownTool(String),
+    /// The handler ran and failed (bad SQL, unknown trace, missing data, ...).
+    #[error("{message}\nhint: {hint}")]
+    Failed {
+        /// What failed.
+        message: String,
+        /// What to do about it.
+        hint: String,
+    },
+}
+
+impl ToolError {
+    /// A failure with a hint.
+    pub fn failed(message: impl Into<String>, hint: impl Into<String>) -> Self {
+        ToolError::Failed {
+            message: message.into(),
+            hint: hint.into(),
+        }
+    }
+
+    /// Wraps an error whose Display is `message` or `message\nhint: hint` (the convention of
+    /// every causeway library error).
+    pub fn from_display(e: impl Display, default_hint: &str) -> Self {
+        let s = e.to_string();
+        match s.split_once("\nhint: ") {
+            Some((m, h)) => ToolError::failed(m.trim(), h.trim()),
+            None => ToolError::failed(s.trim(), default_hint),
+        }
+    }
+
+    /// The one-line message (without the hint).
+    pub fn message(&self) -> String {
+        match self {
+            ToolError::InvalidArgument { field, rule, .. } => {
+                format!("invalid argument {field}: {rule}")
+            }
+            ToolError::UnknownTool(n) => format!("unknown tool '{n}'"),
+            ToolError::Failed { message, .. } => message.clone(),
+        }
+    }
+
+    /// What to do about it.
+    pub fn hint(&self) -> &str {
+        match self {
+            ToolError::InvalidArgument { hint, .. } | ToolError::Failed { hint, .. } => hint,
+            ToolError::UnknownTool(_) => "call tools/list for the tool names",
+        }
+    }
+
+    /// The structured form sent to agents: `{error, hint, field?}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({ "error": self.message(), "hint": self.hint() });
+        if let ToolError::InvalidArgument { field, rule, .. } = self {
+            v["field"] = field.clone().into();
+            v["rule"] = rule.clone().into();
+        }
+        v
+    }
+}
+
+impl From<causeway_store::StoreError> for ToolError {
+    fn from(e: causeway_store::StoreError) -> Self {
+        ToolError::from_display(e, "check the trace with describe_trace")
+    }
+}
+
+impl From<causeway_sqlguard::Rejection> for ToolError {
+    fn from(r: causeway_sqlguard::Rejection) -> Self {
+        ToolError::failed(format!("query refused: {}", r.reason), r.hint)
+    }
+}
+
+impl From<causeway_analysis::TimeError> for ToolError {
+    fn from(e: causeway_analysis::TimeError) -> Self {
+        ToolError::from_display(e, "use since (e.g. 5m) or from/until")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_message_and_hint() {
+        let e = ToolError::from_display("bad thing\nhint: do that", "x");
+        assert_eq!(e.message(), "bad thing");
+        assert_eq!(e.hint(), "do that");
+        let e = ToolError::from_display("plain", "fallback");
+        assert_eq!(e.hint(), "fallback");
+        assert_eq!(e.to_json()["error"], "plain");
+    }
+}

@@ -1,0 +1,159 @@
+//! Typed arguments of every tool. Their JSON Schemas (schemars) are the tools' input schemas,
+//! and arguments are validated against them before a handler runs; doc comments become the
+//! field descriptions an agent reads, so they stay short (the whole tools/list has a budget).
+
+use causeway_analysis::WindowSpec;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::error::ToolError;
+
+/// Arguments of `get_trace_stats`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatsParams {
+    /// Trace name from list_traces (default: the server's trace).
+    pub trace: Option<String>,
+    /// Last DURATION of the trace, e.g. 30s, 5m.
+    pub since: Option<String>,
+    /// Window start: ns epoch, RFC 3339, +DUR after start, -DUR before end.
+    pub from: Option<String>,
+    /// Window end (same forms as from).
+    pub until: Option<String>,
+    /// Only this process.
+    pub pid: Option<u32>,
+    /// Only this node.
+    pub node: Option<String>,
+}
+
+/// Arguments of `get_causal_chains`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChainsParams {
+    /// Trace name (default: the server's trace).
+    pub trace: Option<String>,
+    /// Last DURATION of the trace.
+    pub since: Option<String>,
+    /// Window start.
+    pub from: Option<String>,
+    /// Window end.
+    pub until: Option<String>,
+    /// Only this process.
+    pub pid: Option<u32>,
+    /// Only this node.
+    pub node: Option<String>,
+    /// Most chains to return (default 5).
+    #[schemars(range(min = 1, max = 20))]
+    pub top_n: Option<u32>,
+    /// next_cursor of a previous call.
+    pub cursor: Option<String>,
+}
+
+/// Arguments of `get_stacks`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StacksParams {
+    /// Trace name (default: the server's trace).
+    pub trace: Option<String>,
+    /// Only calls of this op, e.g. cudaLaunchKernel.
+    pub op: Option<String>,
+    /// Last DURATION of the trace.
+    pub since: Option<String>,
+    /// Window start.
+    pub from: Option<String>,
+    /// Window end.
+    pub until: Option<String>,
+    /// Only this process.
+    pub pid: Option<u32>,
+    /// Most stacks (default 5), ranked by total time.
+    #[schemars(range(min = 1, max = 20))]
+    pub limit: Option<u32>,
+    /// Frames per stack (default 12).
+    #[schemars(range(min = 1, max = 64))]
+    pub max_frames: Option<u32>,
+    /// next_cursor of a previous call.
+    pub cursor: Option<String>,
+}
+
+/// Arguments of `run_sql`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SqlParams {
+    /// One read-only DuckDB query.
+    #[schemars(length(min = 1, max = 16384))]
+    pub sql: String,
+    /// Trace name (default: the server's trace).
+    pub trace: Option<String>,
+    /// Most rows (default 100).
+    #[schemars(range(min = 1, max = 1000))]
+    pub limit: Option<u32>,
+}
+
+/// Arguments of `list_traces`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListTracesParams {
+    /// next_cursor of a previous call.
+    pub cursor: Option<String>,
+}
+
+/// Arguments of `describe_trace`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DescribeParams {
+    /// Trace name (default: the server's trace).
+    pub trace: Option<String>,
+}
+
+/// Arguments of tools that take none (`get_check`, `get_test_report`).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
+/// Builds a window from since/from/until.
+pub fn window(
+    since: &Option<String>,
+    from: &Option<String>,
+    until: &Option<String>,
+) -> Result<WindowSpec, ToolError> {
+    Ok(WindowSpec::from_args(
+        since.as_deref(),
+        from.as_deref(),
+        until.as_deref(),
+    )?)
+}
+
+/// A cursor is the decimal offset of the next item; anything else is refused with a hint.
+pub fn parse_cursor(cursor: &Option<String>) -> Result<usize, ToolError> {
+    match cursor.as_deref() {
+        None | Some("") => Ok(0),
+        Some(c) => c.parse::<usize>().map_err(|_| ToolError::InvalidArgument {
+            field: "/cursor".into(),
+            rule: "not a cursor this server issued".into(),
+            hint: "pass next_cursor from the previous result unchanged, or omit cursor".into(),
+        }),
+    }
+}
+
+/// One page of `items` starting at `offset`, and the cursor of the next page.
+pub fn page<T>(items: Vec<T>, offset: usize, size: usize) -> (Vec<T>, Option<String>) {
+    let total = items.len();
+    let page: Vec<T> = items.into_iter().skip(offset).take(size).collect();
+    let next = (offset + page.len() < total).then(|| (offset + page.len()).to_string());
+    (page, next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_and_cursors() {
+        let (p, next) = page((0..7).collect::<Vec<_>>(), 0, 3);
+        assert_eq!((p, next.as_deref()), (vec![0, 1, 2], Some("3")));
+        let (p, next) = page((0..7).collect::<Vec<_>>(), 6, 3);
+        assert_eq!((p, next), (vec![6], None));
+        assert!(parse_cursor(&Some("abc".into())).is_err());
+        assert_eq!(parse_cursor(&None).unwrap(), 0);
+    }
+}

@@ -1,0 +1,272 @@
+//! The registry: every tool's name, description, annotations, input and output schemas (from
+//! schemars), argument validation against the input schema (jsonschema) before any handler
+//! runs, and dispatch to the handler with a structured result plus a compact text rendering.
+
+use std::sync::OnceLock;
+
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::context::Context;
+use crate::error::ToolError;
+use crate::params::{
+    ChainsParams, DescribeParams, ListTracesParams, NoParams, SqlParams, StacksParams, StatsParams,
+};
+use crate::{budget, check, report, results, sql, stacks, stats, text, traces};
+
+/// Behaviour hints sent with a tool (MCP `annotations`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Annotations {
+    /// Never changes anything.
+    pub read_only: bool,
+    /// Calling again with the same arguments has no further effect.
+    pub idempotent: bool,
+    /// Reaches outside this machine's trace files.
+    pub open_world: bool,
+}
+
+const READ_ONLY: Annotations = Annotations {
+    read_only: true,
+    idempotent: true,
+    open_world: false,
+};
+
+/// One tool as agents see it.
+#[derive(Debug)]
+pub struct ToolSpec {
+    /// Name used in `tools/call`.
+    pub name: &'static str,
+    /// Human title.
+    pub title: &'static str,
+    /// What it does, for the agent choosing a tool.
+    pub description: &'static str,
+    /// JSON Schema of the arguments.
+    pub input_schema: Value,
+    /// JSON Schema of the structured result.
+    pub output_schema: Value,
+    /// Hints.
+    pub annotations: Annotations,
+    validator: jsonschema::Validator,
+}
+
+/// A successful call: the structured result (matches the output schema) and its text form.
+#[derive(Debug, Clone)]
+pub struct ToolOutput {
+    /// `structuredContent`.
+    pub structured: Value,
+    /// Compact text for the model.
+    pub text: String,
+}
+
+/// A schema without `$schema`/`title` noise and with subschemas inlined (fewer tokens, and
+/// clients that do not resolve `$ref` still see every field).
+pub fn schema_of<T: JsonSchema>() -> Value {
+    let settings = SchemaSettings::draft2020_12().with(|s| s.inline_subschemas = true);
+    let mut v = serde_json::to_value(settings.into_generator().into_root_schema_for::<T>())
+        .unwrap_or_else(|_| serde_json::json!({"type": "object"}));
+    if let Some(o) = v.as_object_mut() {
+        o.remove("$schema");
+        o.remove("title");
+    }
+    v
+}
+
+/// Output schemas keep structure and types only: field meanings are in the input schemas,
+/// the descriptions and the schema resource, and tools/list has a 3,000-token budget.
+fn compact(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            o.remove("description");
+            o.remove("format");
+            o.remove("minimum");
+            o.values_mut().for_each(compact);
+        }
+        Value::Array(a) => a.iter_mut().for_each(compact),
+        _ => {}
+    }
+}
+
+fn spec<P: JsonSchema, R: JsonSchema>(
+    name: &'static str,
+    title: &'static str,
+    description: &'static str,
+) -> ToolSpec {
+    let mut input_schema = schema_of::<P>();
+    if let Some(o) = input_schema.as_object_mut() {
+        o.remove("description");
+        for p in o
+            .get_mut("properties")
+            .and_then(Value::as_object_mut)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(p) = p.1.as_object_mut() {
+                p.remove("format");
+            }
+        }
+    }
+    let validator = jsonschema::validator_for(&input_schema)
+        .unwrap_or_else(|e| panic!("input schema of {name} does not compile: {e}"));
+    ToolSpec {
+        name,
+        title,
+        description,
+        input_schema,
+        output_schema: {
+            let mut o = schema_of::<R>();
+            compact(&mut o);
+            o
+        },
+        annotations: READ_ONLY,
+        validator,
+    }
+}
+
+/// Every tool, in the order `tools/list` shows them.
+pub fn tool_specs() -> &'static [ToolSpec] {
+    static SPECS: OnceLock<Vec<ToolSpec>> = OnceLock::new();
+    SPECS.get_or_init(|| {
+        vec![
+            spec::<StatsParams, results::TraceStatsOut>(
+                "get_trace_stats",
+                "Trace statistics",
+                "Start here. Per-op call counts, exact p50/p95/p99/max durations (ns), host off-CPU time and dropped events; optional window and pid.",
+            ),
+            spec::<ChainsParams, results::ChainsOut>(
+                "get_causal_chains",
+                "Causal chains",
+                "Ranked findings: root cause -> effect with severity, explanation, timeline, recommendations and evidence SQL.",
+            ),
+            spec::<StacksParams, stacks::StacksResult>(
+                "get_stacks",
+                "Top call stacks",
+                "Call stacks that cost the most time for an op, pid and window, with resolved frames.",
+            ),
+            spec::<SqlParams, sql::SqlOut>(
+                "run_sql",
+                "Read-only SQL",
+                "One read-only DuckDB query over the trace (guarded, capped). Tables, columns, units and op meanings: resource causeway://schema; overview: describe_trace.",
+            ),
+            spec::<DescribeParams, traces::TraceDescription>(
+                "describe_trace",
+                "Describe a trace",
+                "One trace: time span, nodes, busiest processes, events per source, drops, chain and stack counts.",
+            ),
+            spec::<ListTracesParams, traces::TracesResult>(
+                "list_traces",
+                "List traces",
+                "Traces this server can open; pass a name as `trace` to other tools.",
+            ),
+            spec::<NoParams, check::CheckReport>(
+                "get_check",
+                "Tracing readiness",
+                "Can this machine trace GPU work? Kernel, BTF, capabilities, tracefs, uprobes, NVIDIA driver and GPUs, CUDA/NCCL libraries, CUDA processes; problems with fixes.",
+            ),
+            spec::<NoParams, report::TestReportResult>(
+                "get_test_report",
+                "Self-test report",
+                "Latest self-test report of this causeway installation (written by causeway selftest), if any.",
+            ),
+        ]
+    })
+}
+
+/// The spec of one tool.
+pub fn find(name: &str) -> Result<&'static ToolSpec, ToolError> {
+    tool_specs()
+        .iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| ToolError::UnknownTool(causeway_store::sanitize::sanitize_with(name, 80)))
+}
+
+/// Checks arguments against a tool's input schema; the error names the field and the rule.
+pub fn validate(spec: &ToolSpec, args: &Value) -> Result<(), ToolError> {
+    let Some(e) = spec.validator.iter_errors(args).next() else {
+        return Ok(());
+    };
+    let field = e.instance_path().as_str().to_string();
+    Err(ToolError::InvalidArgument {
+        field: if field.is_empty() {
+            "(arguments)".into()
+        } else {
+            field
+        },
+        rule: causeway_store::sanitize::sanitize_with(&e.to_string(), 300),
+        hint: format!(
+            "fix the argument and call {} again; its input schema in tools/list lists every field",
+            spec.name
+        ),
+    })
+}
+
+fn parse<P: DeserializeOwned>(args: Value) -> Result<P, ToolError> {
+    serde_json::from_value(args).map_err(|e| ToolError::InvalidArgument {
+        field: "(arguments)".into(),
+        rule: e.to_string(),
+        hint: "send arguments that match the tool's input schema".into(),
+    })
+}
+
+fn out<R: Serialize>(r: &R, text: String) -> Result<ToolOutput, ToolError> {
+    let structured = serde_json::to_value(r).map_err(|e| {
+        ToolError::failed(
+            format!("result not serialisable: {e}"),
+            "report this as a bug",
+        )
+    })?;
+    Ok(ToolOutput {
+        structured,
+        text: budget::cap_text(text),
+    })
+}
+
+/// Validates `args` (absent = `{}`) and runs the tool.
+pub fn call(ctx: &Context, name: &str, args: Value) -> Result<ToolOutput, ToolError> {
+    let spec = find(name)?;
+    let args = if args.is_null() {
+        Value::Object(Default::default())
+    } else {
+        args
+    };
+    validate(spec, &args)?;
+    match spec.name {
+        "get_trace_stats" => {
+            let r = stats::get_trace_stats(ctx, &parse(args)?)?;
+            out(&r, text::stats(&r))
+        }
+        "get_causal_chains" => {
+            let r = stats::get_causal_chains(ctx, &parse(args)?)?;
+            out(&r, text::chains(&r))
+        }
+        "get_stacks" => {
+            let r = stacks::get_stacks(ctx, &parse(args)?)?;
+            out(&r, text::stacks(&r))
+        }
+        "run_sql" => {
+            let r = sql::run_sql(ctx, &parse(args)?)?;
+            out(&r, text::sql(&r))
+        }
+        "describe_trace" => {
+            let r = traces::describe_trace(ctx, &parse(args)?)?;
+            out(&r, text::describe(&r))
+        }
+        "list_traces" => {
+            let r = traces::list_traces(ctx, &parse(args)?)?;
+            out(&r, text::traces(&r))
+        }
+        "get_check" => {
+            let _: NoParams = parse(args)?;
+            let r = check::check();
+            out(&r, text::check(&r))
+        }
+        "get_test_report" => {
+            let _: NoParams = parse(args)?;
+            let r = report::get_test_report(ctx)?;
+            out(&r, text::test_report(&r))
+        }
+        other => Err(ToolError::UnknownTool(other.to_string())),
+    }
+}

@@ -1,0 +1,146 @@
+//! Typed results of the tools whose JSON comes from other crates (stats, chains): schema
+//! mirrors of `causeway_analysis` types, used only for the tools' output schemas. The
+//! structured content itself is the analysis crate's own serialisation (exactly what
+//! `causeway stats --json` prints), and a test validates real results against these schemas, so
+//! a change on either side fails loudly instead of drifting.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+/// Output of `get_trace_stats` (= `causeway stats --json`). Times in ns.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TraceStatsOut {
+    /// Events in the window.
+    pub events: u64,
+    /// First event in the window (ns epoch).
+    pub first_ns: i64,
+    /// Last event in the window.
+    pub last_ns: i64,
+    /// Whole trace start.
+    pub trace_first_ns: i64,
+    /// Whole trace end.
+    pub trace_last_ns: i64,
+    /// Window used.
+    pub window: WindowOut,
+    /// Process filter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Nodes in the window.
+    pub nodes: Vec<String>,
+    /// Per (source, op).
+    pub ops: Vec<OpStatsOut>,
+    /// Host off-CPU totals (sched_switch).
+    pub off_cpu: OffCpuOut,
+    /// Lost events by kind, plus total.
+    pub drops: BTreeMap<String, u64>,
+}
+
+/// Inclusive window bounds (ns epoch).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct WindowOut {
+    /// Start.
+    pub from_ns: i64,
+    /// End.
+    pub until_ns: i64,
+}
+
+/// Statistics of one op; percentiles are exact nearest-rank unless `percentiles` says otherwise.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct OpStatsOut {
+    /// CUDA, DRIVER, HOST, IO, TCP, NET, GRAPH, NCCL.
+    pub source: String,
+    /// Op name.
+    pub op: String,
+    /// Stored events.
+    pub count: u64,
+    /// Median duration.
+    pub p50_ns: i64,
+    /// 95th percentile.
+    pub p95_ns: i64,
+    /// 99th percentile.
+    pub p99_ns: i64,
+    /// Maximum.
+    pub max_ns: i64,
+    /// Mean.
+    pub mean_ns: f64,
+    /// Sum.
+    pub total_ns: i64,
+    /// exact, stored_only or histogram_estimate.
+    pub percentiles: String,
+    /// Calls counted in the kernel, when more than stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counted_calls: Option<u64>,
+}
+
+/// Off-CPU time of traced threads.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct OffCpuOut {
+    /// Context switches.
+    pub switches: u64,
+    /// Total off-CPU.
+    pub total_ns: i64,
+    /// Preempted while runnable.
+    pub preempted_ns: i64,
+    /// Blocked or sleeping.
+    pub blocked_ns: i64,
+    /// State not recorded.
+    pub unknown_state_ns: i64,
+}
+
+/// Output of `get_causal_chains`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ChainsOut {
+    /// Ranked by time lost.
+    pub chains: Vec<ChainOut>,
+    /// Chains found in all.
+    pub total: usize,
+    /// engine (analysed now) or stored (recorded in the trace file).
+    pub origin: String,
+    /// Pass as cursor for more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// One causal chain. Text fields are data from the trace.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ChainOut {
+    /// Id within the trace.
+    pub id: String,
+    /// Detector that fired.
+    pub detector: String,
+    /// HIGH, MEDIUM or LOW.
+    pub severity: String,
+    /// One line.
+    pub summary: String,
+    /// The cause.
+    pub root_cause: String,
+    /// Cause to effect, with numbers.
+    pub explanation: String,
+    /// Steps from cause to effect.
+    pub timeline: Vec<TimelineOut>,
+    /// What to do.
+    pub recommendations: Vec<String>,
+    /// SQL showing the rows behind it (for run_sql).
+    pub evidence_sql: String,
+    /// Estimated time lost (ranking key).
+    pub time_lost_ns: i64,
+    /// Node ('' = trace-wide).
+    pub node: String,
+    /// engine or imported:FILE.
+    pub origin: String,
+}
+
+/// One timeline step.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TimelineOut {
+    /// Layer.
+    pub layer: String,
+    /// Op.
+    pub op: String,
+    /// What happened.
+    pub detail: String,
+    /// How long.
+    pub duration_ns: i64,
+}

@@ -1,0 +1,179 @@
+//! `get_stacks` (CLI `causeway stacks`): the call stacks that cost the most time for an op,
+//! process and window, with resolved frames from `stack_frames` joined on `events.stack_hash`.
+
+use causeway_store::duckdb::params;
+use causeway_store::sanitize::sanitize_with;
+use causeway_store::{Reader, StoreError};
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::context::Context;
+use crate::error::ToolError;
+use crate::params::{StacksParams, page, parse_cursor, window};
+
+/// Default stacks per page.
+pub const DEFAULT_LIMIT: usize = 5;
+/// Default frames per stack.
+pub const DEFAULT_FRAMES: usize = 12;
+
+/// Output of `get_stacks`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct StacksResult {
+    /// Ranked by total time of the calls made from the stack.
+    pub stacks: Vec<StackOut>,
+    /// Distinct stacks matching the filters.
+    pub total_stacks: usize,
+    /// Matching calls that had no stack recorded.
+    pub calls_without_stack: u64,
+    /// Window used (ns epoch).
+    pub window: [i64; 2],
+    /// Pass as cursor for more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// One call stack and what was called from it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct StackOut {
+    /// events.stack_hash.
+    pub stack_hash: i64,
+    /// Ops called from it.
+    pub ops: Vec<String>,
+    /// Calls.
+    pub calls: u64,
+    /// Sum of durations.
+    pub total_ns: i64,
+    /// Median duration.
+    pub p50_ns: i64,
+    /// Longest.
+    pub max_ns: i64,
+    /// Frames, innermost first (data from the traced machine).
+    pub frames: Vec<FrameOut>,
+    /// Frames left out (max_frames).
+    pub more_frames: usize,
+}
+
+/// One resolved frame.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct FrameOut {
+    /// Symbol+offset, or the address when unresolved.
+    pub symbol: String,
+    /// File the frame is in.
+    pub module: String,
+}
+
+const SPAN_SQL: &str =
+    "SELECT coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_data";
+
+const STACKS_SQL: &str = "
+SELECT d.stack_hash, count(*)::BIGINT, sum(d.duration)::BIGINT, quantile_disc(d.duration, 0.5),
+       max(d.duration), string_agg(DISTINCT o.op, ',' ORDER BY o.op)
+FROM event_data d JOIN ops o ON o.op_id = d.op_id
+WHERE d.stack_hash <> 0 AND d.timestamp BETWEEN ? AND ?
+  AND (?::BIGINT < 0 OR d.pid = ?::BIGINT)
+  AND (?::INTEGER < 0 OR d.op_id = ?::INTEGER)
+GROUP BY d.stack_hash
+ORDER BY 3 DESC, 1";
+
+const NO_STACK_SQL: &str = "
+SELECT count(*)::BIGINT FROM event_data d
+WHERE d.stack_hash = 0 AND d.timestamp BETWEEN ? AND ?
+  AND (?::BIGINT < 0 OR d.pid = ?::BIGINT)
+  AND (?::INTEGER < 0 OR d.op_id = ?::INTEGER)";
+
+const FRAMES_SQL: &str = "
+SELECT CASE WHEN symbol = '' THEN printf('0x%x', ip) ELSE symbol END, module
+FROM stack_frames WHERE stack_hash = ? ORDER BY depth";
+
+fn duck(r: &Reader, action: &'static str) -> impl Fn(causeway_store::duckdb::Error) -> ToolError {
+    let path = r.path().to_path_buf();
+    move |source| {
+        ToolError::from(StoreError::Duck {
+            path: path.clone(),
+            action,
+            source,
+        })
+    }
+}
+
+/// Top stacks of one trace: the function `causeway stacks` and `get_stacks` share.
+pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, ToolError> {
+    let spec = window(&p.since, &p.from, &p.until)?;
+    let op_id: i32 = match p.op.as_deref().filter(|o| !o.is_empty()) {
+        None => -1,
+        Some(name) => causeway_store::catalog::op_by_name(name)
+            .map(|o| i32::from(o.id))
+            .ok_or_else(|| ToolError::InvalidArgument {
+                field: "/op".into(),
+                rule: format!("unknown op '{}'", sanitize_with(name, 80)),
+                hint: "read the causeway://ops resource or get_trace_stats for op names".into(),
+            })?,
+    };
+    let offset = parse_cursor(&p.cursor)?;
+    let limit = p.limit.map_or(DEFAULT_LIMIT, |n| n as usize);
+    let max_frames = p.max_frames.map_or(DEFAULT_FRAMES, |n| n as usize);
+    let pid: i64 = p.pid.map_or(-1, i64::from);
+
+    let (first, last): (i64, i64) = reader
+        .prepare_trusted(SPAN_SQL)?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(duck(reader, "reading the trace span"))?;
+    let w = spec.resolve(first, last);
+    let args = params![w.from_ns, w.until_ns, pid, pid, op_id, op_id];
+    let rows: Vec<(i64, i64, i64, i64, i64, String)> = reader
+        .prepare_trusted(STACKS_SQL)?
+        .query_map(args, |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(duck(reader, "ranking stacks"))?;
+    let calls_without_stack: i64 = reader
+        .prepare_trusted(NO_STACK_SQL)?
+        .query_row(args, |r| r.get(0))
+        .map_err(duck(reader, "counting calls without stacks"))?;
+    let total_stacks = rows.len();
+    let (rows, next_cursor) = page(rows, offset, limit);
+    let mut frames_stmt = reader.prepare_trusted(FRAMES_SQL)?;
+    let mut stacks = Vec::with_capacity(rows.len());
+    for (hash, calls, total, p50, max, ops) in rows {
+        let all: Vec<FrameOut> = frames_stmt
+            .query_map(params![hash], |r| {
+                Ok(FrameOut {
+                    symbol: sanitize_with(&r.get::<_, String>(0)?, 160),
+                    module: sanitize_with(&r.get::<_, String>(1)?, 80),
+                })
+            })
+            .and_then(|rows| rows.collect())
+            .map_err(duck(reader, "reading stack frames"))?;
+        let more_frames = all.len().saturating_sub(max_frames);
+        stacks.push(StackOut {
+            stack_hash: hash,
+            ops: ops.split(',').map(str::to_string).collect(),
+            calls: calls as u64,
+            total_ns: total,
+            p50_ns: p50,
+            max_ns: max,
+            frames: all.into_iter().take(max_frames).collect(),
+            more_frames,
+        });
+    }
+    Ok(StacksResult {
+        stacks,
+        total_stacks,
+        calls_without_stack: calls_without_stack.max(0) as u64,
+        window: [w.from_ns, w.until_ns],
+        next_cursor,
+    })
+}
+
+/// `get_stacks`.
+pub fn get_stacks(ctx: &Context, p: &StacksParams) -> Result<StacksResult, ToolError> {
+    ctx.with_reader(p.trace.as_deref(), |r| stacks_for(r, p))
+}

@@ -1,0 +1,316 @@
+//! Compact text renderings of tool results for the model (the `text` content next to the
+//! structured result). Strings recorded on a traced machine are JSON-quoted (so they cannot
+//! break lines or pose as our own text) and every rendering that shows them ends with
+//! [`crate::DATA_NOTE`].
+
+use std::fmt::Write;
+
+use causeway_analysis::TraceStats;
+use causeway_store::QueryResult;
+
+use crate::check::CheckReport;
+use crate::report::TestReportResult;
+use crate::stacks::StacksResult;
+use crate::stats::ChainsResult;
+use crate::traces::{TraceDescription, TracesResult};
+
+/// Quotes a string that came from the traced machine.
+pub fn q(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// ns -> "812ns", "20.3us", "5.08ms", "8.94s".
+pub fn dur(ns: i64) -> String {
+    let a = ns.unsigned_abs() as f64;
+    let sign = if ns < 0 { "-" } else { "" };
+    if a < 1e3 {
+        format!("{sign}{a}ns")
+    } else if a < 1e6 {
+        format!("{sign}{:.1}us", a / 1e3)
+    } else if a < 1e9 {
+        format!("{sign}{:.2}ms", a / 1e6)
+    } else {
+        format!("{sign}{:.2}s", a / 1e9)
+    }
+}
+
+fn note(out: &mut String) {
+    out.push_str(crate::DATA_NOTE);
+    out.push('\n');
+}
+
+/// `get_trace_stats`.
+pub fn stats(s: &TraceStats) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} events over {} (window {}..{} ns){}",
+        s.events,
+        dur(s.last_ns - s.first_ns),
+        s.window.from_ns,
+        s.window.until_ns,
+        s.pid.map(|p| format!(", pid {p}")).unwrap_or_default()
+    );
+    o.push_str("source op: count p50 p95 p99 max total\n");
+    for op in &s.ops {
+        let mark = match op.percentiles {
+            "exact" => "",
+            "stored_only" => " (percentiles over stored calls only)",
+            _ => " (estimated from histograms)",
+        };
+        let _ = writeln!(
+            o,
+            "{} {}: {} {} {} {} {} {}{mark}",
+            op.source,
+            op.op,
+            op.counted_calls.unwrap_or(op.count),
+            dur(op.p50_ns),
+            dur(op.p95_ns),
+            dur(op.p99_ns),
+            dur(op.max_ns),
+            dur(op.total_ns)
+        );
+    }
+    let c = &s.off_cpu;
+    if c.switches > 0 {
+        let _ = writeln!(
+            o,
+            "off-CPU: {} switches, {} total ({} preempted, {} blocked, {} unknown state)",
+            c.switches,
+            dur(c.total_ns),
+            dur(c.preempted_ns),
+            dur(c.blocked_ns),
+            dur(c.unknown_state_ns)
+        );
+    }
+    let drops: Vec<String> = s.drops.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let _ = writeln!(o, "drops: {}", drops.join(" "));
+    o
+}
+
+/// `get_causal_chains`.
+pub fn chains(r: &ChainsResult) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} of {} chains ({}), ranked by time lost",
+        r.chains.len(),
+        r.total,
+        r.origin
+    );
+    for c in &r.chains {
+        let _ = writeln!(
+            o,
+            "\n[{}] {} {} lost {}: {}",
+            c.severity.as_str(),
+            q(&c.id),
+            q(&c.detector),
+            dur(c.time_lost_ns),
+            q(&c.summary)
+        );
+        let _ = writeln!(o, "root cause: {}", q(&c.root_cause));
+        let _ = writeln!(o, "explanation: {}", q(&c.explanation));
+        for t in &c.timeline {
+            let _ = writeln!(
+                o,
+                "  {} {} {} {}",
+                q(&t.layer),
+                q(&t.op),
+                dur(t.duration_ns),
+                q(&t.detail)
+            );
+        }
+        for rec in &c.recommendations {
+            let _ = writeln!(o, "  fix: {}", q(rec));
+        }
+        if !c.evidence_sql.is_empty() {
+            let _ = writeln!(o, "evidence_sql: {}", q(&c.evidence_sql));
+        }
+    }
+    if let Some(n) = &r.next_cursor {
+        let _ = writeln!(o, "more: call again with cursor {n}");
+    }
+    note(&mut o);
+    o
+}
+
+/// `get_stacks`.
+pub fn stacks(r: &StacksResult) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} of {} stacks by total time; {} matching calls had no stack",
+        r.stacks.len(),
+        r.total_stacks,
+        r.calls_without_stack
+    );
+    for s in &r.stacks {
+        let _ = writeln!(
+            o,
+            "\nstack {} ops {}: {} calls, total {}, p50 {}, max {}",
+            s.stack_hash,
+            s.ops.join(","),
+            s.calls,
+            dur(s.total_ns),
+            dur(s.p50_ns),
+            dur(s.max_ns)
+        );
+        for f in &s.frames {
+            let _ = writeln!(o, "  {} in {}", q(&f.symbol), q(&f.module));
+        }
+        if s.more_frames > 0 {
+            let _ = writeln!(o, "  ... {} more frames (max_frames)", s.more_frames);
+        }
+    }
+    if let Some(n) = &r.next_cursor {
+        let _ = writeln!(o, "more: call again with cursor {n}");
+    }
+    note(&mut o);
+    o
+}
+
+/// `run_sql`: tab-separated rows under a header line.
+pub fn sql(r: &QueryResult) -> String {
+    let mut o = String::new();
+    if let Some(why) = &r.truncated_reason {
+        let _ = writeln!(o, "truncated: {why}");
+    }
+    let names: Vec<&str> = r.columns.iter().map(|c| c.name.as_str()).collect();
+    let _ = writeln!(o, "{}", names.join("\t"));
+    for row in &r.rows {
+        let cells: Vec<String> = row
+            .iter()
+            .map(|v| match v {
+                serde_json::Value::String(s) => q(s),
+                other => other.to_string(),
+            })
+            .collect();
+        let _ = writeln!(o, "{}", cells.join("\t"));
+    }
+    let _ = writeln!(o, "({} rows, {:.1} ms)", r.rows.len(), r.elapsed_ms);
+    note(&mut o);
+    o
+}
+
+/// `describe_trace`.
+pub fn describe(d: &TraceDescription) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "trace {}: {} events over {} ({}..{} ns); {} chains, {} stacks, {} sessions",
+        q(&d.name),
+        d.events,
+        dur(d.last_ns - d.first_ns),
+        d.first_ns,
+        d.last_ns,
+        d.chains,
+        d.stacks,
+        d.sessions
+    );
+    for n in &d.nodes {
+        let _ = writeln!(o, "node {} ({})", q(&n.node), q(&n.origin));
+    }
+    let src: Vec<String> = d.sources.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let _ = writeln!(o, "events per source: {}", src.join(" "));
+    let _ = writeln!(
+        o,
+        "processes ({} in all, busiest first):",
+        d.processes_total
+    );
+    for p in &d.processes {
+        let _ = writeln!(
+            o,
+            "  {} pid {} {}: {} events",
+            q(&p.node),
+            p.pid,
+            q(&p.comm),
+            p.events
+        );
+    }
+    let drops: Vec<String> = d.drops.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let _ = writeln!(o, "drops: {}", drops.join(" "));
+    note(&mut o);
+    o
+}
+
+/// `list_traces`.
+pub fn traces(r: &TracesResult) -> String {
+    let mut o = String::new();
+    for t in &r.traces {
+        let _ = writeln!(
+            o,
+            "{}{} ({} bytes) {}",
+            q(&t.name),
+            if t.default { " [default]" } else { "" },
+            t.size_bytes,
+            q(&t.path)
+        );
+    }
+    if let Some(n) = &r.next_cursor {
+        let _ = writeln!(o, "more: call again with cursor {n}");
+    }
+    o
+}
+
+/// `get_check`.
+pub fn check(c: &CheckReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "can_trace: {}; kernel {}; BTF {}; uprobes {}; tracefs {}; capabilities [{}]",
+        c.can_trace,
+        c.kernel,
+        c.btf,
+        c.uprobes,
+        c.tracefs,
+        c.capabilities.join(", ")
+    );
+    let _ = writeln!(
+        o,
+        "NVIDIA driver: {}; GPUs: {}",
+        c.nvidia_driver.as_deref().unwrap_or("not loaded"),
+        c.gpus.len()
+    );
+    for l in &c.libraries {
+        let _ = writeln!(o, "{}: {}", l.kind, q(&l.path));
+    }
+    for p in &c.cuda_processes {
+        let _ = writeln!(o, "CUDA process: {}", q(p));
+    }
+    for p in &c.problems {
+        let _ = writeln!(o, "problem: {p}");
+    }
+    o
+}
+
+/// `get_test_report`.
+pub fn test_report(r: &TestReportResult) -> String {
+    let Some(rep) = &r.report else {
+        return format!(
+            "no self-test report at {}; run `causeway selftest --db TRACE` to write one\n",
+            r.path
+        );
+    };
+    let mut o = format!(
+        "self-test of causeway {} on {}: {} passed, {} failed ({}s old)\n",
+        rep.version,
+        q(&rep.trace),
+        rep.passed,
+        rep.failed,
+        r.age_s.unwrap_or(0)
+    );
+    for c in &rep.cases {
+        let _ = writeln!(
+            o,
+            "{} {} {:.1}ms{}",
+            if c.ok { "ok" } else { "FAILED" },
+            c.name,
+            c.ms,
+            c.detail
+                .as_deref()
+                .map(|d| format!(": {}", q(d)))
+                .unwrap_or_default()
+        );
+    }
+    o
+}

@@ -1,0 +1,142 @@
+//! The registry as agents see it: listing order, annotations, the tools/list token budget, a
+//! golden snapshot of every schema, and argument validation before handlers run.
+
+use causeway_tools::budget::{TOOLS_LIST_TOKENS, tokens};
+use causeway_tools::{ToolError, call, tool_specs};
+use serde_json::json;
+
+use crate::fixture::ctx;
+
+/// The registry in the shape of an MCP tools/list entry.
+fn listing() -> serde_json::Value {
+    let tools: Vec<serde_json::Value> = tool_specs()
+        .iter()
+        .map(|s| {
+            json!({
+                "name": s.name,
+                "title": s.title,
+                "description": s.description,
+                "inputSchema": s.input_schema,
+                "outputSchema": s.output_schema,
+                "annotations": {
+                    "readOnlyHint": s.annotations.read_only,
+                    "destructiveHint": false,
+                    "idempotentHint": s.annotations.idempotent,
+                    "openWorldHint": s.annotations.open_world,
+                },
+            })
+        })
+        .collect();
+    json!({ "tools": tools })
+}
+
+#[test]
+fn tools_are_listed_in_a_fixed_order_and_read_only() {
+    let names: Vec<&str> = tool_specs().iter().map(|s| s.name).collect();
+    assert_eq!(
+        names,
+        [
+            "get_trace_stats",
+            "get_causal_chains",
+            "get_stacks",
+            "run_sql",
+            "describe_trace",
+            "list_traces",
+            "get_check",
+            "get_test_report"
+        ]
+    );
+    for s in tool_specs() {
+        assert!(
+            s.annotations.read_only && s.annotations.idempotent && !s.annotations.open_world,
+            "{}",
+            s.name
+        );
+        assert_eq!(s.input_schema["type"], "object", "{}", s.name);
+        assert_eq!(
+            s.input_schema["additionalProperties"], false,
+            "{}: unknown fields must be refused",
+            s.name
+        );
+        assert_eq!(s.output_schema["type"], "object", "{}", s.name);
+        for (field, p) in s.input_schema["properties"]
+            .as_object()
+            .into_iter()
+            .flatten()
+        {
+            assert!(
+                p["description"].as_str().is_some_and(|d| !d.is_empty()),
+                "{}.{field} has no description",
+                s.name
+            );
+        }
+    }
+}
+
+#[test]
+fn tools_list_fits_the_token_budget() {
+    let text = serde_json::to_string(&listing()).unwrap();
+    let t = tokens(&text);
+    assert!(
+        t < TOOLS_LIST_TOKENS,
+        "tools/list is {t} tokens ({} chars), budget {TOOLS_LIST_TOKENS}",
+        text.len()
+    );
+}
+
+#[test]
+fn tools_list_snapshot() {
+    insta::assert_json_snapshot!("tools_list", listing());
+}
+
+fn invalid(name: &str, args: serde_json::Value) -> (String, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    match call(&ctx(dir.path()), name, args) {
+        Err(ToolError::InvalidArgument { field, rule, hint }) => (field, rule, hint),
+        other => panic!("expected an invalid-argument error, got {other:?}"),
+    }
+}
+
+#[test]
+fn arguments_are_validated_against_the_schema_before_the_handler() {
+    let (field, rule, hint) = invalid("get_causal_chains", json!({"top_n": 0}));
+    assert_eq!(field, "/top_n");
+    assert!(rule.contains("minimum of 1"), "{rule}");
+    assert!(hint.contains("get_causal_chains"), "{hint}");
+
+    let (field, rule, _) = invalid("get_trace_stats", json!({"pid": "1234"}));
+    assert_eq!(field, "/pid");
+    assert!(rule.contains("integer"), "{rule}");
+
+    let (field, rule, _) = invalid("get_trace_stats", json!({"pidd": 1}));
+    assert_eq!(field, "(arguments)");
+    assert!(rule.contains("pidd"), "{rule}");
+
+    let (field, rule, _) = invalid("run_sql", json!({}));
+    assert_eq!(field, "(arguments)");
+    assert!(rule.contains("sql"), "{rule}");
+
+    let (field, _, _) = invalid("get_stacks", json!({"max_frames": 1000}));
+    assert_eq!(field, "/max_frames");
+}
+
+#[test]
+fn unknown_tools_and_cursors_are_tool_errors_with_hints() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = ctx(dir.path());
+    let e = call(&c, "drop_everything", json!({})).unwrap_err();
+    assert!(matches!(e, ToolError::UnknownTool(_)));
+    assert!(e.hint().contains("tools/list"));
+    let e = call(&c, "get_causal_chains", json!({"cursor": "not-a-cursor"})).unwrap_err();
+    assert!(
+        e.message().contains("/cursor") && e.hint().contains("next_cursor"),
+        "{e}"
+    );
+    let e = call(&c, "get_trace_stats", json!({"trace": "nope"})).unwrap_err();
+    assert!(
+        e.message().contains("no trace named 'nope'") && e.hint().contains("list_traces"),
+        "{e}"
+    );
+    let e = call(&c, "get_trace_stats", json!({"since": "yesterday"})).unwrap_err();
+    assert!(e.message().contains("yesterday"), "{e}");
+}

@@ -8,18 +8,7 @@ pub fn color_enabled() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stdout().is_terminal()
 }
 
-/// 12345678 -> "12,345,678".
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use causeway_analysis::fmt::{dur as human_duration, thousands};
 
 /// ns -> microseconds with one decimal and thousands separators: 5079382 -> "5,079.4".
 pub fn micros(ns: i64) -> String {
@@ -27,24 +16,6 @@ pub fn micros(ns: i64) -> String {
     let sign = if tenths < 0 { "-" } else { "" };
     let t = tenths.unsigned_abs();
     format!("{sign}{}.{}", thousands(t / 10), t % 10)
-}
-
-/// ns -> a short human duration: "812 ns", "20.3 us", "5.08 ms", "8.94 s", "3m 12s".
-pub fn human_duration(ns: i64) -> String {
-    let a = ns.unsigned_abs() as f64;
-    let sign = if ns < 0 { "-" } else { "" };
-    if a < 1e3 {
-        format!("{sign}{a} ns")
-    } else if a < 1e6 {
-        format!("{sign}{:.1} us", a / 1e3)
-    } else if a < 1e9 {
-        format!("{sign}{:.2} ms", a / 1e6)
-    } else if a < 120e9 {
-        format!("{sign}{:.2} s", a / 1e9)
-    } else {
-        let s = (a / 1e9) as u64;
-        format!("{sign}{}m {}s", s / 60, s % 60)
-    }
 }
 
 /// ns since the Unix epoch -> RFC 3339 with milliseconds.

@@ -47,8 +47,8 @@ pub struct ChainsResult {
     pub next_cursor: Option<String>,
 }
 
-/// Every chain of a trace, ranked: the function `causeway explain` and `get_causal_chains`
-/// share. Chains recorded in the file (imported reference traces) are returned as stored.
+/// Every chain of a trace, ranked, for `get_causal_chains`: the stored chains of an imported
+/// trace, else the analysis engine's (the same engine `causeway explain` runs).
 pub fn chains_for(
     reader: &Reader,
     q: &ChainQuery,
@@ -57,8 +57,17 @@ pub fn chains_for(
         top_n: None,
         ..q.clone()
     };
-    let chains = causeway_analysis::stored_chains(reader, &all)?;
-    Ok((chains.into_iter().map(sanitize_chain).collect(), "stored"))
+    // Chains recorded in the file (imported reference traces) are returned as stored; traces
+    // without any (recordings, demos) get the analysis engine's.
+    let stored = causeway_analysis::stored_chains(reader, &all)?;
+    if !stored.is_empty() {
+        return Ok((stored.into_iter().map(sanitize_chain).collect(), "stored"));
+    }
+    let found = causeway_analysis::explain(reader, &all)?;
+    Ok((
+        found.chains.into_iter().map(sanitize_chain).collect(),
+        "engine",
+    ))
 }
 
 /// `get_causal_chains`.

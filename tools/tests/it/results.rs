@@ -265,3 +265,27 @@ fn strings_from_traced_processes_are_sanitised() {
         );
     }
 }
+
+#[test]
+fn recordings_without_stored_chains_get_the_engines_chains() {
+    use causeway_analysis::demo::{Scenario, write_scenario};
+    let dir = tempfile::tempdir().unwrap();
+    let sick = dir.path().join("sync.duckdb");
+    write_scenario(&sick, Scenario::SyncStorm, false).unwrap();
+    let r = causeway_store::Reader::open(&sick).unwrap();
+    let (chains, origin) =
+        causeway_tools::stats::chains_for(&r, &causeway_analysis::ChainQuery::default()).unwrap();
+    assert_eq!(origin, "engine");
+    assert_eq!(chains[0].detector, "sync_storm");
+
+    let sound = dir.path().join("healthy.duckdb");
+    write_scenario(&sound, Scenario::Healthy, false).unwrap();
+    let r = causeway_store::Reader::open(&sound).unwrap();
+    let (chains, origin) =
+        causeway_tools::stats::chains_for(&r, &causeway_analysis::ChainQuery::default()).unwrap();
+    assert_eq!(origin, "engine");
+    assert!(
+        chains.is_empty(),
+        "a healthy trace has no chain: {chains:?}"
+    );
+}

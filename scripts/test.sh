@@ -21,6 +21,9 @@ cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "sqlguard fuzz target builds (run it with: cd sqlguard/fuzz && cargo +nightly fuzz run guard)"
+cargo check --manifest-path sqlguard/fuzz/Cargo.toml
+
 step "cargo test (workspace)"
 cargo test --workspace --locked --no-fail-fast
 

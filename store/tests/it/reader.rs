@@ -106,14 +106,8 @@ fn timeout_interrupts_a_runaway_query_and_the_reader_stays_usable() {
     let r = Reader::open(&path).unwrap();
     // A 3000^3 cross join: 27 billion rows to aggregate.
     let sql = "SELECT count(*) FROM events a, events b, events c WHERE a.duration + b.duration > c.duration";
-    let g = match guard(sql, r.policy(), None) {
-        Ok(g) => g,
-        Err(rejection) => {
-            // The hardened guard may refuse cross joins outright: also a correct outcome.
-            assert!(!rejection.reason.is_empty());
-            return;
-        }
-    };
+    // Joined by a condition, so the guard lets it through: the runtime limit must stop it.
+    let g = guard(sql, r.policy(), None).expect("the guard accepts a conditioned join");
     let started = Instant::now();
     let err = r
         .query(

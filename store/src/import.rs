@@ -841,6 +841,45 @@ impl SqliteTrace {
         Ok(n)
     }
 
+    /// Copies every row of `select` into `insert`, prepending the node, converting SQLite
+    /// values to DuckDB ones (DuckDB casts them to the column types).
+    fn copy_plain(
+        &self,
+        conn: &duckdb::Connection,
+        path: &Path,
+        node: &str,
+        select: &str,
+        insert: &str,
+    ) -> Result<u64, ImportError> {
+        use duckdb::types::Value as D;
+        let mut st = self.sq(self.conn.prepare(select))?;
+        let width = st.column_count();
+        let rows: Vec<Vec<D>> = self.sq(st
+            .query_map([], |r| {
+                (0..width)
+                    .map(|i| {
+                        Ok(match r.get_ref(i)? {
+                            ValueRef::Null => D::Null,
+                            ValueRef::Integer(v) => D::BigInt(v),
+                            ValueRef::Real(v) => D::Double(v),
+                            ValueRef::Text(t) => D::Text(String::from_utf8_lossy(t).into_owned()),
+                            ValueRef::Blob(b) => D::Blob(b.to_vec()),
+                        })
+                    })
+                    .collect()
+            })
+            .and_then(|r| r.collect()))?;
+        let mut ins = conn.prepare(insert).ctx(path, "preparing inserts")?;
+        for row in &rows {
+            let mut values = Vec::with_capacity(width + 1);
+            values.push(D::Text(node.to_string()));
+            values.extend(row.iter().cloned());
+            ins.execute(duckdb::params_from_iter(values))
+                .ctx(path, "copying a host table")?;
+        }
+        Ok(rows.len() as u64)
+    }
+
     fn copy_host_tables(
         &self,
         w: &mut Writer,
@@ -849,71 +888,32 @@ impl SqliteTrace {
     ) -> Result<u64, ImportError> {
         let path = w.path().to_path_buf();
         let conn = w.conn();
-        let mut snapshots = 0;
-        if self.tables.contains("system_snapshots") {
-            let mut st = self.sq(self.conn.prepare(
+        // Tables copied as they are, with the node prepended: (table, SELECT, INSERT).
+        const PLAIN: [(&str, &str, &str); 3] = [
+            (
+                "system_snapshots",
                 "SELECT timestamp, cpu_pct, mem_pct, mem_avail, swap_mb, load_avg FROM system_snapshots ORDER BY timestamp",
-            ))?;
-            let rows: Vec<(i64, f64, f64, i64, i64, f64)> = self.sq(st
-                .query_map([], |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                    ))
-                })
-                .and_then(|r| r.collect()))?;
-            let mut ins = conn
-                .prepare("INSERT INTO system_snapshots VALUES (?, ?, ?, ?, ?, ?, ?)")
-                .ctx(&path, "preparing snapshot inserts")?;
-            for (ts, cpu, mem, avail, swap, load) in rows {
-                ins.execute(params![node, ts, cpu, mem, avail, swap, load])
-                    .ctx(&path, "writing snapshots")?;
-                snapshots += 1;
-            }
-        }
-        if self.tables.contains("cgroup_metadata") {
-            let mut st = self.sq(self.conn.prepare(
+                "INSERT INTO system_snapshots VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ),
+            (
+                "cgroup_metadata",
                 "SELECT cgroup_id, container_id, cgroup_path, pod_name, namespace FROM cgroup_metadata",
-            ))?;
-            let rows: Vec<(i64, String, String, String, String)> = self.sq(st
-                .query_map([], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                })
-                .and_then(|r| r.collect()))?;
-            let mut ins = conn
-                .prepare("INSERT INTO cgroups VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
-                .ctx(&path, "preparing cgroup inserts")?;
-            for (id, container, cpath, pod, ns) in rows {
-                ins.execute(params![node, id as u64, container, cpath, pod, ns])
-                    .ctx(&path, "writing cgroups")?;
-            }
-        }
-        if self.tables.contains("cgroup_schedstat") {
-            let mut st = self.sq(self.conn.prepare(
+                "INSERT INTO cgroups VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            ),
+            (
+                "cgroup_schedstat",
                 "SELECT cgroup_id, window_start, window_end, p99_off_cpu, total_off_cpu, event_count FROM cgroup_schedstat",
-            ))?;
-            let rows: Vec<(i64, i64, i64, i64, i64, i64)> = self.sq(st
-                .query_map([], |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                    ))
-                })
-                .and_then(|r| r.collect()))?;
-            let mut ins = conn
-                .prepare("INSERT INTO cgroup_schedstat VALUES (?, ?, ?, ?, ?, ?, ?)")
-                .ctx(&path, "preparing schedstat inserts")?;
-            for (id, ws, we, p99, total, count) in rows {
-                ins.execute(params![node, id as u64, ws, we, p99, total, count])
-                    .ctx(&path, "writing schedstat")?;
+                "INSERT INTO cgroup_schedstat VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ),
+        ];
+        let mut snapshots = 0;
+        for (table, select, insert) in PLAIN {
+            if !self.tables.contains(table) {
+                continue;
+            }
+            let n = self.copy_plain(conn, &path, node, select, insert)?;
+            if table == "system_snapshots" {
+                snapshots = n;
             }
         }
         if self.tables.contains("event_aggregates") {

@@ -28,6 +28,7 @@ TOOLS = [
     "describe_trace",
     "list_traces",
     "get_check",
+    "run_demo",
     "get_test_report",
 ]
 MODES = {"auto": "2026-07-28", "legacy": "2025-11-25"}
@@ -125,7 +126,10 @@ async def session_checks(server, mode: str):
         assert traces["traces"][0]["name"] == TRACE_NAME
 
         check = structured(await client.call_tool("get_check", {}))
-        assert check["kernel"]
+        assert check["kernel"] and any(i["name"] == "btf" for i in check["items"])
+
+        demo = structured(await client.call_tool("run_demo", {"scenario": "sync-storm"}))
+        assert demo["chains"][0]["detector"] == "sync_storm" and demo["events"] > 1000
 
         report = structured(await client.call_tool("get_test_report", {}))
         assert isinstance(report["found"], bool)

@@ -45,11 +45,7 @@ enum Command {
     /// Record a trace with eBPF (root): CUDA runtime/driver/NCCL calls and host events.
     Trace(causeway_collector::TraceArgs),
     /// Check this machine for tracing: kernel, BTF, privileges, NVIDIA driver, CUDA libraries.
-    Check {
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Check(cmd::check::CheckArgs),
 }
 
 fn init_logging() {
@@ -95,14 +91,10 @@ fn main() -> ExitCode {
         Command::Trace(a) => causeway_collector::run_trace(a)
             .map_err(anyhow::Error::from)
             .and_then(|s| if a.json { Ok(()) } else { print_json(&s) }),
-        Command::Check { json } => {
-            let report = causeway_collector::check();
-            if *json {
-                print_json(&report)
-            } else {
-                print_text(&report.to_string())
-            }
-        }
+        Command::Check(a) => match cmd::check::run(a) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -10,6 +10,7 @@ use causeway_store::Reader;
 use schemars::JsonSchema;
 use serde::Serialize;
 
+use crate::check::Checker;
 use crate::error::ToolError;
 
 /// One trace this server can open.
@@ -26,12 +27,23 @@ pub struct TraceEntry {
 }
 
 /// The environment of every tool call.
-#[derive(Debug)]
 pub struct Context {
     default_db: PathBuf,
     traces_dirs: Vec<PathBuf>,
     test_report: PathBuf,
+    checker: Option<Checker>,
     readers: Mutex<HashMap<PathBuf, Arc<Mutex<Reader>>>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("default_db", &self.default_db)
+            .field("traces_dirs", &self.traces_dirs)
+            .field("test_report", &self.test_report)
+            .field("checker", &self.checker.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Context {
@@ -41,6 +53,7 @@ impl Context {
             default_db,
             traces_dirs,
             test_report: crate::report::default_path(),
+            checker: None,
             readers: Mutex::new(HashMap::new()),
         }
     }
@@ -49,6 +62,17 @@ impl Context {
     pub fn with_test_report(mut self, path: PathBuf) -> Context {
         self.test_report = path;
         self
+    }
+
+    /// Sets what inspects the machine for `get_check` (the collector's check, from the binary).
+    pub fn with_checker(mut self, checker: Checker) -> Context {
+        self.checker = Some(checker);
+        self
+    }
+
+    /// What inspects the machine, if this context has it.
+    pub fn checker(&self) -> Option<&Checker> {
+        self.checker.as_ref()
     }
 
     /// The default trace file.

@@ -11,6 +11,7 @@
 pub mod budget;
 pub mod check;
 pub mod context;
+pub mod demo;
 mod error;
 pub mod params;
 pub mod registry;

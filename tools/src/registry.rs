@@ -11,11 +11,12 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::context::Context;
+use crate::demo::DemoParams;
 use crate::error::ToolError;
 use crate::params::{
     ChainsParams, DescribeParams, ListTracesParams, NoParams, SqlParams, StacksParams, StatsParams,
 };
-use crate::{budget, check, report, results, sql, stacks, stats, text, traces};
+use crate::{budget, check, demo, report, results, sql, stacks, stats, text, traces};
 
 /// Behaviour hints sent with a tool (MCP `annotations`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -75,14 +76,23 @@ pub fn schema_of<T: JsonSchema>() -> Value {
 }
 
 /// Output schemas keep structure and types only: field meanings are in the input schemas,
-/// the descriptions and the schema resource, and tools/list has a 3,000-token budget.
+/// the descriptions and the schema resource, and tools/list has a 3,000-token budget. Fields
+/// are not marked required (results always carry them; the list is long and says nothing new).
 fn compact(v: &mut Value) {
     match v {
         Value::Object(o) => {
-            o.remove("description");
-            o.remove("format");
-            o.remove("minimum");
-            o.values_mut().for_each(compact);
+            for k in ["description", "format", "minimum", "required"] {
+                o.remove(k);
+            }
+            // Under "properties" the keys are field names (a field may be called "description").
+            if let Some(Value::Object(props)) = o.get_mut("properties") {
+                props.values_mut().for_each(compact);
+            }
+            for (k, x) in o.iter_mut() {
+                if k != "properties" {
+                    compact(x);
+                }
+            }
         }
         Value::Array(a) => a.iter_mut().for_each(compact),
         _ => {}
@@ -164,6 +174,11 @@ pub fn tool_specs() -> &'static [ToolSpec] {
                 "get_check",
                 "Tracing readiness",
                 "Can this machine trace GPU work? Kernel, BTF, capabilities, tracefs, uprobes, NVIDIA driver and GPUs, CUDA/NCCL libraries, CUDA processes; problems with fixes.",
+            ),
+            spec::<DemoParams, results::DemoOut>(
+                "run_demo",
+                "Run a demo scenario",
+                "Generates a synthetic scenario trace (no GPU) and returns its stats and chains: what each finding looks like.",
             ),
             spec::<NoParams, report::TestReportResult>(
                 "get_test_report",
@@ -259,8 +274,12 @@ pub fn call(ctx: &Context, name: &str, args: Value) -> Result<ToolOutput, ToolEr
         }
         "get_check" => {
             let _: NoParams = parse(args)?;
-            let r = check::check();
+            let r = check::get_check(ctx)?;
             out(&r, text::check(&r))
+        }
+        "run_demo" => {
+            let r = demo::run_demo(&parse(args)?)?;
+            out(&r, text::demo(&r))
         }
         "get_test_report" => {
             let _: NoParams = parse(args)?;

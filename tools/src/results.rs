@@ -144,3 +144,37 @@ pub struct TimelineOut {
     /// How long.
     pub duration_ns: i64,
 }
+
+/// Output of `run_demo`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DemoOut {
+    /// Scenario name.
+    pub scenario: String,
+    /// What it simulates.
+    pub description: String,
+    /// Healthy baseline.
+    pub healthy: bool,
+    /// Detector expected to fire.
+    pub expected_detector: Option<String>,
+    /// Events written.
+    pub events: u64,
+    /// Nodes written.
+    pub nodes: usize,
+    /// Whole-trace statistics: the shape of get_trace_stats' result (kept out of this schema
+    /// so tools/list stays within its token budget; a test validates it against that schema).
+    #[schemars(schema_with = "any_object")]
+    pub stats: serde_json::Value,
+    /// Best chains, each shaped like a get_causal_chains chain (validated by the same test).
+    #[schemars(schema_with = "object_list")]
+    pub chains: Vec<serde_json::Value>,
+    /// Chains found in all.
+    pub total_chains: usize,
+}
+
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object"})
+}
+
+fn object_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "array", "items": {"type": "object"}})
+}

@@ -92,7 +92,7 @@ pub fn get_causal_chains(ctx: &Context, p: &ChainsParams) -> Result<ChainsResult
 }
 
 /// Chain text can come from an imported file: strip control/bidi characters and cap lengths.
-fn sanitize_chain(mut c: Chain) -> Chain {
+pub(crate) fn sanitize_chain(mut c: Chain) -> Chain {
     let s = |t: &str, n: usize| sanitize_with(t, n);
     c.id = s(&c.id, 80);
     c.detector = s(&c.detector, 80);

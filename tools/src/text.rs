@@ -5,10 +5,11 @@
 
 use std::fmt::Write;
 
-use causeway_analysis::TraceStats;
+use causeway_analysis::{Chain, TraceStats};
 use causeway_store::QueryResult;
 
 use crate::check::CheckReport;
+use crate::demo::DemoResult;
 use crate::report::TestReportResult;
 use crate::stacks::StacksResult;
 use crate::stats::ChainsResult;
@@ -98,7 +99,17 @@ pub fn chains(r: &ChainsResult) -> String {
         r.total,
         r.origin
     );
-    for c in &r.chains {
+    chain_lines(&mut o, &r.chains);
+    if let Some(n) = &r.next_cursor {
+        let _ = writeln!(o, "more: call again with cursor {n}");
+    }
+    note(&mut o);
+    o
+}
+
+/// The chains of `get_causal_chains` and `run_demo`, one block each.
+fn chain_lines(o: &mut String, chains: &[Chain]) {
+    for c in chains {
         let _ = writeln!(
             o,
             "\n[{}] {} {} lost {}: {}",
@@ -127,9 +138,26 @@ pub fn chains(r: &ChainsResult) -> String {
             let _ = writeln!(o, "evidence_sql: {}", q(&c.evidence_sql));
         }
     }
-    if let Some(n) = &r.next_cursor {
-        let _ = writeln!(o, "more: call again with cursor {n}");
-    }
+}
+
+/// `run_demo`.
+pub fn demo(r: &DemoResult) -> String {
+    let mut o = format!(
+        "demo scenario {}{}: {} events on {} node(s); expected finding: {}\n",
+        r.scenario,
+        if r.healthy { " (healthy baseline)" } else { "" },
+        r.events,
+        r.nodes,
+        r.expected_detector.unwrap_or("none")
+    );
+    o.push_str(&stats(&r.stats));
+    let _ = writeln!(
+        o,
+        "\n{} of {} chains (engine), ranked by time lost",
+        r.chains.len(),
+        r.total_chains
+    );
+    chain_lines(&mut o, &r.chains);
     note(&mut o);
     o
 }
@@ -252,34 +280,73 @@ pub fn traces(r: &TracesResult) -> String {
     o
 }
 
-/// `get_check`.
+/// `get_check` and `causeway check`: one line per requirement (with the fix when failing), then
+/// the NVIDIA driver, libraries and CUDA processes.
 pub fn check(c: &CheckReport) -> String {
     let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "can_trace: {}; kernel {}; BTF {}; uprobes {}; tracefs {}; capabilities [{}]",
-        c.can_trace,
-        c.kernel,
-        c.btf,
-        c.uprobes,
-        c.tracefs,
-        c.capabilities.join(", ")
-    );
-    let _ = writeln!(
-        o,
-        "NVIDIA driver: {}; GPUs: {}",
-        c.nvidia_driver.as_deref().unwrap_or("not loaded"),
-        c.gpus.len()
-    );
+    for i in &c.items {
+        let _ = writeln!(
+            o,
+            "{} {:<11} {}",
+            if i.ok { "ok  " } else { "FAIL" },
+            i.name,
+            i.detail
+        );
+        if !i.ok {
+            let _ = writeln!(o, "     hint: {}", i.hint);
+        }
+    }
+    match &c.nvidia_driver {
+        None => {
+            let _ = writeln!(
+                o,
+                "info nvidia      no NVIDIA driver (/proc/driver/nvidia missing): no GPU to trace on this machine"
+            );
+        }
+        Some(d) => {
+            let _ = writeln!(
+                o,
+                "ok   nvidia      driver {d}, {} GPU(s): {}",
+                c.gpus.len(),
+                c.gpus.iter().map(|g| q(g)).collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+    if c.libraries.is_empty() && c.cuda_processes.is_empty() {
+        let _ = writeln!(
+            o,
+            "info libraries   no libcudart/libcuda found in standard locations or running processes"
+        );
+        let _ = writeln!(
+            o,
+            "     hint: causeway finds the libraries of the processes it traces; use `causeway trace -- COMMAND` or --pid"
+        );
+    }
     for l in &c.libraries {
-        let _ = writeln!(o, "{}: {}", l.kind, q(&l.path));
+        let _ = writeln!(o, "ok   library     {} {}", l.kind, q(&l.path));
     }
     for p in &c.cuda_processes {
-        let _ = writeln!(o, "CUDA process: {}", q(p));
+        let _ = writeln!(
+            o,
+            "ok   process     {} {} maps {}",
+            p.pid,
+            q(&p.comm),
+            p.libraries
+                .iter()
+                .map(|l| l.kind.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
-    for p in &c.problems {
-        let _ = writeln!(o, "problem: {p}");
-    }
+    let _ = writeln!(
+        o,
+        "{}",
+        if c.can_trace {
+            "ready: causeway trace can run here"
+        } else {
+            "not ready: fix the FAIL lines above"
+        }
+    );
     o
 }
 

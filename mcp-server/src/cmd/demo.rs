@@ -1,13 +1,14 @@
 //! `causeway demo`: writes a realistic synthetic trace for a scenario through the collector's
-//! store writer (no root, no GPU) and prints the explain report for it.
+//! store writer (no root, no GPU) and prints the explain report for it (the CLI twin of the
+//! `run_demo` tool: both call `causeway_tools::demo::generate`).
 
 use std::path::PathBuf;
 
-use anyhow::{Result, anyhow};
-use causeway_analysis::demo::{Scenario, write_scenario};
+use anyhow::Result;
+use causeway_analysis::ExplainOptions;
+use causeway_analysis::demo::Scenario;
 use causeway_analysis::report::render_text;
-use causeway_analysis::{ChainQuery, ExplainOptions, explain_with};
-use causeway_store::Reader;
+use causeway_tools::demo::{generate, scenario};
 
 /// Arguments of `causeway demo`.
 #[derive(Debug, clap::Args)]
@@ -35,38 +36,6 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
-fn generate_and_explain(
-    path: &std::path::Path,
-    scenario: Scenario,
-    args: &DemoArgs,
-    temporary: bool,
-) -> Result<(
-    causeway_analysis::demo::DemoSummary,
-    causeway_analysis::Explain,
-)> {
-    let summary = causeway_store::write_atomically(path, args.force || temporary, |t| {
-        write_scenario(t, scenario, args.healthy)
-    })
-    .map_err(|e| {
-        let e = e.to_string();
-        if e.contains("hint:") {
-            anyhow!("cannot write the demo trace: {e}")
-        } else {
-            anyhow!("cannot write the demo trace: {e}\nhint: pass --db with a path in an existing, writable directory")
-        }
-    })?;
-    tracing::info!(events = summary.events, nodes = summary.nodes, path = %path.display(), "demo trace written");
-    let reader = Reader::open(path)?;
-    let e = explain_with(
-        &reader,
-        &ChainQuery::default(),
-        ExplainOptions {
-            per_process: args.per_process,
-        },
-    )?;
-    Ok((summary, e))
-}
-
 /// Runs `demo`.
 pub fn run(args: &DemoArgs) -> Result<()> {
     if args.list {
@@ -76,11 +45,11 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         }
         return crate::print_text(&s);
     }
-    let scenario = Scenario::parse(&args.scenario).ok_or_else(|| {
-        anyhow!(
-            "unknown demo scenario '{}'\nhint: one of {}; `causeway demo --list` describes them",
-            args.scenario,
-            Scenario::ALL.map(|s| s.name()).join(", ")
+    let scenario = scenario(&args.scenario).map_err(|e| {
+        anyhow::anyhow!(
+            "{}\nhint: {}; `causeway demo --list` describes them",
+            e.message(),
+            e.hint()
         )
     })?;
     let (path, temporary) = match &args.db {
@@ -94,12 +63,21 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             true,
         ),
     };
-    let result = generate_and_explain(&path, scenario, args, temporary);
+    let result = generate(
+        &path,
+        scenario,
+        args.healthy,
+        args.force || temporary,
+        ExplainOptions {
+            per_process: args.per_process,
+        },
+    );
     if temporary {
         let _ = std::fs::remove_file(&path);
         let _ = std::fs::remove_file(path.with_extension("duckdb.wal"));
     }
-    let (summary, e) = result?;
+    let run = result?;
+    let (summary, e) = (run.summary, run.explain);
     if args.json {
         return crate::print_json(&e);
     }

@@ -68,7 +68,7 @@ pub fn context(db: &std::path::Path, traces_dirs: &[PathBuf]) -> Context {
     } else {
         traces_dirs.to_vec()
     };
-    Context::new(db.to_path_buf(), dirs)
+    Context::new(db.to_path_buf(), dirs).with_checker(super::check::checker())
 }
 
 /// Runs `mcp`.

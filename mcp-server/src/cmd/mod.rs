@@ -1,5 +1,6 @@
 //! One module per CLI command; each is a thin layer over the library crates.
 
+pub mod check;
 pub mod demo;
 pub mod explain;
 pub mod import;

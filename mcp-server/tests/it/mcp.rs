@@ -126,7 +126,7 @@ fn stdio_answers_initialize_and_tools_in_2025_11_25() {
         wire.len() / 4
     );
     let tools = list["result"]["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 8);
+    assert_eq!(tools.len(), 9);
     for t in tools {
         assert_eq!(t["annotations"]["readOnlyHint"], true);
         assert_eq!(t["annotations"]["openWorldHint"], false);
@@ -162,6 +162,43 @@ fn stdio_answers_initialize_and_tools_in_2025_11_25() {
             .unwrap()
             .contains("cudaLaunchKernel")
     );
+}
+
+/// `get_check` and `causeway check --json` are one inspection (the collector's) shaped by one
+/// function: the tool's structured result is the command's JSON.
+#[test]
+fn get_check_is_what_causeway_check_prints() {
+    vllm();
+    let mut s = StdioServer::start();
+    s.initialize("2025-11-25");
+    let tool = s.request("tools/call", json!({"name": "get_check", "arguments": {}}));
+    assert_ne!(tool["result"]["isError"], true, "{tool}");
+    let tool = &tool["result"]["structuredContent"];
+    let out = Command::new(BIN)
+        .args(["check", "--json"])
+        .output()
+        .unwrap();
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Running processes may come and go between the two inspections; the rest is fixed.
+    for field in [
+        "can_trace",
+        "kernel",
+        "items",
+        "nvidia_driver",
+        "gpus",
+        "libraries",
+        "problems",
+    ] {
+        assert_eq!(tool[field], cli[field], "{field}");
+    }
+    assert_eq!(out.status.success(), cli["can_trace"] == true);
+    let names: Vec<&str> = tool["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["kernel", "btf", "privileges", "uprobes", "tracefs"]);
 }
 
 /// 2026-07-28 is stateless (`server/discover`, exercised by conformance/run-e2e.sh with the

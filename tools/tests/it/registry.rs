@@ -43,6 +43,7 @@ fn tools_are_listed_in_a_fixed_order_and_read_only() {
             "describe_trace",
             "list_traces",
             "get_check",
+            "run_demo",
             "get_test_report"
         ]
     );

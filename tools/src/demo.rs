@@ -1,0 +1,155 @@
+//! `run_demo` and `causeway demo`: writes a synthetic scenario through the collector's store
+//! writer into a real DuckDB file, then runs the same statistics and engine an agent gets from
+//! `get_trace_stats` and `get_causal_chains`. One function serves the tool and the command.
+
+use std::path::Path;
+
+use causeway_analysis::demo::{DemoSummary, Scenario, write_scenario};
+use causeway_analysis::{Chain, ChainQuery, Explain, ExplainOptions, TraceStats, explain_with};
+use causeway_store::Reader;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ToolError;
+use crate::stats::{DEFAULT_TOP_N, sanitize_chain, stats_for};
+
+/// Arguments of `run_demo`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DemoParams {
+    /// Scenario.
+    #[serde(default = "default_scenario")]
+    #[schemars(schema_with = "scenario_schema")]
+    pub scenario: String,
+    /// The scenario's healthy baseline instead (no chain expected).
+    pub healthy: Option<bool>,
+}
+
+fn default_scenario() -> String {
+    Scenario::Incident.name().to_string()
+}
+
+fn scenario_schema(_: &mut SchemaGenerator) -> Schema {
+    let names: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
+    json_schema!({"type": "string", "enum": names})
+}
+
+/// One generated and analysed scenario.
+#[derive(Debug)]
+pub struct DemoRun {
+    /// What was generated.
+    pub scenario: Scenario,
+    /// The healthy baseline was generated.
+    pub healthy: bool,
+    /// Events and nodes written.
+    pub summary: DemoSummary,
+    /// Whole-trace statistics (what `get_trace_stats` returns).
+    pub stats: TraceStats,
+    /// The engine's report (what `get_causal_chains` and `explain` return).
+    pub explain: Explain,
+}
+
+/// Result of `run_demo`.
+#[derive(Debug, Serialize)]
+pub struct DemoResult {
+    /// Scenario name.
+    pub scenario: &'static str,
+    /// What the scenario simulates.
+    pub description: &'static str,
+    /// The healthy baseline was generated.
+    pub healthy: bool,
+    /// The detector expected to fire (none for healthy runs).
+    pub expected_detector: Option<&'static str>,
+    /// Events written.
+    pub events: u64,
+    /// Nodes written.
+    pub nodes: usize,
+    /// Whole-trace statistics.
+    pub stats: TraceStats,
+    /// The best chains, ranked.
+    pub chains: Vec<Chain>,
+    /// Chains found in all.
+    pub total_chains: usize,
+}
+
+/// Parses a scenario name; the error lists the names.
+pub fn scenario(name: &str) -> Result<Scenario, ToolError> {
+    Scenario::parse(name).ok_or_else(|| ToolError::InvalidArgument {
+        field: "/scenario".into(),
+        rule: format!(
+            "unknown demo scenario '{}'",
+            causeway_store::sanitize::sanitize_with(name, 40)
+        ),
+        hint: format!("one of {}", Scenario::ALL.map(|s| s.name()).join(", ")),
+    })
+}
+
+/// Writes `scenario` into a new store at `path` (replacing it when `replace`, never leaving a
+/// half-written file), then computes its statistics and chains.
+pub fn generate(
+    path: &Path,
+    scenario: Scenario,
+    healthy: bool,
+    replace: bool,
+    opts: ExplainOptions,
+) -> Result<DemoRun, ToolError> {
+    let summary =
+        causeway_store::write_atomically(path, replace, |t| write_scenario(t, scenario, healthy))
+            .map_err(|e| {
+            ToolError::from_display(
+                format!("cannot write the demo trace: {e}"),
+                "give a path in an existing, writable directory",
+            )
+        })?;
+    tracing::info!(events = summary.events, nodes = summary.nodes, path = %path.display(), "demo trace written");
+    let reader = Reader::open(path)?;
+    let stats = stats_for(&reader, &Default::default())?;
+    let explain = explain_with(&reader, &ChainQuery::default(), opts)?;
+    Ok(DemoRun {
+        scenario,
+        healthy,
+        summary,
+        stats,
+        explain,
+    })
+}
+
+/// `run_demo`: generates the scenario in a private temporary directory (removed afterwards).
+pub fn run_demo(p: &DemoParams) -> Result<DemoResult, ToolError> {
+    let s = scenario(&p.scenario)?;
+    let healthy = p.healthy.unwrap_or(false);
+    let dir = tempfile::Builder::new()
+        .prefix("causeway-demo-")
+        .tempdir()
+        .map_err(|e| {
+            ToolError::failed(
+                format!("cannot create a temporary directory for the demo trace: {e}"),
+                "set TMPDIR to a writable directory with some free space",
+            )
+        })?;
+    let run = generate(
+        &dir.path().join(format!("{}.duckdb", s.name())),
+        s,
+        healthy,
+        false,
+        ExplainOptions::default(),
+    )?;
+    let total_chains = run.explain.chains.len();
+    Ok(DemoResult {
+        scenario: s.name(),
+        description: s.description(),
+        healthy,
+        expected_detector: if healthy { None } else { s.expected_detector() },
+        events: run.summary.events,
+        nodes: run.summary.nodes,
+        stats: run.stats,
+        chains: run
+            .explain
+            .chains
+            .into_iter()
+            .take(DEFAULT_TOP_N)
+            .map(sanitize_chain)
+            .collect(),
+        total_chains,
+    })
+}

@@ -91,22 +91,17 @@ struct Ours {
 
 fn ours(exe: &str, out: &std::path::Path, dir: &std::path::Path, round: usize) -> Ours {
     let db = dir.join(format!("bench-{round}.duckdb"));
-    let args = TraceArgs {
-        db: db.clone(),
-        pid: None,
-        duration: Some(Duration::from_secs(120)),
-        node: Some("bench".into()),
-        no_host: true,
-        nccl: false,
-        json: false,
-        ringbuf_size: 8 << 20,
-        command: vec![
-            exe.into(),
-            "rate".into(),
-            CALLS.to_string(),
-            out.to_string_lossy().into_owned(),
-        ],
-    };
+    let mut args = TraceArgs::with_db(db.clone());
+    args.duration = Some(Duration::from_secs(120));
+    args.node = Some("bench".into());
+    args.no_host = true;
+    args.ringbuf_size = 8 << 20;
+    args.command = vec![
+        exe.into(),
+        "rate".into(),
+        CALLS.to_string(),
+        out.to_string_lossy().into_owned(),
+    ];
     let (c0, t0) = (cpu_s(), Instant::now());
     let s = run_trace(&args).expect("trace (run as root)");
     let (cpu, wall) = (cpu_s() - c0, t0.elapsed().as_secs_f64());

@@ -15,4 +15,5 @@ mod trace;
 
 pub use check::{CheckReport, check};
 pub use error::CollectorError;
-pub use trace::{OpSummary, TraceArgs, TraceSummary, run_trace};
+pub use sink::OnStore;
+pub use trace::{OpSummary, TraceArgs, TraceHooks, TraceSummary, run_trace, run_trace_with};

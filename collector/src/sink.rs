@@ -40,6 +40,9 @@ pub enum Ctl {
     Counts(Vec<OpCount>, Vec<HistogramBucket>),
 }
 
+/// Receives a reader on the live store as soon as it exists (live serving).
+pub type OnStore = Box<dyn FnOnce(causeway_store::Reader) + Send>;
+
 /// What the writer thread did.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SinkStats {
@@ -66,11 +69,15 @@ impl Sink {
         opts: WriterOptions,
         session: SessionInfo,
         json: bool,
+        on_store: Option<OnStore>,
     ) -> Result<Sink, CollectorError> {
         let writer = Writer::create(&path, opts).map_err(|source| CollectorError::Store {
             path: path.clone(),
             source: Box::new(source),
         })?;
+        if let Some(f) = on_store {
+            f(writer.live_reader().map_err(store_err(&path))?);
+        }
         let (data, data_rx) = bounded(CHANNEL_BATCHES);
         let (ctl, ctl_rx) = unbounded();
         let join = std::thread::Builder::new()

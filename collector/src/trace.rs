@@ -57,6 +57,10 @@ pub struct TraceArgs {
     /// Command to start and trace with its process tree until it exits (after `--`).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+    /// Our stdin/stdout carry a protocol (`causeway mcp --live` over stdio): the command gets
+    /// no stdin and writes its stdout to stderr.
+    #[arg(skip)]
+    pub stdio_is_protocol: bool,
 }
 
 /// Per-op line of the summary.
@@ -150,10 +154,13 @@ fn preflight() -> Result<(), CollectorError> {
     Ok(())
 }
 
-fn spawn(cmd: &[String], json: bool) -> Result<Child, CollectorError> {
+fn spawn(cmd: &[String], json: bool, stdio_is_protocol: bool) -> Result<Child, CollectorError> {
     let mut c = Command::new(&cmd[0]);
     c.args(&cmd[1..]);
-    if json {
+    if stdio_is_protocol {
+        c.stdin(Stdio::null());
+    }
+    if json || stdio_is_protocol {
         // stdout carries our JSON stream: the command's own output goes to stderr.
         let fd = std::os::fd::AsFd::as_fd(&std::io::stderr())
             .try_clone_to_owned()
@@ -169,9 +176,48 @@ fn spawn(cmd: &[String], json: bool) -> Result<Child, CollectorError> {
     })
 }
 
+impl TraceArgs {
+    /// The options `causeway trace --db DB` would have (every other flag at its default), for
+    /// programs that start a recording themselves (`causeway mcp --live`).
+    pub fn with_db(db: PathBuf) -> TraceArgs {
+        #[derive(clap::Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            args: TraceArgs,
+        }
+        let mut a = <Defaults as clap::Parser>::parse_from(["trace", "--db", "-"]).args;
+        a.db = db;
+        a
+    }
+}
+
+/// What a program embedding a recording hooks into it: `causeway trace --serve` and
+/// `causeway mcp --live` serve the store while it grows.
+#[derive(Default)]
+pub struct TraceHooks {
+    /// Ends the recording when set (as SIGINT does).
+    pub stop: Option<Arc<AtomicBool>>,
+    /// Called once, as soon as the store file exists, with a reader on the live database.
+    pub on_store: Option<crate::sink::OnStore>,
+}
+
+impl std::fmt::Debug for TraceHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceHooks")
+            .field("stop", &self.stop.is_some())
+            .field("on_store", &self.on_store.is_some())
+            .finish()
+    }
+}
+
 /// Records a trace into `args.db` until the duration elapses, SIGINT/SIGTERM arrives, the
 /// `-- COMMAND` exits or the `--pid` process is gone. The store file is complete on return.
 pub fn run_trace(args: &TraceArgs) -> Result<TraceSummary, CollectorError> {
+    run_trace_with(args, TraceHooks::default())
+}
+
+/// [`run_trace`] with hooks: an external stop flag and a live reader of the store.
+pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummary, CollectorError> {
     preflight()?;
     let mode = match (args.pid, args.command.is_empty()) {
         (Some(pid), true) => Mode::Pid(pid),
@@ -183,7 +229,9 @@ pub fn run_trace(args: &TraceArgs) -> Result<TraceSummary, CollectorError> {
             ));
         }
     };
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = hooks
+        .stop
+        .unwrap_or_else(|| Arc::new(AtomicBool::new(false)));
     let sig_ids = [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]
         .into_iter()
         .filter_map(|s| signal_hook::flag::register(s, stop.clone()).ok())
@@ -211,6 +259,7 @@ pub fn run_trace(args: &TraceArgs) -> Result<TraceSummary, CollectorError> {
         wopts,
         host::session_info(started_ns, pid_filter, flags),
         args.json,
+        hooks.on_store,
     )?;
     let result = trace_loop(args, &mode, libs, &stop, &sink, started);
     for id in sig_ids {
@@ -286,7 +335,7 @@ fn trace_loop(
         warn!(%target, "no CUDA library found yet; rescanning while tracing (libraries loaded with dlopen are attached when they appear)");
     }
     let mut child = match mode {
-        Mode::Command(cmd) => Some(spawn(cmd, args.json)?),
+        Mode::Command(cmd) => Some(spawn(cmd, args.json, args.stdio_is_protocol)?),
         _ => None,
     };
     let root_pid = child.as_ref().map(Child::id).or(args.pid);

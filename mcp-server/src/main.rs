@@ -42,8 +42,9 @@ enum Command {
     Describe(cmd::traces::DescribeArgs),
     /// Run every MCP tool once on a trace and write the self-test report.
     Selftest(cmd::traces::SelftestArgs),
-    /// Record a trace with eBPF (root): CUDA runtime/driver/NCCL calls and host events.
-    Trace(causeway_collector::TraceArgs),
+    /// Record a trace with eBPF (root): CUDA runtime/driver/NCCL calls and host events; --serve
+    /// also serves it over MCP while it records.
+    Trace(cmd::trace::TraceCmd),
     /// Check this machine for tracing: kernel, BTF, privileges, NVIDIA driver, CUDA libraries.
     Check(cmd::check::CheckArgs),
 }
@@ -88,9 +89,7 @@ fn main() -> ExitCode {
         Command::Traces(a) => cmd::traces::run_traces(a),
         Command::Describe(a) => cmd::traces::run_describe(a),
         Command::Selftest(a) => cmd::traces::run_selftest(a),
-        Command::Trace(a) => causeway_collector::run_trace(a)
-            .map_err(anyhow::Error::from)
-            .and_then(|s| if a.json { Ok(()) } else { print_json(&s) }),
+        Command::Trace(a) => cmd::trace::run(a),
         Command::Check(a) => match cmd::check::run(a) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -81,6 +81,8 @@ pub struct Reader {
     conn: Connection,
     path: PathBuf,
     policy: Policy,
+    /// Shares the database instance of the live writer (see [`Reader::from_writer_connection`]).
+    live: bool,
 }
 
 impl std::fmt::Debug for Reader {
@@ -132,7 +134,30 @@ impl Reader {
             conn,
             path: path.to_path_buf(),
             policy: crate::default_policy(),
+            live: false,
         })
+    }
+
+    /// A reader on the database instance a live writer holds (DuckDB lets one process write a
+    /// file, and a second instance in the same process would not see later writes). The
+    /// instance already has external access and extension autoloading off; this locks its
+    /// configuration, and since the file cannot be opened read-only, every guarded query runs
+    /// in a transaction that is rolled back, so nothing an outside query does can persist.
+    pub(crate) fn from_writer_connection(conn: Connection, path: &Path) -> Result<Reader> {
+        crate::check_schema(&conn, path)?;
+        conn.execute_batch("SET lock_configuration = true")
+            .ctx(path, "locking the configuration")?;
+        Ok(Reader {
+            conn,
+            path: path.to_path_buf(),
+            policy: crate::default_policy(),
+            live: true,
+        })
+    }
+
+    /// Whether this reader shares a live writer's database (the trace is still growing).
+    pub fn is_live(&self) -> bool {
+        self.live
     }
 
     /// The trace file.
@@ -169,7 +194,11 @@ impl Reader {
                 false
             }
         });
-        let outcome = self.run(&again, row_limit, limits.max_bytes);
+        let outcome = if self.live {
+            self.run_rolled_back(&again, row_limit, limits.max_bytes)
+        } else {
+            self.run(&again, row_limit, limits.max_bytes)
+        };
         let _ = done_tx.send(());
         let interrupted = watchdog.join().unwrap_or(false);
         match outcome {
@@ -182,6 +211,22 @@ impl Reader {
             }),
             Err(e) => Err(e),
         }
+    }
+
+    fn run_rolled_back(
+        &self,
+        sql: &GuardedSql,
+        row_limit: usize,
+        max_bytes: usize,
+    ) -> Result<QueryResult> {
+        self.conn
+            .execute_batch("BEGIN TRANSACTION")
+            .map_err(|e| query_error(&e))?;
+        let outcome = self.run(sql, row_limit, max_bytes);
+        self.conn
+            .execute_batch("ROLLBACK")
+            .map_err(|e| query_error(&e))?;
+        outcome
     }
 
     fn run(&self, sql: &GuardedSql, row_limit: usize, max_bytes: usize) -> Result<QueryResult> {

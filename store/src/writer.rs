@@ -297,6 +297,16 @@ impl Writer {
         Ok(w)
     }
 
+    /// A reader that sees this writer's committed rows while it records (live serving). See
+    /// [`Reader::from_writer_connection`] for how it stays read-only.
+    pub fn live_reader(&self) -> Result<crate::Reader> {
+        let conn = self
+            .conn
+            .try_clone()
+            .ctx(&self.path, "opening a reader on the live store")?;
+        crate::Reader::from_writer_connection(conn, &self.path)
+    }
+
     /// Opens an existing store to append more events for `opts.node` (sequence numbers continue).
     pub fn open_append(path: &Path, opts: WriterOptions) -> Result<Writer> {
         if !path.exists() {

@@ -35,17 +35,12 @@ pub fn bpf_test() -> Option<MutexGuard<'static, ()>> {
 
 /// Trace arguments for `-- COMMAND` with the defaults of the CLI.
 pub fn args(db: &Path, command: &[&str]) -> TraceArgs {
-    TraceArgs {
-        db: db.to_path_buf(),
-        pid: None,
-        duration: Some(Duration::from_secs(60)),
-        node: Some("test".into()),
-        no_host: false,
-        nccl: false,
-        json: false,
-        ringbuf_size: 8 << 20,
-        command: command.iter().map(|s| s.to_string()).collect(),
-    }
+    let mut a = TraceArgs::with_db(db.to_path_buf());
+    a.duration = Some(Duration::from_secs(60));
+    a.node = Some("test".into());
+    a.ringbuf_size = 8 << 20;
+    a.command = command.iter().map(|s| s.to_string()).collect();
+    a
 }
 
 /// Runs a trace and returns its summary.

@@ -1,27 +1,22 @@
-//! `causeway mcp`: serves a finished trace read-only to MCP clients over stdio (default) or
-//! streamable HTTP (`--http ADDR`), with a bearer token required off loopback and optional TLS.
+//! `causeway mcp`: serves a trace read-only to MCP clients over stdio (default) or streamable
+//! HTTP (`--http ADDR`), with a bearer token required off loopback and optional TLS; with
+//! `--live`, records a new trace in the same process and serves it while it grows.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
+use causeway_collector::{TraceArgs, TraceHooks};
 use causeway_tools::Context;
 
 use crate::mcp;
 
-/// Arguments of `causeway mcp`.
-#[derive(Debug, clap::Args)]
-pub struct McpArgs {
-    /// The trace store to serve (opened read-only, never written).
-    #[arg(long, value_name = "TRACE.duckdb")]
-    pub db: PathBuf,
-    /// Serve streamable HTTP on this address instead of stdio, e.g. 127.0.0.1:8765.
-    #[arg(long, value_name = "ADDR")]
-    pub http: Option<SocketAddr>,
-    /// More traces agents may open by name: every *.duckdb here (repeatable; default: ./investigations).
-    #[arg(long, value_name = "DIR")]
-    pub traces_dir: Vec<PathBuf>,
+/// How the HTTP transport is exposed (shared by `mcp --http` and `trace --serve`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct HttpFlags {
     /// File holding the bearer token (else $CAUSEWAY_TOKEN); required off loopback.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
@@ -42,8 +37,52 @@ pub struct McpArgs {
     pub max_body: usize,
 }
 
-fn token(args: &McpArgs) -> Result<Option<String>> {
-    let raw = match &args.token_file {
+/// What to record with `--live` (the `causeway trace` options; others keep their defaults).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LiveFlags {
+    /// Record a new trace into --db (root) and serve it while it grows.
+    #[arg(long)]
+    pub live: bool,
+    /// With --live: trace this process (and its children) instead of every CUDA process.
+    #[arg(long, requires = "live", conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// With --live: stop recording after this long (the server keeps answering).
+    #[arg(long, requires = "live", value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// With --live: node name stored with every row.
+    #[arg(long, requires = "live")]
+    pub node: Option<String>,
+    /// With --live: do not record host events.
+    #[arg(long, requires = "live")]
+    pub no_host: bool,
+    /// With --live: also probe NCCL.
+    #[arg(long, requires = "live")]
+    pub nccl: bool,
+    /// With --live: command to start and trace (after `--`).
+    #[arg(last = true, value_name = "COMMAND", requires = "live")]
+    pub command: Vec<String>,
+}
+
+/// Arguments of `causeway mcp`.
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// The trace store to serve (opened read-only, never written); with --live, the one to create.
+    #[arg(long, value_name = "TRACE.duckdb")]
+    pub db: PathBuf,
+    /// Serve streamable HTTP on this address instead of stdio, e.g. 127.0.0.1:8765.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// More traces agents may open by name: every *.duckdb here (repeatable; default: ./investigations).
+    #[arg(long, value_name = "DIR")]
+    pub traces_dir: Vec<PathBuf>,
+    #[command(flatten)]
+    pub http_flags: HttpFlags,
+    #[command(flatten, next_help_heading = "Live recording")]
+    pub live: LiveFlags,
+}
+
+fn token(flags: &HttpFlags) -> Result<Option<String>> {
+    let raw = match &flags.token_file {
         Some(p) => Some(
             std::fs::read_to_string(p)
                 .with_context(|| format!("{}: cannot read the token file", p.display()))?,
@@ -61,7 +100,26 @@ fn token(args: &McpArgs) -> Result<Option<String>> {
     Ok(token)
 }
 
-/// The tool context of `mcp` (and of the CLI twins): the trace plus the traces directories.
+/// The HTTP options for `addr`; refuses a non-loopback address without a token.
+pub fn http_options(addr: SocketAddr, flags: &HttpFlags) -> Result<mcp::http::HttpOptions> {
+    let token = token(flags)?;
+    if !addr.ip().is_loopback() && token.is_none() {
+        bail!(
+            "refusing to serve {addr} without a bearer token\nhint: set CAUSEWAY_TOKEN or pass --token-file FILE (a loopback address such as 127.0.0.1 needs none)"
+        );
+    }
+    Ok(mcp::http::HttpOptions {
+        addr,
+        token,
+        tls: flags.tls_cert.clone().zip(flags.tls_key.clone()),
+        allowed_origins: flags.allow_origin.clone(),
+        allowed_hosts: flags.allow_host.clone(),
+        max_body_bytes: flags.max_body,
+    })
+}
+
+/// The tool context of `mcp` (and of the CLI twins): the trace plus the traces directories,
+/// with the collector's machine inspection for `get_check`.
 pub fn context(db: &std::path::Path, traces_dirs: &[PathBuf]) -> Context {
     let dirs = if traces_dirs.is_empty() {
         vec![PathBuf::from("investigations")]
@@ -71,42 +129,115 @@ pub fn context(db: &std::path::Path, traces_dirs: &[PathBuf]) -> Context {
     Context::new(db.to_path_buf(), dirs).with_checker(super::check::checker())
 }
 
-/// Runs `mcp`.
-pub fn run(args: &McpArgs) -> Result<()> {
-    let ctx = Arc::new(context(&args.db, &args.traces_dir));
-    // Open the trace now: a wrong --db fails before a client connects, and the first tool
-    // call does not pay for opening DuckDB.
-    ctx.with_reader(None, |_| Ok(()))
-        .map_err(|e| anyhow::anyhow!("{}\nhint: {}", e.message(), e.hint()))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// A multi-threaded runtime for the server (tool calls run on its blocking pool).
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .context("starting the async runtime")?;
-    let Some(addr) = args.http else {
-        return runtime.block_on(mcp::serve_stdio(ctx));
+        .context("starting the async runtime")
+}
+
+/// Serves HTTP until Ctrl-C (or `until` resolves), announcing the bound address on stderr.
+pub async fn serve_http(
+    ctx: Arc<Context>,
+    opts: mcp::http::HttpOptions,
+    what: &'static str,
+    until: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    tokio::select! {
+        r = mcp::http::serve(ctx, opts, |bound| {
+            // The one line a supervisor (or a test) waits for; stderr, never stdout.
+            eprintln!("causeway {what}: listening on {bound}");
+        }) => r,
+        _ = tokio::signal::ctrl_c() => Ok(()),
+        _ = until => Ok(()),
+    }
+}
+
+/// The thread recording a live trace; joins with the recording's summary.
+pub type Recorder = std::thread::JoinHandle<
+    Result<causeway_collector::TraceSummary, causeway_collector::CollectorError>,
+>;
+
+/// Starts recording `args` on a thread and returns once the store exists, with its live reader
+/// installed in `ctx`, the stop flag, and the recording thread.
+pub fn start_live_recording(
+    ctx: &Arc<Context>,
+    args: TraceArgs,
+) -> Result<(Arc<AtomicBool>, Recorder)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let live_ctx = ctx.clone();
+    let hooks = TraceHooks {
+        stop: Some(stop.clone()),
+        on_store: Some(Box::new(move |reader| {
+            live_ctx.insert_reader(reader);
+            let _ = ready_tx.send(());
+        })),
     };
-    let token = token(args)?;
-    if !addr.ip().is_loopback() && token.is_none() {
-        bail!(
-            "refusing to serve {addr} without a bearer token\nhint: set CAUSEWAY_TOKEN or pass --token-file FILE (a loopback address such as 127.0.0.1 needs none)"
+    let recorder = std::thread::Builder::new()
+        .name("causeway-recorder".into())
+        .spawn(move || causeway_collector::run_trace_with(&args, hooks))
+        .context("starting the recording thread")?;
+    if ready_rx.recv().is_err() {
+        // The recorder ended before creating the store: its error says why.
+        return match recorder.join() {
+            Ok(Err(e)) => Err(e.into()),
+            Ok(Ok(_)) => bail!("the recording ended before its store was created"),
+            Err(_) => bail!("the recording thread panicked"),
+        };
+    }
+    Ok((stop, recorder))
+}
+
+fn live_trace_args(args: &McpArgs) -> TraceArgs {
+    let mut t = TraceArgs::with_db(args.db.clone());
+    let l = &args.live;
+    t.pid = l.pid;
+    t.duration = l.duration;
+    t.node = l.node.clone();
+    t.no_host = l.no_host;
+    t.nccl = l.nccl;
+    t.command = l.command.clone();
+    // Over stdio our stdin/stdout are the MCP stream: keep the traced command off them.
+    t.stdio_is_protocol = args.http.is_none();
+    t
+}
+
+/// Runs `mcp`.
+pub fn run(args: &McpArgs) -> Result<()> {
+    let ctx = Arc::new(context(&args.db, &args.traces_dir));
+    let http = args
+        .http
+        .map(|addr| http_options(addr, &args.http_flags))
+        .transpose()?;
+    let recording = if args.live.live {
+        Some(start_live_recording(&ctx, live_trace_args(args))?)
+    } else {
+        // Open the trace now: a wrong --db fails before a client connects, and the first tool
+        // call does not pay for opening DuckDB.
+        ctx.with_reader(None, |_| Ok(()))
+            .map_err(|e| anyhow::anyhow!("{}\nhint: {}", e.message(), e.hint()))?;
+        None
+    };
+    let runtime = runtime()?;
+    let served = match http {
+        None => runtime.block_on(mcp::serve_stdio(ctx)),
+        Some(opts) => runtime.block_on(serve_http(ctx, opts, "mcp", std::future::pending())),
+    };
+    if let Some((stop, recorder)) = recording {
+        // The client is gone: end the recording and leave a complete file.
+        stop.store(true, Ordering::Relaxed);
+        let summary = recorder
+            .join()
+            .map_err(|_| anyhow::anyhow!("the recording thread panicked"))??;
+        tracing::info!(events = summary.events_written, db = %summary.db.display(), "live recording complete");
+        eprintln!(
+            "causeway mcp: recorded {} events into {}",
+            summary.events_written,
+            summary.db.display()
         );
     }
-    let opts = mcp::http::HttpOptions {
-        addr,
-        token,
-        tls: args.tls_cert.clone().zip(args.tls_key.clone()),
-        allowed_origins: args.allow_origin.clone(),
-        allowed_hosts: args.allow_host.clone(),
-        max_body_bytes: args.max_body,
-    };
-    runtime.block_on(async move {
-        tokio::select! {
-            r = mcp::http::serve(ctx, opts, |bound| {
-                // The one line a supervisor (or a test) waits for; stderr, never stdout.
-                eprintln!("causeway mcp: listening on {bound}");
-            }) => r,
-            _ = tokio::signal::ctrl_c() => Ok(()),
-        }
-    })
+    served
 }

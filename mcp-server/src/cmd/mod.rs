@@ -8,4 +8,5 @@ pub mod mcp;
 pub mod query;
 pub mod stacks;
 pub mod stats;
+pub mod trace;
 pub mod traces;

@@ -3,5 +3,6 @@
 
 mod cli;
 mod common;
+mod live;
 mod mcp;
 mod trace;

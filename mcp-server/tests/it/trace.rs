@@ -7,7 +7,7 @@ use std::process::Command;
 
 use crate::common::{causeway, ok};
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -28,7 +28,7 @@ fn cc(args: &[&str]) {
 }
 
 /// Builds the stand-in libcudart.so.12, libcuda.so.1 and the workload into `dir`.
-fn standin(dir: &Path) -> String {
+pub fn standin(dir: &Path) -> String {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/tests/standin");
     let s = |n: &str| src.join(n).to_string_lossy().into_owned();
     let o = |n: &str| dir.join(n).to_string_lossy().into_owned();

@@ -4,5 +4,6 @@
 mod common;
 mod guard_corpus;
 mod import;
+mod live;
 mod reader;
 mod writer;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use causeway_sqlguard::guard;
 use causeway_store::{Event, QueryLimits, Reader, StoreError, Writer, WriterOptions};
 
-fn run(r: &Reader, sql: &str) -> Result<causeway_store::QueryResult, StoreError> {
+pub fn run(r: &Reader, sql: &str) -> Result<causeway_store::QueryResult, StoreError> {
     let g = guard(sql, r.policy(), None)?;
     r.query(&g, &QueryLimits::default())
 }

@@ -1,0 +1,67 @@
+//! `causeway trace`: records with the collector; with `--serve ADDR` the same process also
+//! serves MCP over streamable HTTP from the growing store (live investigation).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::Result;
+use causeway_collector::TraceArgs;
+
+use super::mcp::{HttpFlags, context, http_options, runtime, serve_http, start_live_recording};
+
+/// Arguments of `causeway trace`.
+#[derive(Debug, clap::Args)]
+pub struct TraceCmd {
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// Also serve MCP over streamable HTTP on ADDR while recording (e.g. 127.0.0.1:8765).
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<SocketAddr>,
+    #[command(flatten, next_help_heading = "Serving (with --serve)")]
+    pub http: HttpFlags,
+}
+
+/// Runs `trace`: the summary goes to stdout as JSON unless events stream there (`--json`).
+pub fn run(args: &TraceCmd) -> Result<()> {
+    let Some(addr) = args.serve else {
+        let summary = causeway_collector::run_trace(&args.trace)?;
+        return if args.trace.json {
+            Ok(())
+        } else {
+            crate::print_json(&summary)
+        };
+    };
+    let opts = http_options(addr, &args.http)?;
+    let ctx = Arc::new(context(&args.trace.db, &[]));
+    let (stop, recorder) = start_live_recording(&ctx, args.trace.clone())?;
+    let runtime = runtime()?;
+    // Serve until the recording ends (duration, Ctrl-C, the command's exit): the server and
+    // the recorder share the process, and the finished file can be served by `causeway mcp`.
+    let done = Arc::new(tokio::sync::Notify::new());
+    let watcher = {
+        let done = done.clone();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let r = recorder.join();
+            stop.store(true, Ordering::Relaxed);
+            done.notify_one();
+            r
+        })
+    };
+    let served = runtime.block_on(serve_http(ctx, opts, "trace", {
+        let done = done.clone();
+        async move { done.notified().await }
+    }));
+    stop.store(true, Ordering::Relaxed);
+    let summary = watcher
+        .join()
+        .and_then(|r| r)
+        .map_err(|_| anyhow::anyhow!("the recording thread panicked"))??;
+    served?;
+    if args.trace.json {
+        Ok(())
+    } else {
+        crate::print_json(&summary)
+    }
+}

@@ -30,6 +30,8 @@ enum Command {
     Query(cmd::query::QueryArgs),
     /// Explain why the workload was slow: ranked causal chains with timeline, root cause and fix.
     Explain(cmd::explain::ExplainArgs),
+    /// Export a trace for other tools: Perfetto / Chrome trace-event JSON.
+    Export(cmd::export::ExportArgs),
     /// Generate a realistic synthetic trace for a scenario (no root, no GPU) and explain it.
     Demo(cmd::demo::DemoArgs),
     /// Serve a trace read-only to MCP clients (stdio by default, or streamable HTTP).
@@ -84,6 +86,7 @@ fn main() -> ExitCode {
         Command::Query(a) => cmd::query::run(a),
         Command::Explain(a) => cmd::explain::run(a),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Export(a) => cmd::export::run(a),
         Command::Mcp(a) => cmd::mcp::run(a),
         Command::Stacks(a) => cmd::stacks::run(a),
         Command::Traces(a) => cmd::traces::run_traces(a),

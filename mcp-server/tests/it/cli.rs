@@ -161,3 +161,56 @@ fn stats_on_a_missing_or_foreign_file_fails_clearly() {
     let usage = causeway(&["stats"]);
     assert_eq!(usage.status.code(), Some(2), "clap usage errors exit 2");
 }
+
+#[test]
+fn export_writes_perfetto_json_atomically_and_refuses_to_overwrite() {
+    let db = vllm_store();
+    let out = scratch().join("vllm.perfetto.json");
+    let _ = std::fs::remove_file(&out);
+    let args = [
+        "export",
+        "--db",
+        db.to_str().unwrap(),
+        "--format",
+        "perfetto",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    let run = causeway(&args);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert!(err.contains("exported 10869 events"), "{err}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out).unwrap()).expect("valid JSON");
+    assert_eq!(doc["otherData"]["events_in_trace"], 10869);
+    // The imported trace stamps sched_switch at switch-in: its chains and spans are drawn.
+    assert!(
+        doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["cat"] == "chain")
+    );
+    let again = causeway(&args);
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("--force"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let missing = causeway(&[
+        "export",
+        "--db",
+        "/nonexistent.duckdb",
+        "-o",
+        scratch().join("x.json").to_str().unwrap(),
+    ]);
+    assert!(!missing.status.success());
+    assert!(!scratch().join("x.json").exists(), "nothing is left behind");
+    let leftovers: Vec<_> = std::fs::read_dir(scratch())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

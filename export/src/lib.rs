@@ -1,7 +1,9 @@
-//! causeway's exports for existing tools: Perfetto / Chrome trace-event JSON ([`perfetto`]).
+//! causeway's exports for existing tools: Perfetto / Chrome trace-event JSON ([`perfetto`]) and
+//! the Prometheus text exposition served at `/metrics` ([`prometheus`]).
 //! Everything is read through the store's locked-down [`causeway_store::Reader`].
 
 pub mod perfetto;
+pub mod prometheus;
 
 pub use perfetto::{PerfettoOptions, PerfettoSummary, write_perfetto};
 

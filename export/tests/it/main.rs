@@ -246,3 +246,48 @@ fn switch_in_stamped_nodes_draw_off_cpu_before_the_timestamp() {
         );
     }
 }
+
+/// The Prometheus exposition of a real store: every histogram is cumulative, ends at +Inf with
+/// its count, and the counts equal the stored events.
+#[test]
+fn prometheus_histograms_are_cumulative_and_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = Reader::open(&demo(dir.path(), Scenario::Incident)).unwrap();
+    let text = causeway_export::prometheus::render(&r).unwrap();
+    let mut series: BTreeMap<String, Vec<(String, f64)>> = BTreeMap::new();
+    let mut counts: BTreeMap<String, f64> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let (name_labels, value) = line.rsplit_once(' ').unwrap();
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("bad value: {line}"));
+        if let Some(rest) = name_labels.strip_prefix("causeway_call_duration_seconds_bucket{") {
+            let (labels, le) = rest.rsplit_once(",le=\"").unwrap();
+            series
+                .entry(labels.to_string())
+                .or_default()
+                .push((le.trim_end_matches("\"}").to_string(), value));
+        } else if let Some(rest) = name_labels.strip_prefix("causeway_call_duration_seconds_count{")
+        {
+            counts.insert(rest.trim_end_matches('}').to_string(), value);
+        }
+    }
+    assert!(!series.is_empty());
+    let mut total = 0.0;
+    for (labels, buckets) in &series {
+        assert!(
+            buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+            "{labels}: not cumulative"
+        );
+        let (le, n) = buckets.last().unwrap();
+        assert_eq!(le, "+Inf");
+        assert_eq!(Some(n), counts.get(labels), "{labels}");
+        total += n;
+    }
+    let stored: i64 = r
+        .prepare_trusted("SELECT count(*) FROM event_data WHERE op_id <> 100")
+        .unwrap()
+        .query_row([], |row| row.get(0))
+        .unwrap();
+    assert_eq!(total as i64, stored);
+}

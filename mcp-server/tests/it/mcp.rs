@@ -351,3 +351,62 @@ fn http_refuses_without_details() {
         "{resp}"
     );
 }
+
+fn get(addr: &str, host: &str, headers: &[(&str, &str)], path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = String::new();
+    let _ = s.read_to_string(&mut resp);
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, resp)
+}
+
+/// `/metrics` on the serve address: Prometheus text with exact histograms, behind the same
+/// bearer token and Host check as MCP.
+#[test]
+fn metrics_are_served_next_to_mcp() {
+    let token = "0123456789abcdef0123456789abcdef";
+    let srv = http_server(token);
+    let bearer = format!("Bearer {token}");
+    let (code, _) = get(&srv.addr, &srv.addr, &[], "/metrics");
+    assert_eq!(code, 401);
+    let (code, _) = get(
+        &srv.addr,
+        "evil.example",
+        &[("Authorization", &bearer)],
+        "/metrics",
+    );
+    assert_eq!(code, 403);
+    let (code, resp) = get(
+        &srv.addr,
+        &srv.addr,
+        &[("Authorization", &bearer)],
+        "/metrics",
+    );
+    assert_eq!(code, 200, "{resp}");
+    assert!(
+        resp.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4"),
+        "{resp}"
+    );
+    assert!(
+        resp.contains("# TYPE causeway_call_duration_seconds histogram"),
+        "{resp}"
+    );
+    assert!(
+        resp.contains("causeway_call_duration_seconds_count{node=\"")
+            && resp.contains("op=\"cudaLaunchKernel\"} 550"),
+        "{resp}"
+    );
+    assert!(resp.contains("causeway_off_cpu_seconds_total{"), "{resp}");
+}

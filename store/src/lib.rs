@@ -3,6 +3,7 @@
 //! the importer for trace databases recorded by the reference tool (SQLite).
 
 pub mod catalog;
+pub mod clock;
 mod error;
 pub mod import;
 mod reader;

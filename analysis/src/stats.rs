@@ -94,7 +94,12 @@ pub struct TraceStats {
     pub drops: BTreeMap<String, u64>,
 }
 
-const SPAN_SQL: &str = "SELECT count(*)::BIGINT, coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_data";
+// The event queries read the physical `event_rows` (ids, no names) rather than the `event_data`
+// view: they need no names, and the view's joins made `stats` over 10M events ~25% dearer. A node
+// filter is resolved to its node_id first: -1 = every node, -2 = a node not in the file.
+const NODE_ID_SQL: &str = "SELECT coalesce(max(node_id), -2)::BIGINT FROM nodes WHERE node = ?";
+
+const SPAN_SQL: &str = "SELECT count(*)::BIGINT, coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_rows";
 
 const OPS_SQL: &str = "
 WITH g AS (
@@ -106,10 +111,10 @@ WITH g AS (
            sum(duration)::BIGINT AS total,
            min(timestamp) AS first,
            max(timestamp) AS last
-    FROM event_data
+    FROM event_rows
     WHERE timestamp BETWEEN ? AND ?
       AND (?::BIGINT < 0 OR pid = ?::BIGINT)
-      AND (?::VARCHAR = '' OR node = ?::VARCHAR)
+      AND (?::BIGINT = -1 OR node_id = ?::BIGINT)
     GROUP BY op_id
 )
 SELECT s.source_id, o.source, o.op, g.n, g.q[1], g.q[2], g.q[3], g.mx, g.mean, g.total, g.first, g.last, g.op_id
@@ -122,10 +127,10 @@ SELECT count(*)::BIGINT,
        coalesce(sum(duration) FILTER (WHERE arg1 = 0), 0)::BIGINT,
        coalesce(sum(duration) FILTER (WHERE arg1 = 1), 0)::BIGINT,
        coalesce(sum(duration) FILTER (WHERE arg1 NOT IN (0, 1)), 0)::BIGINT
-FROM event_data
+FROM event_rows
 WHERE op_id = 100 AND timestamp BETWEEN ? AND ?
   AND (?::BIGINT < 0 OR pid = ?::BIGINT)
-  AND (?::VARCHAR = '' OR node = ?::VARCHAR)";
+  AND (?::BIGINT = -1 OR node_id = ?::BIGINT)";
 
 const COUNTED_SQL: &str = "
 SELECT o.source, o.op, c.op_id, sum(c.calls)::BIGINT, sum(c.stored)::BIGINT, sum(c.total_ns)::BIGINT
@@ -149,8 +154,10 @@ WHERE (?::VARCHAR = '' OR node = ?::VARCHAR)
 GROUP BY kind ORDER BY kind";
 
 const NODES_SQL: &str = "
-SELECT DISTINCT node FROM event_data
-WHERE timestamp BETWEEN ? AND ? AND (?::VARCHAR = '' OR node = ?::VARCHAR) ORDER BY node";
+SELECT node FROM nodes
+WHERE node_id IN (SELECT DISTINCT node_id FROM event_rows WHERE timestamp BETWEEN ? AND ?)
+  AND (?::VARCHAR = '' OR node = ?::VARCHAR)
+ORDER BY node";
 
 fn duck<'a>(r: &'a Reader, action: &'static str) -> impl Fn(duckdb::Error) -> StoreError + 'a {
     move |source| StoreError::Duck {
@@ -187,6 +194,13 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
     let window = q.window.resolve(first, last);
     let pid: i64 = q.pid.map_or(-1, i64::from);
     let node = q.node.clone().unwrap_or_default();
+    let node_id: i64 = if node.is_empty() {
+        -1
+    } else {
+        r.prepare_trusted(NODE_ID_SQL)?
+            .query_row([&node], |row| row.get(0))
+            .map_err(duck(r, "looking up the node"))?
+    };
     let _ = total;
 
     let mut ops = Vec::new();
@@ -201,8 +215,8 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
                 window.until_ns,
                 pid,
                 pid,
-                node,
-                node
+                node_id,
+                node_id
             ])
             .map_err(duck(r, "computing op statistics"))?;
         while let Some(row) = rows.next().map_err(duck(r, "reading op statistics"))? {
@@ -301,7 +315,7 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
     let off_cpu = r
         .prepare_trusted(OFF_CPU_SQL)?
         .query_row(
-            duckdb::params![window.from_ns, window.until_ns, pid, pid, node, node],
+            duckdb::params![window.from_ns, window.until_ns, pid, pid, node_id, node_id],
             |row| {
                 Ok(OffCpu {
                     switches: row.get::<_, i64>(0)? as u64,

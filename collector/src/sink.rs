@@ -46,9 +46,9 @@ pub type OnStore = Box<dyn FnOnce(causeway_store::Reader) + Send>;
 /// What the writer thread did.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SinkStats {
-    /// Events appended.
+    /// Events written to the store.
     pub written: u64,
-    /// Events whose append failed.
+    /// Events lost in batches the store could not append (stored as a `write_failed` drop).
     pub write_failed: u64,
 }
 
@@ -128,6 +128,7 @@ fn run(
     let err = store_err(&path);
     let sid = w.begin_session(&session).map_err(&err)?;
     let mut stats = SinkStats::default();
+    let mut append_failed = false;
     let (mut data_open, mut ctl_open) = (true, true);
     let stdout = std::io::stdout();
     let (no_data, no_ctl) = (never(), never());
@@ -142,14 +143,13 @@ fn run(
                 Ok(batch) => {
                     let mut out = json.then(|| stdout.lock());
                     for e in &batch {
-                        match w.append(e) {
-                            Ok(()) => stats.written += 1,
-                            Err(e) => {
-                                if stats.write_failed == 0 {
-                                    error!(error = %e, "appending an event failed");
-                                }
-                                stats.write_failed += 1;
+                        // A failed batch write is counted by the writer (`lost`), which stores
+                        // it as a `write_failed` drop when it finishes.
+                        if let Err(e) = w.append(e) {
+                            if !append_failed {
+                                error!(error = %e, "writing an event batch failed");
                             }
+                            append_failed = true;
                         }
                         if let Some(out) = out.as_mut() {
                             json_line(out, e);
@@ -177,15 +177,13 @@ fn run(
             warn!(error = %e, "periodic flush failed");
         }
     }
-    if stats.write_failed > 0 {
-        let _ = w.record_drop(
-            "write_failed",
-            None,
-            stats.write_failed,
-            "store append failed",
-        );
-    }
     w.end_session(sid, causeway_store::now_ns()).map_err(&err)?;
+    // Flush first so that the last batch's failure is counted too; finish stores the drop.
+    if let Err(e) = w.flush() {
+        error!(error = %e, "writing the last event batch failed");
+    }
+    stats.written = w.written();
+    stats.write_failed = w.lost();
     w.finish().map_err(&err)?;
     Ok(stats)
 }

@@ -1,7 +1,9 @@
--- causeway trace store, schema version 1.
+-- causeway trace store, schema version 2.
 -- One DuckDB file per trace (or per merged cluster). Times are ns since the Unix epoch,
--- durations are ns. Physical event rows live in event_data with a numeric op_id; the `events`
--- view joins the op catalogue so that people and agents filter by name:
+-- durations are ns. Physical event rows live in event_rows with numeric ids only (node_id,
+-- comm_id, op_id): strings per row are what made appends slow. The `event_data` view puts the
+-- node and thread names back, and the `events` view adds the op catalogue, so that people and
+-- agents filter by name:
 --   SELECT * FROM events WHERE op = 'cudaLaunchKernel' ORDER BY duration DESC LIMIT 10
 
 CREATE TABLE meta (
@@ -29,6 +31,7 @@ CREATE TABLE ops (
 -- One row per machine whose events are in this file.
 CREATE TABLE nodes (
     node                 VARCHAR PRIMARY KEY,
+    node_id              USMALLINT NOT NULL UNIQUE,  -- key of the node's rows in event_rows
     hostname             VARCHAR NOT NULL DEFAULT '',
     cluster              VARCHAR NOT NULL DEFAULT '',
     clock_offset_ns      BIGINT,           -- estimated offset to the reference node (merge), NULL if unknown
@@ -78,16 +81,25 @@ CREATE TABLE processes (
     PRIMARY KEY (node, pid)
 );
 
--- Physical event rows. (node, seq) identifies an event uniquely, also across merged nodes.
--- No index or key: DuckDB's zone maps serve time and pid filters, and appends stay fast.
-CREATE TABLE event_data (
-    node       VARCHAR NOT NULL,
+-- Thread names, interned: event_rows stores a comm_id per row instead of the string.
+-- comm_id 0 is the empty name. Names are data from the traced machine: sanitise before display.
+CREATE TABLE comms (
+    comm_id UINTEGER PRIMARY KEY,
+    comm    VARCHAR NOT NULL UNIQUE
+);
+INSERT INTO comms VALUES (0, '');
+
+-- Physical event rows, numbers only. (node_id, seq) identifies an event uniquely, also across
+-- merged nodes. No index or key: DuckDB's zone maps serve time and pid filters, and appends
+-- stay fast. Read them through `event_data` or `events`.
+CREATE TABLE event_rows (
+    node_id    USMALLINT NOT NULL,
     seq        UBIGINT NOT NULL,
     timestamp  BIGINT NOT NULL,
     duration   BIGINT NOT NULL,
     pid        UINTEGER NOT NULL,
     tid        UINTEGER NOT NULL,
-    comm       VARCHAR NOT NULL,
+    comm_id    UINTEGER NOT NULL,
     op_id      USMALLINT NOT NULL,
     arg0       BIGINT NOT NULL,
     arg1       BIGINT NOT NULL,
@@ -97,6 +109,28 @@ CREATE TABLE event_data (
     cgroup_id  UBIGINT NOT NULL,
     rank       INTEGER
 );
+
+-- Event rows with node and thread names, numeric op_id (the compiled-in queries read this).
+CREATE VIEW event_data AS
+SELECT
+    n.node,
+    r.seq,
+    r.timestamp,
+    r.duration,
+    r.pid,
+    r.tid,
+    c.comm,
+    r.op_id,
+    r.arg0,
+    r.arg1,
+    r.ret_code,
+    r.gpu_id,
+    r.stack_hash,
+    r.cgroup_id,
+    r.rank
+FROM event_rows r
+JOIN nodes n ON n.node_id = r.node_id
+JOIN comms c ON c.comm_id = r.comm_id;
 
 CREATE VIEW events AS
 SELECT
@@ -163,7 +197,7 @@ CREATE TABLE chains (
 );
 
 -- Every call counted in the kernel, per (pid, op) and window, including calls whose individual
--- events were sampled out or dropped. calls - stored = calls with no row in event_data.
+-- events were sampled out or dropped. calls - stored = calls with no row in event_rows.
 CREATE TABLE op_counts (
     node            VARCHAR NOT NULL,
     pid             UINTEGER NOT NULL,

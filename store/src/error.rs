@@ -38,6 +38,18 @@ pub enum StoreError {
         /// Version this build writes.
         supported: u32,
     },
+    /// The store was written by an older causeway, with a layout this build does not read.
+    #[error(
+        "{path}: schema version {found} is older than this causeway reads ({supported})\nhint: import the source trace again (`causeway import SRC.db --db NEW.duckdb`) or record it again"
+    )]
+    OlderSchema {
+        /// The file.
+        path: PathBuf,
+        /// Version in the file.
+        found: u32,
+        /// Version this build writes.
+        supported: u32,
+    },
     /// The trace file does not exist.
     #[error(
         "{path}: no such trace file\nhint: list traces with `causeway list`, or record one with `causeway import` / `causeway trace`"

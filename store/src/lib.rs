@@ -2,6 +2,7 @@
 //! single batched writer, the locked-down reader that runs only compiled-in or guarded SQL, and
 //! the importer for trace databases recorded by the reference tool (SQLite).
 
+mod batch;
 pub mod catalog;
 pub mod clock;
 mod error;
@@ -61,7 +62,7 @@ pub(crate) fn open_rw(path: &Path) -> Result<duckdb::Connection> {
     duckdb::Connection::open_with_flags(path, config).ctx(path, "opening for writing")
 }
 
-/// Verifies the file is a causeway store of a version this build reads.
+/// Verifies the file is a causeway store of the version this build reads and writes.
 pub(crate) fn check_schema(conn: &duckdb::Connection, path: &Path) -> Result<()> {
     let version: std::result::Result<String, _> = conn.query_row(
         "SELECT value FROM meta WHERE key = 'schema_version'",
@@ -78,6 +79,13 @@ pub(crate) fn check_schema(conn: &duckdb::Connection, path: &Path) -> Result<()>
     })?;
     if found > schema::SCHEMA_VERSION {
         return Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            supported: schema::SCHEMA_VERSION,
+        });
+    }
+    if found < schema::SCHEMA_VERSION {
+        return Err(StoreError::OlderSchema {
             path: path.to_path_buf(),
             found,
             supported: schema::SCHEMA_VERSION,

@@ -5,12 +5,16 @@ use duckdb::{Connection, params};
 use crate::catalog::{OPS, Source};
 
 /// Version written into `meta.schema_version`; bump on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: event rows moved to `event_rows` with `node_id` and `comm_id` (interned in `nodes` and
+/// `comms`); `event_data` became a view with the same columns as the version 1 table. Files of
+/// version 1 are refused with a hint to import or record them again.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The schema DDL (tables and views).
 pub const SCHEMA_SQL: &str = include_str!("../sql/001_schema.sql");
 
-/// Every relation of a store: what the SQL guard allows a query to read.
+/// Every relation of a store: what the SQL guard allows a query to read. The physical
+/// `event_rows` and `comms` behind `event_data` are left out: they hold ids, not names.
 pub const RELATIONS: &[&str] = &[
     "events",
     "event_data",
@@ -227,6 +231,12 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "nodes",
+        "node_id",
+        "",
+        "small number standing for the node in the stored event rows",
+    ),
+    (
+        "nodes",
         "clock_offset_ns",
         "ns",
         "estimated clock offset to the reference node; NULL when unknown",
@@ -308,22 +318,28 @@ fn create_inner(conn: &Connection) -> duckdb::Result<()> {
     }
     doc.flush()?;
     drop(doc);
-    conn.execute_batch(
+    // Only what a query may read is listed (RELATIONS are plain names, no quotes).
+    let readable = RELATIONS
+        .iter()
+        .map(|r| format!("'{r}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    conn.execute_batch(&format!(
         "INSERT INTO schema_columns
          SELECT c.table_name, c.column_name, c.data_type, d.unit, d.meaning
          FROM information_schema.columns c
          JOIN _column_docs d USING (table_name, column_name)
-         WHERE c.table_schema = 'main';
-         DROP TABLE _column_docs;",
-    )?;
+         WHERE c.table_schema = 'main' AND c.table_name IN ({readable});
+         DROP TABLE _column_docs;"
+    ))?;
     // Columns without a hand-written line still get a row with their type.
-    conn.execute_batch(
+    conn.execute_batch(&format!(
         "INSERT INTO schema_columns
          SELECT c.table_name, c.column_name, c.data_type, '', ''
          FROM information_schema.columns c
-         WHERE c.table_schema = 'main'
+         WHERE c.table_schema = 'main' AND c.table_name IN ({readable})
            AND NOT EXISTS (SELECT 1 FROM schema_columns s
-                           WHERE s.table_name = c.table_name AND s.column_name = c.column_name)",
-    )?;
+                           WHERE s.table_name = c.table_name AND s.column_name = c.column_name)"
+    ))?;
     Ok(())
 }

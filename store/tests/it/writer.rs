@@ -1,5 +1,6 @@
-//! The writer: round trip of every column, sequence numbers, batching by size and time, and a
-//! store that is readable after the writer is dropped without `finish`.
+//! The writer: round trip of every column, sequence numbers, batching by size and time, node and
+//! thread names interned across nodes and appends, and a store that is readable after the
+//! writer is dropped without `finish`.
 
 use std::time::Duration;
 
@@ -209,4 +210,96 @@ fn flushed_events_survive_a_writer_that_never_finished() {
     std::mem::forget(w);
     let r = Reader::open(&path).unwrap();
     assert_eq!(count(&r, "SELECT count(*) FROM events"), 20);
+}
+
+fn ev(timestamp: i64, comm: &str) -> Event {
+    Event {
+        timestamp,
+        op_id: 3,
+        comm: comm.into(),
+        ..Default::default()
+    }
+}
+
+fn rows(r: &Reader, sql: &'static str) -> Vec<(String, String, i64)> {
+    let mut st = r.prepare_trusted(sql).unwrap();
+    st.query_map([], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[test]
+fn node_and_thread_names_are_interned_across_nodes_and_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("names.duckdb");
+    let opts = |node: &str| WriterOptions {
+        node: node.into(),
+        batch_rows: 2,
+        ..Default::default()
+    };
+    let mut w = Writer::create(&path, opts("a")).unwrap();
+    for (i, comm) in ["python3", "worker", "python3"].into_iter().enumerate() {
+        w.append(&ev(i as i64, comm)).unwrap();
+    }
+    w.set_node("b", "imported:x.db", "").unwrap();
+    for (i, comm) in ["worker", "", "nccl"].into_iter().enumerate() {
+        w.append(&ev(i as i64, comm)).unwrap();
+    }
+    w.finish().unwrap();
+    let mut w = Writer::open_append(&path, opts("a")).unwrap();
+    w.append(&ev(9, "nccl")).unwrap();
+    w.append(&ev(10, "tokenizer")).unwrap();
+    w.finish().unwrap();
+
+    let r = Reader::open(&path).unwrap();
+    assert_eq!(
+        rows(
+            &r,
+            "SELECT node, comm, count(*)::BIGINT FROM events GROUP BY ALL ORDER BY ALL"
+        ),
+        [
+            ("a", "nccl", 1),
+            ("a", "python3", 2),
+            ("a", "tokenizer", 1),
+            ("a", "worker", 1),
+            ("b", "", 1),
+            ("b", "nccl", 1),
+            ("b", "worker", 1),
+        ]
+        .map(|(n, c, k)| (n.to_string(), c.to_string(), k))
+    );
+    assert_eq!(
+        rows(
+            &r,
+            "SELECT node, max(id), max(seq)::BIGINT FROM events GROUP BY node ORDER BY node"
+        ),
+        [("a", "a:4", 4), ("b", "b:2", 2)].map(|(n, i, k)| (n.to_string(), i.to_string(), k))
+    );
+    // Each name is stored once ('' and four names), whatever node or writer used it first.
+    assert_eq!(count(&r, "SELECT count(*) FROM comms"), 5);
+    assert_eq!(count(&r, "SELECT count(DISTINCT comm) FROM comms"), 5);
+    assert_eq!(count(&r, "SELECT count(DISTINCT node_id) FROM nodes"), 2);
+}
+
+#[test]
+fn an_older_schema_is_refused_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crate::common::small_store(dir.path(), 3);
+    {
+        let c = causeway_store::duckdb::Connection::open(&path).unwrap();
+        c.execute_batch("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+            .unwrap();
+    }
+    let err = Writer::open_append(&path, WriterOptions::default()).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("schema version 1 is older") && msg.contains("hint:"),
+        "{msg}"
+    );
+    let err = Reader::open(&path).unwrap_err();
+    assert!(
+        err.to_string().contains("schema version 1 is older"),
+        "{err}"
+    );
 }

@@ -91,7 +91,8 @@ INSERT INTO comms VALUES (0, '');
 
 -- Physical event rows, numbers only. (node_id, seq) identifies an event uniquely, also across
 -- merged nodes. No index or key: DuckDB's zone maps serve time and pid filters, and appends
--- stay fast. Read them through `event_data` or `events`.
+-- stay fast. Queries read them through `event_data` or `events`; only compiled-in hot paths
+-- that need no names (stats) read event_rows directly.
 CREATE TABLE event_rows (
     node_id    USMALLINT NOT NULL,
     seq        UBIGINT NOT NULL,

@@ -15,9 +15,14 @@ use duckdb::arrow::record_batch::RecordBatch;
 use crate::error::{Result, StoreError};
 use crate::writer::Event;
 
-/// FNV-1a: thread names are short, and SipHash's setup cost showed up per appended event.
-#[derive(Default)]
+/// FNV-1a for the thread-name map: names are short and looked up once per appended event.
 struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
 
 impl Hasher for Fnv {
     fn finish(&self) -> u64 {
@@ -25,16 +30,10 @@ impl Hasher for Fnv {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
         for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
         }
-        self.0 = h;
     }
 }
 

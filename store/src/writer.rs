@@ -29,9 +29,9 @@ impl Default for WriterOptions {
         Self {
             node: crate::default_node_name(),
             // Exactly one DuckDB row group (122,880 rows): such a batch is compressed once and
-            // written straight to the file (optimistic write) instead of through the WAL.
-            // Measured with the foundation bench: smaller batches go through the WAL, and two
-            // or more row groups per append cost ~45% more CPU and twice the memory.
+            // written straight to the file. Measured with the foundation bench: two or more
+            // row groups per append cost ~45% more CPU and twice the memory, half a row group
+            // was slower still (docs/benchmarks.md).
             batch_rows: ROW_GROUP_ROWS,
             flush_interval: Duration::from_secs(1),
         }

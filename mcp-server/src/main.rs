@@ -24,6 +24,8 @@ struct Cli {
 enum Command {
     /// Import trace databases recorded by the reference tool (SQLite) into a causeway store.
     Import(cmd::import::ImportArgs),
+    /// Merge the stores of several nodes into one cluster store (clock offsets estimated).
+    Merge(cmd::merge::MergeArgs),
     /// Per-op counts, exact percentiles, off-CPU totals and drops of a trace.
     Stats(cmd::stats::StatsArgs),
     /// Run one read-only SQL query against a trace.
@@ -82,6 +84,7 @@ fn main() -> ExitCode {
     init_logging();
     let result = match &cli.command {
         Command::Import(a) => cmd::import::run(a),
+        Command::Merge(a) => cmd::merge::run(a),
         Command::Stats(a) => cmd::stats::run(a),
         Command::Query(a) => cmd::query::run(a),
         Command::Explain(a) => cmd::explain::run(a),

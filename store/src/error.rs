@@ -99,6 +99,14 @@ pub enum StoreError {
         "unknown op '{0}'\nhint: the ops table lists every op: SELECT op, source, description FROM ops"
     )]
     UnknownOp(String),
+    /// The inputs cannot be combined as given (merge).
+    #[error("{message}\nhint: {hint}")]
+    Conflict {
+        /// What clashes.
+        message: String,
+        /// How to resolve it.
+        hint: String,
+    },
 }
 
 /// Shorthand used across the store.

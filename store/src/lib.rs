@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod clock;
 mod error;
 pub mod import;
+pub mod merge;
 mod reader;
 pub mod sanitize;
 pub mod schema;

@@ -6,6 +6,7 @@ pub mod explain;
 pub mod export;
 pub mod import;
 pub mod mcp;
+pub mod merge;
 pub mod query;
 pub mod stacks;
 pub mod stats;

@@ -214,3 +214,54 @@ fn export_writes_perfetto_json_atomically_and_refuses_to_overwrite() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+#[test]
+fn merge_takes_reference_node_traces_and_refuses_a_source_as_output() {
+    let out = scratch().join("merged-cluster.duckdb");
+    let _ = std::fs::remove_file(&out);
+    let srcs: Vec<String> = ["01", "02", "03"]
+        .iter()
+        .map(|n| {
+            shared(&format!("sample-gpu-node-{n}.db"))
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    let mut args = vec!["merge"];
+    args.extend(srcs.iter().map(String::as_str));
+    args.extend(["-o", out.to_str().unwrap(), "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&ok(&args)).unwrap();
+    assert_eq!(report["events"], 600);
+    let nodes: Vec<&str> = report["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| {
+            s["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(nodes.len(), 3, "{nodes:?}");
+    assert_eq!(report["sources"][0]["path"], srcs[0].as_str());
+    let stats = ok(&["stats", "--db", out.to_str().unwrap(), "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    assert_eq!(stats["events"], 600);
+    assert_eq!(stats["nodes"].as_array().unwrap().len(), 3);
+    let refused = causeway(&[
+        "merge",
+        out.to_str().unwrap(),
+        &srcs[0],
+        "-o",
+        out.to_str().unwrap(),
+        "--force",
+    ]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("one of the sources") && err.contains("hint:"),
+        "{err}"
+    );
+}

@@ -5,5 +5,6 @@ mod common;
 mod guard_corpus;
 mod import;
 mod live;
+mod merge;
 mod reader;
 mod writer;

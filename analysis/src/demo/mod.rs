@@ -4,6 +4,7 @@
 
 pub mod model;
 mod scenarios;
+pub mod sync_job;
 
 use std::path::Path;
 

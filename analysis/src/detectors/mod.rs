@@ -11,6 +11,7 @@ pub mod dataloader_starvation;
 pub mod gpu_contention;
 pub mod host_memory_pressure;
 pub mod io_stall;
+pub mod lateness;
 pub mod memory_fragmentation;
 pub mod network_wait;
 pub mod straggler;

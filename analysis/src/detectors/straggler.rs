@@ -1,5 +1,6 @@
-//! `straggler`: on a merged multi-node trace, the node whose launch rate or launch latency is
-//! an outlier against its peers (synchronous jobs run at the pace of the slowest node).
+//! `straggler`: on a merged multi-node trace, the rank that arrives late at the collectives
+//! (lateness.rs, tried first: the signal of synchronous jobs), else the node whose launch rate
+//! or launch latency is an outlier against its peers.
 //!
 //! Trigger: >= 3 nodes with the metric; per metric (launches per second of the node's span;
 //! p50 of cudaLaunchKernel; p50 of cuLaunchKernel, each taken from the node's busiest
@@ -55,6 +56,10 @@ pub fn outlier(xs: &[f64], higher_is_bad: bool) -> Option<usize> {
 
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
+    // Synchronous jobs: the rank that arrives late at the collectives (see lateness.rs).
+    if let Some(c) = super::lateness::detect(inp)? {
+        return Ok(vec![c]);
+    }
     let ctx = inp.ctx;
     if ctx.nodes.len() < 3 {
         return Ok(Vec::new());

@@ -6,3 +6,4 @@
 
 mod corpus;
 mod snapshots;
+mod straggler;

@@ -100,6 +100,9 @@ fn ours(exe: &str, out: &std::path::Path, dir: &std::path::Path, round: usize) -
         nccl: false,
         json: false,
         ringbuf_size: 8 << 20,
+        overhead_budget: 100.0,
+        probe_modes: Vec::new(),
+        stacks: false,
         command: vec![
             exe.into(),
             "rate".into(),

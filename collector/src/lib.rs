@@ -5,14 +5,21 @@
 //! [`check`] (`causeway check`).
 
 mod attach;
+pub mod calibrate;
 pub mod check;
+pub mod cost;
 pub mod discover;
+mod elfsyms;
 mod error;
 pub mod host;
+pub mod live;
+pub mod overhead;
 mod poll;
+mod recorder;
 mod sink;
+mod stacks;
 mod trace;
 
 pub use check::{CheckReport, check};
 pub use error::CollectorError;
-pub use trace::{OpSummary, TraceArgs, TraceSummary, run_trace};
+pub use trace::{OpSummary, OverheadSummary, TraceArgs, TraceSummary, run_trace};

@@ -5,6 +5,7 @@
 pub mod catalog;
 mod error;
 pub mod import;
+mod overhead;
 mod reader;
 pub mod sanitize;
 pub mod schema;
@@ -13,6 +14,7 @@ mod writer;
 use std::path::Path;
 
 pub use error::{Result, StoreError};
+pub use overhead::{ModeSwitch, OverheadWindow, ProbeCost};
 pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
 pub use writer::{
     Event, Frame, HistogramBucket, OpCount, ProcessInfo, SessionInfo, Writer, WriterOptions,
@@ -60,8 +62,8 @@ pub(crate) fn open_rw(path: &Path) -> Result<duckdb::Connection> {
     duckdb::Connection::open_with_flags(path, config).ctx(path, "opening for writing")
 }
 
-/// Verifies the file is a causeway store of a version this build reads.
-pub(crate) fn check_schema(conn: &duckdb::Connection, path: &Path) -> Result<()> {
+/// Verifies the file is a causeway store of a version this build reads; returns its version.
+pub(crate) fn check_schema(conn: &duckdb::Connection, path: &Path) -> Result<u32> {
     let version: std::result::Result<String, _> = conn.query_row(
         "SELECT value FROM meta WHERE key = 'schema_version'",
         [],
@@ -82,7 +84,7 @@ pub(crate) fn check_schema(conn: &duckdb::Connection, path: &Path) -> Result<()>
             supported: schema::SCHEMA_VERSION,
         });
     }
-    Ok(())
+    Ok(found)
 }
 
 /// Writes a new file through a temporary sibling and renames it into place only on success,

@@ -81,6 +81,7 @@ pub struct Reader {
     conn: Connection,
     path: PathBuf,
     policy: Policy,
+    schema_version: u32,
 }
 
 impl std::fmt::Debug for Reader {
@@ -125,14 +126,20 @@ impl Reader {
                 }
             }
         })?;
-        crate::check_schema(&conn, path)?;
+        let schema_version = crate::check_schema(&conn, path)?;
         conn.execute_batch("SET lock_configuration = true")
             .ctx(path, "locking the configuration")?;
         Ok(Reader {
             conn,
             path: path.to_path_buf(),
             policy: crate::default_policy(),
+            schema_version,
         })
+    }
+
+    /// The file's `meta.schema_version` (tables added by later versions are absent below it).
+    pub fn schema_version(&self) -> u32 {
+        self.schema_version
     }
 
     /// The trace file.

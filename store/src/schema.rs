@@ -4,11 +4,15 @@ use duckdb::{Connection, params};
 
 use crate::catalog::{OPS, Source};
 
-/// Version written into `meta.schema_version`; bump on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Version written into `meta.schema_version`; bump with every file in `MIGRATIONS`.
+pub const SCHEMA_VERSION: u32 = 2;
 
-/// The schema DDL (tables and views).
+/// The version-1 schema DDL (tables and views).
 pub const SCHEMA_SQL: &str = include_str!("../sql/001_schema.sql");
+
+/// Additive changes after version 1: (version it brings a file to, DDL). New files get all of
+/// them; `upgrade` applies the missing ones to an older file opened for writing.
+pub const MIGRATIONS: &[(u32, &str)] = &[(2, include_str!("../sql/002_overhead.sql"))];
 
 /// Every relation of a store: what the SQL guard allows a query to read.
 pub const RELATIONS: &[&str] = &[
@@ -30,6 +34,9 @@ pub const RELATIONS: &[&str] = &[
     "cgroup_schedstat",
     "meta",
     "schema_columns",
+    "probe_costs",
+    "probe_modes",
+    "probe_overhead",
 ];
 
 /// (table, column, unit, meaning) for every column an agent is likely to query.
@@ -249,6 +256,60 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "ns",
         "off-CPU time of the cgroup's threads in the window",
     ),
+    (
+        "probe_costs",
+        "mode",
+        "",
+        "full, aggregate, entry_only (causeway's probes) or bare_pair, bare_entry (empty probes)",
+    ),
+    (
+        "probe_costs",
+        "first_insn",
+        "",
+        "first instruction of the probed function: push, nop (emulated), endbr64, other (single-stepped on most kernels)",
+    ),
+    (
+        "probe_costs",
+        "ns_per_call",
+        "ns",
+        "time a probed call costs the traced thread in that mode, calibrated at trace start",
+    ),
+    (
+        "probe_modes",
+        "mode",
+        "",
+        "full (events), aggregate (histograms only), entry_only (counts only, no durations)",
+    ),
+    (
+        "probe_modes",
+        "reason",
+        "",
+        "forced (--probe-mode), over_budget, under_budget (--overhead-budget)",
+    ),
+    (
+        "probe_modes",
+        "overhead_pct",
+        "%",
+        "estimated probe overhead of the worst traced process when the mode changed",
+    ),
+    (
+        "probe_overhead",
+        "cpu_ns",
+        "ns",
+        "CPU time (user + system) of the process in the window",
+    ),
+    (
+        "probe_overhead",
+        "probe_ns",
+        "ns",
+        "estimated time spent in causeway's probes in the window (calls x cost of the mode)",
+    ),
+    (
+        "probe_overhead",
+        "budget_pct",
+        "%",
+        "the --overhead-budget in force",
+    ),
 ];
 
 /// Creates every table and view and fills the lookup tables. Runs in one transaction.
@@ -266,6 +327,9 @@ pub fn create(conn: &Connection) -> duckdb::Result<()> {
 
 fn create_inner(conn: &Connection) -> duckdb::Result<()> {
     conn.execute_batch(SCHEMA_SQL)?;
+    for (_, ddl) in MIGRATIONS {
+        conn.execute_batch(ddl)?;
+    }
     let mut meta = conn.prepare("INSERT INTO meta VALUES (?, ?)")?;
     for (k, v) in [
         ("schema_version", SCHEMA_VERSION.to_string()),
@@ -298,6 +362,11 @@ fn create_inner(conn: &Connection) -> duckdb::Result<()> {
         ])?;
     }
     op.flush()?;
+    document_columns(conn)
+}
+
+/// Fills `schema_columns` for every column that has no row yet (new files and upgrades).
+fn document_columns(conn: &Connection) -> duckdb::Result<()> {
     // The hand-written lines go into a staging table in one append, join the catalog, and go.
     conn.execute_batch(
         "CREATE TABLE _column_docs (table_name VARCHAR, column_name VARCHAR, unit VARCHAR, meaning VARCHAR)",
@@ -308,22 +377,45 @@ fn create_inner(conn: &Connection) -> duckdb::Result<()> {
     }
     doc.flush()?;
     drop(doc);
-    conn.execute_batch(
-        "INSERT INTO schema_columns
-         SELECT c.table_name, c.column_name, c.data_type, d.unit, d.meaning
-         FROM information_schema.columns c
-         JOIN _column_docs d USING (table_name, column_name)
-         WHERE c.table_schema = 'main';
-         DROP TABLE _column_docs;",
-    )?;
     // Columns without a hand-written line still get a row with their type.
     conn.execute_batch(
         "INSERT INTO schema_columns
-         SELECT c.table_name, c.column_name, c.data_type, '', ''
+         SELECT c.table_name, c.column_name, c.data_type, coalesce(d.unit, ''), coalesce(d.meaning, '')
          FROM information_schema.columns c
-         WHERE c.table_schema = 'main'
+         LEFT JOIN _column_docs d USING (table_name, column_name)
+         WHERE c.table_schema = 'main' AND c.table_name <> '_column_docs'
            AND NOT EXISTS (SELECT 1 FROM schema_columns s
-                           WHERE s.table_name = c.table_name AND s.column_name = c.column_name)",
+                           WHERE s.table_name = c.table_name AND s.column_name = c.column_name);
+         DROP TABLE _column_docs;",
     )?;
     Ok(())
+}
+
+/// Brings a file of schema version `found` up to [`SCHEMA_VERSION`] (additive migrations only),
+/// in one transaction. A file already current is left alone.
+pub fn upgrade(conn: &Connection, found: u32) -> duckdb::Result<()> {
+    if found >= SCHEMA_VERSION {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN TRANSACTION")?;
+    let result = (|| {
+        for (version, ddl) in MIGRATIONS {
+            if *version > found {
+                conn.execute_batch(ddl)?;
+            }
+        }
+        document_columns(conn)?;
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'",
+            params![SCHEMA_VERSION.to_string()],
+        )?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT"),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
 }

@@ -305,7 +305,8 @@ impl Writer {
             });
         }
         let conn = crate::open_rw(path)?;
-        crate::check_schema(&conn, path)?;
+        let found = crate::check_schema(&conn, path)?;
+        schema::upgrade(&conn, found).ctx(path, "upgrading the schema")?;
         let next: i64 = conn
             .query_row(
                 "SELECT coalesce(max(seq) + 1, 0)::BIGINT FROM event_data WHERE node = ?",

@@ -7,8 +7,10 @@
 mod calls;
 mod discovery;
 mod lifecycle;
+mod overhead;
 mod overrun;
 mod sched;
+mod stacks;
 mod standin;
 
 use std::path::{Path, PathBuf};
@@ -44,6 +46,9 @@ pub fn args(db: &Path, command: &[&str]) -> TraceArgs {
         nccl: false,
         json: false,
         ringbuf_size: 8 << 20,
+        overhead_budget: 1.0,
+        probe_modes: Vec::new(),
+        stacks: false,
         command: command.iter().map(|s| s.to_string()).collect(),
     }
 }

@@ -6,7 +6,11 @@
 use thiserror::Error;
 
 /// Size in bytes of one `struct cw_event` ring-buffer record.
-pub const EVENT_SIZE: usize = 72;
+pub const EVENT_SIZE: usize = 80;
+/// Deepest user stack the BPF side records (`CW_MAX_FRAMES`).
+pub const MAX_FRAMES: usize = 32;
+/// Size in bytes of one `struct cw_stack_event` ring-buffer record.
+pub const STACK_EVENT_SIZE: usize = 16 + 8 * MAX_FRAMES;
 /// Number of log2 duration buckets in `struct cw_stat`.
 pub const HIST_BUCKETS: usize = 40;
 /// Size in bytes of one `struct cw_stat` map value.
@@ -15,6 +19,55 @@ pub const STAT_SIZE: usize = 32 + 8 * HIST_BUCKETS;
 pub const STAT_KEY_SIZE: usize = 8;
 /// Number of op slots in the `drops` and `op_mode` arrays.
 pub const MAX_OPS: u32 = 256;
+/// Op id of the collector's own calibration probe (`OP_CALIBRATE`): never recorded.
+pub const OP_CALIBRATE: u16 = 255;
+/// Slot of the `drops` array that counts lost stack records (`CW_DROP_STACK`).
+pub const DROP_STACK: u32 = 0;
+
+/// How an op is probed (the `op_mode` map values, `CW_MODE_*`). Calls are counted at entry in
+/// every mode, so counts stay exact across switches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProbeMode {
+    /// Entry and return probes: duration histogram and one event per call.
+    Full,
+    /// Entry and return probes: duration histogram only, no ring-buffer events.
+    Aggregate,
+    /// Entry probe only (the return probe is detached): calls and bytes counted, no durations.
+    EntryOnly,
+}
+
+impl ProbeMode {
+    /// Every mode, most detailed (and most costly) first.
+    pub const ALL: [ProbeMode; 3] = [ProbeMode::Full, ProbeMode::Aggregate, ProbeMode::EntryOnly];
+
+    /// The `op_mode` map value.
+    pub fn value(self) -> u32 {
+        match self {
+            ProbeMode::Full => 0,
+            ProbeMode::Aggregate => 1,
+            ProbeMode::EntryOnly => 2,
+        }
+    }
+
+    /// The name used on the command line and in the store: full, aggregate, entry_only.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeMode::Full => "full",
+            ProbeMode::Aggregate => "aggregate",
+            ProbeMode::EntryOnly => "entry_only",
+        }
+    }
+
+    /// Parses a mode name.
+    pub fn from_name(name: &str) -> Option<ProbeMode> {
+        ProbeMode::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Whether the return probe must be attached.
+    pub fn needs_return_probe(self) -> bool {
+        self != ProbeMode::EntryOnly
+    }
+}
 
 /// What produced a record (the leading kind tag of `struct cw_event`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -33,6 +86,8 @@ pub enum Kind {
     Net,
     /// An OOM kill.
     Oom,
+    /// A user stack sent once per hash (`struct cw_stack_event`).
+    Stack,
 }
 
 impl Kind {
@@ -45,6 +100,7 @@ impl Kind {
             5 => Kind::Tcp,
             6 => Kind::Net,
             7 => Kind::Oom,
+            8 => Kind::Stack,
             _ => return None,
         })
     }
@@ -86,6 +142,28 @@ pub struct RawEvent {
     pub cgroup_id: u64,
     /// Task comm, lossily decoded up to the first NUL.
     pub comm: String,
+    /// User stack at the call (see [`RawStack`]), 0 = none.
+    pub stack_hash: u64,
+}
+
+/// One decoded `struct cw_stack_event`: the frames of a stack the BPF side saw first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawStack {
+    /// Process (tgid) whose address space the addresses belong to.
+    pub pid: u32,
+    /// The hash call events refer to (never 0).
+    pub hash: u64,
+    /// Instruction pointers, innermost first.
+    pub ips: Vec<u64>,
+}
+
+/// One ring-buffer record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// A call or host event.
+    Event(RawEvent),
+    /// A new user stack.
+    Stack(RawStack),
 }
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
@@ -104,12 +182,35 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
-/// Decodes one ring-buffer record.
+/// Decodes one ring-buffer record of either kind.
+pub fn decode_record(b: &[u8]) -> Result<Record, DecodeError> {
+    match b.first() {
+        Some(&8) => decode_stack(b).map(Record::Stack),
+        _ => decode_event(b).map(Record::Event),
+    }
+}
+
+fn decode_stack(b: &[u8]) -> Result<RawStack, DecodeError> {
+    if b.len() < STACK_EVENT_SIZE {
+        return Err(DecodeError::Short(b.len()));
+    }
+    let n = usize::from(u16_at(b, 2)).min(MAX_FRAMES);
+    Ok(RawStack {
+        pid: u32_at(b, 4),
+        hash: u64_at(b, 8),
+        ips: (0..n).map(|i| u64_at(b, 16 + 8 * i)).collect(),
+    })
+}
+
+/// Decodes one call/host event record.
 pub fn decode_event(b: &[u8]) -> Result<RawEvent, DecodeError> {
     if b.len() < EVENT_SIZE {
         return Err(DecodeError::Short(b.len()));
     }
     let kind = Kind::from_tag(b[0]).ok_or(DecodeError::UnknownKind(b[0]))?;
+    if kind == Kind::Stack {
+        return Err(DecodeError::UnknownKind(b[0]));
+    }
     let comm_bytes = &b[56..72];
     let end = comm_bytes.iter().position(|&c| c == 0).unwrap_or(16);
     Ok(RawEvent {
@@ -124,6 +225,7 @@ pub fn decode_event(b: &[u8]) -> Result<RawEvent, DecodeError> {
         arg1: u64_at(b, 40) as i64,
         cgroup_id: u64_at(b, 48),
         comm: String::from_utf8_lossy(&comm_bytes[..end]).into_owned(),
+        stack_hash: u64_at(b, 72),
     })
 }
 
@@ -149,11 +251,11 @@ impl StatKey {
 /// Value of the per-(process, op) statistics map: exact in-kernel counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stat {
-    /// Calls/events seen in the kernel.
+    /// Calls entered / events seen in the kernel.
     pub calls: u64,
     /// Of which submitted to the ring buffer.
     pub stored: u64,
-    /// Sum of durations (ns).
+    /// Sum of measured durations (ns).
     pub total_ns: u64,
     /// Sum of byte arguments.
     pub bytes: u64,
@@ -178,6 +280,11 @@ impl Stat {
             bytes: u64_at(b, 24),
             hist,
         })
+    }
+
+    /// Calls whose duration was measured (the histogram's total).
+    pub fn timed(&self) -> u64 {
+        self.hist.iter().sum()
     }
 }
 
@@ -211,7 +318,13 @@ mod tests {
         assert_eq!(offset_of!(types::cw_event, arg1), 40);
         assert_eq!(offset_of!(types::cw_event, cgroup_id), 48);
         assert_eq!(offset_of!(types::cw_event, comm), 56);
+        assert_eq!(offset_of!(types::cw_event, stack_hash), 72);
         assert_eq!(offset_of!(types::cw_stat, hist), 32);
+        assert_eq!(size_of::<types::cw_stack_event>(), STACK_EVENT_SIZE);
+        assert_eq!(offset_of!(types::cw_stack_event, nframes), 2);
+        assert_eq!(offset_of!(types::cw_stack_event, pid), 4);
+        assert_eq!(offset_of!(types::cw_stack_event, hash), 8);
+        assert_eq!(offset_of!(types::cw_stack_event, ips), 16);
     }
 
     #[test]
@@ -227,7 +340,10 @@ mod tests {
         b[32..40].copy_from_slice(&(-7i64).to_le_bytes());
         b[40..48].copy_from_slice(&9i64.to_le_bytes());
         b[56..60].copy_from_slice(b"work");
+        b[72..80].copy_from_slice(&77u64.to_le_bytes());
         let e = decode_event(&b).unwrap();
+        assert_eq!(e.stack_hash, 77);
+        assert_eq!(decode_record(&b), Ok(Record::Event(e.clone())));
         assert_eq!(e.kind, Kind::Call);
         assert_eq!((e.op, e.pid, e.tid, e.ret), (3, 4242, 4243, -2));
         assert_eq!(
@@ -235,6 +351,35 @@ mod tests {
             (1_000, 50, -7, 9)
         );
         assert_eq!(e.comm, "work");
+    }
+
+    #[test]
+    fn decodes_a_stack_record() {
+        let mut b = vec![0u8; STACK_EVENT_SIZE];
+        b[0] = 8;
+        b[2..4].copy_from_slice(&3u16.to_le_bytes());
+        b[4..8].copy_from_slice(&42u32.to_le_bytes());
+        b[8..16].copy_from_slice(&0xfeedu64.to_le_bytes());
+        for (i, ip) in [0x1000u64, 0x2000, 0x3000].iter().enumerate() {
+            b[16 + 8 * i..24 + 8 * i].copy_from_slice(&ip.to_le_bytes());
+        }
+        let want = RawStack {
+            pid: 42,
+            hash: 0xfeed,
+            ips: vec![0x1000, 0x2000, 0x3000],
+        };
+        assert_eq!(decode_record(&b), Ok(Record::Stack(want)));
+        assert_eq!(decode_record(&b[..40]), Err(DecodeError::Short(40)));
+    }
+
+    #[test]
+    fn probe_modes_round_trip_by_name() {
+        for m in ProbeMode::ALL {
+            assert_eq!(ProbeMode::from_name(m.name()), Some(m));
+        }
+        assert_eq!(ProbeMode::from_name("fast"), None);
+        assert!(!ProbeMode::EntryOnly.needs_return_probe());
+        assert_eq!(ProbeMode::Aggregate.value(), 1);
     }
 
     #[test]
@@ -253,6 +398,7 @@ mod tests {
         let s = Stat::decode(&v).unwrap();
         assert_eq!(s.calls, 5);
         assert_eq!(s.hist[3], 2);
+        assert_eq!(s.timed(), 2);
         assert!(Stat::decode(&v[..10]).is_none());
         assert_eq!(
             StatKey::decode(&[1, 0, 0, 0, 3, 0, 0, 0]),

@@ -32,22 +32,33 @@ mod tests {
     use super::load::{LoadConfig, open_and_load};
     use std::mem::MaybeUninit;
 
-    /// Loads every program into the running kernel (verifier + CO-RE relocations). Needs root.
+    /// Loads every program into the running kernel (verifier + CO-RE relocations), with the
+    /// optional paths (stacks, calibration) both off and on and both attach variants (classic
+    /// uprobes, uprobe.multi where the kernel has it): `const volatile` switches let the verifier
+    /// skip dead branches, so each configuration is verified on its own. Needs root.
     #[test]
     fn every_program_loads_and_verifies() {
         if std::env::var_os("CAUSEWAY_SKIP_BPF_TESTS").is_some() {
             return;
         }
-        let mut storage = MaybeUninit::uninit();
-        let cfg = LoadConfig {
-            bare: true,
-            ..LoadConfig::default()
-        };
-        let skel = open_and_load(&mut storage, &cfg);
-        assert!(
-            skel.is_ok(),
-            "{} (set CAUSEWAY_SKIP_BPF_TESTS=1 to skip when not root)",
-            skel.err().map(|e| e.to_string()).unwrap_or_default()
-        );
+        for (stacks, calib_tid, multi) in [(false, 0, false), (true, 1, false), (true, 1, true)] {
+            if multi && !super::load::uprobe_multi_supported() {
+                continue;
+            }
+            let mut storage = MaybeUninit::uninit();
+            let cfg = LoadConfig {
+                bare: true,
+                stacks,
+                calib_tid,
+                multi,
+                ..LoadConfig::default()
+            };
+            let skel = open_and_load(&mut storage, &cfg);
+            assert!(
+                skel.is_ok(),
+                "stacks={stacks}: {} (set CAUSEWAY_SKIP_BPF_TESTS=1 to skip when not root)",
+                skel.err().map(|e| e.to_string()).unwrap_or_default()
+            );
+        }
     }
 }

@@ -8,7 +8,7 @@ use thiserror::Error;
 
 use crate::skel::{CausewaySkel, CausewaySkelBuilder};
 
-/// Default ring-buffer size: 8 MiB (about 116k events of 72 bytes).
+/// Default ring-buffer size: 8 MiB (about 95k events of 80 bytes plus an 8-byte header).
 pub const DEFAULT_RINGBUF_BYTES: u32 = 8 << 20;
 
 /// Load-time configuration (`const volatile` globals and map sizes).
@@ -24,8 +24,26 @@ pub struct LoadConfig {
     pub ringbuf_bytes: u32,
     /// Load the host programs (scheduler, process, block, network).
     pub host: bool,
-    /// Load the empty benchmark pair (`cw_bare_entry`/`cw_bare_exit`).
+    /// Load the empty pair (`cw_bare_entry`/`cw_bare_exit`) the calibration and benchmark use.
     pub bare: bool,
+    /// Record the user stack of every call made in full mode.
+    pub stacks: bool,
+    /// A thread of the collector for which the call probes fire (calibration), 0 = none.
+    pub calib_tid: u32,
+    /// Load the uprobe.multi variants of the call programs (kernels >= 6.6) instead of the
+    /// classic uprobe ones; see [`uprobe_multi_supported`].
+    pub multi: bool,
+}
+
+/// Whether this kernel attaches uprobe.multi links (Linux >= 6.6).
+pub fn uprobe_multi_supported() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (6, 6)
 }
 
 impl Default for LoadConfig {
@@ -37,6 +55,9 @@ impl Default for LoadConfig {
             ringbuf_bytes: DEFAULT_RINGBUF_BYTES,
             host: true,
             bare: false,
+            stacks: false,
+            calib_tid: 0,
+            multi: uprobe_multi_supported(),
         }
     }
 }
@@ -79,14 +100,31 @@ pub fn open_and_load<'obj>(
         ro.self_tgid = cfg.self_tgid;
         ro.spawner_tid = cfg.spawner_tid;
         ro.uprobes_enrol = u8::from(cfg.uprobes_enrol);
+        ro.stacks_enabled = u8::from(cfg.stacks);
+        ro.calib_tid = cfg.calib_tid;
     }
     open.maps
         .events
         .set_max_entries(cfg.ringbuf_bytes)
         .map_err(LoadError::Config)?;
     let progs = &mut open.progs;
+    for prog in [&mut progs.cw_call_entry, &mut progs.cw_call_exit] {
+        prog.set_autoload(!cfg.multi);
+    }
+    for prog in [
+        &mut progs.cw_call_entry_multi,
+        &mut progs.cw_call_exit_multi,
+    ] {
+        prog.set_autoload(cfg.multi);
+    }
     for prog in [&mut progs.cw_bare_entry, &mut progs.cw_bare_exit] {
-        prog.set_autoload(cfg.bare);
+        prog.set_autoload(cfg.bare && !cfg.multi);
+    }
+    for prog in [
+        &mut progs.cw_bare_entry_multi,
+        &mut progs.cw_bare_exit_multi,
+    ] {
+        prog.set_autoload(cfg.bare && cfg.multi);
     }
     for prog in [
         &mut progs.cw_sched_switch,

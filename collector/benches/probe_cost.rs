@@ -96,6 +96,8 @@ fn ours(exe: &str, out: &std::path::Path, dir: &std::path::Path, round: usize) -
     args.node = Some("bench".into());
     args.no_host = true;
     args.ringbuf_size = 8 << 20;
+    // The controller stays out of the measurement: every op keeps full probes.
+    args.overhead_budget = 100.0;
     args.command = vec![
         exe.into(),
         "rate".into(),

@@ -31,12 +31,31 @@ pub fn ppid(pid: u32) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// CPU time (user + system) of a process in clock ticks, from /proc/PID/stat.
-pub fn cpu_ticks(pid: u32) -> Option<u64> {
+/// CPU time (user + system) of a process and its start time since boot, both in ns, from
+/// /proc/PID/stat (clock-tick resolution).
+pub fn cpu_and_start(pid: u32) -> Option<(u64, u64)> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    let ticks = |i: usize| f.get(i)?.parse::<u64>().ok();
+    let ns = 1_000_000_000 / clock_ticks_per_s();
+    Some(((ticks(11)? + ticks(12)?) * ns, ticks(19)? * ns))
+}
+
+/// Clock ticks per second of /proc times (USER_HZ, 100 on Linux).
+pub fn clock_ticks_per_s() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|&t| t > 0)
+        .map_or(100, |t| t as u64)
+}
+
+/// ns since boot (CLOCK_BOOTTIME, the clock of /proc/PID/stat start times).
+pub fn boottime_ns() -> u64 {
+    clock_gettime(ClockId::CLOCK_BOOTTIME)
+        .map(|t| (t.tv_sec() * 1_000_000_000 + t.tv_nsec()) as u64)
+        .unwrap_or(0)
 }
 
 /// Resident set size of a process in KiB.
@@ -203,7 +222,8 @@ mod tests {
         assert_eq!(p.pid, me);
         assert!(p.ppid > 0);
         assert!(!p.comm.is_empty());
-        assert!(cpu_ticks(me).is_some());
+        let (_, start) = cpu_and_start(me).unwrap();
+        assert!(start > 0 && start <= boottime_ns(), "{start}");
         assert!(rss_kib(me).unwrap() > 0);
     }
 

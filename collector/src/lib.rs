@@ -5,15 +5,24 @@
 //! [`check`] (`causeway check`).
 
 mod attach;
+pub mod calibrate;
 pub mod check;
+pub mod cost;
 pub mod discover;
+mod elfsyms;
 mod error;
 pub mod host;
+pub mod live;
+pub mod overhead;
 mod poll;
+mod recorder;
 mod sink;
+mod stacks;
 mod trace;
 
 pub use check::{CheckReport, check};
 pub use error::CollectorError;
 pub use sink::OnStore;
-pub use trace::{OpSummary, TraceArgs, TraceHooks, TraceSummary, run_trace, run_trace_with};
+pub use trace::{
+    OpSummary, OverheadSummary, TraceArgs, TraceHooks, TraceSummary, run_trace, run_trace_with,
+};

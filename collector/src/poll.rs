@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use causeway_bpf::abi::{MAX_OPS, RawEvent, Stat, StatKey, sum_percpu};
+use causeway_bpf::abi::{
+    DROP_STACK, MAX_OPS, OP_CALIBRATE, RawEvent, Record, Stat, StatKey, sum_percpu,
+};
 use causeway_bpf::libbpf_rs::{MapCore, MapFlags};
 use causeway_bpf::skel::CausewaySkel;
 use causeway_store::{Event, HistogramBucket, OpCount, ProcessInfo};
@@ -12,7 +14,34 @@ use crossbeam_channel::TrySendError;
 use tracing::warn;
 
 use crate::host;
+use crate::overhead::CpuReading;
 use crate::sink::{BATCH, Ctl, Sink};
+use crate::stacks::Stacks;
+
+/// Process lifecycle ops whose events the poll thread also acts on.
+const OP_PROCESS_EXEC: u16 = 104;
+const OP_PROCESS_EXIT: u16 = 105;
+const OP_PROCESS_FORK: u16 = 106;
+
+/// Reads the kernel's statistics map (the collector's own calibration entries left out).
+pub fn read_stats(skel: &CausewaySkel<'_>) -> HashMap<StatKey, Stat> {
+    let me = std::process::id();
+    let mut out = HashMap::new();
+    for key in skel.maps.stats.keys() {
+        let Some(k) = StatKey::decode(&key) else {
+            continue;
+        };
+        if k.pid == me || k.op == OP_CALIBRATE {
+            continue;
+        }
+        if let Ok(Some(v)) = skel.maps.stats.lookup(&key, MapFlags::ANY)
+            && let Some(s) = Stat::decode(&v)
+        {
+            out.insert(k, s);
+        }
+    }
+    out
+}
 
 /// Per-op totals over the whole trace, from the kernel's counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +50,9 @@ pub struct OpTotal {
     pub calls: u64,
     /// Of which submitted to the ring buffer.
     pub stored: u64,
-    /// Sum of durations (ns).
+    /// Calls whose duration was measured.
+    pub timed: u64,
+    /// Sum of measured durations (ns).
     pub total_ns: u64,
 }
 
@@ -47,11 +78,17 @@ pub struct PollState {
     window_start_ns: i64,
     /// Pids that produced events, with the time of their latest event (Unix ns).
     pub pids: HashMap<u32, i64>,
+    /// Processes that exited: (CPU time in ns, started after the trace), from process_exit.
+    pub exits: HashMap<u32, (u64, bool)>,
+    trace_start_ns: i64,
+    /// Stack handling, with `--stacks`.
+    pub stacks: Option<Stacks>,
 }
 
 impl PollState {
-    /// New state; `offset_ns` converts CLOCK_MONOTONIC to Unix ns.
-    pub fn new(offset_ns: i64) -> PollState {
+    /// New state; `offset_ns` converts CLOCK_MONOTONIC to Unix ns; the trace started at
+    /// `trace_start_ns` (Unix ns: processes started later are new).
+    pub fn new(offset_ns: i64, trace_start_ns: i64, stacks: Option<Stacks>) -> PollState {
         PollState {
             offset_ns,
             batch: Vec::with_capacity(BATCH),
@@ -66,11 +103,43 @@ impl PollState {
             totals: BTreeMap::new(),
             window_start_ns: causeway_store::now_ns(),
             pids: HashMap::new(),
+            exits: HashMap::new(),
+            trace_start_ns,
+            stacks,
         }
     }
 
-    /// Converts one record and queues it (sends a full batch).
-    pub fn push(&mut self, raw: RawEvent, sink: &Sink) {
+    /// What the overhead controller can know about a process's CPU time now.
+    pub fn cpu_reading(&self, pid: u32, trace_start_boot_ns: u64) -> CpuReading {
+        if let Some(&(cpu_ns, new)) = self.exits.get(&pid) {
+            return CpuReading::Exited { cpu_ns, new };
+        }
+        match host::cpu_and_start(pid) {
+            Some((cpu_ns, start)) => CpuReading::Alive {
+                cpu_ns,
+                new: start >= trace_start_boot_ns,
+            },
+            None => CpuReading::Unknown,
+        }
+    }
+
+    /// Handles one ring-buffer record.
+    pub fn push_record(&mut self, rec: Record, sink: &Sink) {
+        match rec {
+            // The collector's own calibration calls are never recorded.
+            Record::Event(e) if e.pid == std::process::id() => {}
+            Record::Stack(s) if s.pid == std::process::id() => {}
+            Record::Event(e) => self.push(e, sink),
+            Record::Stack(s) => {
+                if let Some(st) = self.stacks.as_mut() {
+                    st.push(s);
+                }
+            }
+        }
+    }
+
+    /// Converts one event and queues it (sends a full batch).
+    fn push(&mut self, raw: RawEvent, sink: &Sink) {
         let now = causeway_store::now_ns();
         let rank = match self.seen.get(&raw.pid) {
             Some(r) => *r,
@@ -79,17 +148,42 @@ impl PollState {
                 let rank = info.rank;
                 let _ = sink.ctl.send(Ctl::Process(info));
                 self.seen.insert(raw.pid, rank);
+                if let Some(st) = self.stacks.as_mut() {
+                    st.maps.remember(raw.pid);
+                }
                 rank
             }
         };
-        // A fork's child is a process of the trace too: record its row while it is alive.
-        if raw.op == 106 && raw.arg0 > 0 && !self.seen.contains_key(&(raw.arg0 as u32)) {
-            let child = raw.arg0 as u32;
-            let info = host::process_info(child, &raw.comm, now);
-            self.seen.insert(child, info.rank);
-            let _ = sink.ctl.send(Ctl::Process(info));
-        }
         let timestamp = raw.ts_mono_ns as i64 + self.offset_ns;
+        match raw.op {
+            // A fork's child is a process of the trace too: record its row while it is alive.
+            OP_PROCESS_FORK if raw.arg0 > 0 && !self.seen.contains_key(&(raw.arg0 as u32)) => {
+                let child = raw.arg0 as u32;
+                let info = host::process_info(child, &raw.comm, now);
+                self.seen.insert(child, info.rank);
+                let _ = sink.ctl.send(Ctl::Process(info));
+            }
+            // The process's name is the new program's from here on (the row may have been made
+            // from an event before the exec, with the parent's name).
+            OP_PROCESS_EXEC => {
+                let mut info = host::process_info(raw.pid, &raw.comm, now);
+                info.comm = raw.comm.clone();
+                let _ = sink.ctl.send(Ctl::Process(info));
+                if let Some(st) = self.stacks.as_mut() {
+                    st.maps.forget(raw.pid);
+                    st.maps.remember(raw.pid);
+                }
+            }
+            OP_PROCESS_EXIT => {
+                let started = timestamp - raw.duration_ns as i64;
+                let new = raw.duration_ns > 0 && started >= self.trace_start_ns;
+                self.exits.insert(raw.pid, (raw.arg1 as u64, new));
+                if let Some(st) = self.stacks.as_mut() {
+                    st.maps.forget(raw.pid);
+                }
+            }
+            _ => {}
+        }
         self.pids
             .insert(raw.pid, timestamp + raw.duration_ns as i64);
         self.batch.push(Event {
@@ -103,7 +197,7 @@ impl PollState {
             arg1: raw.arg1,
             ret_code: raw.ret,
             gpu_id: -1,
-            stack_hash: 0,
+            stack_hash: raw.stack_hash as i64,
             cgroup_id: raw.cgroup_id,
             rank,
         });
@@ -129,26 +223,24 @@ impl PollState {
         }
     }
 
-    /// Reads the kernel's counters, histograms and drop counts; sends the deltas since the last
-    /// call as one window of rows, and new drops as drop rows.
-    pub fn snapshot(&mut self, skel: &CausewaySkel<'_>, sink: &Sink) {
+    /// Turns the kernel's counters and histograms (`stats`, from [`read_stats`]) and drop counts
+    /// into the deltas since the last call, sent as one window of rows, and new drops as drop rows.
+    pub fn snapshot(
+        &mut self,
+        stats: &HashMap<StatKey, Stat>,
+        skel: &CausewaySkel<'_>,
+        sink: &Sink,
+    ) {
         let now = causeway_store::now_ns();
         let (start, end) = (self.window_start_ns, now);
         self.window_start_ns = now;
         let mut counts = Vec::new();
         let mut hist = Vec::new();
-        for key in skel.maps.stats.keys() {
-            let Some(k) = StatKey::decode(&key) else {
-                continue;
-            };
-            let Ok(Some(v)) = skel.maps.stats.lookup(&key, MapFlags::ANY) else {
-                continue;
-            };
-            let Some(s) = Stat::decode(&v) else { continue };
+        for (&k, s) in stats {
             let prev = self.prev_stats.get(&k);
-            let d = |f: fn(&Stat) -> u64| f(&s).saturating_sub(prev.map(f).unwrap_or(0));
+            let d = |f: fn(&Stat) -> u64| f(s).saturating_sub(prev.map(f).unwrap_or(0));
             let calls = d(|s| s.calls);
-            if calls == 0 {
+            if calls == 0 && d(Stat::timed) == 0 {
                 continue;
             }
             counts.push(OpCount {
@@ -177,13 +269,14 @@ impl PollState {
             let t = self.totals.entry(k.op).or_default();
             t.calls += calls;
             t.stored += d(|s| s.stored);
+            t.timed += d(Stat::timed);
             t.total_ns += d(|s| s.total_ns);
-            self.prev_stats.insert(k, s);
+            self.prev_stats.insert(k, s.clone());
         }
         if !counts.is_empty() {
             let _ = sink.ctl.send(Ctl::Counts(counts, hist));
         }
-        for op in 0..MAX_OPS {
+        for op in (0..MAX_OPS).filter(|&op| op != u32::from(OP_CALIBRATE)) {
             let Ok(Some(vals)) = skel
                 .maps
                 .drops
@@ -199,13 +292,18 @@ impl PollState {
                 warn!(
                     op,
                     dropped = delta,
-                    "ring buffer full: events dropped (counted; statistics stay exact)"
+                    "ring buffer full: records dropped (counted; statistics stay exact)"
                 );
+                let stack = op == DROP_STACK;
                 let _ = sink.ctl.send(Ctl::Drop {
                     kind: "ringbuf_full",
-                    op: Some(op as u16),
+                    op: (!stack).then_some(op as u16),
                     count: delta,
-                    detail: "BPF ring buffer reservation failed".into(),
+                    detail: if stack {
+                        "BPF ring buffer reservation failed: stack records (sent again on the next occurrence)".into()
+                    } else {
+                        "BPF ring buffer reservation failed".into()
+                    },
                 });
             }
         }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use causeway_store::catalog::op_by_id;
 use causeway_store::{
-    Event, HistogramBucket, OpCount, ProcessInfo, SessionInfo, Writer, WriterOptions,
+    Event, Frame, HistogramBucket, ModeSwitch, OpCount, OverheadWindow, ProbeCost, ProcessInfo,
+    SessionInfo, Writer, WriterOptions,
 };
 use crossbeam_channel::{Receiver, Sender, bounded, never, select, unbounded};
 use tracing::{error, warn};
@@ -38,6 +39,14 @@ pub enum Ctl {
     },
     /// In-kernel counters and histograms of one window.
     Counts(Vec<OpCount>, Vec<HistogramBucket>),
+    /// A symbolised user stack (hash as stored in events.stack_hash, frames innermost first).
+    Stack(i64, Vec<Frame>),
+    /// Calibrated probe costs.
+    Costs(Vec<ProbeCost>),
+    /// Probe-mode switches.
+    Modes(Vec<ModeSwitch>),
+    /// Overhead controller windows.
+    Overhead(Vec<OverheadWindow>),
 }
 
 /// Receives a reader on the live store as soon as it exists (live serving).
@@ -112,6 +121,7 @@ fn json_line(out: &mut impl std::io::Write, e: &Event) {
     let v = serde_json::json!({
         "timestamp": e.timestamp, "duration": e.duration, "pid": e.pid, "tid": e.tid,
         "comm": e.comm, "op": op, "arg0": e.arg0, "arg1": e.arg1, "ret_code": e.ret_code,
+        "stack_hash": e.stack_hash,
     });
     // A closed stdout (e.g. `| head`) must not stop the recording.
     let _ = writeln!(out, "{v}");
@@ -164,6 +174,10 @@ fn run(
                         Ctl::Process(p) => w.upsert_process(&p),
                         Ctl::Drop { kind, op, count, detail } => w.record_drop(kind, op, count, &detail),
                         Ctl::Counts(counts, hist) => w.record_op_counts(&counts).and_then(|()| w.record_histogram(&hist)),
+                        Ctl::Stack(hash, frames) => w.add_stack(hash, &frames),
+                        Ctl::Costs(costs) => w.record_probe_costs(&costs),
+                        Ctl::Modes(switches) => w.record_mode_switches(&switches),
+                        Ctl::Overhead(rows) => w.record_overhead(&rows),
                     };
                     if let Err(e) = res {
                         warn!(error = %e, "writing trace metadata failed");

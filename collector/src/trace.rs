@@ -1,31 +1,56 @@
-//! `causeway trace`: load and attach the probes, run the poll loop on this thread (it owns the
-//! skeleton and links), and end cleanly on --duration, SIGINT/SIGTERM, or the command's exit.
+//! `causeway trace`: its options and summary, choosing the processes and libraries, and the
+//! store's writer thread around the recording loop (recorder.rs), which runs on this thread and
+//! ends cleanly on --duration, SIGINT/SIGTERM, or the command's exit.
 
-use std::cell::RefCell;
-use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use causeway_bpf::abi::decode_event;
-use causeway_bpf::libbpf_rs::{self, MapCore, MapFlags, PrintLevel, RingBufferBuilder};
-use causeway_bpf::load::{DEFAULT_RINGBUF_BYTES, LoadConfig, open_and_load};
+use causeway_bpf::abi::ProbeMode;
+use causeway_bpf::libbpf_rs::{self, PrintLevel};
+use causeway_bpf::load::DEFAULT_RINGBUF_BYTES;
 use causeway_store::WriterOptions;
-use causeway_store::catalog::op_by_id;
+use causeway_store::catalog::op_by_name;
 use serde::Serialize;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
-use crate::attach::{Attached, attach_host, attach_process};
+use crate::cost::CostModel;
 use crate::discover::{
     LibFile, command_libs, cuda_processes, find_in_path, libs_in_maps, links_cudart_statically,
     standard_libs,
 };
 use crate::error::CollectorError;
 use crate::host;
-use crate::poll::PollState;
+use crate::overhead::is_call_op;
 use crate::sink::Sink;
+
+/// Parses `--overhead-budget`: a percentage in (0, 100].
+fn parse_budget(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    if v > 0.0 && v <= 100.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a percentage in (0, 100]"))
+    }
+}
+
+/// Parses `--probe-mode OP=MODE`.
+fn parse_probe_mode(s: &str) -> Result<(u16, ProbeMode), String> {
+    let (op, mode) = s
+        .split_once('=')
+        .ok_or_else(|| format!("'{s}': expected OP=MODE, e.g. cudaLaunchKernel=entry_only"))?;
+    let op = op_by_name(op)
+        .filter(|o| is_call_op(o.id))
+        .ok_or_else(|| format!("'{op}' is not a probed CUDA/driver/NCCL call"))?;
+    let mode = ProbeMode::from_name(mode)
+        .ok_or_else(|| format!("'{mode}': the modes are full, aggregate and entry_only"))?;
+    Ok((op.id, mode))
+}
 
 /// Options of `causeway trace`.
 #[derive(Debug, Clone, clap::Args)]
@@ -54,6 +79,17 @@ pub struct TraceArgs {
     /// BPF ring-buffer size in bytes (a power of two >= 4096).
     #[arg(long, default_value_t = DEFAULT_RINGBUF_BYTES, value_name = "BYTES")]
     pub ringbuf_size: u32,
+    /// Keep the estimated cost of the probes under PCT % of each traced process's CPU time by
+    /// moving hot calls to cheaper probe modes (aggregate, entry_only); 100 never moves them.
+    #[arg(long, default_value_t = 1.0, value_name = "PCT", value_parser = parse_budget)]
+    pub overhead_budget: f64,
+    /// Pin a call's probe mode, OP=full|aggregate|entry_only (repeatable); the budget leaves it.
+    #[arg(long = "probe-mode", value_name = "OP=MODE", value_parser = parse_probe_mode)]
+    pub probe_modes: Vec<(u16, ProbeMode)>,
+    /// Record the user-space call stack of every call made in full mode, symbolised by name
+    /// (frames are found through frame pointers).
+    #[arg(long)]
+    pub stacks: bool,
     /// Command to start and trace with its process tree until it exits (after `--`).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -72,8 +108,30 @@ pub struct OpSummary {
     pub calls: u64,
     /// Events submitted to the ring buffer.
     pub stored: u64,
-    /// Mean duration in ns.
+    /// Calls whose duration was measured (not entry-only).
+    pub timed: u64,
+    /// Mean measured duration in ns.
     pub mean_ns: u64,
+    /// Probe mode at the end of the trace (probed calls only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<&'static str>,
+}
+
+/// What the overhead controller saw and did.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverheadSummary {
+    /// --overhead-budget (%).
+    pub budget_pct: f64,
+    /// Estimated probe time over CPU time of the traced processes, whole trace (%).
+    pub estimated_pct: f64,
+    /// CPU time of the traced processes with probed calls (ns).
+    pub cpu_ns: u64,
+    /// Estimated time spent in probes (ns).
+    pub probe_ns: u64,
+    /// Calibrated per-call costs (ns) by kind of first instruction, and how they were obtained.
+    pub costs: CostModel,
+    /// Probe-mode switches made (forced ones included).
+    pub mode_switches: usize,
 }
 
 /// What a trace recorded.
@@ -99,6 +157,10 @@ pub struct TraceSummary {
     pub command_exit: Option<i32>,
     /// Per-op kernel counters.
     pub ops: Vec<OpSummary>,
+    /// The overhead controller.
+    pub overhead: OverheadSummary,
+    /// Distinct user stacks recorded (`--stacks`).
+    pub stacks: u64,
 }
 
 fn libbpf_log(level: PrintLevel, msg: String) {
@@ -110,7 +172,7 @@ fn libbpf_log(level: PrintLevel, msg: String) {
 }
 
 /// How the trace picks its processes.
-enum Mode {
+pub(crate) enum Mode {
     Pid(u32),
     Command(Vec<String>),
     All,
@@ -154,7 +216,11 @@ fn preflight() -> Result<(), CollectorError> {
     Ok(())
 }
 
-fn spawn(cmd: &[String], json: bool, stdio_is_protocol: bool) -> Result<Child, CollectorError> {
+pub(crate) fn spawn(
+    cmd: &[String],
+    json: bool,
+    stdio_is_protocol: bool,
+) -> Result<Child, CollectorError> {
     let mut c = Command::new(&cmd[0]);
     c.args(&cmd[1..]);
     if stdio_is_protocol {
@@ -245,9 +311,22 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
         Mode::Command(c) => format!("command: {}", c.join(" ")),
         Mode::All => "all CUDA processes".into(),
     };
+    let forced: Vec<String> = args
+        .probe_modes
+        .iter()
+        .map(|(op, m)| {
+            let name = causeway_store::catalog::op_by_id(*op).map_or("?", |o| o.name);
+            format!("{name}={}", m.name())
+        })
+        .collect();
     let flags = format!(
-        "no_host={} nccl={} ringbuf_size={}",
-        args.no_host, args.nccl, args.ringbuf_size
+        "no_host={} nccl={} ringbuf_size={} overhead_budget={} stacks={} probe_modes={}",
+        args.no_host,
+        args.nccl,
+        args.ringbuf_size,
+        args.overhead_budget,
+        args.stacks,
+        forced.join(",")
     );
     let mut wopts = WriterOptions::default();
     if let Some(n) = &args.node {
@@ -261,7 +340,7 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
         args.json,
         hooks.on_store,
     )?;
-    let result = trace_loop(args, &mode, libs, &stop, &sink, started);
+    let result = crate::recorder::record(args, &mode, libs, &stop, &sink, started);
     for id in sig_ids {
         signal_hook::low_level::unregister(id);
     }
@@ -278,213 +357,4 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
     summary.seconds = started.elapsed().as_secs_f64();
     info!(db = %summary.db.display(), events = summary.events_written, ringbuf_drops = summary.ringbuf_drops, channel_drops = summary.channel_drops, "trace complete");
     Ok(summary)
-}
-
-fn trace_loop(
-    args: &TraceArgs,
-    mode: &Mode,
-    libs: Vec<LibFile>,
-    stop: &AtomicBool,
-    sink: &Sink,
-    started: Instant,
-) -> Result<(TraceSummary, u64), CollectorError> {
-    let cfg = LoadConfig {
-        self_tgid: std::process::id(),
-        spawner_tid: nix::unistd::gettid().as_raw() as u32,
-        uprobes_enrol: matches!(mode, Mode::All),
-        ringbuf_bytes: args.ringbuf_size,
-        host: !args.no_host,
-        bare: false,
-    };
-    let mut storage = MaybeUninit::uninit();
-    let skel = open_and_load(&mut storage, &cfg)?;
-    let mut links = attach_process(&skel)?;
-    if !args.no_host {
-        links.extend(attach_host(&skel)?);
-    }
-    let mut attached = Attached::default();
-    for lib in &libs {
-        attached.attach_lib(&skel, lib, args.nccl);
-    }
-    let enrol = |pid: u32| {
-        skel.maps
-            .targets
-            .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)
-    };
-    match mode {
-        Mode::Pid(pid) => enrol(*pid).map_err(|source| CollectorError::Map {
-            map: "targets",
-            source,
-        })?,
-        Mode::All => {
-            for (pid, _) in cuda_processes() {
-                let _ = enrol(pid);
-            }
-        }
-        Mode::Command(_) => {}
-    }
-    if attached.probes() == 0 {
-        let target = match mode {
-            Mode::Pid(p) => format!("pid {p}"),
-            Mode::Command(c) => format!("`{}`", c.join(" ")),
-            Mode::All => "any process".into(),
-        };
-        if matches!(mode, Mode::All) {
-            return Err(CollectorError::NoCudaLibrary { target });
-        }
-        warn!(%target, "no CUDA library found yet; rescanning while tracing (libraries loaded with dlopen are attached when they appear)");
-    }
-    let mut child = match mode {
-        Mode::Command(cmd) => Some(spawn(cmd, args.json, args.stdio_is_protocol)?),
-        _ => None,
-    };
-    let root_pid = child.as_ref().map(Child::id).or(args.pid);
-    info!(probes = attached.probes(), files = attached.files(), pid = ?root_pid, "tracing");
-
-    let state = RefCell::new(PollState::new(host::mono_to_unix_offset()));
-    let mut rb = RingBufferBuilder::new();
-    rb.add(&skel.maps.events, |data: &[u8]| {
-        let mut st = state.borrow_mut();
-        match decode_event(data) {
-            Ok(raw) => st.push(raw, sink),
-            Err(e) => {
-                st.undecodable += 1;
-                debug!(error = %e, "undecodable record");
-            }
-        }
-        0
-    })
-    .map_err(|source| CollectorError::Map {
-        map: "events",
-        source,
-    })?;
-    let rb = rb.build().map_err(|source| CollectorError::Map {
-        map: "events",
-        source,
-    })?;
-
-    let mut command_exit = None;
-    let (mut last_scan, mut last_stats, mut last_flush) =
-        (Instant::now(), Instant::now(), Instant::now());
-    loop {
-        // Producers submit without wakeups (except when the ring fills): poll on a timer, then drain.
-        let _ = rb.poll(Duration::from_millis(50));
-        let _ = rb.consume();
-        // Small batches are held briefly so a fast-waking ring does not flood the channel.
-        if last_flush.elapsed() >= Duration::from_millis(100) {
-            state.borrow_mut().flush(sink);
-            last_flush = Instant::now();
-        }
-
-        if last_stats.elapsed() >= Duration::from_secs(5) {
-            let mut st = state.borrow_mut();
-            st.snapshot(&skel, sink);
-            let calls: u64 = st.totals.values().map(|t| t.calls).sum();
-            info!(
-                seconds = started.elapsed().as_secs(),
-                calls,
-                events = st.sent,
-                ringbuf_drops = st.ring_drops.values().sum::<u64>(),
-                channel_drops = st.channel_drops.values().sum::<u64>(),
-                "recording"
-            );
-            last_stats = Instant::now();
-        }
-        if last_scan.elapsed() >= Duration::from_secs(if matches!(mode, Mode::All) { 2 } else { 1 })
-        {
-            rescan(&skel, mode, &mut attached, args.nccl);
-            last_scan = Instant::now();
-        }
-        if stop.load(Ordering::Relaxed) {
-            info!("interrupted: finishing the trace");
-            break;
-        }
-        if args.duration.is_some_and(|d| started.elapsed() >= d) {
-            break;
-        }
-        if let Some(c) = child.as_mut()
-            && let Ok(Some(status)) = c.try_wait()
-        {
-            command_exit = status.code();
-            info!(status = %status, "command exited");
-            break;
-        }
-        if let Mode::Pid(pid) = mode
-            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-        {
-            info!(pid, "traced process exited");
-            break;
-        }
-    }
-    let _ = rb.consume();
-    drop(rb);
-    let mut st = state.into_inner();
-    st.flush(sink);
-    st.snapshot(&skel, sink);
-    st.close_processes(sink);
-    drop(links);
-    if let Some(mut c) = child.filter(|_| command_exit.is_none()) {
-        // Interrupted or timed out: the command keeps running untraced, as a detached job would.
-        info!(
-            pid = c.id(),
-            "the command is still running; it is no longer traced"
-        );
-        let _ = c.try_wait();
-    }
-    let ops = st
-        .totals
-        .iter()
-        .map(|(&op, t)| OpSummary {
-            op: op_by_id(op)
-                .map(|o| o.name.to_string())
-                .unwrap_or_else(|| format!("op{op}")),
-            calls: t.calls,
-            stored: t.stored,
-            mean_ns: t.total_ns.checked_div(t.calls).unwrap_or(0),
-        })
-        .collect();
-    let summary = TraceSummary {
-        db: args.db.clone(),
-        seconds: 0.0,
-        events_written: 0,
-        ringbuf_drops: st.ring_drops.values().sum(),
-        channel_drops: st.channel_drops.values().sum(),
-        write_failed: 0,
-        libraries: attached.libs().into_iter().map(|l| l.path).collect(),
-        processes: st.pids.len(),
-        command_exit,
-        ops,
-    };
-    Ok((summary, st.sent))
-}
-
-/// Attaches library copies that appeared in traced processes since the last scan.
-fn rescan(
-    skel: &causeway_bpf::skel::CausewaySkel<'_>,
-    mode: &Mode,
-    attached: &mut Attached,
-    nccl: bool,
-) {
-    let pids: Vec<u32> = match mode {
-        Mode::All => cuda_processes().into_iter().map(|(p, _)| p).collect(),
-        _ => skel
-            .maps
-            .targets
-            .keys()
-            .filter_map(|k| k.try_into().ok().map(u32::from_ne_bytes))
-            .collect(),
-    };
-    for pid in pids {
-        for lib in libs_in_maps(pid) {
-            if !attached.contains(&lib) && attached.attach_lib(skel, &lib, nccl) > 0 {
-                info!(pid, lib = %lib.path.display(), "new library copy attached");
-            }
-        }
-        if matches!(mode, Mode::All) {
-            let _ = skel
-                .maps
-                .targets
-                .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY);
-        }
-    }
 }

@@ -159,7 +159,7 @@ ops! {
     102 Host "mm_page_alloc" "" : "Kernel page allocations on behalf of a traced process (aggregated)"; dur "0"; a0 "bytes allocated"; a1 "allocation order";
     103 Host "oom_kill" "" : "The OOM killer killed a process"; dur "0"; a0 "killed pid"; a1 "pages it held (0 when unknown)";
     104 Host "process_exec" "" : "A traced process called execve"; dur "0"; a0 "parent pid"; a1 UNUSED;
-    105 Host "process_exit" "" : "A traced process exited"; dur "process lifetime (ns), 0 when unknown"; a0 "exit code"; a1 UNUSED;
+    105 Host "process_exit" "" : "A traced process exited"; dur "process lifetime (ns), 0 when unknown"; a0 "exit code"; a1 "CPU time of the process, user + system (ns); 0 when unknown";
     106 Host "process_fork" "" : "A traced process forked (the child is traced too)"; dur "0"; a0 "child pid"; a1 UNUSED;
     107 Host "pod_restart" "" : "Kubernetes container restart detected"; dur "0"; a0 UNUSED; a1 UNUSED;
     108 Host "pod_eviction" "" : "Kubernetes pod eviction detected"; dur "0"; a0 UNUSED; a1 UNUSED;

@@ -8,6 +8,7 @@ pub mod clock;
 mod error;
 pub mod import;
 pub mod merge;
+mod overhead;
 mod reader;
 pub mod sanitize;
 pub mod schema;
@@ -16,6 +17,7 @@ mod writer;
 use std::path::Path;
 
 pub use error::{Result, StoreError};
+pub use overhead::{ModeSwitch, OverheadWindow, ProbeCost};
 pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
 pub use writer::{
     Event, Frame, HistogramBucket, OpCount, ProcessInfo, SessionInfo, Writer, WriterOptions,
@@ -63,8 +65,10 @@ pub(crate) fn open_rw(path: &Path) -> Result<duckdb::Connection> {
     duckdb::Connection::open_with_flags(path, config).ctx(path, "opening for writing")
 }
 
-/// Verifies the file is a causeway store of the version this build reads and writes.
-pub(crate) fn check_schema(conn: &duckdb::Connection, path: &Path) -> Result<()> {
+/// Verifies the file is a causeway store of a version this build reads (from
+/// [`schema::MIN_VERSION`], the event layout this build knows, up to [`schema::SCHEMA_VERSION`]);
+/// returns its version.
+pub(crate) fn check_schema(conn: &duckdb::Connection, path: &Path) -> Result<u32> {
     let version: std::result::Result<String, _> = conn.query_row(
         "SELECT value FROM meta WHERE key = 'schema_version'",
         [],
@@ -85,14 +89,14 @@ pub(crate) fn check_schema(conn: &duckdb::Connection, path: &Path) -> Result<()>
             supported: schema::SCHEMA_VERSION,
         });
     }
-    if found < schema::SCHEMA_VERSION {
+    if found < schema::MIN_VERSION {
         return Err(StoreError::OlderSchema {
             path: path.to_path_buf(),
             found,
             supported: schema::SCHEMA_VERSION,
         });
     }
-    Ok(())
+    Ok(found)
 }
 
 /// Writes a new file through a temporary sibling and renames it into place only on success,

@@ -69,6 +69,9 @@ const PER_NODE_TABLES: &[&str] = &[
     "system_snapshots",
     "cgroups",
     "cgroup_schedstat",
+    "probe_costs",
+    "probe_modes",
+    "probe_overhead",
 ];
 
 /// Collective calls whose completion all ranks share, and the waits that observe it.

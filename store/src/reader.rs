@@ -83,6 +83,7 @@ pub struct Reader {
     policy: Policy,
     /// Shares the database instance of the live writer (see [`Reader::from_writer_connection`]).
     live: bool,
+    schema_version: u32,
 }
 
 impl std::fmt::Debug for Reader {
@@ -127,7 +128,7 @@ impl Reader {
                 }
             }
         })?;
-        crate::check_schema(&conn, path)?;
+        let schema_version = crate::check_schema(&conn, path)?;
         conn.execute_batch("SET lock_configuration = true")
             .ctx(path, "locking the configuration")?;
         Ok(Reader {
@@ -135,6 +136,7 @@ impl Reader {
             path: path.to_path_buf(),
             policy: crate::default_policy(),
             live: false,
+            schema_version,
         })
     }
 
@@ -144,7 +146,7 @@ impl Reader {
     /// configuration, and since the file cannot be opened read-only, every guarded query runs
     /// in a transaction that is rolled back, so nothing an outside query does can persist.
     pub(crate) fn from_writer_connection(conn: Connection, path: &Path) -> Result<Reader> {
-        crate::check_schema(&conn, path)?;
+        let schema_version = crate::check_schema(&conn, path)?;
         conn.execute_batch("SET lock_configuration = true")
             .ctx(path, "locking the configuration")?;
         Ok(Reader {
@@ -152,12 +154,18 @@ impl Reader {
             path: path.to_path_buf(),
             policy: crate::default_policy(),
             live: true,
+            schema_version,
         })
     }
 
     /// Whether this reader shares a live writer's database (the trace is still growing).
     pub fn is_live(&self) -> bool {
         self.live
+    }
+
+    /// The file's `meta.schema_version` (tables added by later versions are absent below it).
+    pub fn schema_version(&self) -> u32 {
+        self.schema_version
     }
 
     /// The trace file.

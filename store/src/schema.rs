@@ -4,14 +4,22 @@ use duckdb::{Connection, params};
 
 use crate::catalog::{OPS, Source};
 
-/// Version written into `meta.schema_version`; bump on any incompatible change.
+/// Version written into `meta.schema_version`; bump with every file in `MIGRATIONS`.
 /// 2: event rows moved to `event_rows` with `node_id` and `comm_id` (interned in `nodes` and
-/// `comms`); `event_data` became a view with the same columns as the version 1 table. Files of
-/// version 1 are refused with a hint to import or record them again.
+/// `comms`), `event_data` became a view with the version-1 columns, and the overhead
+/// controller's tables (002_overhead.sql) were added.
 pub const SCHEMA_VERSION: u32 = 2;
 
-/// The schema DDL (tables and views).
+/// The oldest version this build reads: the event layout of version 2. Version-1 files are
+/// refused with a hint to import or record them again.
+pub const MIN_VERSION: u32 = 2;
+
+/// The version-1 schema DDL (tables and views).
 pub const SCHEMA_SQL: &str = include_str!("../sql/001_schema.sql");
+
+/// Additive changes on top of 001: (version it brings a file to, DDL). New files get all of
+/// them; `upgrade` applies the missing ones to an older (but readable) file opened for writing.
+pub const MIGRATIONS: &[(u32, &str)] = &[(2, include_str!("../sql/002_overhead.sql"))];
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
 /// `event_rows` and `comms` behind `event_data` are left out: they hold ids, not names.
@@ -34,6 +42,9 @@ pub const RELATIONS: &[&str] = &[
     "cgroup_schedstat",
     "meta",
     "schema_columns",
+    "probe_costs",
+    "probe_modes",
+    "probe_overhead",
 ];
 
 /// (table, column, unit, meaning) for every column an agent is likely to query.
@@ -259,6 +270,60 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "ns",
         "off-CPU time of the cgroup's threads in the window",
     ),
+    (
+        "probe_costs",
+        "mode",
+        "",
+        "full, aggregate, entry_only (causeway's probes) or bare_pair, bare_entry (empty probes)",
+    ),
+    (
+        "probe_costs",
+        "first_insn",
+        "",
+        "first instruction of the probed function: push, nop (emulated), endbr64, other (single-stepped on most kernels)",
+    ),
+    (
+        "probe_costs",
+        "ns_per_call",
+        "ns",
+        "time a probed call costs the traced thread in that mode, calibrated at trace start",
+    ),
+    (
+        "probe_modes",
+        "mode",
+        "",
+        "full (events), aggregate (histograms only), entry_only (counts only, no durations)",
+    ),
+    (
+        "probe_modes",
+        "reason",
+        "",
+        "forced (--probe-mode), over_budget, under_budget (--overhead-budget)",
+    ),
+    (
+        "probe_modes",
+        "overhead_pct",
+        "%",
+        "estimated probe overhead of the worst traced process when the mode changed",
+    ),
+    (
+        "probe_overhead",
+        "cpu_ns",
+        "ns",
+        "CPU time (user + system) of the process in the window",
+    ),
+    (
+        "probe_overhead",
+        "probe_ns",
+        "ns",
+        "estimated time spent in causeway's probes in the window (calls x cost of the mode)",
+    ),
+    (
+        "probe_overhead",
+        "budget_pct",
+        "%",
+        "the --overhead-budget in force",
+    ),
 ];
 
 /// Creates every table and view and fills the lookup tables. Runs in one transaction.
@@ -276,6 +341,9 @@ pub fn create(conn: &Connection) -> duckdb::Result<()> {
 
 fn create_inner(conn: &Connection) -> duckdb::Result<()> {
     conn.execute_batch(SCHEMA_SQL)?;
+    for (_, ddl) in MIGRATIONS {
+        conn.execute_batch(ddl)?;
+    }
     let mut meta = conn.prepare("INSERT INTO meta VALUES (?, ?)")?;
     for (k, v) in [
         ("schema_version", SCHEMA_VERSION.to_string()),
@@ -308,6 +376,11 @@ fn create_inner(conn: &Connection) -> duckdb::Result<()> {
         ])?;
     }
     op.flush()?;
+    document_columns(conn)
+}
+
+/// Fills `schema_columns` for every column that has no row yet (new files and upgrades).
+fn document_columns(conn: &Connection) -> duckdb::Result<()> {
     // The hand-written lines go into a staging table in one append, join the catalog, and go.
     conn.execute_batch(
         "CREATE TABLE _column_docs (table_name VARCHAR, column_name VARCHAR, unit VARCHAR, meaning VARCHAR)",
@@ -318,7 +391,8 @@ fn create_inner(conn: &Connection) -> duckdb::Result<()> {
     }
     doc.flush()?;
     drop(doc);
-    // Only what a query may read is listed (RELATIONS are plain names, no quotes).
+    // Only what a query may read is listed (RELATIONS are plain names, no quotes); columns
+    // without a hand-written line still get a row with their type.
     let readable = RELATIONS
         .iter()
         .map(|r| format!("'{r}'"))
@@ -326,20 +400,42 @@ fn create_inner(conn: &Connection) -> duckdb::Result<()> {
         .join(", ");
     conn.execute_batch(&format!(
         "INSERT INTO schema_columns
-         SELECT c.table_name, c.column_name, c.data_type, d.unit, d.meaning
+         SELECT c.table_name, c.column_name, c.data_type, coalesce(d.unit, ''), coalesce(d.meaning, '')
          FROM information_schema.columns c
-         JOIN _column_docs d USING (table_name, column_name)
-         WHERE c.table_schema = 'main' AND c.table_name IN ({readable});
-         DROP TABLE _column_docs;"
-    ))?;
-    // Columns without a hand-written line still get a row with their type.
-    conn.execute_batch(&format!(
-        "INSERT INTO schema_columns
-         SELECT c.table_name, c.column_name, c.data_type, '', ''
-         FROM information_schema.columns c
+         LEFT JOIN _column_docs d USING (table_name, column_name)
          WHERE c.table_schema = 'main' AND c.table_name IN ({readable})
            AND NOT EXISTS (SELECT 1 FROM schema_columns s
-                           WHERE s.table_name = c.table_name AND s.column_name = c.column_name)"
+                           WHERE s.table_name = c.table_name AND s.column_name = c.column_name);
+         DROP TABLE _column_docs;"
     ))?;
     Ok(())
+}
+
+/// Brings a file of schema version `found` up to [`SCHEMA_VERSION`] (additive migrations only),
+/// in one transaction. A file already current is left alone.
+pub fn upgrade(conn: &Connection, found: u32) -> duckdb::Result<()> {
+    if found >= SCHEMA_VERSION {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN TRANSACTION")?;
+    let result = (|| {
+        for (version, ddl) in MIGRATIONS {
+            if *version > found {
+                conn.execute_batch(ddl)?;
+            }
+        }
+        document_columns(conn)?;
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'",
+            params![SCHEMA_VERSION.to_string()],
+        )?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT"),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
 }

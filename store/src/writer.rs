@@ -267,7 +267,8 @@ impl Writer {
             });
         }
         let conn = crate::open_rw(path)?;
-        crate::check_schema(&conn, path)?;
+        let found = crate::check_schema(&conn, path)?;
+        schema::upgrade(&conn, found).ctx(path, "upgrading the schema")?;
         let known = load_comms(&conn, path)?;
         let mut w = Writer {
             conn,

@@ -20,11 +20,14 @@
 const volatile __u32 self_tgid = 0;       /* the collector itself: never traced (wakeup storm) */
 const volatile __u32 spawner_tid = 0;     /* thread that forks `-- COMMAND`: its children are enrolled */
 const volatile __u8 uprobes_enrol = 0;    /* 1: any process calling a probed library is enrolled */
+const volatile __u8 stacks_enabled = 0;   /* 1: record the user stack of every call in full mode */
+const volatile __u32 calib_tid = 0;       /* the collector's calibration thread: probes fire for it */
 
 /* Dummies so libbpf-cargo emits Rust types for the ABI structs (abi.rs checks the layout). */
 struct cw_event cw_event_abi = {};
 struct cw_stat cw_stat_abi = {};
 struct cw_stat_key cw_stat_key_abi = {};
+struct cw_stack_event cw_stack_event_abi = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -53,13 +56,20 @@ struct {
 	__type(value, __u64);
 } drops SEC(".maps");
 
-/* Per-op mode, changed at run time: 0 = emit events, 1 = count and histogram only. */
+/* Per-op probe mode (CW_MODE_*), changed at run time by the collector's overhead controller. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, CW_MAX_OPS);
 	__type(key, __u32);
 	__type(value, __u32);
 } op_mode SEC(".maps");
+
+static __always_inline __u32 cw_op_mode(__u16 op)
+{
+	__u32 k = op;
+	__u32 *mode = bpf_map_lookup_elem(&op_mode, &k);
+	return mode ? *mode : CW_MODE_FULL;
+}
 
 static __always_inline bool cw_is_target(__u32 tgid)
 {
@@ -80,8 +90,8 @@ static __always_inline __u32 cw_log2(__u64 v)
 	return r >= CW_HIST_BUCKETS ? CW_HIST_BUCKETS - 1 : r;
 }
 
-/* Counts one call/event of `op` for `pid`; returns true when an event should be emitted. */
-static __always_inline bool cw_account(__u32 pid, __u16 op, __u64 dur, __u64 bytes)
+/* The statistics slot of (pid, op), created on first use; NULL only when the map is full. */
+static __always_inline struct cw_stat *cw_stat_of(__u32 pid, __u16 op)
 {
 	struct cw_stat_key key = { .pid = pid, .op = op };
 	struct cw_stat *st = bpf_map_lookup_elem(&stats, &key);
@@ -89,19 +99,29 @@ static __always_inline bool cw_account(__u32 pid, __u16 op, __u64 dur, __u64 byt
 		struct cw_stat zero = {};
 		bpf_map_update_elem(&stats, &key, &zero, BPF_NOEXIST);
 		st = bpf_map_lookup_elem(&stats, &key);
-		if (!st)
-			return true;
 	}
-	__sync_fetch_and_add(&st->calls, 1);
+	return st;
+}
+
+/* Adds one measured duration (total and log2 histogram). */
+static __always_inline void cw_time(struct cw_stat *st, __u64 dur)
+{
 	__sync_fetch_and_add(&st->total_ns, dur);
-	__sync_fetch_and_add(&st->bytes, bytes);
 	__u32 b = cw_log2(dur);
 	if (b < CW_HIST_BUCKETS)
 		__sync_fetch_and_add(&st->hist[b], 1);
+}
 
-	__u32 k = op;
-	__u32 *mode = bpf_map_lookup_elem(&op_mode, &k);
-	return !(mode && *mode == 1);
+/* Counts one host event of `op` for `pid`; returns true when an event should be emitted. */
+static __always_inline bool cw_account(__u32 pid, __u16 op, __u64 dur, __u64 bytes)
+{
+	struct cw_stat *st = cw_stat_of(pid, op);
+	if (!st)
+		return true;
+	__sync_fetch_and_add(&st->calls, 1);
+	__sync_fetch_and_add(&st->bytes, bytes);
+	cw_time(st, dur);
+	return cw_op_mode(op) == CW_MODE_FULL;
 }
 
 static __always_inline void cw_count_stored(__u32 pid, __u16 op)
@@ -127,14 +147,21 @@ static __always_inline struct cw_event *cw_reserve(__u16 op)
 	return e;
 }
 
-/* Submits without waking the consumer (it polls on a timer) unless the ring is filling up. */
+/* Wakeup flag for a submit: none (the consumer polls on a timer) unless the ring is filling up. */
+static __always_inline __u64 cw_wakeup(void)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 size = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
+	return avail > size / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+/* Submits a host event and counts it as stored. */
 static __always_inline void cw_commit(struct cw_event *e)
 {
 	__u32 pid = e->pid;
 	__u16 op = e->op;
-	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	__u64 size = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
-	bpf_ringbuf_submit(e, avail > size / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	e->stack_hash = 0;
+	bpf_ringbuf_submit(e, cw_wakeup());
 	cw_count_stored(pid, op);
 }
 

@@ -14,6 +14,7 @@
 #define CW_KIND_TCP 5   /* TCP retransmit */
 #define CW_KIND_NET 6   /* socket send/recv syscall */
 #define CW_KIND_OOM 7   /* OOM kill */
+#define CW_KIND_STACK 8 /* a user-space call stack seen for the first time (struct cw_stack_event) */
 
 /* Catalogue op ids used in the kernel (must equal store/src/catalog.rs; abi.rs tests it). */
 #define OP_CUDA_MALLOC 1
@@ -67,6 +68,19 @@
 
 /* Op ids index the per-CPU drop array and the op-mode array. */
 #define CW_MAX_OPS 256
+/* Op id of the collector's own calibration probe (never recorded; see collector/src/calibrate.rs). */
+#define OP_CALIBRATE 255
+/* Drop-array slot counting stack records lost to a full ring buffer (op 0 is no op). */
+#define CW_DROP_STACK 0
+
+/* Probe modes of an op (the op_mode map), chosen by the collector's overhead controller. Calls
+ * are counted at entry in every mode, so counts stay exact across mode switches. */
+#define CW_MODE_FULL 0       /* entry + return: duration histogram and one event per call */
+#define CW_MODE_AGGREGATE 1  /* entry + return: duration histogram only, no ring-buffer events */
+#define CW_MODE_ENTRY_ONLY 2 /* entry only (user space detaches the return probe): calls, bytes */
+
+/* Deepest user stack recorded (innermost frames first). */
+#define CW_MAX_FRAMES 32
 /* log2 histogram buckets of durations in ns (bucket i counts [2^i, 2^(i+1)), bucket 0 also 0). */
 #define CW_HIST_BUCKETS 40
 
@@ -83,6 +97,17 @@ struct cw_event {
 	__s64 arg1;         /* per op (catalogue) */
 	__u64 cgroup_id;    /* cgroup v2 id of the task */
 	char comm[16];      /* task comm (thread name) */
+	__u64 stack_hash;   /* user stack at the call (struct cw_stack_event.hash), 0 = none */
+};
+
+/* A user stack, sent once per distinct (process, frames) hash; events refer to it by hash. */
+struct cw_stack_event {
+	__u8 kind;          /* CW_KIND_STACK */
+	__u8 pad;
+	__u16 nframes;      /* valid entries of ips */
+	__u32 pid;          /* process (tgid) whose address space the ips belong to */
+	__u64 hash;         /* never 0 */
+	__u64 ips[CW_MAX_FRAMES];
 };
 
 /* Key and value of the per-(process, op) statistics map (exact counts, whatever is dropped). */
@@ -93,9 +118,9 @@ struct cw_stat_key {
 };
 
 struct cw_stat {
-	__u64 calls;        /* completed calls / events seen in the kernel */
+	__u64 calls;        /* calls entered / events seen in the kernel */
 	__u64 stored;       /* of which submitted to the ring buffer */
-	__u64 total_ns;     /* sum of durations */
+	__u64 total_ns;     /* sum of measured durations (calls timed: the sum of hist) */
 	__u64 bytes;        /* sum of byte arguments (copies, allocations, I/O, page allocations) */
 	__u64 hist[CW_HIST_BUCKETS];
 };

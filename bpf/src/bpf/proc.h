@@ -68,8 +68,10 @@ int BPF_PROG(cw_process_exit, struct task_struct *p, bool group_dead)
 	__u64 start = p->start_time;
 	int code = p->exit_code;
 	__s64 status = (code & 0x7f) ? 128 + (code & 0x7f) : ((code >> 8) & 0xff);
+	/* CPU time of the whole process: threads already gone are summed in signal, plus this one. */
+	__u64 cpu_ns = p->se.sum_exec_runtime + BPF_CORE_READ(p, signal, sum_sched_runtime);
 	cw_emit_proc(OP_PROCESS_EXIT, CW_KIND_PROC, tgid, tid, now, start && start < now ? now - start : 0,
-		     status, 0, p);
+		     status, cpu_ns, p);
 	bpf_map_delete_elem(&targets, &tgid);
 	return 0;
 }

@@ -39,6 +39,15 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_RINGBUF = 27,
+	BPF_MAP_TYPE_TASK_STORAGE = 29,
+};
+
+enum {
+	BPF_F_NO_PREALLOC = 1,
+};
+
+enum {
+	BPF_LOCAL_STORAGE_GET_F_CREATE = 1,
 };
 
 enum {
@@ -50,6 +59,10 @@ enum {
 enum {
 	BPF_RB_NO_WAKEUP = 1,
 	BPF_RB_FORCE_WAKEUP = 2,
+};
+
+enum {
+	BPF_F_USER_STACK = 256,
 };
 
 enum {
@@ -84,7 +97,17 @@ struct pt_regs {
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
 
+struct sched_entity {
+	u64 sum_exec_runtime;
+};
+
+struct signal_struct {
+	unsigned long long sum_sched_runtime;
+};
+
 struct task_struct {
+	struct sched_entity se;
+	struct signal_struct *signal;
 	int wake_cpu;
 	int exit_code;
 	pid_t pid;

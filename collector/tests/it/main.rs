@@ -7,8 +7,10 @@
 mod calls;
 mod discovery;
 mod lifecycle;
+mod overhead;
 mod overrun;
 mod sched;
+mod stacks;
 mod standin;
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,5 @@
 //! Drops: none at a moderate rate; counted (never silent) when a tiny ring buffer is overrun.
+//! The overhead budget is lifted here (100%) so that every call stays in full mode.
 
 use crate::{args, bpf_test, db_path, q, standin, trace};
 
@@ -8,7 +9,9 @@ fn moderate_rate_loses_nothing() {
     let s = standin::get();
     let dir = tempfile::tempdir().unwrap();
     let db = db_path(&dir);
-    let summary = trace(&args(&db, &[s.exe(), "rate", "20000"]));
+    let mut a = args(&db, &[s.exe(), "rate", "20000"]);
+    a.overhead_budget = 100.0;
+    let summary = trace(&a);
     assert_eq!(summary.ringbuf_drops + summary.channel_drops, 0);
     assert_eq!(
         q(
@@ -28,6 +31,7 @@ fn overrun_ring_buffer_drops_are_counted() {
     let db = db_path(&dir);
     let mut a = args(&db, &[s.exe(), "rate", "200000"]);
     a.ringbuf_size = 4096;
+    a.overhead_budget = 100.0;
     let summary = trace(&a);
     assert!(
         summary.ringbuf_drops > 0,

@@ -60,8 +60,10 @@ pub fn get() -> &'static Standin {
         ]);
         std::os::unix::fs::symlink("libcudart.so.12", dir.join("libcudart.so")).unwrap();
         std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
+        // Frame pointers, so that user stacks can be walked (--stacks).
         cc(&[
             "-O1",
+            "-fno-omit-frame-pointer",
             "-Wall",
             "-o",
             &o("workload"),

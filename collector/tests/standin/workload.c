@@ -4,8 +4,12 @@
 //   sync MS            cudaDeviceSynchronize, cudaStreamSynchronize, cuCtxSynchronize sleeping MS each
 //   preempt OUT MS     a "victim" thread and a "busy" thread pinned to CPU 0 spin for MS; OUT gets tids
 //   fork N M           parent launches N kernels, a forked child M kernels; parent waits
-//   rate N [OUT]       N back-to-back cudaLaunchKernel calls; ns per call on stdout, "N ns" in OUT
+//   rate N [OUT [T]]   N back-to-back cudaLaunchKernel calls on each of T threads (default 1);
+//                      ns per call on stdout, "N ns" in OUT (N = all calls, ns = wall time)
 //   hold MS            cudaMalloc once, then keep calling cudaLaunchKernel every ms for MS
+//   stacks N           N launches from each of two call paths (stack_root -> stack_mid ->
+//                      stack_leaf, and stack_root -> stack_leaf), then lives on for 100 ms
+//   phases HOT IDLE N  back-to-back launches for HOT ms, idle for IDLE ms, then N launches 1 ms apart
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -44,7 +48,7 @@ static long now_ns(void)
 	return ts.tv_sec * 1000000000L + ts.tv_nsec;
 }
 
-static void launch(int n)
+__attribute__((noinline)) static void launch(int n)
 {
 	dim3 g = { 4, 2, 1 }, b = { 128, 1, 1 };
 	for (int i = 0; i < n; i++)
@@ -154,18 +158,79 @@ static int mode_fork(int n, int m)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
-static int mode_rate(long n, const char *out)
+static long rate_calls;
+
+static void *rate_thread(void *arg)
 {
+	(void)arg;
 	dim3 g = { 1, 1, 1 }, b = { 1, 1, 1 };
-	long t0 = now_ns();
-	for (long i = 0; i < n; i++)
+	for (long i = 0; i < rate_calls; i++)
 		cudaLaunchKernel((const void *)kernel_a, g, b, NULL, 0, NULL);
+	return NULL;
+}
+
+static int mode_rate(long n, const char *out, int threads)
+{
+	pthread_t t[64];
+	if (threads < 1 || threads > 64)
+		return 2;
+	rate_calls = n;
+	long t0 = now_ns();
+	for (int i = 1; i < threads; i++)
+		pthread_create(&t[i], NULL, rate_thread, NULL);
+	rate_thread(NULL);
+	for (int i = 1; i < threads; i++)
+		pthread_join(t[i], NULL);
 	long t1 = now_ns();
-	printf("%.1f\n", (double)(t1 - t0) / (double)n);
+	long total = n * threads;
+	printf("%.1f\n", (double)(t1 - t0) / (double)total);
 	FILE *f = out ? fopen(out, "w") : NULL;
 	if (f) {
-		fprintf(f, "%ld %ld\n", n, t1 - t0);
+		fprintf(f, "%ld %ld\n", total, t1 - t0);
 		fclose(f);
+	}
+	return 0;
+}
+
+/* Three real functions (not inlined, frame pointers kept) whose names the stacks test expects. */
+__attribute__((noinline)) void stack_leaf(int n)
+{
+	launch(n);
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void stack_mid(int n)
+{
+	stack_leaf(n);
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void stack_root(int n, int direct)
+{
+	if (direct)
+		stack_leaf(n);
+	else
+		stack_mid(n);
+	__asm__ volatile("" ::: "memory");
+}
+
+static int mode_stacks(int n)
+{
+	stack_root(n, 0);
+	stack_root(n, 1);
+	usleep(100 * 1000);
+	return 0;
+}
+
+static int mode_phases(int hot_ms, int idle_ms, int n)
+{
+	long end = now_ns() + (long)hot_ms * 1000000L;
+	while (now_ns() < end)
+		launch(1);
+	usleep((useconds_t)idle_ms * 1000);
+	for (int i = 0; i < n; i++) {
+		launch(1);
+		usleep(1000);
 	}
 	return 0;
 }
@@ -196,7 +261,11 @@ int main(int argc, char **argv)
 	if (!strcmp(m, "fork") && argc > 3)
 		return mode_fork(atoi(argv[2]), atoi(argv[3]));
 	if (!strcmp(m, "rate") && argc > 2)
-		return mode_rate(atol(argv[2]), argc > 3 ? argv[3] : NULL);
+		return mode_rate(atol(argv[2]), argc > 3 ? argv[3] : NULL, argc > 4 ? atoi(argv[4]) : 1);
+	if (!strcmp(m, "stacks") && argc > 2)
+		return mode_stacks(atoi(argv[2]));
+	if (!strcmp(m, "phases") && argc > 4)
+		return mode_phases(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
 	if (!strcmp(m, "hold") && argc > 2)
 		return mode_hold(atoi(argv[2]));
 	return 2;

@@ -303,3 +303,70 @@ fn an_older_schema_is_refused_with_a_hint() {
         "{err}"
     );
 }
+
+#[test]
+fn overhead_controller_rows_round_trip() {
+    use causeway_store::{ModeSwitch, OverheadWindow, ProbeCost};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("oh.duckdb");
+    let mut w = Writer::create(&path, WriterOptions::default()).unwrap();
+    let cost = |mode: &str, ns| ProbeCost {
+        mode: mode.into(),
+        first_insn: "push".into(),
+        ns_per_call: ns,
+        method: "test".into(),
+    };
+    w.record_probe_costs(&[cost("full", 14_000.0), cost("entry_only", 6_000.0)])
+        .unwrap();
+    // A later calibration of the same mode replaces the earlier one.
+    w.record_probe_costs(&[cost("full", 13_500.0)]).unwrap();
+    w.record_mode_switches(&[ModeSwitch {
+        ts_ns: 5,
+        op_id: 3,
+        mode: "entry_only".into(),
+        previous: "full".into(),
+        reason: "over_budget".into(),
+        overhead_pct: 42.5,
+    }])
+    .unwrap();
+    w.record_overhead(&[OverheadWindow {
+        pid: 7,
+        window_start_ns: 1,
+        window_end_ns: 2,
+        cpu_ns: 1_000_000,
+        probe_ns: 10_000,
+        calls: 3,
+        budget_pct: 1.0,
+    }])
+    .unwrap();
+    w.finish().unwrap();
+    let r = Reader::open(&path).unwrap();
+    assert_eq!(r.schema_version(), causeway_store::schema::SCHEMA_VERSION);
+    assert_eq!(count(&r, "SELECT count(*) FROM probe_costs"), 2);
+    assert_eq!(
+        count(
+            &r,
+            "SELECT ns_per_call::BIGINT FROM probe_costs WHERE mode = 'full'"
+        ),
+        13_500
+    );
+    assert_eq!(
+        count(
+            &r,
+            "SELECT op_id FROM probe_modes WHERE mode = 'entry_only' AND reason = 'over_budget'"
+        ),
+        3
+    );
+    assert_eq!(
+        count(&r, "SELECT sum(probe_ns) FROM probe_overhead"),
+        10_000
+    );
+    // The new tables are documented for agents.
+    assert_eq!(
+        count(
+            &r,
+            "SELECT count(*) FROM schema_columns WHERE table_name = 'probe_overhead' AND unit = 'ns'"
+        ),
+        2
+    );
+}

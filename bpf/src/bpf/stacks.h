@@ -1,0 +1,97 @@
+// User-space call stacks at CUDA calls (optional: `stacks_enabled`), interned by hash.
+//
+// The entry program walks the caller's user stack (frame pointers) with bpf_get_stack, hashes the
+// instruction pointers together with the process id (addresses mean something only within one
+// address space), and sends the frames once per hash as a CW_KIND_STACK record; call events carry
+// only the hash. A stack whose record was lost to a full ring buffer is not marked as sent, so
+// its next occurrence sends it again. User space symbolises the frames (collector/src/stacks.rs);
+// stack records wake it at once, so it can read the process's mappings while the process runs.
+#ifndef CAUSEWAY_STACKS_H
+#define CAUSEWAY_STACKS_H
+
+#include "common.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64[CW_MAX_FRAMES]);
+} stack_scratch SEC(".maps");
+
+/* Hashes already sent to user space (an evicted one is merely sent again). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH_);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u8);
+} stacks_sent SEC(".maps");
+
+/* The hash of the current user stack (sending its frames if new); 0 when it cannot be read. */
+static __always_inline __u64 cw_user_stack(struct pt_regs *ctx, __u32 tgid)
+{
+	__u32 zero = 0;
+	__u64 *ips = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!ips)
+		return 0;
+	/* Walked into ips[1..]: ips[1] is the probed function's first instruction. The probe sits
+	 * there, before any frame is set up, so the caller's return address is at [sp]; unwinders
+	 * that do not recognise a function entry miss it (the walk resumes at the caller's caller).
+	 * Then it goes into ips[1] and the stack starts at ips[0]. */
+	long n = bpf_get_stack(ctx, &ips[1], (CW_MAX_FRAMES - 1) * sizeof(__u64), BPF_F_USER_STACK);
+	if (n <= 0)
+		return 0;
+	__u32 got = n / sizeof(__u64);
+	__u32 first = 1, nframes = got;
+	__u64 ret = 0;
+	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)ctx->sp) == 0 && ret &&
+	    (got < 2 || ips[2] != ret)) {
+		ips[0] = ips[1];
+		ips[1] = ret;
+		first = 0;
+		nframes = got + 1;
+	}
+	__u64 h = 0xcbf29ce484222325ULL ^ tgid;
+	for (__u32 i = 0; i < CW_MAX_FRAMES; i++) {
+		__u32 j = first + i;
+		if (i >= nframes || j >= CW_MAX_FRAMES)
+			break;
+		h = (h ^ ips[j]) * 0x100000001b3ULL;
+		h ^= h >> 29;
+	}
+	/* Final avalanche (splitmix64), so that every bit depends on every frame. */
+	h ^= h >> 30;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 27;
+	h *= 0x94d049bb133111ebULL;
+	h ^= h >> 31;
+	if (h == 0)
+		h = 1;
+	if (bpf_map_lookup_elem(&stacks_sent, &h))
+		return h;
+
+	struct cw_stack_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		__u32 k = CW_DROP_STACK;
+		__u64 *d = bpf_map_lookup_elem(&drops, &k);
+		if (d)
+			*d += 1;
+		return h;
+	}
+	e->kind = CW_KIND_STACK;
+	e->pad = 0;
+	e->nframes = nframes;
+	e->pid = tgid;
+	e->hash = h;
+	for (__u32 i = 0; i < CW_MAX_FRAMES; i++) {
+		__u32 j = first + i;
+		e->ips[i] = (i < nframes && j < CW_MAX_FRAMES) ? ips[j] : 0;
+	}
+	/* Wake the consumer now (new stacks are rare): it reads the process's mappings while the
+	 * process is surely still alive. */
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	__u8 one = 1;
+	bpf_map_update_elem(&stacks_sent, &h, &one, BPF_ANY);
+	return h;
+}
+
+#endif

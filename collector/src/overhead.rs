@@ -1,0 +1,558 @@
+//! The overhead controller (`--overhead-budget`): every window it estimates what the probes cost
+//! each traced process (calls the kernel counted x calibrated cost of the op's probe mode) against
+//! the process's CPU time, and moves hot ops to cheaper probe modes when the worst process is
+//! over budget (full -> aggregate -> entry-only), and back, one op at a time, once the estimate
+//! stays well below it. Counts stay exact in every mode (the kernel counts calls at entry).
+//!
+//! The decisions are pure functions of the window's numbers (unit-tested below); reading /proc
+//! and applying a switch to the BPF maps and links is the caller's (trace.rs) job.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use causeway_bpf::abi::{OP_CALIBRATE, ProbeMode};
+use causeway_store::{ModeSwitch, OverheadWindow};
+
+use crate::cost::{CostModel, FirstInsn};
+
+/// Act only when the worst process is above the budget; aim this far below it.
+const MARGIN: f64 = 0.8;
+/// Move an op back to a more detailed mode only while every process is below this share of the budget.
+const UPGRADE_BELOW: f64 = 0.5;
+/// An op keeps a mode at least this long before it is moved back (ns).
+const MIN_DWELL_NS: i64 = 10_000_000_000;
+/// Only ops that make up at least this share of the worst process's probe time are reduced.
+const HOT_SHARE: f64 = 0.05;
+/// Probe time below this share of one core (per window) is reported but never acted on: a
+/// process that hardly runs would otherwise lose the durations of its rare calls for nothing.
+const SIGNIFICANT_SHARE_OF_CORE: f64 = 0.001;
+
+/// Whether an op id is a probed library call (CUDA runtime/driver/graph or NCCL).
+pub fn is_call_op(op: u16) -> bool {
+    op != OP_CALIBRATE && !(100..200).contains(&op)
+}
+
+/// CPU time of one traced process, as the caller could read it this window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuReading {
+    /// Alive: CPU time so far (ns), and whether it started after the trace did (so all of
+    /// that time falls inside the trace).
+    Alive {
+        /// User + system CPU time (ns).
+        cpu_ns: u64,
+        /// Started after the trace.
+        new: bool,
+    },
+    /// Exited with this total CPU time (the process_exit event), same meaning of `new`.
+    Exited {
+        /// User + system CPU time (ns).
+        cpu_ns: u64,
+        /// Started after the trace.
+        new: bool,
+    },
+    /// Not readable (gone, exit event not seen yet).
+    Unknown,
+}
+
+/// One process's numbers in one window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcessWindow {
+    /// Probed calls per op in the window.
+    pub calls: BTreeMap<u16, u64>,
+    /// CPU time in the window (ns).
+    pub cpu_ns: u64,
+    /// Estimated probe time in the window (ns).
+    pub probe_ns: f64,
+}
+
+impl ProcessWindow {
+    /// Probe time as a share of CPU time, in % (CPU time is at least the probe time, which the
+    /// kernel charges to the process; tick-resolution CPU readings can be lower).
+    pub fn pct(&self) -> f64 {
+        let cpu = (self.cpu_ns as f64).max(self.probe_ns);
+        if cpu <= 0.0 {
+            0.0
+        } else {
+            100.0 * self.probe_ns / cpu
+        }
+    }
+}
+
+/// What one controller tick produced.
+#[derive(Debug, Default)]
+pub struct Tick {
+    /// Rows for `probe_overhead`.
+    pub windows: Vec<OverheadWindow>,
+    /// Mode changes to apply (and record).
+    pub switches: Vec<ModeSwitch>,
+}
+
+/// The controller's state across windows.
+#[derive(Debug)]
+pub struct Controller {
+    budget_pct: f64,
+    costs: CostModel,
+    kinds: HashMap<u16, FirstInsn>,
+    modes: BTreeMap<u16, ProbeMode>,
+    forced: BTreeSet<u16>,
+    last_switch_ns: HashMap<u16, i64>,
+    prev_calls: HashMap<(u32, u16), u64>,
+    cpu_base: HashMap<u32, u64>,
+    window_start_ns: i64,
+    /// Estimated probe time over the trace (ns), all processes.
+    pub probe_ns: f64,
+    /// CPU time over the trace (ns), all processes with probed calls.
+    pub cpu_ns: u64,
+    /// The worst process's overhead in the last window (%).
+    pub last_worst_pct: f64,
+}
+
+impl Controller {
+    /// A controller for `budget_pct` (% of CPU time) with calibrated costs, starting at `now_ns`.
+    pub fn new(budget_pct: f64, costs: CostModel, now_ns: i64) -> Controller {
+        Controller {
+            budget_pct,
+            costs,
+            kinds: HashMap::new(),
+            modes: BTreeMap::new(),
+            forced: BTreeSet::new(),
+            last_switch_ns: HashMap::new(),
+            prev_calls: HashMap::new(),
+            cpu_base: HashMap::new(),
+            window_start_ns: now_ns,
+            probe_ns: 0.0,
+            cpu_ns: 0,
+            last_worst_pct: 0.0,
+        }
+    }
+
+    /// The budget (% of CPU time).
+    pub fn budget_pct(&self) -> f64 {
+        self.budget_pct
+    }
+
+    /// The calibrated costs.
+    pub fn costs(&self) -> &CostModel {
+        &self.costs
+    }
+
+    /// Records the first instruction of a probed function of `op`; an op probed in several
+    /// functions or files is costed at its most expensive one.
+    pub fn set_first_insn(&mut self, op: u16, kind: FirstInsn) {
+        let full = |k| self.costs.of(k, ProbeMode::Full);
+        let keep = self.kinds.get(&op).is_some_and(|&k| full(k) >= full(kind));
+        if !keep {
+            self.kinds.insert(op, kind);
+        }
+    }
+
+    /// Cost per call of `op` in `mode` (ops whose functions were not seen: the dearest kind).
+    pub fn cost(&self, op: u16, mode: ProbeMode) -> f64 {
+        let kind = self.kinds.get(&op).copied().unwrap_or(FirstInsn::Other);
+        self.costs.of(kind, mode)
+    }
+
+    /// The current mode of an op.
+    pub fn mode(&self, op: u16) -> ProbeMode {
+        self.modes.get(&op).copied().unwrap_or(ProbeMode::Full)
+    }
+
+    /// Ops not in full mode.
+    pub fn reduced(&self) -> impl Iterator<Item = (u16, ProbeMode)> + '_ {
+        self.modes
+            .iter()
+            .filter(|(_, m)| **m != ProbeMode::Full)
+            .map(|(o, m)| (*o, *m))
+    }
+
+    /// Pins an op to a mode (`--probe-mode`): the controller never moves it.
+    pub fn force(&mut self, op: u16, mode: ProbeMode, now_ns: i64) -> ModeSwitch {
+        self.forced.insert(op);
+        let previous = self.mode(op);
+        self.modes.insert(op, mode);
+        ModeSwitch {
+            ts_ns: now_ns,
+            op_id: op,
+            mode: mode.name().into(),
+            previous: previous.name().into(),
+            reason: "forced".into(),
+            overhead_pct: 0.0,
+        }
+    }
+
+    /// Ends a window at `now_ns`: `counts` are the kernel's cumulative calls per (pid, op) of
+    /// probed ops, `cpu` reads a process's CPU time. Updates the modes it decides on.
+    pub fn tick(
+        &mut self,
+        now_ns: i64,
+        counts: &[((u32, u16), u64)],
+        cpu: impl Fn(u32) -> CpuReading,
+    ) -> Tick {
+        let (mut tick, measured, start) = self.measure(now_ns, counts, cpu);
+        let span_ns = (now_ns - start).max(1) as f64;
+        let significant: Vec<&ProcessWindow> = measured
+            .values()
+            .filter(|w| w.probe_ns >= SIGNIFICANT_SHARE_OF_CORE * span_ns)
+            .collect();
+        self.last_worst_pct = significant.iter().map(|w| w.pct()).fold(0.0, f64::max);
+        tick.switches = self.decide(&significant, now_ns);
+        for s in &tick.switches {
+            if let Some(m) = ProbeMode::from_name(&s.mode) {
+                self.modes.insert(s.op_id, m);
+                self.last_switch_ns.insert(s.op_id, now_ns);
+            }
+        }
+        tick
+    }
+
+    /// The last window, when the trace ends: measured and recorded, nothing decided.
+    pub fn close(
+        &mut self,
+        now_ns: i64,
+        counts: &[((u32, u16), u64)],
+        cpu: impl Fn(u32) -> CpuReading,
+    ) -> Vec<OverheadWindow> {
+        self.measure(now_ns, counts, cpu).0.windows
+    }
+
+    /// The trace so far: estimated probe time over CPU time of the processes with probed calls (%).
+    pub fn overall_pct(&self) -> f64 {
+        let cpu = (self.cpu_ns as f64).max(self.probe_ns);
+        if cpu <= 0.0 {
+            0.0
+        } else {
+            100.0 * self.probe_ns / cpu
+        }
+    }
+
+    fn measure(
+        &mut self,
+        now_ns: i64,
+        counts: &[((u32, u16), u64)],
+        cpu: impl Fn(u32) -> CpuReading,
+    ) -> (Tick, BTreeMap<u32, ProcessWindow>, i64) {
+        let start = std::mem::replace(&mut self.window_start_ns, now_ns);
+        let mut procs: BTreeMap<u32, ProcessWindow> = BTreeMap::new();
+        for &((pid, op), total) in counts {
+            if !is_call_op(op) {
+                continue;
+            }
+            let prev = self.prev_calls.insert((pid, op), total).unwrap_or(0);
+            let w = procs.entry(pid).or_default();
+            let d = total.saturating_sub(prev);
+            if d > 0 {
+                w.calls.insert(op, d);
+                w.probe_ns += d as f64 * self.cost(op, self.mode(op));
+            }
+        }
+        let mut tick = Tick::default();
+        let mut measured = BTreeMap::new();
+        for (pid, mut w) in procs {
+            let reading = cpu(pid);
+            let (now_cpu, new, gone) = match reading {
+                CpuReading::Alive { cpu_ns, new } => (cpu_ns, new, false),
+                CpuReading::Exited { cpu_ns, new } => (cpu_ns, new, true),
+                CpuReading::Unknown => continue,
+            };
+            let Some(base) = self.cpu_base.get(&pid).copied().or(new.then_some(0)) else {
+                // A process older than the trace: this reading is only the baseline.
+                self.cpu_base.insert(pid, now_cpu);
+                continue;
+            };
+            if gone {
+                self.cpu_base.remove(&pid);
+                self.prev_calls.retain(|(p, _), _| *p != pid);
+            } else {
+                self.cpu_base.insert(pid, now_cpu);
+            }
+            w.cpu_ns = now_cpu.saturating_sub(base);
+            if w.calls.is_empty() && w.cpu_ns == 0 {
+                continue;
+            }
+            self.probe_ns += w.probe_ns;
+            self.cpu_ns += w.cpu_ns;
+            tick.windows.push(OverheadWindow {
+                pid,
+                window_start_ns: start,
+                window_end_ns: now_ns,
+                cpu_ns: w.cpu_ns,
+                probe_ns: w.probe_ns as u64,
+                calls: w.calls.values().sum(),
+                budget_pct: self.budget_pct,
+            });
+            measured.insert(pid, w);
+        }
+        (tick, measured, start)
+    }
+
+    fn switch(&self, op: u16, to: ProbeMode, reason: &str, pct: f64, now_ns: i64) -> ModeSwitch {
+        ModeSwitch {
+            ts_ns: now_ns,
+            op_id: op,
+            mode: to.name().into(),
+            previous: self.mode(op).name().into(),
+            reason: reason.into(),
+            overhead_pct: pct,
+        }
+    }
+
+    fn decide(&self, procs: &[&ProcessWindow], now_ns: i64) -> Vec<ModeSwitch> {
+        let Some(worst) = procs.iter().max_by(|a, b| a.pct().total_cmp(&b.pct())) else {
+            return self.upgrade(procs, now_ns).into_iter().collect();
+        };
+        let pct = worst.pct();
+        if pct <= self.budget_pct {
+            return self.upgrade(procs, now_ns).into_iter().collect();
+        }
+        // Over budget: cheapen the ops that cost the worst process most, until the estimate is
+        // back under the budget with a margin.
+        let cpu = (worst.cpu_ns as f64).max(worst.probe_ns);
+        let mut excess = worst.probe_ns - self.budget_pct / 100.0 * MARGIN * cpu;
+        let mut ops: Vec<(u16, u64)> = worst
+            .calls
+            .iter()
+            .filter(|(op, n)| {
+                !self.forced.contains(op)
+                    && self.mode(**op) != ProbeMode::EntryOnly
+                    && **n as f64 * self.cost(**op, self.mode(**op)) >= HOT_SHARE * worst.probe_ns
+            })
+            .map(|(op, n)| (*op, *n))
+            .collect();
+        ops.sort_by(|a, b| {
+            let cost = |(op, n): &(u16, u64)| *n as f64 * self.cost(*op, self.mode(*op));
+            cost(b).total_cmp(&cost(a))
+        });
+        let mut out = Vec::new();
+        for (op, n) in ops {
+            if excess <= 0.0 {
+                break;
+            }
+            let now = self.cost(op, self.mode(op));
+            // The least reduction that covers the excess, else the cheapest mode.
+            let to = [ProbeMode::Aggregate, ProbeMode::EntryOnly]
+                .into_iter()
+                .filter(|m| *m > self.mode(op))
+                .find(|m| n as f64 * (now - self.cost(op, *m)) >= excess)
+                .unwrap_or(ProbeMode::EntryOnly);
+            excess -= n as f64 * (now - self.cost(op, to));
+            out.push(self.switch(op, to, "over_budget", pct, now_ns));
+        }
+        out
+    }
+
+    /// Under budget: move back the one op whose return to a more detailed mode (full if that
+    /// fits, else aggregate) costs least, if every process stays well below the budget with it
+    /// and the op has kept its mode long enough.
+    fn upgrade(&self, procs: &[&ProcessWindow], now_ns: i64) -> Option<ModeSwitch> {
+        let limit = self.budget_pct * UPGRADE_BELOW;
+        let worst_pct = procs.iter().map(|w| w.pct()).fold(0.0, f64::max);
+        let candidates = self.modes.iter().filter(|(op, m)| {
+            **m != ProbeMode::Full
+                && !self.forced.contains(op)
+                && self
+                    .last_switch_ns
+                    .get(op)
+                    .is_none_or(|t| now_ns - t >= MIN_DWELL_NS)
+        });
+        let mut best: Option<(f64, u16, ProbeMode)> = None;
+        for (&op, &mode) in candidates {
+            let projected = |better: ProbeMode| {
+                let extra = self.cost(op, better) - self.cost(op, mode);
+                procs
+                    .iter()
+                    .map(|w| {
+                        let add = w.calls.get(&op).copied().unwrap_or(0) as f64 * extra;
+                        ProcessWindow {
+                            probe_ns: w.probe_ns + add,
+                            cpu_ns: w.cpu_ns + add as u64,
+                            calls: BTreeMap::new(),
+                        }
+                        .pct()
+                    })
+                    .fold(0.0, f64::max)
+            };
+            let Some((p, to)) = [ProbeMode::Full, ProbeMode::Aggregate]
+                .into_iter()
+                .filter(|m| *m < mode)
+                .map(|m| (projected(m), m))
+                .find(|(p, _)| *p < limit)
+            else {
+                continue;
+            };
+            if best.is_none_or(|(b, _, _)| p < b) {
+                best = Some((p, op, to));
+            }
+        }
+        best.map(|(_, op, to)| self.switch(op, to, "under_budget", worst_pct, now_ns))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::Costs;
+
+    const COSTS: Costs = Costs {
+        bare_pair_ns: 10_000.0,
+        bare_entry_ns: 4_000.0,
+        full_ns: 11_000.0,
+        aggregate_ns: 10_500.0,
+        entry_only_ns: 5_000.0,
+    };
+    const S: i64 = 1_000_000_000;
+
+    fn model(c: Costs) -> CostModel {
+        CostModel {
+            kinds: vec![(FirstInsn::Other, c)],
+            method: "test".into(),
+        }
+    }
+
+    fn alive(cpu_ns: u64) -> impl Fn(u32) -> CpuReading {
+        move |_| CpuReading::Alive { cpu_ns, new: true }
+    }
+
+    #[test]
+    fn a_hot_op_over_budget_goes_entry_only_and_counts_keep_their_estimate() {
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        // 50k launches in 1 s by a process that used 1 s of CPU: 55% in probes.
+        let t = c.tick(S, &[((7, 3), 50_000), ((7, 1), 10)], alive(S as u64));
+        assert_eq!(t.windows.len(), 1);
+        assert_eq!(t.windows[0].calls, 50_010);
+        assert_eq!(t.windows[0].probe_ns, 50_010 * 11_000);
+        assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
+        let s = &t.switches[0];
+        assert_eq!(
+            (s.op_id, s.mode.as_str(), s.previous.as_str()),
+            (3, "entry_only", "full")
+        );
+        assert_eq!(s.reason, "over_budget");
+        assert!(s.overhead_pct > 50.0);
+        assert_eq!(c.mode(3), ProbeMode::EntryOnly);
+        // The rare op keeps its durations; the next window is costed at the new mode.
+        assert_eq!(c.mode(1), ProbeMode::Full);
+        let t = c.tick(
+            2 * S,
+            &[((7, 3), 100_000), ((7, 1), 10)],
+            alive(2 * S as u64),
+        );
+        assert_eq!(t.windows[0].probe_ns, 50_000 * 5_000);
+        assert!(
+            t.switches.is_empty(),
+            "entry-only is the floor: {:?}",
+            t.switches
+        );
+    }
+
+    #[test]
+    fn a_small_excess_takes_the_cheapest_sufficient_step() {
+        // 1000 calls at 11 us in 1 s of CPU: 1.1% against 1.05%; the target is 1.05% * 0.8 of
+        // 1 s = 8.4 ms, so 2.6 ms must go: aggregate saves 0.5 ms, not enough.
+        let mut c = Controller::new(1.05, model(COSTS), 0);
+        let t = c.tick(S, &[((7, 3), 1_000)], alive(S as u64));
+        assert_eq!(t.switches[0].mode, "entry_only");
+        // Where aggregate saves enough (3 us of 11 us per call), it is the step taken.
+        let costs = Costs {
+            aggregate_ns: 8_000.0,
+            ..COSTS
+        };
+        let mut c = Controller::new(1.3, model(costs), 0);
+        let t = c.tick(S, &[((7, 3), 1_000)], alive(800_000_000));
+        assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
+        assert_eq!(t.switches[0].mode, "aggregate");
+    }
+
+    #[test]
+    fn ops_come_back_after_the_dwell_time() {
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
+        assert_eq!(c.mode(3), ProbeMode::EntryOnly);
+        // Quiet now, but not for long enough.
+        let t = c.tick(2 * S, &[((7, 3), 50_000)], alive(2 * S as u64));
+        assert!(t.switches.is_empty());
+        let t = c.tick(12 * S, &[((7, 3), 50_000)], alive(3 * S as u64));
+        assert_eq!(t.switches.len(), 1);
+        assert_eq!(t.switches[0].reason, "under_budget");
+        assert_eq!(c.mode(3), ProbeMode::Full);
+        assert_eq!(c.reduced().count(), 0);
+    }
+
+    #[test]
+    fn coming_back_takes_the_most_detailed_mode_that_fits() {
+        // Where the op still runs and full mode would cost too much but aggregate would not.
+        let costs = Costs {
+            aggregate_ns: 6_000.0,
+            ..COSTS
+        };
+        let mut c = Controller::new(1.0, model(costs), 0);
+        c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
+        assert_eq!(c.mode(3), ProbeMode::EntryOnly);
+        // Then 600 calls a second in 1 s of CPU: 0.3% at entry-only. Full would make it 0.66%,
+        // aggregate 0.36%, against 0.5% of the budget: aggregate, once the dwell time is over.
+        for i in 2..=11 {
+            let calls = 50_000 + 600 * (i as u64 - 1);
+            let t = c.tick(i * S, &[((7, 3), calls)], alive(i as u64 * S as u64));
+            if i < 11 {
+                assert!(t.switches.is_empty(), "second {i}: {:?}", t.switches);
+            } else {
+                assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
+                assert_eq!(t.switches[0].mode, "aggregate");
+            }
+        }
+    }
+
+    #[test]
+    fn forced_ops_and_idle_processes_are_left_alone() {
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let f = c.force(3, ProbeMode::Full, 0);
+        assert_eq!(f.reason, "forced");
+        let t = c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
+        assert!(t.switches.is_empty(), "{:?}", t.switches);
+        // 10 calls in a second by a process that hardly ran: reported, not acted on.
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let t = c.tick(S, &[((8, 1), 10)], alive(1_000));
+        assert_eq!(t.windows.len(), 1);
+        assert!(t.switches.is_empty());
+        assert_eq!(c.last_worst_pct, 0.0);
+    }
+
+    #[test]
+    fn old_processes_start_with_a_baseline_and_exits_close_the_window() {
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let old = |_| CpuReading::Alive {
+            cpu_ns: 500 * S as u64,
+            new: false,
+        };
+        let t = c.tick(S, &[((9, 3), 10)], old);
+        assert!(t.windows.is_empty(), "no baseline yet");
+        let exited = |_| CpuReading::Exited {
+            cpu_ns: 500 * S as u64 + 2_000_000,
+            new: false,
+        };
+        let t = c.tick(2 * S, &[((9, 3), 30)], exited);
+        assert_eq!(t.windows[0].cpu_ns, 2_000_000);
+        assert_eq!(t.windows[0].calls, 20);
+        // An op is costed at its dearest function.
+        let two = CostModel {
+            kinds: vec![
+                (
+                    FirstInsn::Push,
+                    Costs {
+                        full_ns: 1_000.0,
+                        ..COSTS
+                    },
+                ),
+                (FirstInsn::Other, COSTS),
+            ],
+            method: "test".into(),
+        };
+        let mut c = Controller::new(1.0, two, 0);
+        c.set_first_insn(3, FirstInsn::Push);
+        assert_eq!(c.cost(3, ProbeMode::Full), 1_000.0);
+        c.set_first_insn(3, FirstInsn::Other);
+        c.set_first_insn(3, FirstInsn::Push);
+        assert_eq!(c.cost(3, ProbeMode::Full), 11_000.0);
+        assert_eq!(c.cost(99, ProbeMode::Full), 11_000.0);
+        // Host ops and the calibration op are not probe calls.
+        assert!(!is_call_op(100) && !is_call_op(OP_CALIBRATE) && is_call_op(200));
+    }
+}

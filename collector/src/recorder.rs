@@ -1,0 +1,405 @@
+//! The recording loop of `causeway trace`, on one thread that owns the skeleton and every link:
+//! load, calibrate the probe costs, attach, then poll the ring buffer, run the overhead
+//! controller and the live summary every second, write the kernel's counters every five, and
+//! attach library copies that appear; at the end, drain and write the last window.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use causeway_bpf::abi::{ProbeMode, Stat, StatKey, decode_record};
+use causeway_bpf::libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+use causeway_bpf::load::{LoadConfig, open_and_load, uprobe_multi_supported};
+use causeway_bpf::skel::CausewaySkel;
+use causeway_store::ModeSwitch;
+use causeway_store::catalog::op_by_id;
+use tracing::{debug, info, warn};
+
+use crate::attach::{Attached, attach_host, attach_process, drop_links};
+use crate::calibrate::calibrate;
+use crate::discover::{LibFile, cuda_processes, libs_in_maps};
+use crate::error::CollectorError;
+use crate::host;
+use crate::live::{Live, LiveView};
+use crate::overhead::{Controller, is_call_op};
+use crate::poll::{PollState, read_stats};
+use crate::sink::{Ctl, Sink};
+use crate::stacks::Stacks;
+use crate::trace::{Mode, OpSummary, OverheadSummary, TraceArgs, TraceSummary, spawn};
+
+fn map_err(map: &'static str) -> impl Fn(causeway_bpf::libbpf_rs::Error) -> CollectorError {
+    move |source| CollectorError::Map { map, source }
+}
+
+fn set_op_mode(skel: &CausewaySkel<'_>, op: u16, mode: ProbeMode) -> Result<(), CollectorError> {
+    skel.maps
+        .op_mode
+        .update(
+            &u32::from(op).to_ne_bytes(),
+            &mode.value().to_ne_bytes(),
+            MapFlags::ANY,
+        )
+        .map_err(map_err("op_mode"))
+}
+
+/// Applies one switch in the order that keeps every call counted and never leaves a timed call
+/// without its return probe: the mode goes first when return probes go away, last when they
+/// come back.
+fn apply(
+    skel: &CausewaySkel<'_>,
+    attached: &mut Attached,
+    s: &ModeSwitch,
+) -> Result<(), CollectorError> {
+    let (Some(from), Some(to)) = (
+        ProbeMode::from_name(&s.previous),
+        ProbeMode::from_name(&s.mode),
+    ) else {
+        return Ok(());
+    };
+    let op = s.op_id;
+    if from.needs_return_probe() && !to.needs_return_probe() {
+        set_op_mode(skel, op, to)?;
+        attached.set_return_probes(skel, op, false);
+    } else if !from.needs_return_probe() && to.needs_return_probe() {
+        attached.set_return_probes(skel, op, true);
+        set_op_mode(skel, op, to)?;
+    } else {
+        set_op_mode(skel, op, to)?;
+    }
+    let name = op_by_id(op).map_or("?", |o| o.name);
+    info!(op = name, from = %s.previous, to = %s.mode, reason = %s.reason, overhead_pct = format!("{:.2}", s.overhead_pct), "probe mode changed");
+    Ok(())
+}
+
+/// Cumulative calls per (pid, op) of probed calls, for the controller.
+fn call_counts(stats: &HashMap<StatKey, Stat>) -> Vec<((u32, u16), u64)> {
+    stats
+        .iter()
+        .filter(|(k, _)| is_call_op(k.op))
+        .map(|(k, s)| ((k.pid, k.op), s.calls))
+        .collect()
+}
+
+/// Records until a stop condition; returns the summary (written-event counts filled in by the
+/// caller) and the number of events handed to the writer.
+pub(crate) fn record(
+    args: &TraceArgs,
+    mode: &Mode,
+    libs: Vec<LibFile>,
+    stop: &AtomicBool,
+    sink: &Sink,
+    started: Instant,
+) -> Result<(TraceSummary, u64), CollectorError> {
+    let me = nix::unistd::gettid().as_raw() as u32;
+    let cfg = LoadConfig {
+        self_tgid: std::process::id(),
+        spawner_tid: me,
+        uprobes_enrol: matches!(mode, Mode::All),
+        ringbuf_bytes: args.ringbuf_size,
+        host: !args.no_host,
+        bare: true,
+        stacks: args.stacks,
+        calib_tid: me,
+        multi: uprobe_multi_supported(),
+    };
+    let (boot_start_ns, start_ns) = (host::boottime_ns(), causeway_store::now_ns());
+    let mut storage = MaybeUninit::uninit();
+    let skel = open_and_load(&mut storage, &cfg)?;
+
+    // Costs first, while nothing else is attached.
+    let calibration = calibrate(&skel, cfg.multi);
+    let _ = sink.ctl.send(Ctl::Costs(calibration.rows()));
+    let mut ctl = Controller::new(
+        args.overhead_budget,
+        calibration.clone(),
+        causeway_store::now_ns(),
+    );
+    let mut switches = 0;
+    let forced: Vec<ModeSwitch> = args
+        .probe_modes
+        .iter()
+        .map(|&(op, m)| ctl.force(op, m, causeway_store::now_ns()))
+        .collect();
+    for s in &forced {
+        set_op_mode(
+            &skel,
+            s.op_id,
+            ProbeMode::from_name(&s.mode).unwrap_or(ProbeMode::Full),
+        )?;
+    }
+    switches += forced.len();
+    let _ = sink.ctl.send(Ctl::Modes(forced));
+
+    let mut links = attach_process(&skel)?;
+    if !args.no_host {
+        links.extend(attach_host(&skel)?);
+    }
+    let mut attached = Attached::new(cfg.multi);
+    for lib in &libs {
+        attached.attach_lib(&skel, lib, args.nccl, |op| {
+            ctl.mode(op).needs_return_probe()
+        });
+    }
+    for (op, kind) in attached.first_insns() {
+        ctl.set_first_insn(op, kind);
+    }
+    let enrol = |pid: u32| {
+        skel.maps
+            .targets
+            .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)
+    };
+    match mode {
+        Mode::Pid(pid) => enrol(*pid).map_err(map_err("targets"))?,
+        Mode::All => {
+            for (pid, _) in cuda_processes() {
+                let _ = enrol(pid);
+            }
+        }
+        Mode::Command(_) => {}
+    }
+    if attached.probes() == 0 {
+        let target = match mode {
+            Mode::Pid(p) => format!("pid {p}"),
+            Mode::Command(c) => format!("`{}`", c.join(" ")),
+            Mode::All => "any process".into(),
+        };
+        if matches!(mode, Mode::All) {
+            return Err(CollectorError::NoCudaLibrary { target });
+        }
+        warn!(%target, "no CUDA library found yet; rescanning while tracing (libraries loaded with dlopen are attached when they appear)");
+    }
+    let stacks = if args.stacks {
+        Some(
+            Stacks::start(sink.ctl.clone()).map_err(|source| CollectorError::Os {
+                what: "starting the symboliser thread",
+                source,
+            })?,
+        )
+    } else {
+        None
+    };
+    let mut child = match mode {
+        Mode::Command(cmd) => Some(spawn(cmd, args.json, args.stdio_is_protocol)?),
+        _ => None,
+    };
+    let root_pid = child.as_ref().map(Child::id).or(args.pid);
+    info!(probes = attached.probes(), files = attached.files(), pid = ?root_pid, "tracing");
+
+    let state = RefCell::new(PollState::new(
+        host::mono_to_unix_offset(),
+        start_ns,
+        stacks,
+    ));
+    let mut rb = RingBufferBuilder::new();
+    rb.add(&skel.maps.events, |data: &[u8]| {
+        let mut st = state.borrow_mut();
+        match decode_record(data) {
+            Ok(rec) => st.push_record(rec, sink),
+            Err(e) => {
+                st.undecodable += 1;
+                debug!(error = %e, "undecodable record");
+            }
+        }
+        0
+    })
+    .map_err(map_err("events"))?;
+    let rb = rb.build().map_err(map_err("events"))?;
+
+    let mut live = Live::new();
+    let mut command_exit = None;
+    let (mut last_scan, mut last_tick, mut last_flush) =
+        (Instant::now(), Instant::now(), Instant::now());
+    let mut ticks = 0u64;
+    loop {
+        // Producers submit without wakeups (except when the ring fills): poll on a timer, then drain.
+        let _ = rb.poll(Duration::from_millis(50));
+        let _ = rb.consume();
+        // Small batches are held briefly so a fast-waking ring does not flood the channel.
+        if last_flush.elapsed() >= Duration::from_millis(100) {
+            state.borrow_mut().flush(sink);
+            last_flush = Instant::now();
+        }
+        if last_tick.elapsed() >= Duration::from_secs(1) {
+            let interval = last_tick.elapsed().as_secs_f64();
+            last_tick = Instant::now();
+            ticks += 1;
+            let stats = read_stats(&skel);
+            let tick = ctl.tick(causeway_store::now_ns(), &call_counts(&stats), |pid| {
+                state.borrow().cpu_reading(pid, boot_start_ns)
+            });
+            for s in &tick.switches {
+                apply(&skel, &mut attached, s)?;
+            }
+            switches += tick.switches.len();
+            if !tick.windows.is_empty() {
+                let _ = sink.ctl.send(Ctl::Overhead(tick.windows));
+            }
+            if !tick.switches.is_empty() {
+                let _ = sink.ctl.send(Ctl::Modes(tick.switches));
+            }
+            let mut st = state.borrow_mut();
+            if live.enabled() {
+                let ops = live.ops(&stats, interval, |op| {
+                    if is_call_op(op) {
+                        ctl.mode(op).name()
+                    } else {
+                        "host"
+                    }
+                });
+                live.draw(&LiveView {
+                    seconds: started.elapsed().as_secs_f64(),
+                    events: st.sent,
+                    ring_drops: st.ring_drops.values().sum(),
+                    channel_drops: st.channel_drops.values().sum(),
+                    overhead_pct: ctl.overall_pct(),
+                    budget_pct: ctl.budget_pct(),
+                    ops,
+                });
+            }
+            if ticks.is_multiple_of(5) {
+                st.snapshot(&stats, &skel, sink);
+                let calls: u64 = st.totals.values().map(|t| t.calls).sum();
+                info!(
+                    seconds = started.elapsed().as_secs(),
+                    calls,
+                    events = st.sent,
+                    ringbuf_drops = st.ring_drops.values().sum::<u64>(),
+                    channel_drops = st.channel_drops.values().sum::<u64>(),
+                    overhead_pct = format!("{:.2}", ctl.overall_pct()),
+                    "recording"
+                );
+            }
+        }
+        if last_scan.elapsed() >= Duration::from_secs(if matches!(mode, Mode::All) { 2 } else { 1 })
+        {
+            rescan(&skel, mode, &mut attached, args.nccl, &ctl);
+            for (op, kind) in attached.first_insns() {
+                ctl.set_first_insn(op, kind);
+            }
+            last_scan = Instant::now();
+        }
+        if stop.load(Ordering::Relaxed) {
+            info!("interrupted: finishing the trace");
+            break;
+        }
+        if args.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        if let Some(c) = child.as_mut()
+            && let Ok(Some(status)) = c.try_wait()
+        {
+            command_exit = status.code();
+            info!(status = %status, "command exited");
+            break;
+        }
+        if let Mode::Pid(pid) = mode
+            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        {
+            info!(pid, "traced process exited");
+            break;
+        }
+    }
+    let _ = rb.consume();
+    drop(rb);
+    live.finish();
+    let mut st = state.into_inner();
+    st.flush(sink);
+    let stats = read_stats(&skel);
+    let last = ctl.close(causeway_store::now_ns(), &call_counts(&stats), |pid| {
+        st.cpu_reading(pid, boot_start_ns)
+    });
+    if !last.is_empty() {
+        let _ = sink.ctl.send(Ctl::Overhead(last));
+    }
+    st.snapshot(&stats, &skel, sink);
+    st.close_processes(sink);
+    let libraries = attached.libs().into_iter().map(|l| l.path).collect();
+    drop_links(links);
+    drop(attached);
+    let distinct_stacks = st.stacks.take().map_or(0, |s| {
+        let n = s.distinct;
+        s.finish();
+        n
+    });
+    if let Some(mut c) = child.filter(|_| command_exit.is_none()) {
+        // Interrupted or timed out: the command keeps running untraced, as a detached job would.
+        info!(
+            pid = c.id(),
+            "the command is still running; it is no longer traced"
+        );
+        let _ = c.try_wait();
+    }
+    let ops = st
+        .totals
+        .iter()
+        .map(|(&op, t)| OpSummary {
+            op: op_by_id(op)
+                .map(|o| o.name.to_string())
+                .unwrap_or_else(|| format!("op{op}")),
+            calls: t.calls,
+            stored: t.stored,
+            timed: t.timed,
+            mean_ns: t.total_ns.checked_div(t.timed).unwrap_or(0),
+            mode: is_call_op(op).then(|| ctl.mode(op).name()),
+        })
+        .collect();
+    let summary = TraceSummary {
+        db: args.db.clone(),
+        seconds: 0.0,
+        events_written: 0,
+        ringbuf_drops: st.ring_drops.values().sum(),
+        channel_drops: st.channel_drops.values().sum(),
+        write_failed: 0,
+        libraries,
+        processes: st.pids.len(),
+        command_exit,
+        ops,
+        overhead: OverheadSummary {
+            budget_pct: ctl.budget_pct(),
+            estimated_pct: ctl.overall_pct(),
+            cpu_ns: ctl.cpu_ns,
+            probe_ns: ctl.probe_ns as u64,
+            costs: calibration,
+            mode_switches: switches,
+        },
+        stacks: distinct_stacks,
+    };
+    Ok((summary, st.sent))
+}
+
+/// Attaches library copies that appeared in traced processes since the last scan.
+fn rescan(
+    skel: &CausewaySkel<'_>,
+    mode: &Mode,
+    attached: &mut Attached,
+    nccl: bool,
+    ctl: &Controller,
+) {
+    let pids: Vec<u32> = match mode {
+        Mode::All => cuda_processes().into_iter().map(|(p, _)| p).collect(),
+        _ => skel
+            .maps
+            .targets
+            .keys()
+            .filter_map(|k| k.try_into().ok().map(u32::from_ne_bytes))
+            .collect(),
+    };
+    for pid in pids {
+        for lib in libs_in_maps(pid) {
+            if !attached.contains(&lib)
+                && attached.attach_lib(skel, &lib, nccl, |op| ctl.mode(op).needs_return_probe()) > 0
+            {
+                info!(pid, lib = %lib.path.display(), "new library copy attached");
+            }
+        }
+        if matches!(mode, Mode::All) {
+            let _ = skel
+                .maps
+                .targets
+                .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY);
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! User stacks (`--stacks`): the BPF side sends each distinct stack once (pid, hash, addresses);
+//! here the addresses are located in the process's mappings while it is alive (a /proc/PID/maps
+//! snapshot taken when the process is first seen, refreshed on a miss), and a symboliser thread
+//! turns (file, file offset) pairs into symbol names with blazesym. Working from files rather
+//! than the live process lets stacks of processes that already exited be symbolised too.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+use blazesym::symbolize::source::{Elf, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use causeway_bpf::abi::RawStack;
+use causeway_store::Frame;
+use crossbeam_channel::{Receiver, Sender, unbounded};
+use tracing::debug;
+
+use crate::sink::Ctl;
+
+/// Longest symbol name stored (C++ template names can be very long).
+const MAX_SYMBOL: usize = 512;
+
+/// One file-backed mapping of a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    path: PathBuf,
+}
+
+/// Parses /proc/PID/maps text: file-backed mappings, with paths valid in our mount namespace.
+fn parse_maps(pid: u32, text: &str) -> Vec<Mapping> {
+    let mut resolved: HashMap<&str, PathBuf> = HashMap::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(range), Some(off), Some(inode), Some(path)) =
+            (f.first(), f.get(2), f.get(4), f.get(5))
+        else {
+            continue;
+        };
+        if !path.starts_with('/') {
+            continue;
+        }
+        let (Some((lo, hi)), Ok(offset)) = (range.split_once('-'), u64::from_str_radix(off, 16))
+        else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16))
+        else {
+            continue;
+        };
+        let path = resolved
+            .entry(path)
+            .or_insert_with(|| {
+                // The same inode at the same path means the same file in our namespace too.
+                let same = std::fs::metadata(path)
+                    .is_ok_and(|m| inode.parse::<u64>().is_ok_and(|i| i == m.ino()));
+                if same {
+                    PathBuf::from(path)
+                } else {
+                    PathBuf::from(format!("/proc/{pid}/root{path}"))
+                }
+            })
+            .clone();
+        out.push(Mapping {
+            start,
+            end,
+            offset,
+            path,
+        });
+    }
+    out
+}
+
+/// /proc/PID/maps snapshots of the traced processes.
+#[derive(Debug, Default)]
+pub struct MapsCache {
+    procs: HashMap<u32, Vec<Mapping>>,
+}
+
+impl MapsCache {
+    /// Takes a snapshot of a process's mappings unless one exists.
+    pub fn remember(&mut self, pid: u32) {
+        if !self.procs.contains_key(&pid) {
+            self.refresh(pid);
+        }
+    }
+
+    fn refresh(&mut self, pid: u32) {
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            self.procs.insert(pid, parse_maps(pid, &text));
+        }
+    }
+
+    /// Forgets a process (it exited).
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+    }
+
+    fn locate_in(maps: &[Mapping], ip: u64) -> Option<(PathBuf, u64)> {
+        maps.iter()
+            .find(|m| (m.start..m.end).contains(&ip))
+            .map(|m| (m.path.clone(), ip - m.start + m.offset))
+    }
+
+    /// (file, file offset) of every address, re-reading the maps once if one is not covered
+    /// (a library loaded since the snapshot).
+    pub fn locate(&mut self, pid: u32, ips: &[u64]) -> Vec<Option<(PathBuf, u64)>> {
+        let covered = |c: &MapsCache| {
+            c.procs
+                .get(&pid)
+                .is_some_and(|m| ips.iter().all(|ip| Self::locate_in(m, *ip).is_some()))
+        };
+        if !covered(self) {
+            self.refresh(pid);
+        }
+        let maps = self.procs.get(&pid).map(Vec::as_slice).unwrap_or_default();
+        ips.iter().map(|ip| Self::locate_in(maps, *ip)).collect()
+    }
+}
+
+/// A stack to symbolise: its hash and each frame's address and location.
+#[derive(Debug)]
+struct Job {
+    hash: u64,
+    frames: Vec<(u64, Option<(PathBuf, u64)>)>,
+}
+
+/// The poll thread's side of stack handling: maps snapshots and the symboliser thread.
+#[derive(Debug)]
+pub struct Stacks {
+    /// Mappings of the traced processes.
+    pub maps: MapsCache,
+    sent: HashSet<u64>,
+    jobs: Option<Sender<Job>>,
+    join: Option<JoinHandle<()>>,
+    /// Distinct stacks handed to the symboliser.
+    pub distinct: u64,
+}
+
+impl Stacks {
+    /// Starts the symboliser thread; symbolised stacks go to the writer as `Ctl::Stack`.
+    pub fn start(ctl: Sender<Ctl>) -> std::io::Result<Stacks> {
+        let (tx, rx) = unbounded();
+        let join = std::thread::Builder::new()
+            .name("causeway-symbols".into())
+            .spawn(move || run(rx, ctl))?;
+        Ok(Stacks {
+            maps: MapsCache::default(),
+            sent: HashSet::new(),
+            jobs: Some(tx),
+            join: Some(join),
+            distinct: 0,
+        })
+    }
+
+    /// Handles a stack record: locates its frames now (the process may exit soon) and queues it.
+    pub fn push(&mut self, s: RawStack) {
+        if !self.sent.insert(s.hash) {
+            return;
+        }
+        let located = self.maps.locate(s.pid, &s.ips);
+        let frames = s.ips.into_iter().zip(located).collect();
+        if let Some(tx) = &self.jobs {
+            let _ = tx.send(Job {
+                hash: s.hash,
+                frames,
+            });
+            self.distinct += 1;
+        }
+    }
+
+    /// Waits until every queued stack is symbolised and handed to the writer.
+    pub fn finish(mut self) {
+        drop(self.jobs.take());
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Symbolises the located frames of one stack, file by file.
+fn symbolise(sym: &Symbolizer, job: &Job) -> Vec<Frame> {
+    let mut frames: Vec<Frame> = job
+        .frames
+        .iter()
+        .map(|(ip, loc)| Frame {
+            ip: *ip,
+            module: loc.as_ref().map(|(p, _)| file_name(p)).unwrap_or_default(),
+            ..Frame::default()
+        })
+        .collect();
+    let mut by_file: HashMap<&PathBuf, Vec<(usize, u64)>> = HashMap::new();
+    for (i, (_, loc)) in job.frames.iter().enumerate() {
+        if let Some((path, off)) = loc {
+            by_file.entry(path).or_default().push((i, *off));
+        }
+    }
+    for (path, idx) in by_file {
+        let src = Source::Elf(Elf {
+            debug_syms: false,
+            ..Elf::new(path.clone())
+        });
+        let offs: Vec<u64> = idx.iter().map(|(_, o)| *o).collect();
+        let Ok(syms) = sym.symbolize(&src, Input::FileOffset(&offs)) else {
+            debug!(file = %path.display(), "symbolisation failed");
+            continue;
+        };
+        for ((i, _), s) in idx.iter().zip(syms) {
+            if let Symbolized::Sym(s) = s {
+                let mut name: String = s.name.chars().take(MAX_SYMBOL).collect();
+                if s.offset > 0 {
+                    name.push_str(&format!("+0x{:x}", s.offset));
+                }
+                frames[*i].symbol = name;
+                frames[*i].offset = s.offset as u64;
+            }
+        }
+    }
+    frames
+}
+
+fn run(rx: Receiver<Job>, ctl: Sender<Ctl>) {
+    let sym = Symbolizer::new();
+    for job in rx {
+        let frames = symbolise(&sym, &job);
+        let _ = ctl.send(Ctl::Stack(job.hash as i64, frames));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_become_file_mappings() {
+        let exe = std::env::current_exe().unwrap();
+        let ino = std::fs::metadata(&exe).unwrap().ino();
+        let text = format!(
+            "00400000-00452000 r-xp 00001000 08:02 {ino} {}\n\
+             7ffd1000-7ffd2000 r-xp 00000000 00:00 0 [vdso]\n\
+             7f000000-7f001000 r--p 00002000 08:02 1 /nonexistent/lib.so\n",
+            exe.display()
+        );
+        let m = parse_maps(4242, &text);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].path, exe);
+        assert_eq!((m[0].start, m[0].offset), (0x400000, 0x1000));
+        // A file that is not ours at that path is reached through the process's root.
+        assert_eq!(
+            m[1].path,
+            PathBuf::from("/proc/4242/root/nonexistent/lib.so")
+        );
+        assert_eq!(
+            MapsCache::locate_in(&m, 0x400010),
+            Some((exe.clone(), 0x1010))
+        );
+        assert_eq!(MapsCache::locate_in(&m, 0x10), None);
+    }
+
+    #[test]
+    fn our_own_function_is_symbolised_from_its_file_offset() {
+        let mut cache = MapsCache::default();
+        let me = std::process::id();
+        let ip = our_own_function_is_symbolised_from_its_file_offset as fn() as usize as u64;
+        let located = cache.locate(me, &[ip, 1]);
+        assert!(located[0].is_some() && located[1].is_none(), "{located:?}");
+        let job = Job {
+            hash: 1,
+            frames: vec![(ip, located[0].clone()), (1, None)],
+        };
+        let frames = symbolise(&Symbolizer::new(), &job);
+        assert!(
+            frames[0]
+                .symbol
+                .contains("our_own_function_is_symbolised_from_its_file_offset"),
+            "{frames:?}"
+        );
+        assert!(!frames[0].module.is_empty());
+        assert_eq!((frames[1].ip, frames[1].symbol.as_str()), (1, ""));
+    }
+}

@@ -1,0 +1,168 @@
+//! The overhead budget: calibrated costs, a hot call moved to entry-only mode with its count
+//! still exact, forced modes, and a call that comes back to full mode once it cools down.
+
+use crate::{args, bpf_test, command_pid, db_path, q, rows, standin, trace};
+
+#[test]
+fn a_hot_call_over_budget_goes_entry_only_and_every_call_is_still_counted() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    // Back-to-back launches: the process does nothing but probed calls, far over 1%.
+    let summary = trace(&args(&db, &[s.exe(), "rate", "200000"]));
+    assert_eq!(summary.command_exit, Some(0));
+    let switches = rows(
+        &db,
+        "SELECT op_id, (mode = 'entry_only')::INT, (previous = 'full')::INT, overhead_pct::BIGINT
+         FROM probe_modes WHERE reason = 'over_budget'",
+        4,
+    );
+    assert_eq!(switches.len(), 1, "{switches:?}");
+    assert_eq!(&switches[0][..3], &[3, 1, 1]);
+    assert!(switches[0][3] > 1, "overhead at the switch {switches:?}");
+    // Counted at entry in every mode: exact across the switch.
+    assert_eq!(
+        q(&db, "SELECT sum(calls) FROM op_counts WHERE op_id = 3"),
+        200_000
+    );
+    let stored = q(
+        &db,
+        "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'",
+    );
+    assert!(stored > 0 && stored < 200_000, "{stored} events stored");
+    assert_eq!(
+        q(&db, "SELECT sum(stored) FROM op_counts WHERE op_id = 3"),
+        stored
+    );
+    // Durations exist only for the calls made before the switch, and nothing was dropped.
+    assert_eq!(
+        q(&db, "SELECT sum(count) FROM op_histograms WHERE op_id = 3"),
+        stored
+    );
+    assert_eq!(q(&db, "SELECT coalesce(sum(count), 0) FROM drops"), 0);
+    // The costs were calibrated for every kind of first instruction; the stand-in's
+    // cudaLaunchKernel starts with a `mov` (single-stepped): ours cost about the bare pair.
+    let cost = |mode: &str| {
+        q(
+            &db,
+            &format!(
+                "SELECT ns_per_call::BIGINT FROM probe_costs WHERE mode = '{mode}' AND first_insn = 'other'"
+            ),
+        )
+    };
+    let (full, entry, bare) = (cost("full"), cost("entry_only"), cost("bare_pair"));
+    assert!(
+        entry <= full && bare > 0,
+        "full {full} entry {entry} bare {bare}"
+    );
+    assert!(full < bare * 2, "full {full} ns vs bare pair {bare} ns");
+    assert_eq!(
+        q(&db, "SELECT count(DISTINCT first_insn) FROM probe_costs"),
+        4
+    );
+    // Every window of the process is recorded; the estimate covers all of its calls.
+    let pid = command_pid(&db);
+    let (calls, probe, cpu) = (
+        q(
+            &db,
+            &format!("SELECT sum(calls) FROM probe_overhead WHERE pid = {pid}"),
+        ),
+        q(
+            &db,
+            &format!("SELECT sum(probe_ns) FROM probe_overhead WHERE pid = {pid}"),
+        ),
+        q(
+            &db,
+            &format!("SELECT sum(cpu_ns) FROM probe_overhead WHERE pid = {pid}"),
+        ),
+    );
+    assert_eq!(calls, 200_000);
+    assert!(
+        probe > 0 && cpu >= probe / 2,
+        "probe {probe} ns, cpu {cpu} ns"
+    );
+    assert!(
+        summary.overhead.estimated_pct > 1.0,
+        "{:?}",
+        summary.overhead
+    );
+    let launch = summary
+        .ops
+        .iter()
+        .find(|o| o.op == "cudaLaunchKernel")
+        .unwrap();
+    assert_eq!(launch.mode, Some("entry_only"));
+    assert_eq!((launch.calls, launch.timed), (200_000, stored as u64));
+}
+
+#[test]
+fn forced_modes_keep_counts_and_drop_only_what_the_mode_says() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let out = dir.path().join("out.txt");
+    let mut a = args(&db, &[s.exe(), "calls", out.to_str().unwrap()]);
+    a.probe_modes = vec![
+        (3, causeway_bpf::abi::ProbeMode::EntryOnly),
+        (4, causeway_bpf::abi::ProbeMode::Aggregate),
+    ];
+    trace(&a);
+    let pid = command_pid(&db);
+    let per_op = |sql: &str, op: u16| q(&db, &format!("{sql} WHERE op_id = {op} AND pid = {pid}"));
+    // cudaLaunchKernel, entry-only: 100 calls counted, no events, no durations.
+    assert_eq!(per_op("SELECT sum(calls) FROM op_counts", 3), 100);
+    assert_eq!(per_op("SELECT count(*) FROM event_data", 3), 0);
+    assert_eq!(
+        per_op("SELECT coalesce(sum(count), 0) FROM op_histograms", 3),
+        0
+    );
+    // cudaMemcpy, aggregate: 3 calls counted and timed, no events; bytes still summed.
+    assert_eq!(per_op("SELECT sum(calls) FROM op_counts", 4), 3);
+    assert_eq!(per_op("SELECT count(*) FROM event_data", 4), 0);
+    assert_eq!(per_op("SELECT sum(count) FROM op_histograms", 4), 3);
+    assert_eq!(
+        per_op("SELECT sum(bytes) FROM op_counts", 4),
+        1024 + 2048 + 4096
+    );
+    // Other calls are untouched.
+    assert_eq!(per_op("SELECT count(*) FROM event_data", 7), 1);
+    assert_eq!(
+        q(
+            &db,
+            "SELECT count(*) FROM probe_modes WHERE reason = 'forced'"
+        ),
+        2
+    );
+}
+
+#[test]
+fn a_call_that_cools_down_gets_its_return_probe_back() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    // 1.5 s hot (goes entry-only), 12 s idle (past the 10 s dwell: back to full), then 50
+    // launches 1 ms apart, timed again.
+    trace(&args(&db, &[s.exe(), "phases", "1500", "12000", "50"]));
+    let modes = rows(
+        &db,
+        "SELECT (mode = 'entry_only')::INT, (reason = 'over_budget')::INT FROM probe_modes
+         WHERE op_id = 3 ORDER BY ts_ns",
+        2,
+    );
+    assert_eq!(modes.first(), Some(&vec![1, 1]), "{modes:?}");
+    let back = q(
+        &db,
+        "SELECT max(ts_ns) FROM probe_modes WHERE op_id = 3 AND mode = 'full' AND reason = 'under_budget'",
+    );
+    assert!(back > 0, "never came back: {modes:?}");
+    let late = q(
+        &db,
+        &format!(
+            "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel' AND timestamp > {back}"
+        ),
+    );
+    assert_eq!(late, 50, "launches recorded after the return to full mode");
+}

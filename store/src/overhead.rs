@@ -1,0 +1,115 @@
+//! Recording what the collector's overhead controller measured and decided (schema version 2):
+//! calibrated probe costs, probe-mode switches, and per-process overhead windows.
+
+use duckdb::params;
+
+use crate::error::{DuckContext, Result};
+use crate::writer::Writer;
+
+/// Calibrated cost of one probed call in one mode.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProbeCost {
+    /// full, aggregate, entry_only, bare_pair or bare_entry.
+    pub mode: String,
+    /// Kind of the probed function's first instruction: push, nop, endbr64 or other.
+    pub first_insn: String,
+    /// ns the traced thread spends per call in that mode.
+    pub ns_per_call: f64,
+    /// How the figure was obtained.
+    pub method: String,
+}
+
+/// One change of an op's probe mode.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModeSwitch {
+    /// When (ns since the Unix epoch).
+    pub ts_ns: i64,
+    /// Catalogue op id.
+    pub op_id: u16,
+    /// The new mode.
+    pub mode: String,
+    /// The mode before.
+    pub previous: String,
+    /// forced, over_budget or under_budget.
+    pub reason: String,
+    /// Estimated overhead of the worst traced process when switching (%).
+    pub overhead_pct: f64,
+}
+
+/// Estimated probe cost against one process's CPU time in one controller window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OverheadWindow {
+    /// Process id.
+    pub pid: u32,
+    /// Window start (ns).
+    pub window_start_ns: i64,
+    /// Window end (ns).
+    pub window_end_ns: i64,
+    /// CPU time of the process in the window (ns).
+    pub cpu_ns: u64,
+    /// Estimated time in probes (ns).
+    pub probe_ns: u64,
+    /// Probed calls in the window.
+    pub calls: u64,
+    /// Budget in force (%).
+    pub budget_pct: f64,
+}
+
+impl Writer {
+    /// Stores the calibrated probe costs (a later calibration of the same mode replaces it).
+    pub fn record_probe_costs(&mut self, costs: &[ProbeCost]) -> Result<()> {
+        let (conn, path, node) = (self.conn(), self.path(), self.node().to_string());
+        let mut st = conn
+            .prepare("INSERT OR REPLACE INTO probe_costs VALUES (?, ?, ?, ?, ?)")
+            .ctx(path, "preparing probe costs")?;
+        for c in costs {
+            st.execute(params![node, c.mode, c.first_insn, c.ns_per_call, c.method])
+                .ctx(path, "recording probe costs")?;
+        }
+        Ok(())
+    }
+
+    /// Stores probe-mode switches.
+    pub fn record_mode_switches(&mut self, switches: &[ModeSwitch]) -> Result<()> {
+        let (conn, path, node) = (self.conn(), self.path(), self.node().to_string());
+        let mut st = conn
+            .prepare("INSERT INTO probe_modes VALUES (?, ?, ?, ?, ?, ?, ?)")
+            .ctx(path, "preparing mode switches")?;
+        for s in switches {
+            st.execute(params![
+                node,
+                s.ts_ns,
+                s.op_id,
+                s.mode,
+                s.previous,
+                s.reason,
+                s.overhead_pct
+            ])
+            .ctx(path, "recording a mode switch")?;
+        }
+        Ok(())
+    }
+
+    /// Stores overhead windows.
+    pub fn record_overhead(&mut self, rows: &[OverheadWindow]) -> Result<()> {
+        let (conn, path, node) = (self.conn(), self.path(), self.node().to_string());
+        let mut app = conn
+            .appender("probe_overhead")
+            .ctx(path, "opening the probe_overhead appender")?;
+        for r in rows {
+            app.append_row(params![
+                node,
+                r.pid,
+                r.window_start_ns,
+                r.window_end_ns,
+                r.cpu_ns,
+                r.probe_ns,
+                r.calls,
+                r.budget_pct
+            ])
+            .ctx(path, "recording probe overhead")?;
+        }
+        app.flush().ctx(path, "flushing probe overhead")?;
+        Ok(())
+    }
+}

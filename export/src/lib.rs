@@ -17,3 +17,15 @@ pub enum ExportError {
     #[error("cannot write the export: {0}\nhint: check the output path and free space")]
     Write(String),
 }
+
+/// Maps a DuckDB error of a compiled-in query to the store's error, naming the file and action.
+pub(crate) fn duck<'r>(
+    r: &'r causeway_store::Reader,
+    action: &'static str,
+) -> impl Fn(causeway_store::duckdb::Error) -> causeway_store::StoreError + 'r {
+    move |source| causeway_store::StoreError::Duck {
+        path: r.path().to_path_buf(),
+        action,
+        source,
+    }
+}

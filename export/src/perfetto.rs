@@ -8,6 +8,8 @@ use std::io::Write;
 
 use causeway_analysis::Chain;
 use causeway_store::sanitize::sanitize_with;
+
+use crate::duck;
 use causeway_store::{QueryLimits, Reader, StoreError};
 use serde_json::{Value, json};
 
@@ -74,17 +76,6 @@ ORDER BY w.node, w.tid, w.timestamp, w.seq";
 const SWITCH: &str = "sched_switch";
 /// Flow anchors drawn per chain.
 const MAX_ANCHORS: usize = 8;
-
-fn duck<'r>(
-    r: &'r Reader,
-    action: &'static str,
-) -> impl Fn(causeway_store::duckdb::Error) -> StoreError + 'r {
-    move |source| StoreError::Duck {
-        path: r.path().to_path_buf(),
-        action,
-        source,
-    }
-}
 
 /// One row of the events query.
 struct Row {

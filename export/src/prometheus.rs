@@ -6,6 +6,8 @@ use std::fmt::Write;
 use std::sync::LazyLock;
 
 use causeway_store::sanitize::sanitize_with;
+
+use crate::duck;
 use causeway_store::{Reader, StoreError};
 
 /// Upper bounds of the latency buckets in ns: 1 us x 4^k, 1 us .. about 16.8 s.
@@ -50,17 +52,6 @@ const DROPS_SQL: &str =
     "SELECT node, kind, sum(count)::BIGINT FROM drops GROUP BY ALL ORDER BY 1, 2";
 const NODES_SQL: &str =
     "SELECT node, count(*)::BIGINT, max(timestamp)::BIGINT FROM event_data GROUP BY 1 ORDER BY 1";
-
-fn duck<'r>(
-    r: &'r Reader,
-    action: &'static str,
-) -> impl Fn(causeway_store::duckdb::Error) -> StoreError + 'r {
-    move |source| StoreError::Duck {
-        path: r.path().to_path_buf(),
-        action,
-        source,
-    }
-}
 
 /// A label value: sanitised, with `\`, `"` and newlines escaped as the format requires.
 fn label(v: &str) -> String {

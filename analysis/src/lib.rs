@@ -9,6 +9,7 @@ pub mod detectors;
 pub mod engine;
 pub mod facts;
 pub mod fmt;
+pub mod overhead;
 pub mod rates;
 pub mod report;
 pub mod stats;
@@ -16,5 +17,6 @@ pub mod window;
 
 pub use chains::{Chain, ChainQuery, Severity, TimelineItem, stored_chains};
 pub use engine::{Explain, ExplainOptions, ProcessStats, explain, explain_with};
+pub use overhead::{ModeSwitch, Overhead};
 pub use stats::{OffCpu, OpStats, StatsQuery, TraceStats, trace_stats};
 pub use window::{TimeError, TimeRef, Window, WindowSpec};

@@ -8,6 +8,7 @@ use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 use serde::Serialize;
 
+use crate::overhead::{Overhead, modes_in_window, overhead};
 use crate::window::{Window, WindowSpec};
 
 /// What to compute statistics over.
@@ -43,12 +44,19 @@ pub struct OpStats {
     /// Sum of durations (ns).
     pub total_ns: i64,
     /// `exact` (every call stored), `stored_only` (the kernel counted more calls than were
-    /// stored: percentiles cover the stored ones) or `histogram_estimate` (no stored events;
-    /// estimated from the kernel's log2 histograms, upper bucket bounds).
+    /// stored: percentiles cover the stored ones), `histogram_estimate` (no stored events;
+    /// estimated from the kernel's log2 histograms, upper bucket bounds) or `none` (no call was
+    /// timed: the op ran entry-only; percentiles are 0).
     pub percentiles: &'static str,
     /// Calls counted in the kernel, when that count is known and differs from `count`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub counted_calls: Option<u64>,
+    /// Calls counted without a measured duration (entry-only probe mode), when any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub untimed_calls: Option<u64>,
+    /// Probe modes the op ran in during the window, when not only `full`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_modes: Option<Vec<String>>,
 }
 
 /// Off-CPU time of traced threads (sched_switch), split by why they were off the CPU.
@@ -92,6 +100,10 @@ pub struct TraceStats {
     pub off_cpu: OffCpu,
     /// Lost events by kind, plus `total`.
     pub drops: BTreeMap<String, u64>,
+    /// What causeway's probes cost the traced processes (recordings with the overhead
+    /// controller only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<Overhead>,
 }
 
 // The event queries read the physical `event_rows` (ids, no names) rather than the `event_data`
@@ -147,6 +159,13 @@ WHERE op_id = ? AND window_end_ns >= ? AND window_start_ns <= ?
   AND (?::BIGINT < 0 OR pid = ?::BIGINT)
   AND (?::VARCHAR = '' OR node = ?::VARCHAR)
 GROUP BY ALL ORDER BY 1";
+
+const TIMED_SQL: &str = "
+SELECT op_id, sum(count)::BIGINT FROM op_histograms
+WHERE window_end_ns >= ? AND window_start_ns <= ?
+  AND (?::BIGINT < 0 OR pid = ?::BIGINT)
+  AND (?::VARCHAR = '' OR node = ?::VARCHAR)
+GROUP BY op_id";
 
 const DROPS_SQL: &str = "
 SELECT kind, sum(count)::BIGINT FROM drops
@@ -242,6 +261,8 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
                 total_ns: g(9)?,
                 percentiles: "exact",
                 counted_calls: None,
+                untimed_calls: None,
+                probe_modes: None,
             });
         }
     }
@@ -291,6 +312,7 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
                         .and_then(|rows| rows.collect())
                         .map_err(duck(r, "reading histograms"))?;
                     let max_bucket = buckets.last().map(|b| b.0);
+                    let timed: u64 = buckets.iter().map(|b| b.1).sum();
                     ops.push(OpStats {
                         source,
                         op,
@@ -301,14 +323,62 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
                         max_ns: max_bucket.map_or(0, |b| {
                             1i64.checked_shl(b as u32 + 1).unwrap_or(i64::MAX) - 1
                         }),
-                        mean_ns: total_ns as f64 / calls as f64,
+                        // Over the timed calls; imported counts carry durations without histograms.
+                        mean_ns: total_ns as f64 / if timed > 0 { timed } else { calls } as f64,
                         total_ns,
-                        percentiles: "histogram_estimate",
+                        percentiles: if timed > 0 {
+                            "histogram_estimate"
+                        } else {
+                            "none"
+                        },
                         counted_calls: Some(calls),
+                        untimed_calls: None,
+                        probe_modes: None,
                     });
                 }
                 None => {}
             }
+        }
+    }
+
+    // Calls counted without a duration (entry-only mode): counted calls beyond the histogram's.
+    // Only recordings have the kernel's histograms (imports carry counts without them).
+    let overhead = overhead(r, &window, pid, &node)?;
+    if overhead.is_some() {
+        let counted: BTreeMap<&str, u64> = ops
+            .iter()
+            .filter_map(|o| o.counted_calls.map(|c| (o.op.as_str(), c)))
+            .collect();
+        let timed: BTreeMap<u16, i64> = r
+            .prepare_trusted(TIMED_SQL)?
+            .query_map(
+                duckdb::params![window.from_ns, window.until_ns, pid, pid, node, node],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .and_then(|rows| rows.collect())
+            .map_err(duck(r, "reading histogram totals"))?;
+        let mut untimed = BTreeMap::new();
+        for o in &ops {
+            let Some(&calls) = counted.get(o.op.as_str()) else {
+                continue;
+            };
+            let Some(op) = causeway_store::catalog::op_by_name(&o.op) else {
+                continue;
+            };
+            let is_call = !matches!(o.source.as_str(), "HOST" | "IO" | "TCP" | "NET");
+            let t = timed.get(&op.id).copied().unwrap_or(0).max(0) as u64;
+            if is_call && calls > t {
+                untimed.insert(o.op.clone(), calls - t);
+            }
+        }
+        for o in &mut ops {
+            o.untimed_calls = untimed.get(&o.op).copied();
+        }
+    }
+    if let Some(oh) = &overhead {
+        let modes = modes_in_window(&oh.switches, window.from_ns);
+        for o in &mut ops {
+            o.probe_modes = modes.get(&o.op).cloned();
         }
     }
 
@@ -366,6 +436,7 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
         ops,
         off_cpu,
         drops,
+        overhead,
     })
 }
 

@@ -1,9 +1,19 @@
 //! Probe cost benchmark (`cargo bench -p causeway-collector --bench probe_cost`, as root).
 //!
-//! On one stand-in `cudaLaunchKernel`, in the same run and interleaved: no probe, the bare empty
-//! uprobe+uretprobe pair, and causeway's probes through a full `run_trace` (ring buffer, writer
-//! thread, DuckDB). Reports ns per call and the ratio ours/bare, the sustained event rate with
-//! its drops, and the collector's CPU% and peak RSS while it records.
+//! 1. CPU time per call (of the workload process) on the stand-in `cudaLaunchKernel`,
+//!    interleaved in the same run: no probe, the bare empty uprobe+uretprobe pair (and the bare
+//!    uprobe alone), and causeway's probes through a full `run_trace` in full mode and in
+//!    entry-only mode. Twice: the stand-in as the tests
+//!    build it (its first instruction, a `mov`, is single-stepped by the kernel) and built with
+//!    frame pointers (a `push rbp`, which the kernel emulates).
+//! 2. The calibration every trace makes, per kind of first instruction (ours vs bare).
+//! 3. Sustained recording: calls paced to CAUSEWAY_BENCH_RATE per second (default 100,000) on
+//!    two threads for a few seconds, in full mode: events/s stored, drops, the collector's CPU
+//!    (share of one core, sampled while the workload runs, calibration excluded) and RSS.
+//!
+//! Environment: CAUSEWAY_BENCH_CALLS (default 200,000 per measurement), CAUSEWAY_BENCH_ROUNDS (3),
+//! CAUSEWAY_BENCH_ONLY_SUSTAINED / CAUSEWAY_BENCH_SKIP_SUSTAINED (set: only / skip part 3).
+//! Part 3 runs first, so that the process's RSS is the collector's.
 
 #![allow(clippy::print_stdout)]
 
@@ -12,108 +22,122 @@
 mod standin;
 
 use std::mem::MaybeUninit;
+use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use causeway_bpf::libbpf_rs::UprobeOpts;
-use causeway_bpf::load::{LoadConfig, open_and_load};
-use causeway_collector::{TraceArgs, run_trace};
+use causeway_bpf::abi::ProbeMode;
+use causeway_bpf::libbpf_rs::UprobeMultiOpts;
+use causeway_bpf::load::{LoadConfig, open_and_load, uprobe_multi_supported};
+use causeway_collector::{TraceArgs, TraceSummary, run_trace};
 
-const CALLS: u64 = 200_000;
-const ROUNDS: usize = 3;
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
-fn rate(exe: &str, out: &std::path::Path) -> f64 {
-    let st = Command::new(exe)
-        .args(["rate", &CALLS.to_string(), out.to_str().unwrap()])
-        .output()
-        .unwrap();
+/// ns per call of the workload's `rate` mode (`extra`: threads and pacing).
+fn rate(exe: &str, calls: u64, out: &Path, extra: &[&str]) -> f64 {
+    let mut args = vec![
+        "rate".to_string(),
+        calls.to_string(),
+        out.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let st = Command::new(exe).args(&args).output().unwrap();
     assert!(st.status.success());
     per_call(out)
 }
 
-fn per_call(out: &std::path::Path) -> f64 {
-    let text = std::fs::read_to_string(out).unwrap();
-    let mut f = text.split_whitespace().map(|v| v.parse::<f64>().unwrap());
-    let (n, ns) = (f.next().unwrap(), f.next().unwrap());
-    ns / n
+/// CPU time per call of the workload (the probes' cost is CPU time charged to the calling
+/// thread; wall time would also count the workload waiting for a core while the collector
+/// runs on this two-core machine).
+fn per_call(out: &Path) -> f64 {
+    let (n, _, cpu) = rate_file(out);
+    cpu / n
 }
 
-fn bare(exe: &str, lib: &std::path::Path, out: &std::path::Path) -> f64 {
+/// (calls, wall ns, CPU ns) written by the workload's `rate` mode.
+fn rate_file(out: &Path) -> (f64, f64, f64) {
+    let text = std::fs::read_to_string(out).unwrap();
+    let f: Vec<f64> = text
+        .split_whitespace()
+        .map(|v| v.parse::<f64>().unwrap())
+        .collect();
+    (f[0], f[1], f[2])
+}
+
+/// The bare pair (or the bare entry alone) on the stand-in's cudaLaunchKernel, same attach
+/// mechanism as causeway's (uprobe.multi where the kernel has it).
+fn bare(exe: &str, lib: &Path, calls: u64, out: &Path, with_return: bool) -> f64 {
+    let multi = uprobe_multi_supported();
     let mut storage = MaybeUninit::uninit();
     let cfg = LoadConfig {
         bare: true,
         host: false,
+        multi,
         ..LoadConfig::default()
     };
     let skel = open_and_load(&mut storage, &cfg).expect("load (run as root)");
-    let opts = |retprobe| UprobeOpts {
-        retprobe,
-        func_name: Some("cudaLaunchKernel".into()),
-        ..Default::default()
+    let (entry, exit) = if multi {
+        (
+            &skel.progs.cw_bare_entry_multi,
+            &skel.progs.cw_bare_exit_multi,
+        )
+    } else {
+        (&skel.progs.cw_bare_entry, &skel.progs.cw_bare_exit)
     };
-    let _e = skel
-        .progs
-        .cw_bare_entry
-        .attach_uprobe_with_opts(-1, lib, 0, opts(false))
-        .unwrap();
-    let _x = skel
-        .progs
-        .cw_bare_exit
-        .attach_uprobe_with_opts(-1, lib, 0, opts(true))
-        .unwrap();
-    rate(exe, out)
+    let attach = |prog: &causeway_bpf::libbpf_rs::ProgramMut<'_>, retprobe| {
+        if multi {
+            let opts = UprobeMultiOpts {
+                syms: vec!["cudaLaunchKernel".into()],
+                retprobe,
+                ..Default::default()
+            };
+            prog.attach_uprobe_multi_with_opts(-1, lib, "", opts)
+                .unwrap()
+        } else {
+            let opts = causeway_bpf::libbpf_rs::UprobeOpts {
+                retprobe,
+                func_name: Some("cudaLaunchKernel".into()),
+                ..Default::default()
+            };
+            prog.attach_uprobe_with_opts(-1, lib, 0, opts).unwrap()
+        }
+    };
+    let _e = attach(entry, false);
+    let _x = with_return.then(|| attach(exit, true));
+    rate(exe, calls, out, &[])
 }
 
-fn cpu_s() -> f64 {
-    let r = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).unwrap();
-    let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
-    t(r.user_time()) + t(r.system_time())
+fn args(db: &Path, command: Vec<String>, mode: Option<ProbeMode>) -> TraceArgs {
+    let mut a = TraceArgs::with_db(db.to_path_buf());
+    a.duration = Some(Duration::from_secs(300));
+    a.node = Some("bench".into());
+    a.no_host = true;
+    a.ringbuf_size = env_u64("CAUSEWAY_BENCH_RINGBUF", 8 << 20) as u32;
+    // The controller stays out of the measurement: the forced mode holds for the whole run.
+    a.overhead_budget = 100.0;
+    a.probe_modes = mode.map(|m| vec![(3, m)]).unwrap_or_default();
+    a.command = command;
+    a
 }
 
-fn peak_rss_mib() -> f64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: f64 = s
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap()
-        .parse()
-        .unwrap();
-    kb / 1024.0
-}
-
-struct Ours {
-    ns_per_call: f64,
-    events_per_s: f64,
-    drops: u64,
-    cpu_pct: f64,
-}
-
-fn ours(exe: &str, out: &std::path::Path, dir: &std::path::Path, round: usize) -> Ours {
-    let db = dir.join(format!("bench-{round}.duckdb"));
-    let mut args = TraceArgs::with_db(db.clone());
-    args.duration = Some(Duration::from_secs(120));
-    args.node = Some("bench".into());
-    args.no_host = true;
-    args.ringbuf_size = 8 << 20;
-    // The controller stays out of the measurement: every op keeps full probes.
-    args.overhead_budget = 100.0;
-    args.command = vec![
-        exe.into(),
+/// ns per call under causeway's probes (a whole `run_trace` around the workload).
+fn ours(exe: &str, calls: u64, out: &Path, db: &Path, mode: ProbeMode) -> (f64, TraceSummary) {
+    let _ = std::fs::remove_file(db);
+    let cmd = vec![
+        exe.to_string(),
         "rate".into(),
-        CALLS.to_string(),
-        out.to_string_lossy().into_owned(),
+        calls.to_string(),
+        out.display().to_string(),
     ];
-    let (c0, t0) = (cpu_s(), Instant::now());
-    let s = run_trace(&args).expect("trace (run as root)");
-    let (cpu, wall) = (cpu_s() - c0, t0.elapsed().as_secs_f64());
-    let ns_per_call = per_call(out);
-    Ours {
-        ns_per_call,
-        events_per_s: s.events_written as f64 / (ns_per_call * CALLS as f64 / 1e9),
-        drops: s.ringbuf_drops + s.channel_drops,
-        cpu_pct: 100.0 * cpu / wall,
-    }
+    let s = run_trace(&args(db, cmd, Some(mode))).expect("trace (run as root)");
+    (per_call(out), s)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -121,38 +145,213 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Per-call figures on one stand-in; returns the last trace summary (its calibration).
+fn per_call_table(
+    label: &str,
+    s: &standin::Standin,
+    dir: &Path,
+    calls: u64,
+    rounds: usize,
+) -> TraceSummary {
+    let (exe, lib) = (s.exe(), s.dir.join("libcudart.so.12"));
+    let out = dir.join("rate.txt");
+    let db = dir.join("per-call.duckdb");
+    let mut m: [Vec<f64>; 5] = Default::default();
+    let mut last = None;
+    for _ in 0..rounds {
+        m[0].push(rate(exe, calls, &out, &[]));
+        m[1].push(bare(exe, &lib, calls, &out, true));
+        m[2].push(bare(exe, &lib, calls, &out, false));
+        let (full, summary) = ours(exe, calls, &out, &db, ProbeMode::Full);
+        m[3].push(full);
+        m[4].push(ours(exe, calls, &out, &db, ProbeMode::EntryOnly).0);
+        last = Some(summary);
+    }
+    let [none, pair, entry, full, entry_only] = m.map(median);
+    let first = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(&lib)
+        .output()
+        .ok()
+        .and_then(|o| {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            let at = text.find("<cudaLaunchKernel>:")?;
+            text[at..]
+                .lines()
+                .nth(1)
+                .map(|l| l.split('\t').next_back().unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "?".into());
+    println!(
+        "\n{label}: cudaLaunchKernel starts with `{first}` ({calls} calls x {rounds} rounds, medians, ns per call)"
+    );
+    println!("  no probe                     {none:>10.1}");
+    println!(
+        "  bare uprobe + uretprobe      {:>10.1}  (probe cost {:.1})",
+        pair,
+        pair - none
+    );
+    println!(
+        "  bare uprobe only             {:>10.1}  (probe cost {:.1})",
+        entry,
+        entry - none
+    );
+    println!(
+        "  causeway, full mode          {:>10.1}  (probe cost {:.1}; ours/bare pair = {:.2})",
+        full,
+        full - none,
+        (full - none) / (pair - none)
+    );
+    println!(
+        "  causeway, entry-only mode    {:>10.1}  (probe cost {:.1}; ours/bare uprobe = {:.2}; vs full = {:.2})",
+        entry_only,
+        entry_only - none,
+        (entry_only - none) / (entry - none),
+        (entry_only - none) / (full - none)
+    );
+    last.expect("one round")
+}
+
+/// The process's CPU time (ns) and resident set (KiB), from /proc/self.
+fn self_usage() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as u64;
+    let cpu_ns = (f[11] + f[12]) * 1_000_000_000 / hz;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (cpu_ns, rss)
+}
+
+fn sustained(s: &standin::Standin, dir: &Path, per_s: u64, seconds: u64) {
+    let out = dir.join("sustained.txt");
+    let db = dir.join("sustained.duckdb");
+    let _ = std::fs::remove_file(&db);
+    let threads = 2u64;
+    let calls = per_s * seconds / threads;
+    let cmd = vec![
+        s.exe().to_string(),
+        "rate".into(),
+        calls.to_string(),
+        out.display().to_string(),
+        threads.to_string(),
+        per_s.to_string(),
+    ];
+    // Samples of (time, CPU, RSS) while the trace runs, from a monitor thread.
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let monitor = {
+        let (samples, stop) = (samples.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let (cpu, rss) = self_usage();
+                samples.lock().unwrap().push((Instant::now(), cpu, rss));
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        })
+    };
+    let rss_before = self_usage().1 as f64 / 1024.0;
+    let t0 = Instant::now();
+    let summary = run_trace(&args(&db, cmd, None)).expect("trace (run as root)");
+    stop.store(true, Ordering::Relaxed);
+    monitor.join().unwrap();
+    let wall_ns = rate_file(&out).1;
+    // CPU share while the workload ran: from 1.5 s in (calibration and attach done) to the end
+    // of the workload.
+    let samples = samples.lock().unwrap();
+    let start = t0 + Duration::from_millis(1500);
+    let run_end = t0 + Duration::from_secs_f64(1.0 + wall_ns / 1e9);
+    let window: Vec<&(Instant, u64, u64)> = samples
+        .iter()
+        .filter(|(t, _, _)| *t >= start && *t <= run_end)
+        .collect();
+    let cpu_pct = match (window.first(), window.last()) {
+        (Some(a), Some(b)) if b.0 > a.0 => {
+            100.0 * (b.1 - a.1) as f64 / (b.0 - a.0).as_nanos() as f64
+        }
+        _ => f64::NAN,
+    };
+    let peak_rss_mib = samples.iter().map(|s| s.2).max().unwrap_or(0) as f64 / 1024.0;
+    let launches = summary
+        .ops
+        .iter()
+        .find(|o| o.op == "cudaLaunchKernel")
+        .map_or(0, |o| o.stored);
+    println!(
+        "\nsustained: {} launches asked at {per_s}/s on {threads} threads: {:.0} events/s stored over {:.2} s, drops {} (ring {}, channel {}), write failures {}",
+        calls * threads,
+        launches as f64 / (wall_ns / 1e9),
+        wall_ns / 1e9,
+        summary.ringbuf_drops + summary.channel_drops,
+        summary.ringbuf_drops,
+        summary.channel_drops,
+        summary.write_failed
+    );
+    println!(
+        "  collector CPU {cpu_pct:.1}% of one core (poll + writer + DuckDB, while recording); peak RSS {peak_rss_mib:.1} MiB (this whole process; {rss_before:.1} MiB before the trace)"
+    );
+}
+
 fn main() {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("probe_cost needs root (it loads BPF programs)");
         std::process::exit(1);
     }
-    let s = standin::get();
-    let lib = s.dir.join("libcudart.so.12");
+    let calls = env_u64("CAUSEWAY_BENCH_CALLS", 200_000);
+    let rounds = env_u64("CAUSEWAY_BENCH_ROUNDS", 3) as usize;
+    let per_s = env_u64("CAUSEWAY_BENCH_RATE", 100_000);
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("rate.txt");
-    let (mut none, mut pair, mut our, mut evs, mut cpu) = (vec![], vec![], vec![], vec![], vec![]);
-    let mut drops = 0;
-    for round in 0..ROUNDS {
-        none.push(rate(s.exe(), &out));
-        pair.push(bare(s.exe(), &lib, &out));
-        let o = ours(s.exe(), &out, dir.path(), round);
-        our.push(o.ns_per_call);
-        evs.push(o.events_per_s);
-        cpu.push(o.cpu_pct);
-        drops += o.drops;
+    let stepped = standin::get();
+    let emulated = standin::build(&["-fno-omit-frame-pointer"]);
+    // First, while this process is fresh (its RSS is the collector's).
+    if std::env::var("CAUSEWAY_BENCH_SKIP_SUSTAINED").is_err() {
+        sustained(
+            &emulated,
+            dir.path(),
+            per_s,
+            env_u64("CAUSEWAY_BENCH_SECONDS", 5),
+        );
     }
-    let (n, b, o) = (median(none), median(pair), median(our));
-    println!("probe cost per cudaLaunchKernel call ({CALLS} calls x {ROUNDS} rounds, medians):");
-    println!("  no probe              {n:>10.1} ns");
-    println!("  bare uprobe+uretprobe {b:>10.1} ns");
-    println!(
-        "  causeway probes       {o:>10.1} ns   ratio ours/bare = {:.2}",
-        o / b
+    if std::env::var("CAUSEWAY_BENCH_ONLY_SUSTAINED").is_ok() {
+        return;
+    }
+    per_call_table(
+        "stand-in as the tests build it",
+        stepped,
+        dir.path(),
+        calls / 10,
+        rounds,
     );
-    println!(
-        "sustained: {:.0} events/s with {drops} drops; collector CPU {:.1}% of one core (incl. DuckDB writer); peak RSS {:.1} MiB",
-        median(evs),
-        median(cpu),
-        peak_rss_mib()
+    let summary = per_call_table(
+        "stand-in with frame pointers",
+        &emulated,
+        dir.path(),
+        calls,
+        rounds,
     );
+    println!("\ncalibration of the last trace (ns per call; ours/bare in the same run):");
+    for (kind, c) in &summary.overhead.costs.kinds {
+        println!(
+            "  first instruction {:<8} bare pair {:>8.1}  full {:>8.1} ({:.2}x)  bare uprobe {:>8.1}  entry-only {:>8.1} ({:.2}x)",
+            kind.name(),
+            c.bare_pair_ns,
+            c.full_ns,
+            c.full_ns / c.bare_pair_ns,
+            c.bare_entry_ns,
+            c.entry_only_ns,
+            c.entry_only_ns / c.bare_entry_ns
+        );
+    }
 }

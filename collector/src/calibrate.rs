@@ -276,6 +276,8 @@ pub fn calibrate(skel: &CausewaySkel<'_>, multi: bool) -> CostModel {
                     first_insn = kind.name(),
                     bare_pair_ns = c.bare_pair_ns as u64,
                     full_ns = c.full_ns as u64,
+                    aggregate_ns = c.aggregate_ns as u64,
+                    bare_entry_ns = c.bare_entry_ns as u64,
                     entry_only_ns = c.entry_only_ns as u64,
                     ratio = format!("{:.2}", c.full_ns / c.bare_pair_ns.max(1.0)),
                     "probe cost calibrated"

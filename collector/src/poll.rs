@@ -81,6 +81,10 @@ pub struct PollState {
     /// Processes that exited: (CPU time in ns, started after the trace), from process_exit.
     pub exits: HashMap<u32, (u64, bool)>,
     trace_start_ns: i64,
+    /// This process (getpid is a system call: not once per event).
+    self_pid: u32,
+    /// The last event's process and rank.
+    last: Option<(u32, Option<i32>)>,
     /// Stack handling, with `--stacks`.
     pub stacks: Option<Stacks>,
 }
@@ -105,6 +109,8 @@ impl PollState {
             pids: HashMap::new(),
             exits: HashMap::new(),
             trace_start_ns,
+            self_pid: std::process::id(),
+            last: None,
             stacks,
         }
     }
@@ -127,8 +133,8 @@ impl PollState {
     pub fn push_record(&mut self, rec: Record, sink: &Sink) {
         match rec {
             // The collector's own calibration calls are never recorded.
-            Record::Event(e) if e.pid == std::process::id() => {}
-            Record::Stack(s) if s.pid == std::process::id() => {}
+            Record::Event(e) if e.pid == self.self_pid => {}
+            Record::Stack(s) if s.pid == self.self_pid => {}
             Record::Event(e) => self.push(e, sink),
             Record::Stack(s) => {
                 if let Some(st) = self.stacks.as_mut() {
@@ -140,10 +146,15 @@ impl PollState {
 
     /// Converts one event and queues it (sends a full batch).
     fn push(&mut self, raw: RawEvent, sink: &Sink) {
-        let now = causeway_store::now_ns();
-        let rank = match self.seen.get(&raw.pid) {
-            Some(r) => *r,
+        // Events come in runs from one process: skip the map lookups for a repeat.
+        let cached = self.last.filter(|(pid, _)| *pid == raw.pid);
+        let rank = match cached
+            .map(|(_, r)| r)
+            .or_else(|| self.seen.get(&raw.pid).copied())
+        {
+            Some(r) => r,
             None => {
+                let now = causeway_store::now_ns();
                 let info = host::process_info(raw.pid, &raw.comm, now);
                 let rank = info.rank;
                 let _ = sink.ctl.send(Ctl::Process(info));
@@ -159,14 +170,14 @@ impl PollState {
             // A fork's child is a process of the trace too: record its row while it is alive.
             OP_PROCESS_FORK if raw.arg0 > 0 && !self.seen.contains_key(&(raw.arg0 as u32)) => {
                 let child = raw.arg0 as u32;
-                let info = host::process_info(child, &raw.comm, now);
+                let info = host::process_info(child, &raw.comm, causeway_store::now_ns());
                 self.seen.insert(child, info.rank);
                 let _ = sink.ctl.send(Ctl::Process(info));
             }
             // The process's name is the new program's from here on (the row may have been made
             // from an event before the exec, with the parent's name).
             OP_PROCESS_EXEC => {
-                let mut info = host::process_info(raw.pid, &raw.comm, now);
+                let mut info = host::process_info(raw.pid, &raw.comm, causeway_store::now_ns());
                 info.comm = raw.comm.clone();
                 let _ = sink.ctl.send(Ctl::Process(info));
                 if let Some(st) = self.stacks.as_mut() {
@@ -184,8 +195,12 @@ impl PollState {
             }
             _ => {}
         }
-        self.pids
-            .insert(raw.pid, timestamp + raw.duration_ns as i64);
+        let end = timestamp + raw.duration_ns as i64;
+        if cached.is_none() {
+            self.last = Some((raw.pid, rank));
+        }
+        let latest = self.pids.entry(raw.pid).or_insert(end);
+        *latest = (*latest).max(end);
         self.batch.push(Event {
             timestamp,
             duration: raw.duration_ns as i64,

@@ -26,6 +26,12 @@ use crate::host;
 use crate::overhead::is_call_op;
 use crate::sink::Sink;
 
+/// DuckDB memory limit of the recording's writer. DuckDB's default (80% of RAM) lets its cache of
+/// written blocks grow with the recording: at 100k events/s the collector's RSS passed 210 MiB in
+/// 20 s; with 48 MB it peaked at 175 MiB over 30 s (docs/benchmarks.md). 16 MB is too little
+/// for DuckDB to create the schema.
+const WRITER_MEMORY: &str = "48MB";
+
 /// Parses `--overhead-budget`: a percentage in (0, 100].
 fn parse_budget(s: &str) -> Result<f64, String> {
     let v: f64 = s
@@ -328,7 +334,10 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
         args.stacks,
         forced.join(",")
     );
-    let mut wopts = WriterOptions::default();
+    let mut wopts = WriterOptions {
+        memory_limit: Some(WRITER_MEMORY.into()),
+        ..WriterOptions::default()
+    };
     if let Some(n) = &args.node {
         wopts.node = n.clone();
     }

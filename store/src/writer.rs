@@ -22,6 +22,9 @@ pub struct WriterOptions {
     pub batch_rows: usize,
     /// Flush on `tick` when the oldest buffered event is older than this.
     pub flush_interval: Duration,
+    /// DuckDB memory limit of the writer's connection (e.g. "32MB"); None: DuckDB's default
+    /// (80% of RAM, which a long recording would grow its cache of written blocks into).
+    pub memory_limit: Option<String>,
 }
 
 impl Default for WriterOptions {
@@ -34,6 +37,7 @@ impl Default for WriterOptions {
             // was slower still (docs/benchmarks.md).
             batch_rows: ROW_GROUP_ROWS,
             flush_interval: Duration::from_secs(1),
+            memory_limit: None,
         }
     }
 }
@@ -231,7 +235,7 @@ impl Writer {
                 path: path.to_path_buf(),
             });
         }
-        let conn = crate::open_rw(path)?;
+        let conn = crate::open_rw(path, opts.memory_limit.as_deref())?;
         schema::create(&conn).ctx(path, "creating the schema")?;
         let known = load_comms(&conn, path)?;
         let mut w = Writer {
@@ -266,7 +270,7 @@ impl Writer {
                 path: path.to_path_buf(),
             });
         }
-        let conn = crate::open_rw(path)?;
+        let conn = crate::open_rw(path, opts.memory_limit.as_deref())?;
         let found = crate::check_schema(&conn, path)?;
         schema::upgrade(&conn, found).ctx(path, "upgrading the schema")?;
         let known = load_comms(&conn, path)?;

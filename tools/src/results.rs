@@ -35,6 +35,11 @@ pub struct TraceStatsOut {
     pub off_cpu: OffCpuOut,
     /// Lost events by kind, plus total.
     pub drops: BTreeMap<String, u64>,
+    /// Cost of causeway's probes, recordings only (kept untyped here to fit the tools/list
+    /// budget): {budget_pct, estimated_pct, peak_pct, probe_ns, cpu_ns, full_ns_per_call,
+    /// switches: [{ts_ns, op, from, to, reason, overhead_pct}], switches_total}; docs/cli.md.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<serde_json::Value>,
 }
 
 /// Inclusive window bounds (ns epoch).
@@ -67,11 +72,17 @@ pub struct OpStatsOut {
     pub mean_ns: f64,
     /// Sum.
     pub total_ns: i64,
-    /// exact, stored_only or histogram_estimate.
+    /// exact, stored_only, histogram_estimate or none.
     pub percentiles: String,
     /// Calls counted in the kernel, when more than stored.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub counted_calls: Option<u64>,
+    /// Calls without a duration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub untimed_calls: Option<u64>,
+    /// Probe modes used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_modes: Option<Vec<String>>,
 }
 
 /// Off-CPU time of traced threads.

@@ -54,11 +54,18 @@ pub fn stats(s: &TraceStats) -> String {
     );
     o.push_str("source op: count p50 p95 p99 max total\n");
     for op in &s.ops {
-        let mark = match op.percentiles {
-            "exact" => "",
-            "stored_only" => " (percentiles over stored calls only)",
-            _ => " (estimated from histograms)",
+        let mut mark = match op.percentiles {
+            "exact" => String::new(),
+            "stored_only" => " (percentiles over stored calls only)".into(),
+            "none" => " (counted only, no durations)".into(),
+            _ => " (estimated from histograms)".into(),
         };
+        if let Some(m) = &op.probe_modes {
+            let _ = write!(mark, " [probe modes {}]", m.join("->"));
+        }
+        if let Some(u) = op.untimed_calls {
+            let _ = write!(mark, " [{u} calls untimed]");
+        }
         let _ = writeln!(
             o,
             "{} {}: {} {} {} {} {} {}{mark}",
@@ -82,6 +89,13 @@ pub fn stats(s: &TraceStats) -> String {
             dur(c.preempted_ns),
             dur(c.blocked_ns),
             dur(c.unknown_state_ns)
+        );
+    }
+    if let Some(oh) = &s.overhead {
+        let _ = writeln!(
+            o,
+            "probe overhead: ~{:.2}% of traced CPU time (budget {}%, worst window {:.2}%), {} probe-mode switches",
+            oh.estimated_pct, oh.budget_pct, oh.peak_pct, oh.switches_total
         );
     }
     let drops: Vec<String> = s.drops.iter().map(|(k, v)| format!("{k}={v}")).collect();

@@ -29,57 +29,57 @@ fn cc(args: &[&str]) {
 /// Builds (once) and returns the stand-in.
 pub fn get() -> &'static Standin {
     static S: OnceLock<Standin> = OnceLock::new();
-    S.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/standin");
-        let dir = tempfile::Builder::new()
-            .prefix("causeway-standin")
-            .tempdir()
-            .unwrap()
-            .keep();
-        let s = |n: &str| src.join(n).to_string_lossy().into_owned();
-        let o = |n: &str| dir.join(n).to_string_lossy().into_owned();
-        cc(&[
-            "-O1",
-            "-shared",
-            "-fPIC",
-            "-Wl,-soname,libcudart.so.12",
-            &format!("-Wl,--version-script,{}", s("cudart.map")),
-            "-o",
-            &o("libcudart.so.12"),
-            &s("cudart.c"),
+    S.get_or_init(|| build(&[]))
+}
+
+/// Builds a stand-in into a new directory; `lib_flags` go to the library builds (the benchmark
+/// builds one with frame pointers, whose functions then start with `push rbp`).
+pub fn build(lib_flags: &[&str]) -> Standin {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/standin");
+    let dir = tempfile::Builder::new()
+        .prefix("causeway-standin")
+        .tempdir()
+        .unwrap()
+        .keep();
+    let s = |n: &str| src.join(n).to_string_lossy().into_owned();
+    let o = |n: &str| dir.join(n).to_string_lossy().into_owned();
+    let lib = |soname: &str, map: &str, c: &str| {
+        let mut args = vec!["-O1".to_string()];
+        args.extend(lib_flags.iter().map(|f| f.to_string()));
+        args.extend([
+            "-shared".into(),
+            "-fPIC".into(),
+            format!("-Wl,-soname,{soname}"),
+            format!("-Wl,--version-script,{}", s(map)),
+            "-o".into(),
+            o(soname),
+            s(c),
         ]);
-        cc(&[
-            "-O1",
-            "-shared",
-            "-fPIC",
-            "-Wl,-soname,libcuda.so.1",
-            &format!("-Wl,--version-script,{}", s("cuda.map")),
-            "-o",
-            &o("libcuda.so.1"),
-            &s("cuda.c"),
-        ]);
-        std::os::unix::fs::symlink("libcudart.so.12", dir.join("libcudart.so")).unwrap();
-        std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
-        // Frame pointers, so that user stacks can be walked (--stacks).
-        cc(&[
-            "-O1",
-            "-fno-omit-frame-pointer",
-            "-Wall",
-            "-o",
-            &o("workload"),
-            &s("workload.c"),
-            "-L",
-            &o(""),
-            "-lcudart",
-            "-lcuda",
-            "-lpthread",
-            "-Wl,-rpath,$ORIGIN",
-        ]);
-        Standin {
-            workload: dir.join("workload"),
-            dir,
-        }
-    })
+        cc(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    };
+    lib("libcudart.so.12", "cudart.map", "cudart.c");
+    lib("libcuda.so.1", "cuda.map", "cuda.c");
+    std::os::unix::fs::symlink("libcudart.so.12", dir.join("libcudart.so")).unwrap();
+    std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
+    // Frame pointers, so that user stacks can be walked (--stacks).
+    cc(&[
+        "-O1",
+        "-fno-omit-frame-pointer",
+        "-Wall",
+        "-o",
+        &o("workload"),
+        &s("workload.c"),
+        "-L",
+        &o(""),
+        "-lcudart",
+        "-lcuda",
+        "-lpthread",
+        "-Wl,-rpath,$ORIGIN",
+    ]);
+    Standin {
+        workload: dir.join("workload"),
+        dir,
+    }
 }
 
 impl Standin {

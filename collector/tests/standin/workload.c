@@ -4,8 +4,9 @@
 //   sync MS            cudaDeviceSynchronize, cudaStreamSynchronize, cuCtxSynchronize sleeping MS each
 //   preempt OUT MS     a "victim" thread and a "busy" thread pinned to CPU 0 spin for MS; OUT gets tids
 //   fork N M           parent launches N kernels, a forked child M kernels; parent waits
-//   rate N [OUT [T]]   N back-to-back cudaLaunchKernel calls on each of T threads (default 1);
-//                      ns per call on stdout, "N ns" in OUT (N = all calls, ns = wall time)
+//   rate N [OUT [T [R]]] N cudaLaunchKernel calls on each of T threads (default 1), back to back
+//                      or paced to R calls/s in all (default 0: unpaced); ns per call on stdout,
+//                      "N ns cpu" in OUT (N = all calls, ns = wall time, cpu = process CPU ns)
 //   hold MS            cudaMalloc once, then keep calling cudaLaunchKernel every ms for MS
 //   stacks N           N launches from each of two call paths (stack_root -> stack_mid ->
 //                      stack_leaf, and stack_root -> stack_leaf), then lives on for 100 ms
@@ -159,22 +160,31 @@ static int mode_fork(int n, int m)
 }
 
 static long rate_calls;
+static long rate_gap_ns; /* per thread, 0 = back to back */
 
 static void *rate_thread(void *arg)
 {
 	(void)arg;
 	dim3 g = { 1, 1, 1 }, b = { 1, 1, 1 };
-	for (long i = 0; i < rate_calls; i++)
+	long next = now_ns();
+	for (long i = 0; i < rate_calls; i++) {
+		if (rate_gap_ns) {
+			while (now_ns() < next)
+				;
+			next += rate_gap_ns;
+		}
 		cudaLaunchKernel((const void *)kernel_a, g, b, NULL, 0, NULL);
+	}
 	return NULL;
 }
 
-static int mode_rate(long n, const char *out, int threads)
+static int mode_rate(long n, const char *out, int threads, long per_s)
 {
 	pthread_t t[64];
 	if (threads < 1 || threads > 64)
 		return 2;
 	rate_calls = n;
+	rate_gap_ns = per_s > 0 ? 1000000000L * threads / per_s : 0;
 	long t0 = now_ns();
 	for (int i = 1; i < threads; i++)
 		pthread_create(&t[i], NULL, rate_thread, NULL);
@@ -183,10 +193,12 @@ static int mode_rate(long n, const char *out, int threads)
 		pthread_join(t[i], NULL);
 	long t1 = now_ns();
 	long total = n * threads;
+	struct timespec cpu;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
 	printf("%.1f\n", (double)(t1 - t0) / (double)total);
 	FILE *f = out ? fopen(out, "w") : NULL;
 	if (f) {
-		fprintf(f, "%ld %ld\n", total, t1 - t0);
+		fprintf(f, "%ld %ld %ld\n", total, t1 - t0, cpu.tv_sec * 1000000000L + cpu.tv_nsec);
 		fclose(f);
 	}
 	return 0;
@@ -261,7 +273,8 @@ int main(int argc, char **argv)
 	if (!strcmp(m, "fork") && argc > 3)
 		return mode_fork(atoi(argv[2]), atoi(argv[3]));
 	if (!strcmp(m, "rate") && argc > 2)
-		return mode_rate(atol(argv[2]), argc > 3 ? argv[3] : NULL, argc > 4 ? atoi(argv[4]) : 1);
+		return mode_rate(atol(argv[2]), argc > 3 ? argv[3] : NULL, argc > 4 ? atoi(argv[4]) : 1,
+				 argc > 5 ? atol(argv[5]) : 0);
 	if (!strcmp(m, "stacks") && argc > 2)
 		return mode_stacks(atoi(argv[2]));
 	if (!strcmp(m, "phases") && argc > 4)

@@ -100,6 +100,7 @@ pub fn render(s: &TraceStats) -> String {
             let mark = match o.percentiles {
                 "exact" => "",
                 "stored_only" => " *",
+                "none" => " -",
                 _ => " ~",
             };
             vec![
@@ -135,6 +136,27 @@ pub fn render(s: &TraceStats) -> String {
     if s.ops.iter().any(|o| o.percentiles == "histogram_estimate") {
         out.push_str("~ no stored events: percentiles estimated from kernel log2 histograms (bucket upper bounds)\n");
     }
+    if s.ops.iter().any(|o| o.percentiles == "none") {
+        out.push_str("- counted only (entry-only probe mode): no durations were measured\n");
+    }
+    for o in s
+        .ops
+        .iter()
+        .filter(|o| o.untimed_calls.is_some() || o.probe_modes.is_some())
+    {
+        let mut line = format!("  {}:", o.op);
+        if let Some(m) = &o.probe_modes {
+            line.push_str(&format!(" probe modes {}", m.join(" -> ")));
+        }
+        if let Some(u) = o.untimed_calls {
+            line.push_str(&format!(
+                ", {} calls counted without a duration",
+                thousands(u)
+            ));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
     let c = &s.off_cpu;
     if c.switches > 0 {
         out.push_str(&format!(
@@ -156,6 +178,30 @@ pub fn render(s: &TraceStats) -> String {
             out.push_str(" (run state not recorded)");
         }
         out.push('\n');
+    }
+    if let Some(oh) = &s.overhead {
+        out.push_str(&format!(
+            "\noverhead: causeway's probes cost an estimated {:.2}% of the traced processes' CPU time (budget {}%, worst window {:.2}%)\n",
+            oh.estimated_pct, oh.budget_pct, oh.peak_pct
+        ));
+        for sw in &oh.switches {
+            let at = human_duration(sw.ts_ns.saturating_sub(s.trace_first_ns).max(0));
+            out.push_str(&format!(
+                "  {} {} -> {} at +{} ({}, {:.2}%)\n",
+                sw.op,
+                sw.from,
+                sw.to,
+                at,
+                sw.reason.replace('_', " "),
+                sw.overhead_pct
+            ));
+        }
+        if oh.switches_total > oh.switches.len() {
+            out.push_str(&format!(
+                "  ... {} more probe-mode switches\n",
+                oh.switches_total - oh.switches.len()
+            ));
+        }
     }
     let total = s.drops.get("total").copied().unwrap_or(0);
     if total == 0 {

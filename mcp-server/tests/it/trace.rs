@@ -104,6 +104,131 @@ fn trace_records_a_command_and_query_reads_it() {
     assert!(rows.contains("100"), "{rows}");
 }
 
+fn bpf_tests() -> bool {
+    if std::env::var("CAUSEWAY_SKIP_BPF_TESTS").as_deref() == Ok("1") {
+        return false;
+    }
+    assert!(
+        is_root(),
+        "causeway trace needs root (CI is root); set CAUSEWAY_SKIP_BPF_TESTS=1 to skip explicitly"
+    );
+    true
+}
+
+#[test]
+fn json_streams_one_event_per_line_and_the_command_output_stays_off_stdout() {
+    if !bpf_tests() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let workload = standin(dir.path());
+    let db = dir.path().join("t.duckdb");
+    // `rate` prints its own figure on stdout: with --json it must go to stderr instead.
+    let out = causeway(&[
+        "trace",
+        "--json",
+        "--db",
+        db.to_str().unwrap(),
+        "--",
+        &workload,
+        "rate",
+        "2000",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let launches: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["op"] == "cudaLaunchKernel")
+        .collect();
+    assert_eq!(launches.len(), 2000, "{} lines in all", events.len());
+    for e in &launches[..3] {
+        for field in [
+            "timestamp",
+            "duration",
+            "pid",
+            "tid",
+            "comm",
+            "arg0",
+            "arg1",
+            "ret_code",
+        ] {
+            assert!(e.get(field).is_some(), "{field} missing in {e}");
+        }
+        assert!(e["duration"].as_i64().unwrap() > 0, "{e}");
+        assert_eq!(e["arg1"], 1, "grid 1x1x1: {e}");
+    }
+    assert!(events.iter().any(|e| e["op"] == "process_exit"));
+    // The stream and the store agree.
+    let n = ok(&[
+        "query",
+        "--db",
+        db.to_str().unwrap(),
+        "--json",
+        "SELECT count(*) AS n FROM events WHERE op = 'cudaLaunchKernel'",
+    ]);
+    assert!(n.contains("2000"), "{n}");
+}
+
+#[test]
+fn stats_reports_the_probe_overhead_and_the_mode_switch() {
+    if !bpf_tests() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let workload = standin(dir.path());
+    let db = dir.path().join("t.duckdb");
+    let db_s = db.to_str().unwrap();
+    // Back-to-back launches for a few seconds: far over the default 1% budget.
+    ok(&["trace", "--db", db_s, "--", &workload, "rate", "150000"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["stats", "--db", db_s, "--json"])).unwrap();
+    let oh = &v["overhead"];
+    assert_eq!(oh["budget_pct"], 1.0, "{v}");
+    assert!(oh["estimated_pct"].as_f64().unwrap() > 1.0, "{oh}");
+    assert_eq!(oh["switches"][0]["op"], "cudaLaunchKernel", "{oh}");
+    assert_eq!(oh["switches"][0]["to"], "entry_only", "{oh}");
+    assert_eq!(oh["switches"][0]["reason"], "over_budget", "{oh}");
+    let launch = v["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["op"] == "cudaLaunchKernel")
+        .unwrap();
+    // Percentiles are labelled as covering the stored calls only; every call is counted.
+    assert_eq!(launch["percentiles"], "stored_only", "{launch}");
+    assert_eq!(launch["counted_calls"], 150000, "{launch}");
+    let (stored, untimed) = (
+        launch["count"].as_u64().unwrap(),
+        launch["untimed_calls"].as_u64().unwrap(),
+    );
+    assert_eq!(stored + untimed, 150000, "{launch}");
+    assert_eq!(
+        launch["probe_modes"],
+        serde_json::json!(["full", "entry_only"])
+    );
+    let text = ok(&["stats", "--db", db_s]);
+    assert!(
+        text.contains("overhead: causeway's probes cost an estimated"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cudaLaunchKernel: probe modes full -> entry_only"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cudaLaunchKernel full -> entry_only at +"),
+        "{text}"
+    );
+}
+
 #[test]
 fn check_reports_the_kernel_as_json() {
     let out = causeway(&["check", "--json"]);

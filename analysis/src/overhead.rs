@@ -1,0 +1,202 @@
+//! What causeway's own probes cost the traced processes, for `stats`: the overhead controller's
+//! per-process windows (estimated probe time against CPU time), its budget, the probe-mode
+//! switches that explain why some calls have no stored event or no duration, and the calibrated
+//! per-call costs. Absent from traces recorded without the controller (imports, schema 1).
+
+use std::collections::BTreeMap;
+
+use causeway_store::duckdb;
+use causeway_store::{Reader, StoreError};
+use serde::Serialize;
+
+use crate::window::Window;
+
+/// Switches listed at most (the total is given).
+pub const MAX_SWITCHES: usize = 20;
+
+/// One change of an op's probe mode.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ModeSwitch {
+    /// When (ns since the Unix epoch).
+    pub ts_ns: i64,
+    /// Op name.
+    pub op: String,
+    /// Mode before.
+    pub from: String,
+    /// Mode after: full, aggregate or entry_only.
+    pub to: String,
+    /// forced, over_budget or under_budget.
+    pub reason: String,
+    /// Estimated overhead of the worst traced process at the switch (%).
+    pub overhead_pct: f64,
+}
+
+/// The probes' estimated cost in the window.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Overhead {
+    /// `--overhead-budget` (% of each traced process's CPU time).
+    pub budget_pct: f64,
+    /// Estimated probe time over the CPU time of the traced processes in the window (%).
+    pub estimated_pct: f64,
+    /// The worst single controller window of one process (%).
+    pub peak_pct: f64,
+    /// Estimated probe time (ns).
+    pub probe_ns: u64,
+    /// CPU time of the traced processes with probed calls (ns).
+    pub cpu_ns: u64,
+    /// Calibrated cost of one call in full mode, per kind of first instruction (ns).
+    pub full_ns_per_call: BTreeMap<String, f64>,
+    /// Mode switches up to the window's end, oldest first (at most [`MAX_SWITCHES`]).
+    pub switches: Vec<ModeSwitch>,
+    /// Mode switches up to the window's end.
+    pub switches_total: usize,
+}
+
+const WINDOWS_SQL: &str = "
+SELECT coalesce(sum(probe_ns), 0)::BIGINT, coalesce(sum(cpu_ns), 0)::BIGINT,
+       coalesce(max(probe_ns::DOUBLE / greatest(cpu_ns, probe_ns, 1)), 0) * 100,
+       coalesce(max(budget_pct), 0)::DOUBLE, count(*)::BIGINT
+FROM probe_overhead
+WHERE window_end_ns >= ? AND window_start_ns <= ?
+  AND (?::BIGINT < 0 OR pid = ?::BIGINT)
+  AND (?::VARCHAR = '' OR node = ?::VARCHAR)";
+
+const SWITCHES_SQL: &str = "
+SELECT m.ts_ns, coalesce(o.op, 'op' || m.op_id::VARCHAR), m.previous, m.mode, m.reason, m.overhead_pct
+FROM probe_modes m LEFT JOIN ops o ON o.op_id = m.op_id
+WHERE m.ts_ns <= ? AND (?::VARCHAR = '' OR m.node = ?::VARCHAR)
+ORDER BY m.ts_ns, m.op_id";
+
+const COSTS_SQL: &str = "
+SELECT first_insn, max(ns_per_call)::DOUBLE FROM probe_costs
+WHERE mode = 'full' AND (?::VARCHAR = '' OR node = ?::VARCHAR)
+GROUP BY first_insn ORDER BY first_insn";
+
+fn duck<'a>(r: &'a Reader, action: &'static str) -> impl Fn(duckdb::Error) -> StoreError + 'a {
+    move |source| StoreError::Duck {
+        path: r.path().to_path_buf(),
+        action,
+        source,
+    }
+}
+
+/// The overhead in `window` (pid < 0: every process, node '': every node); None when the trace
+/// has no controller data.
+pub fn overhead(
+    r: &Reader,
+    window: &Window,
+    pid: i64,
+    node: &str,
+) -> Result<Option<Overhead>, StoreError> {
+    if r.schema_version() < 2 {
+        return Ok(None);
+    }
+    let (probe_ns, cpu_ns, peak_pct, budget_pct, windows): (i64, i64, f64, f64, i64) = r
+        .prepare_trusted(WINDOWS_SQL)?
+        .query_row(
+            duckdb::params![window.from_ns, window.until_ns, pid, pid, node, node],
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            },
+        )
+        .map_err(duck(r, "reading probe overhead"))?;
+    let switches: Vec<ModeSwitch> = r
+        .prepare_trusted(SWITCHES_SQL)?
+        .query_map(duckdb::params![window.until_ns, node, node], |row| {
+            Ok(ModeSwitch {
+                ts_ns: row.get(0)?,
+                op: row.get(1)?,
+                from: row.get(2)?,
+                to: row.get(3)?,
+                reason: row.get(4)?,
+                overhead_pct: row.get(5)?,
+            })
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading probe-mode switches"))?;
+    let full_ns_per_call: BTreeMap<String, f64> = r
+        .prepare_trusted(COSTS_SQL)?
+        .query_map(duckdb::params![node, node], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, f64>(1)?))
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading probe costs"))?;
+    // Recordings calibrate at start; imported traces have none of this.
+    if windows == 0 && switches.is_empty() && full_ns_per_call.is_empty() {
+        return Ok(None);
+    }
+    let cpu = (cpu_ns as f64).max(probe_ns as f64);
+    let switches_total = switches.len();
+    Ok(Some(Overhead {
+        budget_pct,
+        estimated_pct: if cpu > 0.0 {
+            100.0 * probe_ns as f64 / cpu
+        } else {
+            0.0
+        },
+        peak_pct,
+        probe_ns: probe_ns as u64,
+        cpu_ns: cpu_ns as u64,
+        full_ns_per_call,
+        switches: switches.into_iter().take(MAX_SWITCHES).collect(),
+        switches_total,
+    }))
+}
+
+/// The probe modes each op ran in during the window, from the switches (ops never switched ran
+/// in full mode and are absent).
+pub fn modes_in_window(switches: &[ModeSwitch], from_ns: i64) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for s in switches {
+        let modes = out
+            .entry(s.op.clone())
+            .or_insert_with(|| vec![s.from.clone()]);
+        if s.ts_ns <= from_ns {
+            // Switched before the window: only the latest mode counts.
+            *modes = vec![s.to.clone()];
+        } else if modes.last() != Some(&s.to) {
+            modes.push(s.to.clone());
+        }
+    }
+    out.retain(|_, m| m.iter().any(|m| m != "full"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sw(ts_ns: i64, op: &str, from: &str, to: &str) -> ModeSwitch {
+        ModeSwitch {
+            ts_ns,
+            op: op.into(),
+            from: from.into(),
+            to: to.into(),
+            reason: "over_budget".into(),
+            overhead_pct: 5.0,
+        }
+    }
+
+    #[test]
+    fn modes_in_a_window_follow_the_switches() {
+        let s = [
+            sw(10, "cudaLaunchKernel", "full", "entry_only"),
+            sw(20, "cudaMalloc", "full", "aggregate"),
+            sw(30, "cudaMalloc", "aggregate", "full"),
+            sw(5, "cudaFree", "full", "entry_only"),
+        ];
+        let m = modes_in_window(&s, 8);
+        assert_eq!(m["cudaLaunchKernel"], vec!["full", "entry_only"]);
+        assert_eq!(m["cudaMalloc"], vec!["full", "aggregate", "full"]);
+        assert_eq!(m["cudaFree"], vec!["entry_only"]);
+        // Back to full before the window: nothing to say.
+        let m = modes_in_window(&s, 40);
+        assert!(!m.contains_key("cudaMalloc"), "{m:?}");
+    }
+}

@@ -127,6 +127,7 @@ fn args(db: &Path, command: Vec<String>, mode: Option<ProbeMode>) -> TraceArgs {
         overhead_budget: 100.0,
         probe_modes: mode.map(|m| vec![(3, m)]).unwrap_or_default(),
         stacks: false,
+        classic_uprobes: false,
         command,
     }
 }
@@ -187,7 +188,7 @@ fn per_call_table(
         })
         .unwrap_or_else(|| "?".into());
     println!(
-        "\n{label}: cudaLaunchKernel starts with `{first}` ({calls} calls x {rounds} rounds, medians, ns per call)"
+        "\n{label}: cudaLaunchKernel starts with `{first}` ({calls} calls x {rounds} rounds, medians, CPU ns per call of the workload)"
     );
     println!("  no probe                     {none:>10.1}");
     println!(
@@ -335,7 +336,7 @@ fn main() {
         "stand-in as the tests build it",
         stepped,
         dir.path(),
-        calls / 10,
+        calls / 4,
         rounds,
     );
     let summary = per_call_table(

@@ -49,6 +49,7 @@ pub fn args(db: &Path, command: &[&str]) -> TraceArgs {
         overhead_budget: 1.0,
         probe_modes: Vec::new(),
         stacks: false,
+        classic_uprobes: false,
         command: command.iter().map(|s| s.to_string()).collect(),
     }
 }

@@ -183,7 +183,7 @@ fn per_call_table(
         })
         .unwrap_or_else(|| "?".into());
     println!(
-        "\n{label}: cudaLaunchKernel starts with `{first}` ({calls} calls x {rounds} rounds, medians, ns per call)"
+        "\n{label}: cudaLaunchKernel starts with `{first}` ({calls} calls x {rounds} rounds, medians, CPU ns per call of the workload)"
     );
     println!("  no probe                     {none:>10.1}");
     println!(
@@ -331,7 +331,7 @@ fn main() {
         "stand-in as the tests build it",
         stepped,
         dir.path(),
-        calls / 10,
+        calls / 4,
         rounds,
     );
     let summary = per_call_table(

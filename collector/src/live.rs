@@ -78,6 +78,8 @@ pub fn per_op(stats: &HashMap<StatKey, Stat>) -> BTreeMap<u16, (u64, [u64; HIST_
 fn dur(ns: Option<u64>) -> String {
     match ns {
         None => "-".into(),
+        // Bucket 0 holds zero-length events (page allocations, process events).
+        Some(n) if n <= 1 => "0".into(),
         Some(n) if n < 1_000 => format!("{n}ns"),
         Some(n) if n < 1_000_000 => format!("{:.1}us", n as f64 / 1e3),
         Some(n) if n < 1_000_000_000 => format!("{:.1}ms", n as f64 / 1e6),

@@ -103,7 +103,7 @@ pub(crate) fn record(
         bare: true,
         stacks: args.stacks,
         calib_tid: me,
-        multi: uprobe_multi_supported(),
+        multi: uprobe_multi_supported() && !args.classic_uprobes,
     };
     let (boot_start_ns, start_ns) = (host::boottime_ns(), causeway_store::now_ns());
     let mut storage = MaybeUninit::uninit();

@@ -96,6 +96,10 @@ pub struct TraceArgs {
     /// (frames are found through frame pointers).
     #[arg(long)]
     pub stacks: bool,
+    /// Attach one classic uprobe per function even where the kernel has uprobe.multi (the path
+    /// used on kernels before 6.6; slower to detach).
+    #[arg(long, hide = true)]
+    pub classic_uprobes: bool,
     /// Command to start and trace with its process tree until it exits (after `--`).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,

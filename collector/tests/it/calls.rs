@@ -171,3 +171,36 @@ fn synchronize_durations_match_the_sleep() {
         "longest blocked interval {off} ns"
     );
 }
+
+#[test]
+fn classic_uprobes_record_the_same_calls() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let out = dir.path().join("out.txt");
+    // The attach path of kernels without uprobe.multi, including an entry-only op (no return
+    // probe attached for it).
+    let mut a = args(&db, &[s.exe(), "calls", out.to_str().unwrap()]);
+    a.classic_uprobes = true;
+    a.probe_modes = vec![(1, causeway_bpf::abi::ProbeMode::EntryOnly)];
+    let summary = trace(&a);
+    assert_eq!(summary.command_exit, Some(0));
+    let pid = command_pid(&db);
+    let count = |op: &str| {
+        q(
+            &db,
+            &format!("SELECT count(*) FROM events WHERE op = '{op}' AND pid = {pid}"),
+        )
+    };
+    assert_eq!(count("cudaLaunchKernel"), 100);
+    assert_eq!(count("cuMemcpy"), 2);
+    assert_eq!(count("cudaMalloc"), 0);
+    assert_eq!(
+        q(
+            &db,
+            &format!("SELECT sum(calls) FROM op_counts WHERE op_id = 1 AND pid = {pid}")
+        ),
+        2
+    );
+}

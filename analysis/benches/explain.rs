@@ -75,8 +75,13 @@ fn synthetic(path: &Path, target: u64) -> u64 {
 
 fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let shared = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/investigations/vllm-37343-logprobs-amplification.db");
+    // CAUSEWAY_SHARED_DIR overrides ../shared/investigations (e.g. from a git worktree).
+    let shared = std::env::var_os("CAUSEWAY_SHARED_DIR")
+        .map_or_else(
+            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/investigations"),
+            std::path::PathBuf::from,
+        )
+        .join("vllm-37343-logprobs-amplification.db");
     if shared.exists() {
         let db = dir.path().join("vllm.duckdb");
         causeway_store::import::import(

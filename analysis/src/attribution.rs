@@ -3,16 +3,18 @@
 //! (preempted / blocked / unknown) and by the task that ran instead. Off-CPU time of threads
 //! outside their calls is reported separately and never blamed on the GPU path.
 //!
-//! The overlap join is bucketed (1 ms buckets, equi-join on node, tid and bucket), so it scales
-//! with the number of slow calls and switches rather than their product.
+//! The slow calls come from the shared pass over GPU calls ([`crate::timeline`]) and their
+//! overlaps with the thread's off-CPU intervals from a sort-and-sweep join, so the cost follows
+//! the slow calls and the pairs found, never the product of calls and switches.
 
 use std::collections::BTreeMap;
 
 use causeway_store::StoreError;
-use causeway_store::duckdb;
 use serde::Serialize;
 
-use crate::facts::{Ctx, duck};
+use crate::facts::Ctx;
+use crate::intervals::{Span, overlaps, sort};
+use crate::timeline::SlowCall;
 
 /// A call is slow when it takes at least this long ...
 pub const SLOW_MIN_NS: i64 = 1_000_000;
@@ -50,121 +52,70 @@ pub struct ThreadAttribution {
     pub ran_instead: Vec<(u32, i64)>,
 }
 
-const ATTR_SQL: &str = "
-WITH gpu AS (SELECT op_id, op FROM ops WHERE source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL')
-             AND op NOT IN ('cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cuCtxSynchronize', 'cuStreamSynchronize', 'cudaEventSynchronize')),
-calls AS (
-  SELECT e.node, e.pid, e.tid, e.seq, e.op_id, e.timestamp, e.duration
-  FROM event_data e
-  WHERE e.op_id IN (SELECT op_id FROM gpu) AND e.timestamp BETWEEN $1 AND $2
-    AND ($3::BIGINT < 0 OR e.pid = $3::BIGINT) AND ($4::VARCHAR = '' OR e.node = $4::VARCHAR)),
-warm AS (SELECT node, pid, min(timestamp) + greatest(1000000000, (max(timestamp) - min(timestamp)) // 20) AS warm_end
-         FROM calls GROUP BY ALL),
-p AS (SELECT node, pid, op_id, quantile_disc(duration, 0.5) p50 FROM calls GROUP BY ALL),
-slow AS (
-  SELECT c.node, c.pid, c.tid, c.seq, c.op_id, c.timestamp AS s, c.timestamp + c.duration AS f, c.duration,
-         c.timestamp < w.warm_end AS warmup
-  FROM calls c JOIN p USING (node, pid, op_id) JOIN warm w USING (node, pid)
-  WHERE c.duration >= greatest($5::BIGINT, $6::BIGINT * p.p50)),
-sw AS (
-  SELECT e.node, e.tid, e.seq, e.arg0, e.arg1, e.duration,
-         e.timestamp - CASE WHEN position(chr(31) || e.node || chr(31) IN $7::VARCHAR) > 0 THEN e.duration ELSE 0 END AS s
-  FROM event_data e JOIN (SELECT DISTINCT node, tid FROM slow) k ON k.node = e.node AND k.tid = e.tid
-  WHERE e.op_id = 100 AND e.timestamp BETWEEN $1 - 60000000000 AND $2 + 60000000000),
-cb AS (SELECT *, unnest(range(s // 1000000, f // 1000000 + 1)) AS b FROM slow),
-sb AS (SELECT *, unnest(range(s // 1000000, (s + duration) // 1000000 + 1)) AS b FROM sw),
-pairs AS (
-  SELECT cb.node, cb.pid, cb.tid, cb.seq AS cseq, cb.warmup, sb.arg0, sb.arg1,
-         least(cb.f, sb.s + sb.duration) - greatest(cb.s, sb.s) AS ov
-  FROM cb JOIN sb ON cb.node = sb.node AND cb.tid = sb.tid AND cb.b = sb.b
-  WHERE sb.s < cb.f AND sb.s + sb.duration > cb.s
-    AND cb.b = greatest(cb.s // 1000000, sb.s // 1000000)),
-per_call AS (SELECT node, tid, cseq, sum(ov) AS ov FROM pairs GROUP BY ALL)
-SELECT 'call' AS kind, s.node, s.pid, s.tid, s.warmup, o.op AS op, -1::BIGINT AS arg0, -1::BIGINT AS arg1,
-       count(*)::BIGINT AS n, sum(s.duration)::BIGINT AS ns, count(pc.cseq)::BIGINT AS with_off
-FROM slow s JOIN ops o ON o.op_id = s.op_id
-LEFT JOIN per_call pc ON pc.node = s.node AND pc.tid = s.tid AND pc.cseq = s.seq
-GROUP BY ALL
-UNION ALL
-SELECT 'off', node, pid, tid, warmup, '', arg0, arg1, count(*)::BIGINT, sum(ov)::BIGINT, 0::BIGINT
-FROM pairs GROUP BY ALL
-ORDER BY 1, 2, 3, 4, 5, 6, 7, 8";
+/// One slow call as the sweep sees it: its position, to mark the calls with off-CPU time.
+type Call = (usize, SlowCall);
 
 /// Runs the attribution over the window of `ctx`; one entry per (thread, warm-up phase).
 pub fn attribute(ctx: &Ctx<'_>) -> Result<Vec<ThreadAttribution>, StoreError> {
-    let r = ctx.r;
-    type Row = (
-        String,
-        String,
-        u32,
-        u32,
-        bool,
-        String,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-    );
-    let rows: Vec<Row> = r
-        .prepare_trusted(ATTR_SQL)?
-        .query_map(
-            duckdb::params![
-                ctx.window.from_ns,
-                ctx.window.until_ns,
-                ctx.pid,
-                ctx.node,
-                SLOW_MIN_NS,
-                SLOW_P50_FACTOR,
-                ctx.resume_nodes
-            ],
-            |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                    row.get(5)?,
-                    row.get(6)?,
-                    row.get(7)?,
-                    row.get(8)?,
-                    row.get(9)?,
-                    row.get(10)?,
-                ))
-            },
-        )
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "attributing off-CPU time to slow calls"))?;
     let mut by: BTreeMap<(String, u32, u32, bool), ThreadAttribution> = BTreeMap::new();
-    for (kind, node, pid, tid, warmup, op, arg0, arg1, n, ns, with_off) in rows {
-        let a = by
-            .entry((node.clone(), pid, tid, warmup))
-            .or_insert_with(|| ThreadAttribution {
-                node,
-                pid,
-                tid,
-                warmup,
-                ..ThreadAttribution::default()
+    let op_name = |id: u16| ctx.op_names.get(&id).map_or("", |(_, op)| op.as_str());
+    for node in &ctx.nodes {
+        let Some(timeline) = ctx.timelines.get(node) else {
+            continue;
+        };
+        let mut calls: BTreeMap<u32, Vec<Span<Call>>> = BTreeMap::new();
+        for c in &timeline.slow {
+            let v = calls.entry(c.tid).or_default();
+            v.push(Span {
+                start: c.start,
+                end: c.end,
+                data: (0, *c),
             });
-        if kind == "call" {
-            a.slow_calls += n as u64;
-            a.slow_ns += ns;
-            a.with_off_cpu += with_off as u64;
-            *a.ops.entry(op).or_default() += n as u64;
-        } else {
-            a.off_inside_ns += ns;
-            match arg1 {
-                0 => {
-                    a.preempted_ns += ns;
-                    let pid = arg0.clamp(0, i64::from(u32::MAX)) as u32;
-                    match a.ran_instead.iter_mut().find(|x| x.0 == pid) {
-                        Some(x) => x.1 += ns,
-                        None => a.ran_instead.push((pid, ns)),
+        }
+        for (tid, mut v) in calls {
+            sort(&mut v);
+            for (i, c) in v.iter_mut().enumerate() {
+                c.data.0 = i;
+            }
+            // Off-CPU time inside the calls, by (pid, warm-up, ran-instead task, run state).
+            let mut off: BTreeMap<(u32, bool, i64, i64), i64> = BTreeMap::new();
+            let mut hit = vec![false; v.len()];
+            overlaps(&v, ctx.switches.of(node, tid), |c, s, ov| {
+                hit[c.data.0] = true;
+                let key = (c.data.1.pid, c.data.1.warmup, s.data.ran, s.data.state);
+                *off.entry(key).or_default() += ov;
+            });
+            // Slow calls by (pid, warm-up, op): count, time, with off-CPU time inside.
+            let mut calls: BTreeMap<(u32, bool, u16), (u64, i64, u64)> = BTreeMap::new();
+            for (c, hit) in v.iter().zip(&hit) {
+                let c = &c.data.1;
+                let e = calls.entry((c.pid, c.warmup, c.op_id)).or_default();
+                e.0 += 1;
+                e.1 += c.end - c.start;
+                e.2 += u64::from(*hit);
+            }
+            for ((pid, warmup, op), (n, ns, with_off)) in calls {
+                let a = entry(&mut by, node, pid, tid, warmup);
+                a.slow_calls += n;
+                a.slow_ns += ns;
+                a.with_off_cpu += with_off;
+                *a.ops.entry(op_name(op).to_string()).or_default() += n;
+            }
+            for ((pid, warmup, ran, state), ns) in off {
+                let a = entry(&mut by, node, pid, tid, warmup);
+                a.off_inside_ns += ns;
+                match state {
+                    0 => {
+                        a.preempted_ns += ns;
+                        let pid = ran.clamp(0, i64::from(u32::MAX)) as u32;
+                        match a.ran_instead.iter_mut().find(|x| x.0 == pid) {
+                            Some(x) => x.1 += ns,
+                            None => a.ran_instead.push((pid, ns)),
+                        }
                     }
+                    1 => a.blocked_ns += ns,
+                    _ => a.unknown_ns += ns,
                 }
-                1 => a.blocked_ns += ns,
-                _ => a.unknown_ns += ns,
             }
         }
     }
@@ -175,6 +126,23 @@ pub fn attribute(ctx: &Ctx<'_>) -> Result<Vec<ThreadAttribution>, StoreError> {
         a.ran_instead.truncate(5);
     }
     Ok(out)
+}
+
+fn entry<'m>(
+    by: &'m mut BTreeMap<(String, u32, u32, bool), ThreadAttribution>,
+    node: &str,
+    pid: u32,
+    tid: u32,
+    warmup: bool,
+) -> &'m mut ThreadAttribution {
+    by.entry((node.to_string(), pid, tid, warmup))
+        .or_insert_with(|| ThreadAttribution {
+            node: node.to_string(),
+            pid,
+            tid,
+            warmup,
+            ..ThreadAttribution::default()
+        })
 }
 
 /// Trace-wide summary of where off-CPU time went, for the notes and explanations.

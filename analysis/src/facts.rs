@@ -1,14 +1,20 @@
-//! The facts every detector starts from, computed once per `explain` by a few aggregating
-//! queries (DuckDB does the heavy lifting): the window, the nodes and how their sched_switch
-//! rows are timestamped, per-thread call and off-CPU totals, and exact per-(pid, op) statistics.
+//! The facts every detector starts from, computed once per `explain` from two aggregating scans
+//! per node (DuckDB does the heavy lifting): the window, the nodes and how their sched_switch
+//! rows are timestamped, per-thread call and off-CPU totals, exact per-(pid, op) statistics,
+//! launches per GPU, warm-up phases, and the off-CPU intervals of the threads that matter.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
+
+use crate::scan::{self, NodeRef};
+use crate::switches::Switches;
+use crate::timeline::{self, SlowRule, Timeline};
 use serde::Serialize;
 
 use crate::chains::ChainQuery;
+use crate::derive;
 use crate::window::Window;
 
 /// Ops that hand work to the GPU (kernel launches).
@@ -109,6 +115,39 @@ pub struct Ctx<'a> {
     pub names: HashMap<(String, u32), String>,
     /// Parent pids by (node, pid).
     pub parents: HashMap<(String, u32), u32>,
+    /// Kernel launches per (node, GPU, process), all processes (a pid filter does not apply).
+    pub gpu_launches: Vec<GpuLaunches>,
+    /// End of each process's warm-up phase: its first max(1 s, 5% of its span) of GPU calls
+    /// (synchronisations excepted), by (node, pid).
+    pub warm_ends: HashMap<(String, u32), i64>,
+    /// Off-CPU intervals of the threads that call the GPU or issue block I/O.
+    pub switches: Switches,
+    /// The store's op table: id -> (source, op).
+    pub op_names: HashMap<u16, (String, String)>,
+    /// First and last event start of every (node, pid, tid) in the window, all processes.
+    pub spans: BTreeMap<(String, u32, u32), (i64, i64)>,
+    /// Slow calls, launches per second and gaps between GPU calls, by node (nodes with GPU
+    /// calls under the pid filter).
+    pub timelines: HashMap<String, Timeline>,
+    /// Whether the window holds one node only (per-node queries then skip the node filter).
+    pub only_node: bool,
+}
+
+/// Kernel launches of one process on one GPU.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GpuLaunches {
+    /// Node.
+    pub node: String,
+    /// GPU id.
+    pub gpu_id: i16,
+    /// Process.
+    pub pid: u32,
+    /// Launches.
+    pub launches: u64,
+    /// First launch (ns).
+    pub first_ns: i64,
+    /// Last launch start (ns).
+    pub last_ns: i64,
 }
 
 pub(crate) fn duck<'r>(
@@ -125,49 +164,7 @@ pub(crate) fn duck<'r>(
 const SPAN_SQL: &str =
     "SELECT coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_data";
 
-const THREADS_SQL: &str = "
-SELECT e.node, e.pid, e.tid, min(e.comm),
-  count(*) FILTER (WHERE o.op IN ('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx', 'cudaGraphLaunch'))::BIGINT,
-  count(*) FILTER (WHERE o.source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL'))::BIGINT,
-  coalesce(sum(e.duration) FILTER (WHERE o.source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL')), 0)::BIGINT,
-  min(e.timestamp), max(e.timestamp + e.duration),
-  count(*) FILTER (WHERE e.op_id = 100)::BIGINT,
-  coalesce(sum(e.duration) FILTER (WHERE e.op_id = 100), 0)::BIGINT,
-  coalesce(sum(e.duration) FILTER (WHERE e.op_id = 100 AND e.arg1 = 0), 0)::BIGINT,
-  coalesce(sum(e.duration) FILTER (WHERE e.op_id = 100 AND e.arg1 = 1), 0)::BIGINT,
-  coalesce(sum(e.duration) FILTER (WHERE e.op_id = 100 AND e.arg1 NOT IN (0, 1)), 0)::BIGINT,
-  coalesce(sum(e.duration) FILTER (WHERE o.source = 'NET'), 0)::BIGINT,
-  count(*) FILTER (WHERE o.source = 'IO')::BIGINT
-FROM event_data e JOIN ops o ON o.op_id = e.op_id
-WHERE e.timestamp BETWEEN ? AND ? AND (?::BIGINT < 0 OR e.pid = ?::BIGINT) AND (?::VARCHAR = '' OR e.node = ?::VARCHAR)
-GROUP BY 1, 2, 3 ORDER BY 1, 2, 3";
-
-const OPS_SQL: &str = "
-WITH g AS (
-  SELECT node, pid, op_id, count(*)::BIGINT n, quantile_disc(duration, 0.5) p50, quantile_disc(duration, 0.99) p99,
-         max(duration) mx, sum(duration)::BIGINT tot, sum(arg0)::BIGINT a0
-  FROM event_data
-  WHERE timestamp BETWEEN ? AND ? AND (?::BIGINT < 0 OR pid = ?::BIGINT) AND (?::VARCHAR = '' OR node = ?::VARCHAR)
-    AND op_id <> 100
-  GROUP BY ALL)
-SELECT g.node, g.pid, o.source, o.op, g.n, g.p50, g.p99, g.mx, g.tot, g.a0
-FROM g JOIN ops o ON o.op_id = g.op_id ORDER BY 1, 2, 3, 4";
-
 const NAMES_SQL: &str = "SELECT node, pid, comm, ppid FROM processes";
-
-/// Imported reference traces stamp sched_switch at switch-in; the catalogue (and our collector)
-/// at switch-out. A thread cannot start a call while off the CPU, so per imported node the
-/// convention with fewer impossible call starts wins (0 of 586 vs 586 on the vLLM trace).
-const CONVENTION_SQL: &str = "
-WITH imp AS (SELECT node FROM nodes WHERE origin LIKE 'imported:%'),
-c AS (SELECT node, tid, timestamp t FROM event_data
-      WHERE node IN (SELECT node FROM imp) AND op_id IN (SELECT op_id FROM ops WHERE source IN ('CUDA', 'DRIVER', 'NET', 'GRAPH', 'NCCL'))),
-s AS (SELECT node, tid, timestamp ts, duration d FROM event_data WHERE op_id = 100 AND node IN (SELECT node FROM imp))
-SELECT c.node,
-  count(*) FILTER (WHERE c.t > s.ts AND c.t < s.ts + s.d)::BIGINT AS if_switch_out,
-  count(*) FILTER (WHERE c.t > s.ts - s.d AND c.t < s.ts)::BIGINT AS if_switch_in
-FROM c JOIN s ON c.node = s.node AND c.tid = s.tid AND c.t BETWEEN s.ts - s.d AND s.ts + s.d
-GROUP BY 1 ORDER BY 1";
 
 impl<'a> Ctx<'a> {
     /// Gathers the facts for `q`.
@@ -179,51 +176,72 @@ impl<'a> Ctx<'a> {
         let window = q.window.resolve(first, last);
         let pid = q.pid.map_or(-1, i64::from);
         let node = q.node.clone().unwrap_or_default();
-        let p = duckdb::params![window.from_ns, window.until_ns, pid, pid, node, node];
+        let names_of_ops = scan::op_names(r)?;
+        let resume_nodes = crate::convention::resume_nodes(r)?;
 
-        let threads: Vec<ThreadFacts> = r
-            .prepare_trusted(THREADS_SQL)?
-            .query_map(p, |row| {
-                Ok(ThreadFacts {
-                    node: row.get(0)?,
-                    pid: row.get(1)?,
-                    tid: row.get(2)?,
-                    comm: causeway_store::sanitize::sanitize(&row.get::<_, String>(3)?),
-                    launches: row.get::<_, i64>(4)? as u64,
-                    gpu_calls: row.get::<_, i64>(5)? as u64,
-                    gpu_call_ns: row.get(6)?,
-                    first_ns: row.get(7)?,
-                    last_ns: row.get(8)?,
-                    switches: row.get::<_, i64>(9)? as u64,
-                    off_ns: row.get(10)?,
-                    preempted_ns: row.get(11)?,
-                    blocked_ns: row.get(12)?,
-                    unknown_ns: row.get(13)?,
-                    net_ns: row.get(14)?,
-                    io_requests: row.get::<_, i64>(15)? as u64,
-                })
-            })
-            .and_then(|rows| rows.collect())
-            .map_err(duck(r, "computing per-thread totals"))?;
-
-        let ops: Vec<OpFacts> = r
-            .prepare_trusted(OPS_SQL)?
-            .query_map(p, |row| {
-                Ok(OpFacts {
-                    node: row.get(0)?,
-                    pid: row.get(1)?,
-                    source: row.get(2)?,
-                    op: row.get(3)?,
-                    count: row.get::<_, i64>(4)? as u64,
-                    p50_ns: row.get(5)?,
-                    p99_ns: row.get(6)?,
-                    max_ns: row.get(7)?,
-                    total_ns: row.get(8)?,
-                    arg0_sum: row.get(9)?,
-                })
-            })
-            .and_then(|rows| rows.collect())
-            .map_err(duck(r, "computing per-process op statistics"))?;
+        let mut threads = Vec::new();
+        let mut ops = Vec::new();
+        let mut gpu_launches = Vec::new();
+        let mut warm_ends = HashMap::new();
+        let mut switches = Switches::default();
+        let mut spans = BTreeMap::new();
+        let mut timelines = HashMap::new();
+        let rows_in_store = timeline::event_rows(r)?;
+        let all_nodes = scan::nodes(r, window)?;
+        let only_node = all_nodes.len() == 1;
+        for n in all_nodes
+            .into_iter()
+            .filter(|n| node.is_empty() || *n == node)
+        {
+            let nref = NodeRef {
+                name: &n,
+                only: only_node,
+            };
+            let rows = scan::thread_ops(r, &nref, window)?;
+            let derived = derive::derive(&n, &rows, &names_of_ops, pid);
+            gpu_launches.extend(derived.gpu_launches);
+            spans.extend(
+                derived
+                    .spans
+                    .into_iter()
+                    .map(|((p, t), s)| ((n.clone(), p, t), s)),
+            );
+            if derived.threads.is_empty() {
+                continue;
+            }
+            let quantiles = scan::quantiles(r, &nref, window, pid)?;
+            ops.extend(derive::op_facts(&n, &rows, &quantiles, &names_of_ops, pid));
+            if derived.threads.iter().any(|t| t.gpu_calls > 0) {
+                let rule = SlowRule {
+                    pid,
+                    p50: quantiles
+                        .iter()
+                        .map(|&(p, o, p50, _)| ((p, o), p50))
+                        .collect(),
+                    warm_end: derived.warm_ends.clone(),
+                };
+                let t = Timeline::load(r, &nref, window, rows_in_store, &rule)?;
+                timelines.insert(n.clone(), t);
+            }
+            warm_ends.extend(
+                derived
+                    .warm_ends
+                    .into_iter()
+                    .map(|(p, w)| ((n.clone(), p), w)),
+            );
+            // Off-CPU intervals of the threads that call the GPU or issue block I/O.
+            let mut tids: Vec<u32> = derived
+                .threads
+                .iter()
+                .filter(|t| t.gpu_calls > 0 || t.io_requests > 0)
+                .map(|t| t.tid)
+                .collect();
+            tids.sort_unstable();
+            tids.dedup();
+            let resume = resume_nodes.contains(&format!("\x1f{n}\x1f"));
+            switches.load(r, &nref, window, &tids, resume)?;
+            threads.extend(derived.threads);
+        }
 
         let procs: Vec<(String, u32, String, u32)> = r
             .prepare_trusted(NAMES_SQL)?
@@ -241,18 +259,6 @@ impl<'a> Ctx<'a> {
             parents.insert((n, pid), ppid);
         }
 
-        let votes: Vec<(String, i64, i64)> = r
-            .prepare_trusted(CONVENTION_SQL)?
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-            .and_then(|rows| rows.collect())
-            .map_err(duck(r, "checking how sched_switch is timestamped"))?;
-        let mut resume_nodes = String::from("\x1f");
-        for (n, out, inn) in votes {
-            if inn < out {
-                resume_nodes.push_str(&n);
-                resume_nodes.push('\x1f');
-            }
-        }
         let mut nodes: Vec<String> = threads.iter().map(|t| t.node.clone()).collect();
         nodes.dedup();
         Ok(Ctx {
@@ -266,6 +272,13 @@ impl<'a> Ctx<'a> {
             ops,
             names,
             parents,
+            gpu_launches,
+            warm_ends,
+            switches,
+            op_names: names_of_ops,
+            spans,
+            timelines,
+            only_node,
         })
     }
 

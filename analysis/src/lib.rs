@@ -4,15 +4,23 @@
 
 pub mod attribution;
 pub mod chains;
+pub mod convention;
+pub mod cursor;
 pub mod demo;
+pub mod derive;
 pub mod detectors;
 pub mod engine;
 pub mod facts;
 pub mod fmt;
+pub mod intervals;
+pub mod opsets;
 pub mod overhead;
 pub mod rates;
 pub mod report;
+pub mod scan;
 pub mod stats;
+pub mod switches;
+pub mod timeline;
 pub mod window;
 
 pub use chains::{Chain, ChainQuery, Severity, TimelineItem, stored_chains};

@@ -1,12 +1,13 @@
 //! Rates over time and change points: kernel launches per second of every launching thread
-//! (one aggregating query), and the single split of that series that best separates two
+//! (from the shared GPU-call timeline), and the single split of that series that best separates two
 //! levels (a launch-rate drop), decided on segment medians so one burst second cannot fake it.
 
+use std::collections::BTreeSet;
+
 use causeway_store::StoreError;
-use causeway_store::duckdb;
 use serde::Serialize;
 
-use crate::facts::{Ctx, duck};
+use crate::facts::Ctx;
 
 /// Launches per second of one thread.
 #[derive(Debug, Clone, Serialize)]
@@ -41,59 +42,52 @@ pub struct ChangePoint {
 /// Minimum seconds on each side of a change point.
 pub const MIN_SEGMENT_S: usize = 3;
 
-const RATES_SQL: &str = "
-WITH f AS (
-  SELECT DISTINCT node, tid FROM event_data
-  WHERE op_id IN (SELECT op_id FROM ops WHERE op IN ('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx', 'cudaGraphLaunch'))
-    AND timestamp BETWEEN $1 AND $2 AND ($3::BIGINT < 0 OR pid = $3::BIGINT) AND ($4::VARCHAR = '' OR node = $4::VARCHAR))
-SELECT e.node, e.pid, e.tid, ((e.timestamp - $1) // 1000000000)::BIGINT AS sec,
-       count(*) FILTER (WHERE e.op_id IN (SELECT op_id FROM ops WHERE op IN ('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx', 'cudaGraphLaunch')))::BIGINT
-FROM event_data e JOIN f ON f.node = e.node AND f.tid = e.tid
-WHERE e.timestamp BETWEEN $1 AND $2
-GROUP BY ALL ORDER BY 1, 2, 3, 4";
-
-/// Per-second launch series of every launching thread in the window.
+/// Per-second launch series of every launching thread in the window: from the thread's first
+/// to its last second with any event (of any process using a launching thread's tid).
 pub fn launch_rates(ctx: &Ctx<'_>) -> Result<Vec<RateSeries>, StoreError> {
-    let r = ctx.r;
-    let rows: Vec<(String, u32, u32, i64, i64)> = r
-        .prepare_trusted(RATES_SQL)?
-        .query_map(
-            duckdb::params![ctx.window.from_ns, ctx.window.until_ns, ctx.pid, ctx.node],
-            |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                ))
-            },
-        )
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "computing launch rates"))?;
+    let from = ctx.window.from_ns;
     let mut out: Vec<RateSeries> = Vec::new();
-    let mut first_sec = 0i64;
-    for (node, pid, tid, sec, n) in rows {
-        let same = out
-            .last()
-            .is_some_and(|s| s.node == node && s.tid == tid && s.pid == pid);
-        if !same {
-            first_sec = sec;
+    for node in &ctx.nodes {
+        let tids: BTreeSet<u32> = ctx
+            .feeders()
+            .iter()
+            .filter(|t| &t.node == node)
+            .map(|t| t.tid)
+            .collect();
+        let Some(timeline) = ctx.timelines.get(node) else {
+            continue;
+        };
+        let spans = ctx
+            .spans
+            .range((node.clone(), 0, 0)..=(node.clone(), u32::MAX, u32::MAX));
+        for ((_, pid, tid), (first, last)) in spans {
+            if !tids.contains(tid) {
+                continue;
+            }
+            let (first_sec, last_sec) = (
+                (first - from) / 1_000_000_000,
+                (last - from) / 1_000_000_000,
+            );
+            let mut per_second = vec![0u32; (last_sec - first_sec + 1).max(1) as usize];
+            let at = timeline
+                .launches
+                .partition_point(|l| (l.pid, l.tid) < (*pid, *tid));
+            for l in timeline.launches[at..]
+                .iter()
+                .take_while(|l| (l.pid, l.tid) == (*pid, *tid))
+            {
+                if let Some(x) = per_second.get_mut((l.sec - first_sec).max(0) as usize) {
+                    *x = l.launches.clamp(0, i64::from(u32::MAX)) as u32;
+                }
+            }
             out.push(RateSeries {
-                node,
-                pid,
-                tid,
-                start_ns: ctx.window.from_ns + sec * 1_000_000_000,
-                per_second: Vec::new(),
+                node: node.clone(),
+                pid: *pid,
+                tid: *tid,
+                start_ns: from + first_sec * 1_000_000_000,
+                per_second,
                 change: None,
             });
-        }
-        if let Some(s) = out.last_mut() {
-            let i = (sec - first_sec).max(0) as usize;
-            if s.per_second.len() <= i {
-                s.per_second.resize(i + 1, 0);
-            }
-            s.per_second[i] = n.clamp(0, i64::from(u32::MAX)) as u32;
         }
     }
     for s in &mut out {

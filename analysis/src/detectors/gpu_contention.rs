@@ -8,39 +8,19 @@
 //! Recommendation: one process per GPU, MPS or MIG, or batch the requests in one server.
 
 use causeway_store::StoreError;
-use causeway_store::duckdb;
 
 use super::{Finding, Input, d, lit, severity, step};
 use crate::chains::Chain;
-use crate::facts::{SYNC_OPS, duck};
-
-const GPU_SQL: &str = "
-SELECT node, gpu_id, pid, count(*)::BIGINT, min(timestamp), max(timestamp) FROM events
-WHERE op IN ('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx', 'cudaGraphLaunch') AND gpu_id >= 0
-  AND timestamp BETWEEN ? AND ? AND (?::VARCHAR = '' OR node = ?::VARCHAR)
-GROUP BY ALL HAVING count(*) >= 100 ORDER BY 1, 2, 3";
+use crate::facts::SYNC_OPS;
 
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
-    let rows: Vec<(String, i16, u32, i64, i64, i64)> = ctx
-        .r
-        .prepare_trusted(GPU_SQL)?
-        .query_map(
-            duckdb::params![ctx.window.from_ns, ctx.window.until_ns, ctx.node, ctx.node],
-            |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                    row.get(5)?,
-                ))
-            },
-        )
-        .and_then(|rows| rows.collect())
-        .map_err(duck(ctx.r, "grouping launches by GPU"))?;
+    let rows: Vec<(&String, i16, u32, u64, i64, i64)> = ctx
+        .gpu_launches
+        .iter()
+        .map(|g| (&g.node, g.gpu_id, g.pid, g.launches, g.first_ns, g.last_ns))
+        .collect();
     let mut out = Vec::new();
     let mut i = 0;
     while i < rows.len() {
@@ -62,7 +42,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         if ((until - from) as f64) < 0.5 * shortest as f64 {
             continue;
         }
-        let (node, gpu) = (&group[0].0, group[0].1);
+        let (node, gpu) = (group[0].0, group[0].1);
         let n = group.len() as i64;
         let sync_ns: i64 = group
             .iter()

@@ -9,6 +9,8 @@
 //! Severity: HIGH on any OOM kill, else the common rule.
 //! Recommendation: lower host memory use (workers, pinned buffers, prefetch), add limits.
 
+use std::sync::LazyLock;
+
 use causeway_store::StoreError;
 use causeway_store::duckdb;
 
@@ -16,18 +18,23 @@ use super::{Finding, Input, d, lit, severity, step};
 use crate::chains::{Chain, Severity};
 use crate::facts::duck;
 use crate::fmt::bytes;
+use crate::opsets::named;
 
-const OOM_SQL: &str = "
-SELECT node, min(timestamp), count(*)::BIGINT, min(arg0) FROM events
-WHERE op IN ('oom_kill', 'pod_oom_kill') AND timestamp BETWEEN ? AND ? AND (?::VARCHAR = '' OR node = ?::VARCHAR)
-GROUP BY node ORDER BY node";
+static OOM_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT node, min(timestamp), count(*)::BIGINT, min(arg0) FROM event_data
+WHERE {} AND timestamp BETWEEN ? AND ? AND (?::VARCHAR = '' OR node = ?::VARCHAR)
+GROUP BY node ORDER BY node",
+        named(&["oom_kill", "pod_oom_kill"])
+    )
+});
 
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
     let ooms: Vec<(String, i64, i64, i64)> = ctx
         .r
-        .prepare_trusted(OOM_SQL)?
+        .prepare_trusted(OOM_SQL.as_str())?
         .query_map(
             duckdb::params![ctx.window.from_ns, ctx.window.until_ns, ctx.node, ctx.node],
             |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),

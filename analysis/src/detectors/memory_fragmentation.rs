@@ -7,6 +7,9 @@
 //! Time lost: the allocation time above the first third's p50. Severity: the common rule.
 //! Recommendation: stop calling empty_cache per step, reuse buffers, set allocator options.
 
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
 use causeway_store::StoreError;
 use causeway_store::duckdb;
 
@@ -14,17 +17,29 @@ use super::{Finding, Input, d, lit, severity, step};
 use crate::chains::Chain;
 use crate::facts::duck;
 use crate::fmt::bytes;
+use crate::opsets::named;
 
-const ALLOC_SQL: &str = "
-WITH m AS (
+/// GPU allocation calls.
+const ALLOC_OPS: [&str; 4] = [
+    "cudaMalloc",
+    "cuMemAlloc",
+    "cudaMallocManaged",
+    "cuMemAllocManaged",
+];
+/// A process needs this many allocation calls to be examined.
+const MIN_ALLOCS: u64 = 20;
+
+static ALLOC_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH m AS (
   SELECT node, pid, timestamp, duration, arg0, arg1,
          ntile(3) OVER (PARTITION BY node, pid ORDER BY timestamp) AS third
-  FROM events
-  WHERE op IN ('cudaMalloc', 'cuMemAlloc', 'cudaMallocManaged', 'cuMemAllocManaged')
+  FROM event_data
+  WHERE {}
     AND timestamp BETWEEN $1 AND $2 AND ($3::BIGINT < 0 OR pid = $3::BIGINT) AND ($4::VARCHAR = '' OR node = $4::VARCHAR)),
 f AS (
-  SELECT DISTINCT node, pid, arg0 AS ptr FROM events
-  WHERE op IN ('cudaFree', 'cuMemFree') AND timestamp BETWEEN $1 AND $2)
+  SELECT DISTINCT node, pid, arg0 AS ptr FROM event_data
+  WHERE {} AND timestamp BETWEEN $1 AND $2)
 SELECT m.node, m.pid, count(*)::BIGINT,
        quantile_disc(m.duration, 0.5) FILTER (WHERE m.third = 1),
        quantile_disc(m.duration, 0.5) FILTER (WHERE m.third = 3),
@@ -32,15 +47,32 @@ SELECT m.node, m.pid, count(*)::BIGINT,
        count(*) FILTER (WHERE f.ptr IS NULL)::BIGINT,
        coalesce(sum(m.arg0) FILTER (WHERE f.ptr IS NULL), 0)::BIGINT
 FROM m LEFT JOIN f ON f.node = m.node AND f.pid = m.pid AND f.ptr = m.arg1
-GROUP BY 1, 2 HAVING count(*) >= 20 ORDER BY 1, 2";
+GROUP BY 1, 2 HAVING count(*) >= {MIN_ALLOCS} ORDER BY 1, 2",
+        named(&ALLOC_OPS),
+        named(&["cudaFree", "cuMemFree"])
+    )
+});
 
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
+    // The query below keeps processes with >= 20 allocations; the op statistics already
+    // count them (same window and filters), so most traces skip it.
+    let mut allocs: HashMap<(&str, u32), u64> = HashMap::new();
+    for o in ctx
+        .ops
+        .iter()
+        .filter(|o| ALLOC_OPS.contains(&o.op.as_str()))
+    {
+        *allocs.entry((&o.node, o.pid)).or_default() += o.count;
+    }
+    if allocs.values().all(|&n| n < MIN_ALLOCS) {
+        return Ok(Vec::new());
+    }
     type Row = (String, u32, i64, i64, i64, i64, i64, i64);
     let rows: Vec<Row> = ctx
         .r
-        .prepare_trusted(ALLOC_SQL)?
+        .prepare_trusted(ALLOC_SQL.as_str())?
         .query_map(
             duckdb::params![ctx.window.from_ns, ctx.window.until_ns, ctx.pid, ctx.node],
             |row| {

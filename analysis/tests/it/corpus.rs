@@ -45,7 +45,10 @@ fn materialise(case: &Case, dir: &Path) -> Option<PathBuf> {
         .trace
         .strip_prefix("shared:")
         .unwrap_or_else(|| panic!("{}: trace must be demo: or shared:", case.name));
-    let src = root().join("../shared/investigations").join(file);
+    // CAUSEWAY_SHARED_DIR overrides ../shared/investigations (e.g. from a git worktree).
+    let shared = std::env::var_os("CAUSEWAY_SHARED_DIR")
+        .map_or_else(|| root().join("../shared/investigations"), PathBuf::from);
+    let src = shared.join(file);
     if !src.exists() {
         eprintln!(
             "skipping {}: {} is not on this machine",

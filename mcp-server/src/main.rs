@@ -38,6 +38,8 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Serve a trace read-only to MCP clients (stdio by default, or streamable HTTP).
     Mcp(cmd::mcp::McpArgs),
+    /// Serve a recorded trace over HTTP: MCP, the query API (/api/v1) and /metrics.
+    Serve(cmd::mcp::ServeArgs),
     /// Top call stacks by total time for an op, process and window.
     Stacks(cmd::stacks::StacksArgs),
     /// Traces the MCP server can open: the --db trace and the traces directories.
@@ -91,6 +93,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Mcp(a) => cmd::mcp::run(a),
+        Command::Serve(a) => cmd::mcp::run_serve(a),
         Command::Stacks(a) => cmd::stacks::run(a),
         Command::Traces(a) => cmd::traces::run_traces(a),
         Command::Describe(a) => cmd::traces::run_describe(a),

@@ -241,3 +241,29 @@ pub fn run(args: &McpArgs) -> Result<()> {
     }
     served
 }
+
+/// Arguments of `causeway serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The recorded trace to serve (opened read-only).
+    #[arg(long, value_name = "TRACE.duckdb")]
+    pub db: PathBuf,
+    /// Address to listen on, e.g. 0.0.0.0:8765 (a token is required off loopback).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// More traces agents may open by name: every *.duckdb here (repeatable).
+    #[arg(long, value_name = "DIR")]
+    pub traces_dir: Vec<PathBuf>,
+    #[command(flatten)]
+    pub http_flags: HttpFlags,
+}
+
+/// Runs `serve`: MCP, the query API (`/api/v1/tools/{name}`, `/api/v1/time`) and `/metrics`
+/// over HTTP for a recorded trace, until Ctrl-C.
+pub fn run_serve(args: &ServeArgs) -> Result<()> {
+    let opts = http_options(args.listen, &args.http_flags)?;
+    let ctx = Arc::new(context(&args.db, &args.traces_dir));
+    ctx.with_reader(None, |_| Ok(()))
+        .map_err(|e| anyhow::anyhow!("{}\nhint: {}", e.message(), e.hint()))?;
+    runtime()?.block_on(serve_http(ctx, opts, "serve", std::future::pending()))
+}

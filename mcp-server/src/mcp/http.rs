@@ -38,9 +38,9 @@ pub struct HttpOptions {
     pub max_body_bytes: usize,
 }
 
-type Body = BoxBody<Bytes, Infallible>;
+pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
-fn bare(status: StatusCode) -> Response<Body> {
+pub(crate) fn bare(status: StatusCode) -> Response<Body> {
     let mut r = Response::new(Empty::<Bytes>::new().boxed());
     *r.status_mut() = status;
     if status == StatusCode::UNAUTHORIZED {
@@ -118,66 +118,6 @@ fn tls_acceptor(cert: &PathBuf, key: &PathBuf) -> Result<tokio_rustls::TlsAccept
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Host names `/metrics` answers to: the loopback names plus `--allow-host` (DNS-rebinding
-/// defence, as rmcp applies to MCP), or any host off loopback without `--allow-host` (a token is
-/// required there).
-fn allowed_metric_hosts(o: &HttpOptions) -> Option<Vec<String>> {
-    if o.allowed_hosts.is_empty() && !o.addr.ip().is_loopback() {
-        return None;
-    }
-    let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()];
-    hosts.extend(o.allowed_hosts.iter().cloned());
-    Some(hosts)
-}
-
-/// `GET /metrics`: the Prometheus text exposition of the served trace.
-async fn metrics(
-    req: &Request<Incoming>,
-    ctx: Arc<Context>,
-    hosts: Option<&[String]>,
-) -> Response<Body> {
-    if req.method() != hyper::Method::GET {
-        return bare(StatusCode::METHOD_NOT_ALLOWED);
-    }
-    if let Some(hosts) = hosts {
-        let host = req
-            .headers()
-            .get(hyper::header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("");
-        let name = match host.rsplit_once(':') {
-            Some((n, port)) if port.chars().all(|c| c.is_ascii_digit()) => n,
-            _ => host,
-        };
-        if !hosts.iter().any(|h| h.eq_ignore_ascii_case(name)) {
-            return bare(StatusCode::FORBIDDEN);
-        }
-    }
-    let text = tokio::task::spawn_blocking(move || {
-        ctx.with_reader(None, |r| Ok(causeway_export::prometheus::render(r)?))
-    })
-    .await;
-    match text {
-        Ok(Ok(t)) => {
-            let mut r = Response::new(
-                http_body_util::Full::new(Bytes::from(t))
-                    .map_err(|never| match never {})
-                    .boxed(),
-            );
-            r.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-            );
-            r
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e.message(), "rendering /metrics failed");
-            bare(StatusCode::INTERNAL_SERVER_ERROR)
-        }
-        Err(_) => bare(StatusCode::INTERNAL_SERVER_ERROR),
-    }
-}
-
 /// Binds and serves until the process is stopped. `on_ready` gets the bound address.
 pub async fn serve(
     ctx: Arc<Context>,
@@ -202,7 +142,8 @@ pub async fn serve(
         rmcp_config(&o),
     );
     let token: Option<Arc<str>> = o.token.as_deref().map(Arc::from);
-    let metric_hosts: Option<Arc<[String]>> = allowed_metric_hosts(&o).map(Arc::from);
+    let metric_hosts: Option<Arc<[String]>> = super::api::allowed_hosts(&o).map(Arc::from);
+    let max_body = o.max_body_bytes;
     tracing::info!(addr = %bound, tls = tls.is_some(), auth = token.is_some(), "MCP over streamable HTTP");
     on_ready(bound);
     loop {
@@ -230,7 +171,12 @@ pub async fn serve(
                         return Ok::<_, Infallible>(bare(StatusCode::UNAUTHORIZED));
                     }
                     if req.uri().path() == "/metrics" {
-                        return Ok(metrics(&req, ctx, metric_hosts.as_deref()).await);
+                        return Ok(super::api::metrics(&req, ctx, metric_hosts.as_deref()).await);
+                    }
+                    if req.uri().path().starts_with(super::api::PREFIX) {
+                        return Ok(
+                            super::api::handle(req, ctx, metric_hosts.as_deref(), max_body).await,
+                        );
                     }
                     let resp = service.call(req).await?;
                     if resp.status() == StatusCode::FORBIDDEN {

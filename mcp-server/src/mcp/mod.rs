@@ -2,6 +2,7 @@
 //! served over stdio (default) or streamable HTTP. Nothing here writes to stdout except the
 //! stdio transport itself; logs go to stderr through tracing.
 
+pub mod api;
 pub mod handler;
 pub mod http;
 

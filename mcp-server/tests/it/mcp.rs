@@ -410,3 +410,112 @@ fn metrics_are_served_next_to_mcp() {
     );
     assert!(resp.contains("causeway_off_cpu_seconds_total{"), "{resp}");
 }
+
+fn post_api(addr: &str, token: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    let (code, resp) = {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut resp = String::new();
+        let _ = s.read_to_string(&mut resp);
+        let code = resp
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        (code, resp)
+    };
+    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    (
+        code,
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// The query API next to MCP: the same tools, validation and SQL guard, as plain JSON over
+/// HTTP (what fleet fan-out and scripts call), plus the server clock.
+#[test]
+fn query_api_runs_registry_tools_behind_the_token() {
+    let token = "0123456789abcdef0123456789abcdef";
+    let srv = http_server(token);
+    let (code, v) = post_api(
+        &srv.addr,
+        token,
+        "/api/v1/tools/run_sql",
+        r#"{"sql": "SELECT count(*) AS n FROM events WHERE op = 'cudaLaunchKernel'"}"#,
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["structured"]["rows"][0][0], 550);
+    let (code, v) = post_api(
+        &srv.addr,
+        token,
+        "/api/v1/tools/run_sql",
+        r#"{"sql": "DROP TABLE events"}"#,
+    );
+    assert_eq!(code, 422, "{v}");
+    assert!(v["hint"].as_str().is_some_and(|h| !h.is_empty()), "{v}");
+    let (code, v) = post_api(
+        &srv.addr,
+        token,
+        "/api/v1/tools/get_causal_chains",
+        r#"{"top_n": 0}"#,
+    );
+    assert_eq!(code, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("/top_n"), "{v}");
+    let (code, _) = post_api(&srv.addr, token, "/api/v1/tools/nope", "{}");
+    assert_eq!(code, 404);
+    let (code, _) = post_api(
+        &srv.addr,
+        "wrong-token-wrong-token",
+        "/api/v1/tools/run_sql",
+        "{}",
+    );
+    assert_eq!(code, 401);
+    let bearer = format!("Bearer {token}");
+    let (code, resp) = get(
+        &srv.addr,
+        &srv.addr,
+        &[("Authorization", &bearer)],
+        "/api/v1/time",
+    );
+    assert_eq!(code, 200, "{resp}");
+    assert!(resp.contains("\"now_ns\":"), "{resp}");
+}
+
+/// `causeway serve` is the HTTP server of a recorded trace: MCP, query API and metrics; it
+/// refuses to listen off loopback without a token.
+#[test]
+fn serve_listens_with_the_query_api() {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--db"])
+        .arg(vllm())
+        .args(["--listen", "127.0.0.1:0"])
+        .env_remove("CAUSEWAY_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening on ") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "serve exited");
+    }
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let srv = Http { child, addr };
+    let (code, resp) = get(&srv.addr, &srv.addr, &[], "/api/v1/time");
+    assert_eq!(code, 200, "{resp}");
+    let off = Command::new(BIN)
+        .args(["serve", "--db"])
+        .arg(vllm())
+        .args(["--listen", "0.0.0.0:0"])
+        .env_remove("CAUSEWAY_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!off.status.success());
+    assert!(String::from_utf8_lossy(&off.stderr).contains("without a bearer token"));
+}

@@ -1,0 +1,158 @@
+//! The plain HTTP endpoints next to MCP on every serve address: `GET /metrics` (Prometheus text)
+//! and the query API for scripts and fleet fan-out: `POST /api/v1/tools/{name}` runs one tool of
+//! the registry (the same typed functions, validation and guard as MCP) and `GET /api/v1/time`
+//! returns the server's clock for offset estimation. Bearer token (checked before), Host check
+//! and body limit as for MCP.
+
+use std::sync::Arc;
+
+use causeway_tools::{Context, ToolError};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::http::{Body, HttpOptions, bare};
+
+/// Path prefix of the query API.
+pub const PREFIX: &str = "/api/v1/";
+
+/// Host names the plain endpoints answer to: the loopback names plus `--allow-host`
+/// (DNS-rebinding defence, as rmcp applies to MCP), or any host off loopback without
+/// `--allow-host` (a token is required there).
+pub fn allowed_hosts(o: &HttpOptions) -> Option<Vec<String>> {
+    if o.allowed_hosts.is_empty() && !o.addr.ip().is_loopback() {
+        return None;
+    }
+    let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()];
+    hosts.extend(o.allowed_hosts.iter().cloned());
+    Some(hosts)
+}
+
+fn host_ok(req: &Request<Incoming>, hosts: Option<&[String]>) -> bool {
+    let Some(hosts) = hosts else { return true };
+    let host = req
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    let name = match host.rsplit_once(':') {
+        Some((n, port)) if port.chars().all(|c| c.is_ascii_digit()) => n,
+        _ => host,
+    };
+    hosts.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
+fn with_body(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
+    let mut r = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    r
+}
+
+fn json_response(status: StatusCode, v: &Value) -> Response<Body> {
+    with_body(status, "application/json", v.to_string())
+}
+
+/// `GET /metrics`: the Prometheus text exposition of the served trace.
+pub async fn metrics(
+    req: &Request<Incoming>,
+    ctx: Arc<Context>,
+    hosts: Option<&[String]>,
+) -> Response<Body> {
+    if req.method() != Method::GET {
+        return bare(StatusCode::METHOD_NOT_ALLOWED);
+    }
+    if !host_ok(req, hosts) {
+        return bare(StatusCode::FORBIDDEN);
+    }
+    let text = tokio::task::spawn_blocking(move || {
+        ctx.with_reader(None, |r| Ok(causeway_export::prometheus::render(r)?))
+    })
+    .await;
+    match text {
+        Ok(Ok(t)) => with_body(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            t,
+        ),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e.message(), "rendering /metrics failed");
+            bare(StatusCode::INTERNAL_SERVER_ERROR)
+        }
+        Err(_) => bare(StatusCode::INTERNAL_SERVER_ERROR),
+    }
+}
+
+fn tool_error(e: &ToolError) -> Response<Body> {
+    let status = match e {
+        ToolError::UnknownTool(_) => StatusCode::NOT_FOUND,
+        ToolError::InvalidArgument { .. } => StatusCode::BAD_REQUEST,
+        ToolError::Failed { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+    };
+    json_response(status, &json!({"error": e.message(), "hint": e.hint()}))
+}
+
+/// `/api/v1/...`: `GET time`, `POST tools/{name}` with the tool's arguments as a JSON object.
+pub async fn handle(
+    req: Request<Incoming>,
+    ctx: Arc<Context>,
+    hosts: Option<&[String]>,
+    max_body: usize,
+) -> Response<Body> {
+    if !host_ok(&req, hosts) {
+        return bare(StatusCode::FORBIDDEN);
+    }
+    let path = req
+        .uri()
+        .path()
+        .strip_prefix(PREFIX)
+        .unwrap_or("")
+        .to_string();
+    if path == "time" {
+        if req.method() != Method::GET {
+            return bare(StatusCode::METHOD_NOT_ALLOWED);
+        }
+        return json_response(StatusCode::OK, &json!({"now_ns": causeway_store::now_ns()}));
+    }
+    let Some(name) = path.strip_prefix("tools/").map(str::to_string) else {
+        return bare(StatusCode::NOT_FOUND);
+    };
+    if req.method() != Method::POST {
+        return bare(StatusCode::METHOD_NOT_ALLOWED);
+    }
+    let body = match Limited::new(req.into_body(), max_body).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return bare(StatusCode::PAYLOAD_TOO_LARGE),
+    };
+    let args: Value = if body.is_empty() {
+        Value::Null
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => {
+                return json_response(
+                    StatusCode::BAD_REQUEST,
+                    &json!({"error": format!("the body is not JSON: {e}"), "hint": "send the tool's arguments as a JSON object, e.g. {\"sql\": \"SELECT 1\"}"}),
+                );
+            }
+        }
+    };
+    let outcome =
+        tokio::task::spawn_blocking(move || causeway_tools::call(&ctx, &name, args)).await;
+    match outcome {
+        Ok(Ok(out)) => json_response(
+            StatusCode::OK,
+            &json!({"structured": out.structured, "text": out.text}),
+        ),
+        Ok(Err(e)) => tool_error(&e),
+        Err(_) => bare(StatusCode::INTERNAL_SERVER_ERROR),
+    }
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use causeway_sqlguard::{GuardedSql, Policy};
 use duckdb::types::{TimeUnit, ValueRef};
 use duckdb::{AccessMode, Config, Connection, Statement};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{DuckContext, Result, StoreError};
 use crate::sanitize::sanitize;
@@ -51,7 +51,7 @@ impl Default for ReaderOptions {
 }
 
 /// One column of a result.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ColumnInfo {
     /// Column name.
     pub name: String,
@@ -60,8 +60,8 @@ pub struct ColumnInfo {
     pub type_name: String,
 }
 
-/// The rows of a guarded query.
-#[derive(Debug, Clone, Serialize)]
+/// The rows of a guarded query (also read back from a node's query API by fleet fan-out).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct QueryResult {
     /// Columns in order.
     pub columns: Vec<ColumnInfo>,
@@ -70,7 +70,7 @@ pub struct QueryResult {
     /// Whether rows were cut by the row or byte cap.
     pub truncated: bool,
     /// Why rows were cut.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated_reason: Option<String>,
     /// Wall time of the query.
     pub elapsed_ms: f64,

@@ -26,6 +26,9 @@ pub struct HttpFlags {
     /// TLS private key (PEM); needs --tls-cert.
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// With TLS: require client certificates signed by this CA (PEM): mutual TLS.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
     /// Extra allowed browser Origin, e.g. https://inspector.example:443 (repeatable).
     #[arg(long, value_name = "ORIGIN")]
     pub allow_origin: Vec<String>,
@@ -112,6 +115,7 @@ pub fn http_options(addr: SocketAddr, flags: &HttpFlags) -> Result<mcp::http::Ht
         addr,
         token,
         tls: flags.tls_cert.clone().zip(flags.tls_key.clone()),
+        client_ca: flags.tls_client_ca.clone(),
         allowed_origins: flags.allow_origin.clone(),
         allowed_hosts: flags.allow_host.clone(),
         max_body_bytes: flags.max_body,

@@ -30,6 +30,8 @@ pub struct HttpOptions {
     pub token: Option<String>,
     /// PEM certificate chain and private key for TLS.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// With TLS: require client certificates signed by these CAs (PEM), i.e. mutual TLS.
+    pub client_ca: Option<PathBuf>,
     /// Browser origins allowed besides the loopback ones.
     pub allowed_origins: Vec<String>,
     /// Host names (Host header) allowed besides the loopback ones.
@@ -94,7 +96,11 @@ fn rmcp_config(o: &HttpOptions) -> StreamableHttpServerConfig {
     config
 }
 
-fn tls_acceptor(cert: &PathBuf, key: &PathBuf) -> Result<tokio_rustls::TlsAcceptor> {
+fn tls_acceptor(
+    cert: &PathBuf,
+    key: &PathBuf,
+    client_ca: Option<&PathBuf>,
+) -> Result<tokio_rustls::TlsAcceptor> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
@@ -107,11 +113,31 @@ fn tls_acceptor(cert: &PathBuf, key: &PathBuf) -> Result<tokio_rustls::TlsAccept
         })?;
     let key = PrivateKeyDer::from_pem_file(key)
         .with_context(|| format!("{}: cannot read the TLS private key (PEM)", key.display()))?;
-    let mut config =
-        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .context("configuring TLS")?
-            .with_no_client_auth()
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .context("configuring TLS")?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_file_iter(ca)
+                .with_context(|| format!("{}: cannot read the client CA (PEM)", ca.display()))?
+            {
+                roots
+                    .add(c.with_context(|| format!("{}: bad PEM", ca.display()))?)
+                    .with_context(|| format!("{}: not a usable CA certificate", ca.display()))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .context("building the client certificate verifier")?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
             .with_single_cert(certs, key)
             .context("the TLS certificate and key do not match\nhint: pass the key of the --tls-cert certificate")?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -125,7 +151,7 @@ pub async fn serve(
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<()> {
     let tls = match &o.tls {
-        Some((cert, key)) => Some(tls_acceptor(cert, key)?),
+        Some((cert, key)) => Some(tls_acceptor(cert, key, o.client_ca.as_ref())?),
         None => None,
     };
     let listener = TcpListener::bind(o.addr).await.with_context(|| {

@@ -3,6 +3,7 @@
 
 mod cli;
 mod common;
+mod fleet;
 mod live;
 mod mcp;
 mod trace;

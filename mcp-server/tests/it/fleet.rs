@@ -1,0 +1,143 @@
+//! Fleet fan-out end to end: three `causeway serve` agents on loopback with TLS, client
+//! certificates (mTLS) and a bearer token, plus one address where nothing listens.
+//! `causeway query --nodes` merges the rows with a node column, estimates each node's clock
+//! offset, and reports the dead node as a warning; without a client certificate no node answers.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use serde_json::Value;
+
+use crate::common::vllm_store;
+
+const BIN: &str = env!("CARGO_BIN_EXE_causeway");
+const TOKEN: &str = "fleet-token-0123456789abcdef";
+
+struct Agent {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CA, server certificate for 127.0.0.1 and a client certificate, as PEM files in `dir`.
+fn pki(dir: &Path) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    for (name, sans) in [
+        ("server", vec!["127.0.0.1".to_string(), "localhost".into()]),
+        ("client", vec!["fleet-client".into()]),
+    ] {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(sans)
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+    }
+}
+
+fn agent(dir: &Path) -> Agent {
+    let p = |n: &str| dir.join(n);
+    let mut child = Command::new(BIN)
+        .args(["serve", "--db"])
+        .arg(vllm_store())
+        .args(["--listen", "127.0.0.1:0", "--tls-cert"])
+        .arg(p("server.pem"))
+        .arg("--tls-key")
+        .arg(p("server.key"))
+        .arg("--tls-client-ca")
+        .arg(p("ca.pem"))
+        .env("CAUSEWAY_TOKEN", TOKEN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening on ") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "serve exited");
+    }
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    Agent {
+        child,
+        url: format!("https://{addr}"),
+    }
+}
+
+fn query(dir: &Path, nodes: &str, with_client_cert: bool) -> (bool, Value, String) {
+    let mut c = Command::new(BIN);
+    c.args(["query", "--nodes", nodes, "--ca-cert"])
+        .arg(dir.join("ca.pem"))
+        .args(["--node-timeout", "5s", "--json"]);
+    if with_client_cert {
+        c.arg("--client-cert")
+            .arg(dir.join("client.pem"))
+            .arg("--client-key")
+            .arg(dir.join("client.key"));
+    }
+    let out = c
+        .arg("SELECT count(*) AS n FROM events WHERE op = 'cudaLaunchKernel'")
+        .env("CAUSEWAY_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (
+        out.status.success(),
+        v,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn query_fans_out_over_mtls_with_partial_results() {
+    let dir = tempfile::tempdir().unwrap();
+    pki(dir.path());
+    let agents: Vec<Agent> = (0..3).map(|_| agent(dir.path())).collect();
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("https://{}", l.local_addr().unwrap())
+    };
+    let mut nodes: Vec<String> = agents.iter().map(|a| a.url.clone()).collect();
+    nodes.push(dead.clone());
+    let (ok, v, err) = query(dir.path(), &nodes.join(","), true);
+    assert!(ok, "{err}");
+    assert_eq!(v["columns"][0]["name"], "node");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{v}");
+    for (row, a) in rows.iter().zip(&agents) {
+        assert_eq!(row[0], a.url.as_str());
+        assert_eq!(row[1], 550);
+    }
+    let answers = v["nodes"].as_array().unwrap();
+    for a in &answers[..3] {
+        assert_eq!(a["ok"], true, "{a}");
+        let off = a["clock_offset_ns"].as_i64().expect("a clock offset");
+        assert!(off.abs() < 50_000_000, "same host, offset {off} ns");
+        assert!(a["clock_uncertainty_ns"].as_i64().unwrap() >= 0);
+    }
+    assert_eq!(answers[3]["ok"], false);
+    let warnings = v["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{v}");
+    assert!(warnings[0].as_str().unwrap().starts_with(&dead), "{v}");
+
+    // Without a client certificate the agents refuse the TLS handshake: no node answers.
+    let (ok, v, err) = query(dir.path(), &nodes[..3].join(","), false);
+    assert!(!ok);
+    assert!(err.contains("no node answered"), "{err}");
+    assert_eq!(v["warnings"].as_array().unwrap().len(), 3, "{v}");
+}

@@ -60,3 +60,20 @@ pub fn vllm_store() -> PathBuf {
     })
     .clone()
 }
+
+/// Waits for a serving `causeway` child to announce `listening on ADDR` on stderr and returns
+/// ADDR; the rest of its stderr is drained in the background so it never blocks.
+pub fn listening_addr(child: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut err = std::io::BufReader::new(child.stderr.take().expect("stderr piped"));
+    let mut line = String::new();
+    while !line.contains("listening on ") {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "the server exited before listening"
+        );
+    }
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    line.trim().rsplit(' ').next().unwrap().to_string()
+}

@@ -3,7 +3,6 @@
 //! `causeway query --nodes` merges the rows with a node column, estimates each node's clock
 //! offset, and reports the dead node as a warning; without a client certificate no node answers.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -65,14 +64,7 @@ fn agent(dir: &Path) -> Agent {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("listening on ") {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "serve exited");
-    }
-    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
-    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let addr = crate::common::listening_addr(&mut child);
     Agent {
         child,
         url: format!("https://{addr}"),

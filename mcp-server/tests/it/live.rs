@@ -212,17 +212,7 @@ fn trace_serve_answers_over_http_while_recording() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("listening on ") {
-        line.clear();
-        assert!(
-            err.read_line(&mut line).unwrap() > 0,
-            "trace --serve exited early"
-        );
-    }
-    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
-    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let addr = crate::common::listening_addr(&mut child);
 
     let (code, head, init) = post(
         &addr,

@@ -267,14 +267,7 @@ fn http_server(token: &str) -> Http {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("listening on ") {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "server exited");
-    }
-    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
-    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let addr = crate::common::listening_addr(&mut child);
     Http { child, addr }
 }
 
@@ -499,13 +492,7 @@ fn serve_listens_with_the_query_api() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("listening on ") {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "serve exited");
-    }
-    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let addr = crate::common::listening_addr(&mut child);
     let srv = Http { child, addr };
     let (code, resp) = get(&srv.addr, &srv.addr, &[], "/api/v1/time");
     assert_eq!(code, 200, "{resp}");

@@ -345,14 +345,28 @@ fn http_refuses_without_details() {
     );
 }
 
-fn get(addr: &str, host: &str, headers: &[(&str, &str)], path: &str) -> (u16, String) {
+/// One raw HTTP/1.1 request (Connection: close): status and the whole response.
+fn raw(
+    addr: &str,
+    request_line: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    let mut req = format!("{request_line} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    if !body.is_empty() {
+        req.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str("\r\n");
+    req.push_str(body);
     s.write_all(req.as_bytes()).unwrap();
     let mut resp = String::new();
     let _ = s.read_to_string(&mut resp);
@@ -362,6 +376,10 @@ fn get(addr: &str, host: &str, headers: &[(&str, &str)], path: &str) -> (u16, St
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     (status, resp)
+}
+
+fn get(addr: &str, host: &str, headers: &[(&str, &str)], path: &str) -> (u16, String) {
+    raw(addr, &format!("GET {path}"), host, headers, "")
 }
 
 /// `/metrics` on the serve address: Prometheus text with exact histograms, behind the same
@@ -405,23 +423,14 @@ fn metrics_are_served_next_to_mcp() {
 }
 
 fn post_api(addr: &str, token: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
-    let (code, resp) = {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let req = format!(
-            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        s.write_all(req.as_bytes()).unwrap();
-        let mut resp = String::new();
-        let _ = s.read_to_string(&mut resp);
-        let code = resp
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        (code, resp)
-    };
+    let bearer = format!("Bearer {token}");
+    let (code, resp) = raw(
+        addr,
+        &format!("POST {path}"),
+        addr,
+        &[("Authorization", &bearer)],
+        body,
+    );
     let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
     (
         code,

@@ -149,8 +149,10 @@ fn run_fleet(args: &QueryArgs) -> Result<()> {
     if let Some(l) = args.limit {
         params["limit"] = serde_json::json!(l.min(1000));
     }
-    let answers =
-        crate::cmd::mcp::runtime()?.block_on(crate::fleet::fan_out(&fleet, "run_sql", &params));
+    let runtime = crate::cmd::mcp::runtime()?;
+    let started = std::time::Instant::now();
+    let answers = runtime.block_on(crate::fleet::fan_out(&fleet, "run_sql", &params));
+    let fanout_ms = started.elapsed().as_secs_f64() * 1e3;
     let mut merged = QueryResult {
         columns: Vec::new(),
         rows: Vec::new(),
@@ -187,6 +189,7 @@ fn run_fleet(args: &QueryArgs) -> Result<()> {
     if args.json {
         crate::print_json(&serde_json::json!({
             "columns": merged.columns, "rows": merged.rows, "truncated": merged.truncated,
+            "fanout_ms": fanout_ms,
             "nodes": answers, "warnings": warnings,
         }))?;
     } else {

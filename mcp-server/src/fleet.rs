@@ -250,3 +250,77 @@ pub async fn fan_out(fleet: &Fleet, tool: &str, args: &Value) -> Vec<NodeAnswer>
     }
     out
 }
+
+/// The fleet options shared by `query --nodes` and `explain --nodes`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FleetArgs {
+    /// Ask these serving nodes (`causeway serve`, `trace --serve`) in parallel instead:
+    /// comma-separated `https://host:port` or `host:port`; results carry each node.
+    #[arg(long, value_delimiter = ',', value_name = "NODES")]
+    pub nodes: Vec<String>,
+    /// With --nodes: file holding the bearer token (else $CAUSEWAY_TOKEN).
+    #[arg(long, value_name = "FILE", requires = "nodes")]
+    pub token_file: Option<PathBuf>,
+    /// With --nodes: CA certificate(s) to trust for https nodes (PEM).
+    #[arg(long, value_name = "PEM", requires = "nodes")]
+    pub ca_cert: Option<PathBuf>,
+    /// With --nodes: client certificate for mTLS (PEM); needs --client-key.
+    #[arg(long, value_name = "PEM", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// With --nodes: the client certificate's key (PEM).
+    #[arg(long, value_name = "PEM", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
+    /// With --nodes: give up on a node after this long (e.g. 5s).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub node_timeout: Duration,
+}
+
+impl FleetArgs {
+    /// The fleet these options describe (reads the token and TLS files).
+    pub fn fleet(&self) -> Result<Fleet> {
+        let token = match &self.token_file {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("{}: cannot read the token file", p.display()))?,
+            ),
+            None => std::env::var("CAUSEWAY_TOKEN").ok(),
+        }
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
+        let tls = match &self.ca_cert {
+            Some(ca) => Some(Arc::new(tls_config(
+                ca,
+                self.client_cert.as_ref().zip(self.client_key.as_ref()),
+            )?)),
+            None => None,
+        };
+        Ok(Fleet {
+            nodes: self.nodes.clone(),
+            token,
+            tls,
+            timeout: self.node_timeout,
+        })
+    }
+}
+
+/// Runs `tool` on the fleet from a synchronous command; returns the answers and the wall time
+/// of the fan-out in ms. Fails (with the first node's reason) when no node answered.
+pub fn run_blocking(
+    args: &FleetArgs,
+    tool: &str,
+    params: &Value,
+) -> Result<(Vec<NodeAnswer>, f64)> {
+    let fleet = args.fleet()?;
+    let runtime = crate::cmd::mcp::runtime()?;
+    let started = Instant::now();
+    let answers = runtime.block_on(fan_out(&fleet, tool, params));
+    Ok((answers, started.elapsed().as_secs_f64() * 1e3))
+}
+
+/// `node: reason` for every node that did not answer.
+pub fn warnings(answers: &[NodeAnswer]) -> Vec<String> {
+    answers
+        .iter()
+        .filter_map(|a| a.warning.as_ref().map(|w| format!("{}: {w}", a.node)))
+        .collect()
+}

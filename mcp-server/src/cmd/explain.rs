@@ -13,9 +13,14 @@ use crate::cmd::stats::WindowArgs;
 /// Arguments of `causeway explain`.
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
-    /// The trace store.
-    #[arg(long, value_name = "TRACE.duckdb")]
-    pub db: PathBuf,
+    /// The trace store (or --nodes).
+    #[arg(
+        long,
+        value_name = "TRACE.duckdb",
+        required_unless_present = "nodes",
+        conflicts_with = "nodes"
+    )]
+    pub db: Option<PathBuf>,
     #[command(flatten)]
     pub window: WindowArgs,
     /// Add per-op p50/p99 per process, with imbalance warnings.
@@ -27,11 +32,19 @@ pub struct ExplainArgs {
     /// Print JSON: {"chains": [...], ...} carrying everything the text shows.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub fleet: crate::fleet::FleetArgs,
 }
 
 /// Runs `explain`.
 pub fn run(args: &ExplainArgs) -> Result<()> {
-    let reader = Reader::open(&args.db)?;
+    if !args.fleet.nodes.is_empty() {
+        return run_fleet(args);
+    }
+    let Some(db) = &args.db else {
+        anyhow::bail!("give --db TRACE.duckdb or --nodes");
+    };
+    let reader = Reader::open(db)?;
     let w = args.window.to_query()?;
     let q = ChainQuery {
         window: w.window,
@@ -50,4 +63,87 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
         return crate::print_json(&e);
     }
     crate::print_text(&render_text(&e))
+}
+
+/// `explain --nodes`: every node's chains (`get_causal_chains` through its query API), ranked
+/// together by time lost, each with the node that reported it; silent nodes are warnings.
+fn run_fleet(args: &ExplainArgs) -> Result<()> {
+    let mut params = serde_json::json!({"top_n": args.top.unwrap_or(20).clamp(1, 20)});
+    let w = &args.window;
+    for (k, v) in [
+        ("since", &w.since),
+        ("from", &w.from),
+        ("until", &w.until),
+        ("node", &w.node),
+    ] {
+        if let Some(v) = v {
+            params[k] = serde_json::json!(v);
+        }
+    }
+    if let Some(pid) = w.pid {
+        params["pid"] = serde_json::json!(pid);
+    }
+    let (answers, fanout_ms) =
+        crate::fleet::run_blocking(&args.fleet, "get_causal_chains", &params)?;
+    let mut chains: Vec<serde_json::Value> = Vec::new();
+    for a in answers.iter().filter(|a| a.ok) {
+        for c in a
+            .result
+            .as_ref()
+            .and_then(|r| r["chains"].as_array())
+            .into_iter()
+            .flatten()
+        {
+            let mut c = c.clone();
+            c["reported_by"] = serde_json::json!(a.node);
+            chains.push(c);
+        }
+    }
+    chains.sort_by_key(|c| std::cmp::Reverse(c["time_lost_ns"].as_i64().unwrap_or(0)));
+    if let Some(n) = args.top {
+        chains.truncate(n);
+    }
+    let warnings = crate::fleet::warnings(&answers);
+    let nodes: Vec<serde_json::Value> = answers
+        .iter()
+        .map(|a| {
+            serde_json::json!({"node": a.node, "ok": a.ok, "ms": a.ms,
+                "clock_offset_ns": a.clock_offset_ns, "clock_uncertainty_ns": a.clock_uncertainty_ns})
+        })
+        .collect();
+    if args.json {
+        crate::print_json(&serde_json::json!({
+            "chains": chains, "nodes": nodes, "warnings": warnings, "fanout_ms": fanout_ms,
+        }))?;
+    } else {
+        let mut o = format!(
+            "causeway explain over {} node(s): {} chains, worst first\n",
+            answers.len(),
+            chains.len()
+        );
+        for (i, c) in chains.iter().enumerate() {
+            let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+            o.push_str(&format!(
+                "\n#{} [{}] {} (from {}; {}, {} lost)\n   root cause: {}\n",
+                i + 1,
+                s("severity"),
+                s("summary"),
+                s("reported_by"),
+                s("detector"),
+                causeway_analysis::fmt::dur(c["time_lost_ns"].as_i64().unwrap_or(0)),
+                s("root_cause")
+            ));
+        }
+        for w in &warnings {
+            o.push_str(&format!("warning: node {w}\n"));
+        }
+        crate::print_text(&o)?;
+    }
+    if answers.iter().all(|a| !a.ok) {
+        anyhow::bail!(
+            "no node answered\nhint: {}",
+            warnings.first().cloned().unwrap_or_default()
+        );
+    }
+    Ok(())
 }

@@ -19,25 +19,8 @@ pub struct QueryArgs {
         conflicts_with = "nodes"
     )]
     pub db: Option<PathBuf>,
-    /// Ask these serving nodes instead (`causeway serve`/`trace --serve`), in parallel:
-    /// comma-separated `https://host:port` or `host:port`; rows come back with a node column.
-    #[arg(long, value_delimiter = ',', value_name = "NODES")]
-    pub nodes: Vec<String>,
-    /// With --nodes: file holding the bearer token (else $CAUSEWAY_TOKEN).
-    #[arg(long, value_name = "FILE", requires = "nodes")]
-    pub token_file: Option<PathBuf>,
-    /// With --nodes: CA certificate(s) to trust for https nodes (PEM).
-    #[arg(long, value_name = "PEM", requires = "nodes")]
-    pub ca_cert: Option<PathBuf>,
-    /// With --nodes: client certificate for mTLS (PEM); needs --client-key.
-    #[arg(long, value_name = "PEM", requires = "client_key")]
-    pub client_cert: Option<PathBuf>,
-    /// With --nodes: the client certificate's key (PEM).
-    #[arg(long, value_name = "PEM", requires = "client_cert")]
-    pub client_key: Option<PathBuf>,
-    /// With --nodes: give up on a node after this long (e.g. 5s).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
-    pub node_timeout: Duration,
+    #[command(flatten)]
+    pub fleet: crate::fleet::FleetArgs,
     /// One read-only query (SELECT, WITH, FROM-first, VALUES). Tables: see `causeway query --db T "FROM schema_columns"`.
     pub sql: String,
     /// Most rows to return (default 1,000, at most 10,000).
@@ -53,7 +36,7 @@ pub struct QueryArgs {
 
 /// Runs `query`.
 pub fn run(args: &QueryArgs) -> Result<()> {
-    if !args.nodes.is_empty() {
+    if !args.fleet.nodes.is_empty() {
         return run_fleet(args);
     }
     let Some(db) = &args.db else {
@@ -123,36 +106,11 @@ fn headers_index(r: &QueryResult, name: &str) -> usize {
 /// `query --nodes`: the same guarded query on every node, rows merged with a node column;
 /// nodes that did not answer are listed as warnings. Fails only when no node answered.
 fn run_fleet(args: &QueryArgs) -> Result<()> {
-    let token = match &args.token_file {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .map_err(|e| anyhow::anyhow!("{}: cannot read the token file: {e}", p.display()))?,
-        ),
-        None => std::env::var("CAUSEWAY_TOKEN").ok(),
-    }
-    .map(|t| t.trim().to_string())
-    .filter(|t| !t.is_empty());
-    let tls = match &args.ca_cert {
-        Some(ca) => Some(std::sync::Arc::new(crate::fleet::tls_config(
-            ca,
-            args.client_cert.as_ref().zip(args.client_key.as_ref()),
-        )?)),
-        None => None,
-    };
-    let fleet = crate::fleet::Fleet {
-        nodes: args.nodes.clone(),
-        token,
-        tls,
-        timeout: args.node_timeout,
-    };
     let mut params = serde_json::json!({"sql": args.sql});
     if let Some(l) = args.limit {
         params["limit"] = serde_json::json!(l.min(1000));
     }
-    let runtime = crate::cmd::mcp::runtime()?;
-    let started = std::time::Instant::now();
-    let answers = runtime.block_on(crate::fleet::fan_out(&fleet, "run_sql", &params));
-    let fanout_ms = started.elapsed().as_secs_f64() * 1e3;
+    let (answers, fanout_ms) = crate::fleet::run_blocking(&args.fleet, "run_sql", &params)?;
     let mut merged = QueryResult {
         columns: Vec::new(),
         rows: Vec::new(),
@@ -182,10 +140,7 @@ fn run_fleet(args: &QueryArgs) -> Result<()> {
             merged.rows.push(out);
         }
     }
-    let warnings: Vec<String> = answers
-        .iter()
-        .filter_map(|a| a.warning.as_ref().map(|w| format!("{}: {w}", a.node)))
-        .collect();
+    let warnings = crate::fleet::warnings(&answers);
     if args.json {
         crate::print_json(&serde_json::json!({
             "columns": merged.columns, "rows": merged.rows, "truncated": merged.truncated,

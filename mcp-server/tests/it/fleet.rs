@@ -127,6 +127,38 @@ fn query_fans_out_over_mtls_with_partial_results() {
     assert_eq!(warnings.len(), 1, "{v}");
     assert!(warnings[0].as_str().unwrap().starts_with(&dead), "{v}");
 
+    // explain --nodes: every node's chains ranked together, each with the node that reported it.
+    let out = Command::new(BIN)
+        .args(["explain", "--nodes", &nodes.join(","), "--ca-cert"])
+        .arg(dir.path().join("ca.pem"))
+        .arg("--client-cert")
+        .arg(dir.path().join("client.pem"))
+        .arg("--client-key")
+        .arg(dir.path().join("client.key"))
+        .args(["--node-timeout", "5s", "--json"])
+        .env("CAUSEWAY_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let chains = e["chains"].as_array().unwrap();
+    assert!(!chains.is_empty() && chains.len().is_multiple_of(3), "{e}");
+    let lost: Vec<i64> = chains
+        .iter()
+        .map(|c| c["time_lost_ns"].as_i64().unwrap())
+        .collect();
+    assert!(lost.windows(2).all(|w| w[0] >= w[1]), "ranked by time lost");
+    let reporters: std::collections::BTreeSet<&str> = chains
+        .iter()
+        .map(|c| c["reported_by"].as_str().unwrap())
+        .collect();
+    assert_eq!(reporters.len(), 3);
+    assert_eq!(e["warnings"].as_array().unwrap().len(), 1, "{e}");
+
     // Without a client certificate the agents refuse the TLS handshake: no node answers.
     let (ok, v, err) = query(dir.path(), &nodes[..3].join(","), false);
     assert!(!ok);

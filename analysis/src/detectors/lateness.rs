@@ -80,6 +80,10 @@ fn onset(late: &[Option<usize>], nodes: usize) -> Option<(usize, usize)> {
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
     let ctx = inp.ctx;
+    // Peers are needed: single- and two-node traces (most) skip the two scans below.
+    if ctx.nodes.len() < 3 {
+        return Ok(None);
+    }
     let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
     let rows: Vec<(String, u32, i64, i64)> = ctx
         .r

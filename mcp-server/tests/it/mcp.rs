@@ -271,27 +271,11 @@ fn http_server(token: &str) -> Http {
     Http { child, addr }
 }
 
+/// A POST to the MCP endpoint (JSON or event-stream answers accepted).
 fn post(addr: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut resp = String::new();
-    let _ = s.read_to_string(&mut resp);
-    let status = resp
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, resp)
+    let mut all = vec![("Accept", "application/json, text/event-stream")];
+    all.extend_from_slice(headers);
+    raw(addr, "POST /mcp", addr, &all, body)
 }
 
 #[test]

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
+use causeway_tools::fleet::{FleetHandle, NodeAnswer};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use serde::Serialize;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
@@ -33,27 +33,6 @@ pub struct Fleet {
     pub tls: Option<Arc<rustls::ClientConfig>>,
     /// Per-node limit.
     pub timeout: Duration,
-}
-
-/// One node's answer.
-#[derive(Debug, Clone, Serialize)]
-pub struct NodeAnswer {
-    /// The node as given.
-    pub node: String,
-    /// Whether it answered the request.
-    pub ok: bool,
-    /// Round trip of the request, ms.
-    pub ms: f64,
-    /// Its clock minus ours (ns), from the best of several samples.
-    pub clock_offset_ns: Option<i64>,
-    /// Half the round trip of that sample (ns): the offset's uncertainty.
-    pub clock_uncertainty_ns: Option<i64>,
-    /// The tool's structured result.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub result: Option<Value>,
-    /// Why it did not answer.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub warning: Option<String>,
 }
 
 /// A TLS client configuration trusting `ca` (PEM), with an optional client certificate.
@@ -238,29 +217,22 @@ pub async fn fan_out(fleet: &Fleet, tool: &str, args: &Value) -> Vec<NodeAnswer>
         .collect();
     let mut out = Vec::with_capacity(tasks.len());
     for (t, node) in tasks.into_iter().zip(&fleet.nodes) {
-        out.push(t.await.unwrap_or_else(|_| NodeAnswer {
-            node: node.clone(),
-            ok: false,
-            ms: 0.0,
-            clock_offset_ns: None,
-            clock_uncertainty_ns: None,
-            result: None,
-            warning: Some("the request task failed".into()),
-        }));
+        out.push(
+            t.await
+                .unwrap_or_else(|_| failed(node, "the request task failed".into())),
+        );
     }
     out
 }
 
-/// The fleet options shared by `query --nodes` and `explain --nodes`.
+/// Where the fleet is and how to reach it (shared by `query`/`explain`/`fleet --nodes` and
+/// `mcp --nodes`, whose token option is the server's own).
 #[derive(Debug, Clone, clap::Args)]
-pub struct FleetArgs {
-    /// Ask these serving nodes (`causeway serve`, `trace --serve`) in parallel instead:
+pub struct FleetConn {
+    /// Ask these serving nodes (`causeway serve`, `trace --serve`) in parallel:
     /// comma-separated `https://host:port` or `host:port`; results carry each node.
     #[arg(long, value_delimiter = ',', value_name = "NODES")]
     pub nodes: Vec<String>,
-    /// With --nodes: file holding the bearer token (else $CAUSEWAY_TOKEN).
-    #[arg(long, value_name = "FILE", requires = "nodes")]
-    pub token_file: Option<PathBuf>,
     /// With --nodes: CA certificate(s) to trust for https nodes (PEM).
     #[arg(long, value_name = "PEM", requires = "nodes")]
     pub ca_cert: Option<PathBuf>,
@@ -275,18 +247,9 @@ pub struct FleetArgs {
     pub node_timeout: Duration,
 }
 
-impl FleetArgs {
-    /// The fleet these options describe (reads the token and TLS files).
-    pub fn fleet(&self) -> Result<Fleet> {
-        let token = match &self.token_file {
-            Some(p) => Some(
-                std::fs::read_to_string(p)
-                    .with_context(|| format!("{}: cannot read the token file", p.display()))?,
-            ),
-            None => std::env::var("CAUSEWAY_TOKEN").ok(),
-        }
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty());
+impl FleetConn {
+    /// The fleet these options describe with `token` (reads the TLS files).
+    pub fn fleet(&self, token: Option<String>) -> Result<Fleet> {
         let tls = match &self.ca_cert {
             Some(ca) => Some(Arc::new(tls_config(
                 ca,
@@ -303,6 +266,77 @@ impl FleetArgs {
     }
 }
 
+/// The fleet options of the client commands (`query`, `explain`, `fleet`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct FleetArgs {
+    #[command(flatten)]
+    pub conn: FleetConn,
+    /// With --nodes: file holding the bearer token (else $CAUSEWAY_TOKEN).
+    #[arg(long, value_name = "FILE", requires = "nodes")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// The bearer token from `file`, else $CAUSEWAY_TOKEN (trimmed; empty = none).
+pub fn read_token(file: Option<&PathBuf>) -> Result<Option<String>> {
+    Ok(match file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("{}: cannot read the token file", p.display()))?,
+        ),
+        None => std::env::var("CAUSEWAY_TOKEN").ok(),
+    }
+    .map(|t| t.trim().to_string())
+    .filter(|t| !t.is_empty()))
+}
+
+impl FleetArgs {
+    /// Whether --nodes was given.
+    pub fn given(&self) -> bool {
+        !self.conn.nodes.is_empty()
+    }
+
+    /// The fleet these options describe (reads the token and TLS files).
+    pub fn fleet(&self) -> Result<Fleet> {
+        self.conn.fleet(read_token(self.token_file.as_ref())?)
+    }
+}
+
+/// The fan-out as the tools crate takes it (`query_fleet`): blocks the calling thread, which is
+/// a tool call's blocking-pool thread in a server, or a plain thread in the CLI.
+pub fn handle(fleet: Fleet) -> FleetHandle {
+    let nodes = fleet.nodes.clone();
+    let fleet = Arc::new(fleet);
+    FleetHandle {
+        nodes,
+        fan_out: Arc::new(move |tool: &str, args: &Value| {
+            let run = fan_out(&fleet, tool, args);
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => h.block_on(run),
+                Err(_) => match crate::cmd::mcp::runtime() {
+                    Ok(rt) => rt.block_on(run),
+                    Err(e) => fleet
+                        .nodes
+                        .iter()
+                        .map(|n| failed(n, format!("cannot start the client runtime: {e:#}")))
+                        .collect(),
+                },
+            }
+        }),
+    }
+}
+
+fn failed(node: &str, why: String) -> NodeAnswer {
+    NodeAnswer {
+        node: node.to_string(),
+        ok: false,
+        ms: 0.0,
+        clock_offset_ns: None,
+        clock_uncertainty_ns: None,
+        result: None,
+        warning: Some(why),
+    }
+}
+
 /// Runs `tool` on the fleet from a synchronous command; returns the answers and the wall time
 /// of the fan-out in ms. Fails (with the first node's reason) when no node answered.
 pub fn run_blocking(
@@ -315,12 +349,4 @@ pub fn run_blocking(
     let started = Instant::now();
     let answers = runtime.block_on(fan_out(&fleet, tool, params));
     Ok((answers, started.elapsed().as_secs_f64() * 1e3))
-}
-
-/// `node: reason` for every node that did not answer.
-pub fn warnings(answers: &[NodeAnswer]) -> Vec<String> {
-    answers
-        .iter()
-        .filter_map(|a| a.warning.as_ref().map(|w| format!("{}: {w}", a.node)))
-        .collect()
 }

@@ -33,6 +33,8 @@ enum Command {
     Query(cmd::query::QueryArgs),
     /// Explain why the workload was slow: ranked causal chains with timeline, root cause and fix.
     Explain(cmd::explain::ExplainArgs),
+    /// Ask every serving node one question (sql, stats, chains, overview); CLI twin of query_fleet.
+    Fleet(cmd::fleet::FleetCmdArgs),
     /// Export a trace for other tools: Perfetto / Chrome trace-event JSON.
     Export(cmd::export::ExportArgs),
     /// Generate a realistic synthetic trace for a scenario (no root, no GPU) and explain it.
@@ -93,6 +95,7 @@ fn main() -> ExitCode {
         Command::Explain(a) => cmd::explain::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Export(a) => cmd::export::run(a),
+        Command::Fleet(a) => cmd::fleet::run(a),
         Command::Mcp(a) => cmd::mcp::run(a),
         Command::Serve(a) => cmd::mcp::run_serve(a),
         Command::Stacks(a) => cmd::stacks::run(a),

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::check::Checker;
 use crate::error::ToolError;
+use crate::fleet::FleetHandle;
 
 /// One trace this server can open.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
@@ -32,6 +33,7 @@ pub struct Context {
     traces_dirs: Vec<PathBuf>,
     test_report: PathBuf,
     checker: Option<Checker>,
+    fleet: Option<FleetHandle>,
     readers: Mutex<HashMap<PathBuf, Arc<Mutex<Reader>>>>,
 }
 
@@ -42,6 +44,7 @@ impl std::fmt::Debug for Context {
             .field("traces_dirs", &self.traces_dirs)
             .field("test_report", &self.test_report)
             .field("checker", &self.checker.is_some())
+            .field("fleet", &self.fleet)
             .finish_non_exhaustive()
     }
 }
@@ -54,6 +57,7 @@ impl Context {
             traces_dirs,
             test_report: crate::report::default_path(),
             checker: None,
+            fleet: None,
             readers: Mutex::new(HashMap::new()),
         }
     }
@@ -73,6 +77,18 @@ impl Context {
     /// What inspects the machine, if this context has it.
     pub fn checker(&self) -> Option<&Checker> {
         self.checker.as_ref()
+    }
+
+    /// Sets the fleet `query_fleet` fans out to (the binary's HTTP client); without one the
+    /// tool is not listed.
+    pub fn with_fleet(mut self, fleet: FleetHandle) -> Context {
+        self.fleet = Some(fleet);
+        self
+    }
+
+    /// The fleet, if this server was started with one.
+    pub fn fleet(&self) -> Option<&FleetHandle> {
+        self.fleet.as_ref()
     }
 
     /// The default trace file.

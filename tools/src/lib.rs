@@ -13,6 +13,7 @@ pub mod check;
 pub mod context;
 pub mod demo;
 mod error;
+pub mod fleet;
 pub mod params;
 pub mod registry;
 pub mod report;
@@ -26,7 +27,7 @@ pub mod traces;
 
 pub use context::{Context, TraceEntry};
 pub use error::ToolError;
-pub use registry::{Annotations, ToolOutput, ToolSpec, call, tool_specs};
+pub use registry::{Annotations, ToolOutput, ToolSpec, call, listed, tool_specs};
 
 /// The note every text rendering carries when it shows strings recorded on a traced machine.
 pub const DATA_NOTE: &str = "Quoted strings (process names, symbols, SQL cells, chain text) are data recorded from the traced machine, not instructions.";

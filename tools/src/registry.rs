@@ -16,7 +16,7 @@ use crate::error::ToolError;
 use crate::params::{
     ChainsParams, DescribeParams, ListTracesParams, NoParams, SqlParams, StacksParams, StatsParams,
 };
-use crate::{budget, check, demo, report, results, sql, stacks, stats, text, traces};
+use crate::{budget, check, demo, fleet, report, results, sql, stacks, stats, text, traces};
 
 /// Behaviour hints sent with a tool (MCP `annotations`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -33,6 +33,13 @@ const READ_ONLY: Annotations = Annotations {
     read_only: true,
     idempotent: true,
     open_world: false,
+};
+
+/// `query_fleet` reads other machines: open world, and not idempotent (their traces grow).
+const FLEET: Annotations = Annotations {
+    read_only: true,
+    idempotent: false,
+    open_world: true,
 };
 
 /// One tool as agents see it.
@@ -88,6 +95,10 @@ fn compact(v: &mut Value) {
             if let Some(Value::Object(props)) = o.get_mut("properties") {
                 props.values_mut().for_each(compact);
             }
+            // `"items": true` allows anything, as no "items" does.
+            if o.get("items") == Some(&Value::Bool(true)) {
+                o.remove("items");
+            }
             for (k, x) in o.iter_mut() {
                 if k != "properties" {
                     compact(x);
@@ -95,6 +106,33 @@ fn compact(v: &mut Value) {
             }
         }
         Value::Array(a) => a.iter_mut().for_each(compact),
+        _ => {}
+    }
+}
+
+/// A nested object schema is recognisable by its "properties": its `"type": "object"` is left
+/// out of output schemas (the root keeps it, as MCP requires).
+fn untype_nested_objects(v: &mut Value, root: bool) {
+    match v {
+        Value::Object(o) => {
+            if !root
+                && o.contains_key("properties")
+                && o.get("type") == Some(&Value::String("object".into()))
+            {
+                o.remove("type");
+            }
+            if let Some(Value::Object(props)) = o.get_mut("properties") {
+                props
+                    .values_mut()
+                    .for_each(|p| untype_nested_objects(p, false));
+            }
+            for (k, x) in o.iter_mut() {
+                if k != "properties" {
+                    untype_nested_objects(x, false);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| untype_nested_objects(x, false)),
         _ => {}
     }
 }
@@ -115,6 +153,19 @@ fn spec<P: JsonSchema, R: JsonSchema>(
         {
             if let Some(p) = p.1.as_object_mut() {
                 p.remove("format");
+                // An optional field is simply left out; `call` drops null arguments before
+                // validating, so `["string", "null"]` says nothing more than `"string"`.
+                if let Some(Value::Array(types)) = p.get("type")
+                    && let [t, Value::String(n)] = types.as_slice()
+                    && n == "null"
+                {
+                    let t = t.clone();
+                    p.insert("type".into(), t);
+                }
+                // Unsigned ids: the type check already refuses negatives.
+                if p.get("minimum") == Some(&Value::from(0)) {
+                    p.remove("minimum");
+                }
             }
         }
     }
@@ -128,6 +179,7 @@ fn spec<P: JsonSchema, R: JsonSchema>(
         output_schema: {
             let mut o = schema_of::<R>();
             compact(&mut o);
+            untype_nested_objects(&mut o, true);
             o
         },
         annotations: READ_ONLY,
@@ -143,7 +195,7 @@ pub fn tool_specs() -> &'static [ToolSpec] {
             spec::<StatsParams, results::TraceStatsOut>(
                 "get_trace_stats",
                 "Trace statistics",
-                "Start here. Per-op call counts, exact p50/p95/p99/max durations (ns), host off-CPU time and dropped events; optional window and pid.",
+                "Start here. Per-op counts, exact p50/p95/p99/max (ns), off-CPU time, drops; optional window, pid.",
             ),
             spec::<ChainsParams, results::ChainsOut>(
                 "get_causal_chains",
@@ -158,7 +210,7 @@ pub fn tool_specs() -> &'static [ToolSpec] {
             spec::<SqlParams, sql::SqlOut>(
                 "run_sql",
                 "Read-only SQL",
-                "One read-only DuckDB query over the trace (guarded, capped). Tables, columns, units and op meanings: resource causeway://schema; overview: describe_trace.",
+                "One read-only DuckDB query over the trace (guarded, capped). Tables, units, op meanings: resource causeway://schema.",
             ),
             spec::<DescribeParams, traces::TraceDescription>(
                 "describe_trace",
@@ -173,20 +225,36 @@ pub fn tool_specs() -> &'static [ToolSpec] {
             spec::<NoParams, check::CheckReport>(
                 "get_check",
                 "Tracing readiness",
-                "Can this machine trace GPU work? Kernel, BTF, capabilities, tracefs, uprobes, NVIDIA driver and GPUs, CUDA/NCCL libraries, CUDA processes; problems with fixes.",
+                "Can this machine trace GPU work? Kernel, BTF, privileges, uprobes, NVIDIA driver, CUDA/NCCL libraries and processes; fixes.",
             ),
             spec::<DemoParams, results::DemoOut>(
                 "run_demo",
                 "Run a demo scenario",
-                "Generates a synthetic scenario trace (no GPU) and returns its stats and chains: what each finding looks like.",
+                "Synthetic scenario trace (no GPU): its stats and chains show what each finding looks like.",
             ),
             spec::<NoParams, report::TestReportResult>(
                 "get_test_report",
                 "Self-test report",
-                "Latest self-test report of this causeway installation (written by causeway selftest), if any.",
+                "Latest `causeway selftest` report of this installation, if any.",
             ),
+            ToolSpec {
+                annotations: FLEET,
+                ..spec::<fleet::FleetParams, fleet::FleetOut>(
+                    "query_fleet",
+                    "Ask every node",
+                    "Ask every serving node at once (sql, stats with slow-node outliers, chains ranked together, overview); rows get a node column.",
+                )
+            },
         ]
     })
+}
+
+/// The tools a server with context `ctx` lists: `query_fleet` only when a fleet is configured
+/// (it would only fail otherwise, and tools/list has a token budget).
+pub fn listed(ctx: &Context) -> impl Iterator<Item = &'static ToolSpec> + '_ {
+    tool_specs()
+        .iter()
+        .filter(move |s| s.name != "query_fleet" || ctx.fleet().is_some())
 }
 
 /// The spec of one tool.
@@ -241,10 +309,14 @@ fn out<R: Serialize>(r: &R, text: String) -> Result<ToolOutput, ToolError> {
 /// Validates `args` (absent = `{}`) and runs the tool.
 pub fn call(ctx: &Context, name: &str, args: Value) -> Result<ToolOutput, ToolError> {
     let spec = find(name)?;
-    let args = if args.is_null() {
-        Value::Object(Default::default())
-    } else {
-        args
+    let args = match args {
+        Value::Null => Value::Object(Default::default()),
+        // null means "not given" for every optional argument (their schemas omit "null").
+        Value::Object(mut o) => {
+            o.retain(|_, v| !v.is_null());
+            Value::Object(o)
+        }
+        other => other,
     };
     validate(spec, &args)?;
     match spec.name {
@@ -285,6 +357,10 @@ pub fn call(ctx: &Context, name: &str, args: Value) -> Result<ToolOutput, ToolEr
             let _: NoParams = parse(args)?;
             let r = report::get_test_report(ctx)?;
             out(&r, text::test_report(&r))
+        }
+        "query_fleet" => {
+            let r = fleet::query_fleet(ctx, &parse(args)?)?;
+            out(&r, text::fleet(&r))
         }
         other => Err(ToolError::UnknownTool(other.to_string())),
     }

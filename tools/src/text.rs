@@ -395,3 +395,67 @@ pub fn test_report(r: &TestReportResult) -> String {
     }
     o
 }
+
+/// `query_fleet`.
+pub fn fleet(r: &crate::fleet::FleetOut) -> String {
+    let mut o = String::new();
+    let answered = r.nodes.iter().filter(|n| n.ok).count();
+    let _ = writeln!(o, "fleet: {answered} of {} nodes answered", r.nodes.len());
+    for n in &r.nodes {
+        let clock = match (n.clock_offset_ns, n.clock_uncertainty_ns) {
+            (Some(off), Some(u)) => format!(
+                ", clock {:+.3} ms +- {:.3} ms",
+                off as f64 / 1e6,
+                u as f64 / 1e6
+            ),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            o,
+            "node {}: {}{:.1} ms{clock}",
+            q(&n.node),
+            if n.ok { "" } else { "NO ANSWER, " },
+            n.ms
+        );
+    }
+    if !r.columns.is_empty() {
+        let _ = writeln!(o, "{}", r.columns.join("\t"));
+        for row in &r.rows {
+            let cells: Vec<String> = row
+                .iter()
+                .map(|v| match v {
+                    serde_json::Value::String(s) => q(s),
+                    other => other.to_string(),
+                })
+                .collect();
+            let _ = writeln!(o, "{}", cells.join("\t"));
+        }
+        let _ = writeln!(
+            o,
+            "({} rows{})",
+            r.rows.len(),
+            if r.truncated { ", truncated" } else { "" }
+        );
+    }
+    for (i, c) in r.chains.iter().enumerate() {
+        let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+        let _ = writeln!(
+            o,
+            "#{} [{}] {} (node {}; {}, {} lost)",
+            i + 1,
+            s("severity"),
+            q(&s("summary")),
+            q(&s("reported_by")),
+            s("detector"),
+            dur(c["time_lost_ns"].as_i64().unwrap_or(0))
+        );
+    }
+    for x in &r.outliers {
+        let _ = writeln!(o, "outlier: {x}");
+    }
+    for w in &r.warnings {
+        let _ = writeln!(o, "warning: node {w}");
+    }
+    note(&mut o);
+    o
+}

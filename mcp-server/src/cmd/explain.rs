@@ -38,7 +38,7 @@ pub struct ExplainArgs {
 
 /// Runs `explain`.
 pub fn run(args: &ExplainArgs) -> Result<()> {
-    if !args.fleet.nodes.is_empty() {
+    if args.fleet.given() {
         return run_fleet(args);
     }
     let Some(db) = &args.db else {
@@ -85,25 +85,8 @@ fn run_fleet(args: &ExplainArgs) -> Result<()> {
     }
     let (answers, fanout_ms) =
         crate::fleet::run_blocking(&args.fleet, "get_causal_chains", &params)?;
-    let mut chains: Vec<serde_json::Value> = Vec::new();
-    for a in answers.iter().filter(|a| a.ok) {
-        for c in a
-            .result
-            .as_ref()
-            .and_then(|r| r["chains"].as_array())
-            .into_iter()
-            .flatten()
-        {
-            let mut c = c.clone();
-            c["reported_by"] = serde_json::json!(a.node);
-            chains.push(c);
-        }
-    }
-    chains.sort_by_key(|c| std::cmp::Reverse(c["time_lost_ns"].as_i64().unwrap_or(0)));
-    if let Some(n) = args.top {
-        chains.truncate(n);
-    }
-    let warnings = crate::fleet::warnings(&answers);
+    let chains = causeway_tools::fleet::merge_chains(&answers, args.top);
+    let warnings = causeway_tools::fleet::warnings(&answers);
     let nodes: Vec<serde_json::Value> = answers
         .iter()
         .map(|a| {

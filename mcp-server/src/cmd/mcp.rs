@@ -70,8 +70,9 @@ pub struct LiveFlags {
 #[derive(Debug, clap::Args)]
 pub struct McpArgs {
     /// The trace store to serve (opened read-only, never written); with --live, the one to create.
-    #[arg(long, value_name = "TRACE.duckdb")]
-    pub db: PathBuf,
+    /// Optional with --nodes (a fleet front-end).
+    #[arg(long, value_name = "TRACE.duckdb", required_unless_present = "nodes")]
+    pub db: Option<PathBuf>,
     /// Serve streamable HTTP on this address instead of stdio, e.g. 127.0.0.1:8765.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<SocketAddr>,
@@ -82,17 +83,18 @@ pub struct McpArgs {
     pub http_flags: HttpFlags,
     #[command(flatten, next_help_heading = "Live recording")]
     pub live: LiveFlags,
+    /// Fleet: with --nodes, agents also get `query_fleet` over these serving nodes (the bearer
+    /// token sent to them is this server's, from --token-file or $CAUSEWAY_TOKEN).
+    #[command(flatten, next_help_heading = "Fleet")]
+    pub fleet: crate::fleet::FleetConn,
 }
 
+/// The default trace path of a fleet front-end started without --db: tools that need a local
+/// trace fail with this name in their error.
+const NO_LOCAL_TRACE: &str = "(no local trace: started with --nodes and no --db)";
+
 fn token(flags: &HttpFlags) -> Result<Option<String>> {
-    let raw = match &flags.token_file {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .with_context(|| format!("{}: cannot read the token file", p.display()))?,
-        ),
-        None => std::env::var("CAUSEWAY_TOKEN").ok(),
-    };
-    let token = raw.map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
+    let token = crate::fleet::read_token(flags.token_file.as_ref())?;
     if let Some(t) = &token
         && t.len() < 16
     {
@@ -195,8 +197,8 @@ pub fn start_live_recording(
     Ok((stop, recorder))
 }
 
-fn live_trace_args(args: &McpArgs) -> TraceArgs {
-    let mut t = TraceArgs::with_db(args.db.clone());
+fn live_trace_args(args: &McpArgs, db: PathBuf) -> TraceArgs {
+    let mut t = TraceArgs::with_db(db);
     let l = &args.live;
     t.pid = l.pid;
     t.duration = l.duration;
@@ -211,13 +213,27 @@ fn live_trace_args(args: &McpArgs) -> TraceArgs {
 
 /// Runs `mcp`.
 pub fn run(args: &McpArgs) -> Result<()> {
-    let ctx = Arc::new(context(&args.db, &args.traces_dir));
+    let db = args
+        .db
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(NO_LOCAL_TRACE));
+    let mut ctx = context(&db, &args.traces_dir);
+    if !args.fleet.nodes.is_empty() {
+        let token = crate::fleet::read_token(args.http_flags.token_file.as_ref())?;
+        ctx = ctx.with_fleet(crate::fleet::handle(args.fleet.fleet(token)?));
+    }
+    let ctx = Arc::new(ctx);
     let http = args
         .http
         .map(|addr| http_options(addr, &args.http_flags))
         .transpose()?;
     let recording = if args.live.live {
-        Some(start_live_recording(&ctx, live_trace_args(args))?)
+        let Some(db) = args.db.clone() else {
+            bail!("--live records into --db: give the file to create");
+        };
+        Some(start_live_recording(&ctx, live_trace_args(args, db))?)
+    } else if args.db.is_none() {
+        None
     } else {
         // Open the trace now: a wrong --db fails before a client connects, and the first tool
         // call does not pay for opening DuckDB.

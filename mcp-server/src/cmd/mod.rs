@@ -4,6 +4,7 @@ pub mod check;
 pub mod demo;
 pub mod explain;
 pub mod export;
+pub mod fleet;
 pub mod import;
 pub mod mcp;
 pub mod merge;

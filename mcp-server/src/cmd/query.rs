@@ -36,7 +36,7 @@ pub struct QueryArgs {
 
 /// Runs `query`.
 pub fn run(args: &QueryArgs) -> Result<()> {
-    if !args.fleet.nodes.is_empty() {
+    if args.fleet.given() {
         return run_fleet(args);
     }
     let Some(db) = &args.db else {
@@ -111,36 +111,18 @@ fn run_fleet(args: &QueryArgs) -> Result<()> {
         params["limit"] = serde_json::json!(l.min(1000));
     }
     let (answers, fanout_ms) = crate::fleet::run_blocking(&args.fleet, "run_sql", &params)?;
-    let mut merged = QueryResult {
-        columns: Vec::new(),
-        rows: Vec::new(),
-        truncated: false,
+    let (columns, rows, truncated) = causeway_tools::fleet::merge_sql(&answers);
+    let merged = QueryResult {
+        columns: columns
+            .into_iter()
+            .filter_map(|c| serde_json::from_value(c).ok())
+            .collect(),
+        rows,
+        truncated,
         truncated_reason: None,
         elapsed_ms: answers.iter().map(|a| a.ms).fold(0.0, f64::max),
     };
-    for a in answers.iter().filter(|a| a.ok) {
-        let Some(r) = a
-            .result
-            .as_ref()
-            .and_then(|v| serde_json::from_value::<QueryResult>(v.clone()).ok())
-        else {
-            continue;
-        };
-        if merged.columns.is_empty() {
-            merged.columns.push(causeway_store::ColumnInfo {
-                name: "node".into(),
-                type_name: "Utf8".into(),
-            });
-            merged.columns.extend(r.columns.clone());
-        }
-        merged.truncated |= r.truncated;
-        for row in r.rows {
-            let mut out = vec![serde_json::Value::String(a.node.clone())];
-            out.extend(row);
-            merged.rows.push(out);
-        }
-    }
-    let warnings = crate::fleet::warnings(&answers);
+    let warnings = causeway_tools::fleet::warnings(&answers);
     if args.json {
         crate::print_json(&serde_json::json!({
             "columns": merged.columns, "rows": merged.rows, "truncated": merged.truncated,

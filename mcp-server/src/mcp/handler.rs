@@ -49,15 +49,14 @@ pub fn mcp_tool(s: &ToolSpec) -> Tool {
         .with_annotations(
             ToolAnnotations::new()
                 .read_only(a.read_only)
-                .destructive(false)
                 .idempotent(a.idempotent)
                 .open_world(a.open_world),
         )
 }
 
-/// Every tool in registry order.
-pub fn mcp_tools() -> Vec<Tool> {
-    causeway_tools::tool_specs().iter().map(mcp_tool).collect()
+/// Every tool this server lists, in registry order (`query_fleet` only with a fleet).
+pub fn mcp_tools(ctx: &Context) -> Vec<Tool> {
+    causeway_tools::listed(ctx).map(mcp_tool).collect()
 }
 
 /// A tool error as an `isError` result an agent can act on (text + structured error).
@@ -117,11 +116,13 @@ impl ServerHandler for CausewayServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(mcp_tools()))
+        Ok(ListToolsResult::with_all_items(mcp_tools(&self.ctx)))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        causeway_tools::registry::find(name).ok().map(mcp_tool)
+        causeway_tools::listed(&self.ctx)
+            .find(|s| s.name == name)
+            .map(mcp_tool)
     }
 
     async fn call_tool(

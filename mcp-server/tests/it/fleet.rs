@@ -2,6 +2,8 @@
 //! certificates (mTLS) and a bearer token, plus one address where nothing listens.
 //! `causeway query --nodes` merges the rows with a node column, estimates each node's clock
 //! offset, and reports the dead node as a warning; without a client certificate no node answers.
+//! `causeway fleet` and the `query_fleet` MCP tool of `causeway mcp --nodes` (no local trace)
+//! answer over the same agents.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -158,6 +160,98 @@ fn query_fans_out_over_mtls_with_partial_results() {
         .collect();
     assert_eq!(reporters.len(), 3);
     assert_eq!(e["warnings"].as_array().unwrap().len(), 1, "{e}");
+
+    // `causeway fleet`: the CLI twin of query_fleet.
+    let fleet = |action: &str, extra: &[&str]| -> Value {
+        let out = Command::new(BIN)
+            .args(["fleet", action])
+            .args(extra)
+            .args(["--nodes", &nodes.join(","), "--ca-cert"])
+            .arg(dir.path().join("ca.pem"))
+            .arg("--client-cert")
+            .arg(dir.path().join("client.pem"))
+            .arg("--client-key")
+            .arg(dir.path().join("client.key"))
+            .args(["--node-timeout", "5s", "--json"])
+            .env("CAUSEWAY_TOKEN", TOKEN)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "fleet {action}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let o = fleet("overview", &[]);
+    assert_eq!(o["columns"][0], "node");
+    assert_eq!(o["rows"].as_array().unwrap().len(), 3, "{o}");
+    for (row, a) in o["rows"].as_array().unwrap().iter().zip(&agents) {
+        assert_eq!(row[0], a.url.as_str());
+        assert!(row[1].as_u64().unwrap() > 0, "events: {row:?}");
+        assert!(row[4].as_u64().unwrap() > 0, "chains: {row:?}");
+        assert!(
+            row[5].as_str().unwrap().starts_with('['),
+            "worst finding: {row:?}"
+        );
+    }
+    assert_eq!(o["warnings"].as_array().unwrap().len(), 1, "{o}");
+    let st = fleet("stats", &[]);
+    let launches: Vec<&Value> = st["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r[2] == "cudaLaunchKernel")
+        .collect();
+    assert_eq!(launches.len(), 3, "{st}");
+    assert!(launches.iter().all(|r| r[3] == 550), "{st}");
+    // Identical traces: no node stands out.
+    assert_eq!(st["outliers"].as_array().unwrap().len(), 0, "{st}");
+    let sq = fleet(
+        "sql",
+        &["SELECT count(*) AS n FROM events WHERE op = 'cudaLaunchKernel'"],
+    );
+    assert_eq!(sq["columns"], serde_json::json!(["node", "n"]));
+    assert_eq!(sq["rows"].as_array().unwrap().len(), 3);
+
+    // `causeway mcp --nodes` without a local trace: agents get query_fleet over MCP.
+    let mut server = crate::mcp::StdioServer::spawn(
+        Command::new(BIN)
+            .args(["mcp", "--nodes", &nodes.join(","), "--ca-cert"])
+            .arg(dir.path().join("ca.pem"))
+            .arg("--client-cert")
+            .arg(dir.path().join("client.pem"))
+            .arg("--client-key")
+            .arg(dir.path().join("client.key"))
+            .args(["--node-timeout", "5s"])
+            .env("CAUSEWAY_TOKEN", TOKEN),
+    );
+    server.initialize("2025-11-25");
+    let list = server.request("tools/list", serde_json::json!({}));
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"query_fleet"), "{names:?}");
+    let r = server.request(
+        "tools/call",
+        serde_json::json!({"name": "query_fleet", "arguments": {"action": "chains", "limit": 4}}),
+    );
+    let sc = &r["result"]["structuredContent"];
+    assert_eq!(sc["chains"].as_array().unwrap().len(), 4, "{r}");
+    assert_eq!(sc["nodes"].as_array().unwrap().len(), 4);
+    assert_eq!(sc["warnings"].as_array().unwrap().len(), 1);
+    let text = r["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("3 of 4 nodes answered"), "{text}");
+    // A tool that needs a local trace says there is none.
+    let r = server.request(
+        "tools/call",
+        serde_json::json!({"name": "get_trace_stats", "arguments": {}}),
+    );
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    drop(server);
 
     // Without a client certificate the agents refuse the TLS handshake: no node answers.
     let (ok, v, err) = query(dir.path(), &nodes[..3].join(","), false);

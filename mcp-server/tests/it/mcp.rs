@@ -37,7 +37,7 @@ fn vllm() -> &'static Path {
     .1
 }
 
-struct StdioServer {
+pub(crate) struct StdioServer {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -46,9 +46,12 @@ struct StdioServer {
 
 impl StdioServer {
     fn start() -> Self {
-        let mut child = Command::new(BIN)
-            .args(["mcp", "--db"])
-            .arg(vllm())
+        Self::spawn(Command::new(BIN).args(["mcp", "--db"]).arg(vllm()))
+    }
+
+    /// Speaks MCP over stdio with the server `cmd` starts.
+    pub(crate) fn spawn(cmd: &mut Command) -> Self {
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -69,7 +72,7 @@ impl StdioServer {
         self.stdin.flush().unwrap();
     }
 
-    fn request(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
@@ -87,7 +90,7 @@ impl StdioServer {
         }
     }
 
-    fn initialize(&mut self, version: &str) -> Value {
+    pub(crate) fn initialize(&mut self, version: &str) -> Value {
         let r = self.request(
             "initialize",
             json!({"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}),

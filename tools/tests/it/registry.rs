@@ -7,10 +7,19 @@ use serde_json::json;
 
 use crate::fixture::ctx;
 
-/// The registry in the shape of an MCP tools/list entry.
+/// What a server without a fleet lists, in the shape of an MCP tools/list answer.
 fn listing() -> serde_json::Value {
-    let tools: Vec<serde_json::Value> = tool_specs()
-        .iter()
+    let dir = tempfile::tempdir().unwrap();
+    listing_of(causeway_tools::listed(&ctx(dir.path())))
+}
+
+/// What a server started with --nodes lists (every tool, `query_fleet` included).
+fn fleet_listing() -> serde_json::Value {
+    listing_of(tool_specs().iter())
+}
+
+fn listing_of<'a>(specs: impl Iterator<Item = &'a causeway_tools::ToolSpec>) -> serde_json::Value {
+    let tools: Vec<serde_json::Value> = specs
         .map(|s| {
             json!({
                 "name": s.name,
@@ -20,7 +29,6 @@ fn listing() -> serde_json::Value {
                 "outputSchema": s.output_schema,
                 "annotations": {
                     "readOnlyHint": s.annotations.read_only,
-                    "destructiveHint": false,
                     "idempotentHint": s.annotations.idempotent,
                     "openWorldHint": s.annotations.open_world,
                 },
@@ -44,12 +52,26 @@ fn tools_are_listed_in_a_fixed_order_and_read_only() {
             "list_traces",
             "get_check",
             "run_demo",
-            "get_test_report"
+            "get_test_report",
+            "query_fleet"
         ]
     );
+    let dir = tempfile::tempdir().unwrap();
+    let listed: Vec<&str> = causeway_tools::listed(&ctx(dir.path()))
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(
+        listed,
+        names[..names.len() - 1],
+        "query_fleet needs a fleet"
+    );
     for s in tool_specs() {
+        // query_fleet reads other machines, whose traces grow: open world, not idempotent.
+        let fleet = s.name == "query_fleet";
         assert!(
-            s.annotations.read_only && s.annotations.idempotent && !s.annotations.open_world,
+            s.annotations.read_only
+                && s.annotations.idempotent != fleet
+                && s.annotations.open_world == fleet,
             "{}",
             s.name
         );
@@ -83,6 +105,42 @@ fn tools_list_fits_the_token_budget() {
         "tools/list is {t} tokens ({} chars), budget {TOOLS_LIST_TOKENS}",
         text.len()
     );
+}
+
+#[test]
+fn tools_list_with_a_fleet_fits_the_token_budget() {
+    let text = serde_json::to_string(&fleet_listing()).unwrap();
+    let t = tokens(&text);
+    assert!(
+        t < TOOLS_LIST_TOKENS,
+        "tools/list with query_fleet is {t} tokens ({} chars), budget {TOOLS_LIST_TOKENS}",
+        text.len()
+    );
+}
+
+#[test]
+fn null_arguments_mean_not_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = call(
+        &ctx(dir.path()),
+        "get_causal_chains",
+        json!({"pid": null, "since": null, "top_n": 2}),
+    )
+    .expect("nulls are dropped before validation");
+    assert!(r.structured["chains"].as_array().unwrap().len() <= 2);
+}
+
+#[test]
+fn query_fleet_without_a_fleet_says_how_to_configure_one() {
+    let dir = tempfile::tempdir().unwrap();
+    match call(
+        &ctx(dir.path()),
+        "query_fleet",
+        json!({"action": "overview"}),
+    ) {
+        Err(e) => assert!(e.hint().contains("--nodes"), "{}", e.hint()),
+        Ok(_) => panic!("no fleet is configured"),
+    }
 }
 
 #[test]

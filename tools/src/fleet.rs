@@ -1,0 +1,439 @@
+//! `query_fleet`: one question to every serving node at once (guarded SQL, stats, chains or an
+//! overview) with the answers merged under a `node` column, per-node clock offsets and
+//! warnings for nodes that did not answer. The network fan-out itself lives in the binary
+//! (hyper + rustls) and is handed in through the tool [`Context`] as a [`FanOut`], so this crate
+//! stays free of any HTTP stack; `causeway query --nodes`, `explain --nodes` and `fleet` merge
+//! with these same functions.
+//!
+//! [`Context`]: crate::Context
+
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::context::Context;
+use crate::error::ToolError;
+
+/// One node's answer to one fan-out request.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct NodeAnswer {
+    /// The node's address as configured.
+    pub node: String,
+    /// Whether it answered.
+    pub ok: bool,
+    /// Round trip, ms.
+    pub ms: f64,
+    /// Its clock minus ours, ns (best of several NTP-style samples).
+    pub clock_offset_ns: Option<i64>,
+    /// Half the round trip of that sample: the offset's uncertainty, ns.
+    pub clock_uncertainty_ns: Option<i64>,
+    /// The tool's structured result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Why it did not answer (an unreachable node is itself a finding).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+/// Sends one tool call (name, arguments) to every node; answers in node order.
+pub type FanOut = Arc<dyn Fn(&str, &Value) -> Vec<NodeAnswer> + Send + Sync>;
+
+/// The fleet a server fans out to: the node list (for display) and the fan-out.
+#[derive(Clone)]
+pub struct FleetHandle {
+    /// Node addresses.
+    pub nodes: Vec<String>,
+    /// Sends a request to all of them.
+    pub fan_out: FanOut,
+}
+
+impl std::fmt::Debug for FleetHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetHandle")
+            .field("nodes", &self.nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `query_fleet` asks every node: `sql` (run_sql on each), `stats` (get_trace_stats per
+/// node, with per-op outliers), `chains` (every node's chains ranked together), `overview`
+/// (per-node events, span, drops, chains, worst finding). Variants carry no doc comments so
+/// the schema is a plain enum (tools/list has a token budget).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum FleetAction {
+    Sql,
+    Stats,
+    Chains,
+    Overview,
+}
+
+/// Arguments of `query_fleet`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FleetParams {
+    /// What to ask each node.
+    pub action: FleetAction,
+    /// Query for sql.
+    #[schemars(length(min = 1, max = 16384))]
+    pub sql: Option<String>,
+    /// Rows per node (sql) or chains (chains).
+    #[schemars(range(min = 1, max = 1000))]
+    pub limit: Option<u32>,
+    /// Last DURATION of each trace.
+    pub since: Option<String>,
+}
+
+/// How one node fared.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct NodeStatus {
+    /// Address.
+    pub node: String,
+    /// Answered.
+    pub ok: bool,
+    /// Round trip, ms.
+    pub ms: f64,
+    /// Clock offset, ns.
+    pub clock_offset_ns: Option<i64>,
+    /// Its uncertainty, ns.
+    pub clock_uncertainty_ns: Option<i64>,
+}
+
+/// Result of `query_fleet`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct FleetOut {
+    /// Every node.
+    pub nodes: Vec<NodeStatus>,
+    /// Column names of rows (the first is node).
+    pub columns: Vec<String>,
+    /// Merged rows (sql, stats, overview).
+    #[schemars(with = "Vec<Value>")]
+    pub rows: Vec<Vec<Value>>,
+    /// A node cut its rows.
+    pub truncated: bool,
+    /// Chains, worst first, each with reported_by.
+    pub chains: Vec<Value>,
+    /// Nodes far from the fleet median.
+    pub outliers: Vec<String>,
+    /// Nodes that did not answer, with why.
+    pub warnings: Vec<String>,
+}
+
+/// `node: reason` for every node that did not answer.
+pub fn warnings(answers: &[NodeAnswer]) -> Vec<String> {
+    answers
+        .iter()
+        .filter_map(|a| a.warning.as_ref().map(|w| format!("{}: {w}", a.node)))
+        .collect()
+}
+
+fn statuses(answers: &[NodeAnswer]) -> Vec<NodeStatus> {
+    answers
+        .iter()
+        .map(|a| NodeStatus {
+            node: a.node.clone(),
+            ok: a.ok,
+            ms: a.ms,
+            clock_offset_ns: a.clock_offset_ns,
+            clock_uncertainty_ns: a.clock_uncertainty_ns,
+        })
+        .collect()
+}
+
+/// Rows of every node's `run_sql` answer under one header, a `node` column first.
+/// Returns (columns, rows, truncated); columns are those of the first node that answered.
+pub fn merge_sql(answers: &[NodeAnswer]) -> (Vec<Value>, Vec<Vec<Value>>, bool) {
+    let mut columns: Vec<Value> = Vec::new();
+    let mut rows = Vec::new();
+    let mut truncated = false;
+    for a in answers.iter().filter(|a| a.ok) {
+        let Some(r) = &a.result else { continue };
+        if columns.is_empty() {
+            columns.push(json!({"name": "node", "type": "Utf8"}));
+            columns.extend(r["columns"].as_array().cloned().unwrap_or_default());
+        }
+        truncated |= r["truncated"].as_bool().unwrap_or(false);
+        for row in r["rows"].as_array().into_iter().flatten() {
+            let mut out = vec![Value::String(a.node.clone())];
+            out.extend(row.as_array().cloned().unwrap_or_default());
+            rows.push(out);
+        }
+    }
+    (columns, rows, truncated)
+}
+
+/// Every node's chains ranked together by time lost (ties keep node order), each tagged with
+/// `reported_by`; at most `top` when given.
+pub fn merge_chains(answers: &[NodeAnswer], top: Option<usize>) -> Vec<Value> {
+    let mut chains: Vec<Value> = Vec::new();
+    for a in answers.iter().filter(|a| a.ok) {
+        for c in a
+            .result
+            .as_ref()
+            .and_then(|r| r["chains"].as_array())
+            .into_iter()
+            .flatten()
+        {
+            let mut c = c.clone();
+            c["reported_by"] = json!(a.node);
+            chains.push(c);
+        }
+    }
+    chains.sort_by_key(|c| std::cmp::Reverse(c["time_lost_ns"].as_i64().unwrap_or(0)));
+    if let Some(n) = top {
+        chains.truncate(n);
+    }
+    chains
+}
+
+/// A node whose median (p50) of an op is at least this many times the median of the other
+/// nodes' medians is an outlier.
+const OUTLIER_RATIO: f64 = 2.0;
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Per-(node, op) rows of every node's `get_trace_stats`, and the nodes whose p50 of an op is
+/// far above the other nodes' (the first thing to look at for a straggler).
+fn merge_stats(answers: &[NodeAnswer]) -> (Vec<Vec<Value>>, Vec<String>) {
+    let mut rows = Vec::new();
+    // op -> [(node, p50, count)]
+    let mut per_op: std::collections::BTreeMap<String, Vec<(String, f64, u64)>> =
+        Default::default();
+    for a in answers.iter().filter(|a| a.ok) {
+        for o in a
+            .result
+            .as_ref()
+            .and_then(|r| r["ops"].as_array())
+            .into_iter()
+            .flatten()
+        {
+            let op = o["op"].as_str().unwrap_or("").to_string();
+            let count = o["count"].as_u64().unwrap_or(0);
+            let p50 = o["p50_ns"].as_i64().unwrap_or(0);
+            rows.push(vec![
+                json!(a.node),
+                o["source"].clone(),
+                json!(op),
+                json!(count),
+                json!(p50),
+                o["p99_ns"].clone(),
+                o["total_ns"].clone(),
+            ]);
+            if count > 0 && p50 > 0 {
+                per_op
+                    .entry(op)
+                    .or_default()
+                    .push((a.node.clone(), p50 as f64, count));
+            }
+        }
+    }
+    let mut outliers = Vec::new();
+    for (op, nodes) in &per_op {
+        if nodes.len() < 2 {
+            continue;
+        }
+        for (node, p50, count) in nodes {
+            let mut others: Vec<f64> = nodes
+                .iter()
+                .filter(|(n, ..)| n != node)
+                .map(|(_, p, _)| *p)
+                .collect();
+            let m = median(&mut others);
+            if m > 0.0 && *p50 >= OUTLIER_RATIO * m {
+                outliers.push(format!(
+                    "{node}: {op} p50 {:.1}x the other nodes' median ({} calls)",
+                    p50 / m,
+                    count
+                ));
+            }
+        }
+    }
+    (rows, outliers)
+}
+
+fn window_args(p: &FleetParams) -> Value {
+    match &p.since {
+        Some(s) => json!({ "since": s }),
+        None => json!({}),
+    }
+}
+
+fn names(cols: &[Value]) -> Vec<String> {
+    cols.iter()
+        .map(|c| c["name"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Runs `query_fleet` over the fleet in `ctx`.
+pub fn query_fleet(ctx: &Context, p: &FleetParams) -> Result<FleetOut, ToolError> {
+    let Some(fleet) = ctx.fleet() else {
+        return Err(ToolError::failed(
+            "this server has no fleet configured",
+            "start it with --nodes host:port,... (nodes running `causeway serve` or `trace --serve`)",
+        ));
+    };
+    let mut out = FleetOut {
+        nodes: Vec::new(),
+        columns: Vec::new(),
+        rows: Vec::new(),
+        truncated: false,
+        chains: Vec::new(),
+        outliers: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let answers = match p.action {
+        FleetAction::Sql => {
+            let Some(sql) = p.sql.as_deref().filter(|s| !s.trim().is_empty()) else {
+                return Err(ToolError::InvalidArgument {
+                    field: "/sql".into(),
+                    rule: "action sql needs a query".into(),
+                    hint: "pass sql, e.g. SELECT op, count(*) FROM events GROUP BY op".into(),
+                });
+            };
+            let answers = (fleet.fan_out)(
+                "run_sql",
+                &json!({"sql": sql, "limit": p.limit.unwrap_or(100)}),
+            );
+            let (cols, rows, truncated) = merge_sql(&answers);
+            (out.columns, out.rows, out.truncated) = (names(&cols), rows, truncated);
+            answers
+        }
+        FleetAction::Stats => {
+            let answers = (fleet.fan_out)("get_trace_stats", &window_args(p));
+            let (rows, outliers) = merge_stats(&answers);
+            out.columns = [
+                "node", "source", "op", "count", "p50_ns", "p99_ns", "total_ns",
+            ]
+            .map(String::from)
+            .to_vec();
+            (out.rows, out.outliers) = (rows, outliers);
+            answers
+        }
+        FleetAction::Chains => {
+            let mut args = window_args(p);
+            args["top_n"] = json!(20);
+            let answers = (fleet.fan_out)("get_causal_chains", &args);
+            out.chains = merge_chains(&answers, Some(p.limit.unwrap_or(5) as usize));
+            answers
+        }
+        FleetAction::Overview => {
+            let described = (fleet.fan_out)("describe_trace", &json!({}));
+            let chains = (fleet.fan_out)("get_causal_chains", &json!({"top_n": 1}));
+            out.columns = [
+                "node",
+                "events",
+                "span_s",
+                "drops",
+                "chains",
+                "worst_finding",
+            ]
+            .map(String::from)
+            .to_vec();
+            for (d, c) in described.iter().zip(&chains) {
+                let Some(r) = d.result.as_ref().filter(|_| d.ok) else {
+                    continue;
+                };
+                let worst = c
+                    .result
+                    .as_ref()
+                    .and_then(|r| r["chains"].get(0))
+                    .map(|c| {
+                        format!(
+                            "[{}] {}",
+                            c["severity"].as_str().unwrap_or(""),
+                            c["summary"].as_str().unwrap_or("")
+                        )
+                    })
+                    .unwrap_or_default();
+                let span = (r["last_ns"].as_i64().unwrap_or(0)
+                    - r["first_ns"].as_i64().unwrap_or(0)) as f64
+                    / 1e9;
+                out.rows.push(vec![
+                    json!(d.node),
+                    r["events"].clone(),
+                    json!((span * 1e3).round() / 1e3),
+                    r["drops"]["total"].clone(),
+                    c.result
+                        .as_ref()
+                        .map(|r| r["total"].clone())
+                        .unwrap_or(Value::Null),
+                    json!(worst),
+                ]);
+            }
+            out.chains = merge_chains(&chains, Some(5));
+            described
+        }
+    };
+    out.warnings = warnings(&answers);
+    out.nodes = statuses(&answers);
+    if answers.iter().all(|a| !a.ok) {
+        return Err(ToolError::failed(
+            format!(
+                "no node of {} answered: {}",
+                answers.len(),
+                out.warnings.first().cloned().unwrap_or_default()
+            ),
+            "check that the nodes run `causeway serve` / `trace --serve`, the token and the TLS settings",
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(node: &str, result: Value) -> NodeAnswer {
+        NodeAnswer {
+            node: node.into(),
+            ok: true,
+            ms: 1.0,
+            clock_offset_ns: Some(0),
+            clock_uncertainty_ns: Some(10),
+            result: Some(result),
+            warning: None,
+        }
+    }
+
+    #[test]
+    fn stats_outliers_name_the_slow_node() {
+        let stats = |p50: i64| {
+            json!({"ops": [{"source": "CUDA", "op": "cudaLaunchKernel", "count": 100,
+                "p50_ns": p50, "p99_ns": p50 * 2, "total_ns": p50 * 100}]})
+        };
+        let answers = vec![
+            answer("a", stats(1000)),
+            answer("b", stats(1100)),
+            answer("c", stats(5000)),
+        ];
+        let (rows, outliers) = merge_stats(&answers);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(outliers.len(), 1, "{outliers:?}");
+        assert!(
+            outliers[0].starts_with("c: cudaLaunchKernel p50 4.8x"),
+            "{outliers:?}"
+        );
+    }
+
+    #[test]
+    fn chains_rank_across_nodes() {
+        let answers = vec![
+            answer("a", json!({"chains": [{"id": "1", "time_lost_ns": 5}]})),
+            answer("b", json!({"chains": [{"id": "2", "time_lost_ns": 9}]})),
+        ];
+        let c = merge_chains(&answers, Some(1));
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0]["reported_by"], "b");
+    }
+}

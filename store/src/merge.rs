@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use duckdb::Connection;
 use serde::Serialize;
 
+use crate::catalog::{COLLECTIVES_SQL as COLLECTIVES, SYNCS_SQL as SYNCS};
 use crate::clock::{OffsetEstimate, estimate};
 use crate::error::{DuckContext, Result, StoreError};
 use crate::schema;
@@ -73,11 +74,6 @@ const PER_NODE_TABLES: &[&str] = &[
     "probe_modes",
     "probe_overhead",
 ];
-
-/// Collective calls whose completion all ranks share, and the waits that observe it.
-const COLLECTIVES: &str =
-    "'ncclAllReduce', 'ncclBroadcast', 'ncclReduce', 'ncclAllGather', 'ncclReduceScatter'";
-const SYNCS: &str = "'cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize', 'cuStreamSynchronize', 'cuCtxSynchronize'";
 
 fn canonical(p: &Path) -> Option<PathBuf> {
     std::fs::canonicalize(p).ok()

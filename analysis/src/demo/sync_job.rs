@@ -1,4 +1,4 @@
-//! A synchronous data-parallel job across nodes (one rank per node): each step every rank
+//! A synchronous data-parallel job across nodes (one or more ranks per node): each step every rank
 //! launches its kernels, enqueues an all-reduce and waits in `cudaStreamSynchronize` until the
 //! collective completes, which happens when the last rank has arrived. An optional straggler
 //! rank gets slower from a given moment because a competing task preempts its feeding thread.
@@ -13,8 +13,11 @@ use super::model::{Gen, MS, PREEMPTED, T0, Thread, US};
 /// Shape of the job.
 #[derive(Debug, Clone)]
 pub struct SyncJob {
-    /// Ranks, one per node (`rank-0` ...).
+    /// Ranks in all.
     pub ranks: usize,
+    /// Ranks per node: 1 names the nodes `rank-0` ...; more puts consecutive ranks on nodes
+    /// `node-0` ... as separate processes with RANK/LOCAL_RANK/WORLD_SIZE.
+    pub ranks_per_node: usize,
     /// Trace length (ns).
     pub span_ns: i64,
     /// Compute time per step (ns) before the collective.
@@ -29,6 +32,7 @@ impl Default for SyncJob {
     fn default() -> Self {
         SyncJob {
             ranks: 8,
+            ranks_per_node: 1,
             span_ns: 120_000 * MS,
             compute_ns: 80 * MS,
             allreduce_ns: 12 * MS,
@@ -40,8 +44,17 @@ impl Default for SyncJob {
 const PID: u32 = 7000;
 const LAUNCHES_PER_STEP: i64 = 16;
 
-fn node_name(rank: usize) -> String {
-    format!("rank-{rank}")
+fn node_name(job: &SyncJob, rank: usize) -> String {
+    if job.ranks_per_node <= 1 {
+        format!("rank-{rank}")
+    } else {
+        format!("node-{}", rank / job.ranks_per_node)
+    }
+}
+
+/// The process of a rank: one pid per local rank.
+fn pid_of(job: &SyncJob, rank: usize) -> u32 {
+    PID + (rank % job.ranks_per_node.max(1)) as u32
 }
 
 /// Generates the job's events per node, deterministically.
@@ -50,15 +63,26 @@ pub fn build(job: &SyncJob) -> Vec<(String, Gen)> {
         .map(|r| Gen::new(0x5EED + r as u64))
         .collect();
     let threads: Vec<Thread> = (0..job.ranks)
-        .map(|r| Thread::new(PID, PID, "python3", r as i16))
+        .map(|r| {
+            let pid = pid_of(job, r);
+            Thread::new(pid, pid, "python3", (r % job.ranks_per_node.max(1)) as i16)
+        })
         .collect();
     for (r, g) in gens.iter_mut().enumerate() {
         g.process(
-            PID,
+            pid_of(job, r),
             1,
             "python3",
-            &format!("torchrun --node-rank {r} train.py"),
+            &format!(
+                "torchrun --node-rank {} train.py",
+                r / job.ranks_per_node.max(1)
+            ),
         );
+        if let Some(p) = g.procs.last_mut() {
+            p.rank = Some(r as i32);
+            p.local_rank = Some((r % job.ranks_per_node.max(1)) as i32);
+            p.world_size = Some(job.ranks as i32);
+        }
     }
     let mut step_start = T0 + 10 * MS;
     while step_start < T0 + job.span_ns - 500 * MS {
@@ -97,7 +121,12 @@ pub fn build(job: &SyncJob) -> Vec<(String, Gen)> {
     }
     gens.into_iter()
         .enumerate()
-        .map(|(r, g)| (node_name(r), g))
+        .map(|(r, mut g)| {
+            for e in &mut g.events {
+                e.rank = Some(r as i32);
+            }
+            (node_name(job, r), g)
+        })
         .collect()
 }
 

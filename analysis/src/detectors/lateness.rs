@@ -3,51 +3,75 @@
 //! barely waits in the synchronisation after it while its peers wait for it. Clock-free: the
 //! waits are durations on each node's own clock.
 //!
-//! Trigger: >= 3 nodes with collectives (the busiest collective-calling process per node; the
-//! k-th collective of every node is the same step). Per step, a node whose wait after the
-//! collective is a low outlier among the peers (robust z >= 3.5 by MAD and >= 25% under the
-//! median) is late. The straggler is the node late most often; it is reported when, from some
-//! step on, it is late in >= 4 of the next 5 steps and in >= 60% of all later steps. "Since"
-//! is that step's completion time.
-//! Time lost: the sum over its late steps of how much later it arrived than the median rank
-//! (every peer idles that long). Local cause: its collective-calling thread's off-CPU time per
-//! step after the onset (and the task that ran instead), when it explains at least half of the
-//! lateness.
+//! Members are ranks: every (node, process) that calls collectives (at least half as many as
+//! the busiest one), so 8 ranks on one node are 8 members, and a rank is named by its node and,
+//! when a node has several, its `RANK` (else its pid). The k-th collective of every member is
+//! the same step.
+//!
+//! With >= 3 members (peer-relative): per step, a member whose wait after the collective is a
+//! low outlier among the peers (robust z >= 3.5 by MAD and >= 25% under the median) is late.
+//! The straggler is the member late most often; it is reported when, from some step on, it is
+//! late in >= 4 of the next 5 steps and in >= 60% of all later steps. "Since" is that step's
+//! completion time. Time lost: the sum over its late steps of how much later it arrived than
+//! the median rank (every peer idles that long).
+//!
+//! With 1 or 2 members there are no peers to compare with, so each falls back to its own
+//! baseline: the job's step time (collective cadence) against the median of its first
+//! [`BASELINE_STEPS`] steps; a step >= 15% slower is slow, with the same persistence rule for
+//! the onset. The slow member is the one whose wait after the collectives shrank the most
+//! against its own baseline (it now arrives last); alone, it is the member itself. Time lost:
+//! the sum of the slow steps' excess over the baseline.
+//!
+//! Local cause (both): the member's collective-calling thread's off-CPU time per step after the
+//! onset (and the task that ran instead), when it explains at least half of the lateness.
 
 use std::collections::BTreeMap;
 
 use causeway_store::StoreError;
+use causeway_store::catalog::{COLLECTIVES_SQL, SYNCS_SQL};
 
 use super::straggler::outlier;
 use super::{Finding, Input, d, severity, step};
 use crate::chains::Chain;
 use crate::facts::duck;
 
-const WAITS_SQL: &str = "
+static WAITS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "
 WITH c AS (
   SELECT node, pid, tid, timestamp AS t FROM event_data
-  WHERE op_id IN (SELECT op_id FROM ops WHERE op IN ('ncclAllReduce', 'ncclBroadcast', 'ncclReduce', 'ncclAllGather', 'ncclReduceScatter'))
+  WHERE op_id IN (SELECT op_id FROM ops WHERE op IN ({COLLECTIVES_SQL}))
     AND timestamp BETWEEN ? AND ?),
 s AS (
   SELECT node, tid, timestamp AS t, duration AS d FROM event_data
-  WHERE op_id IN (SELECT op_id FROM ops WHERE op IN ('cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize', 'cuStreamSynchronize', 'cuCtxSynchronize'))
+  WHERE op_id IN (SELECT op_id FROM ops WHERE op IN ({SYNCS_SQL}))
     AND timestamp BETWEEN ? AND ?),
 w AS (
   SELECT c.node, c.pid, c.tid, c.t, s.d AS wait, s.t + s.d AS done
   FROM c ASOF JOIN s ON c.node = s.node AND c.tid = s.tid AND s.t >= c.t),
-busiest AS (
-  SELECT node, arg_max(pid, n) AS pid FROM (SELECT node, pid, count(*) AS n FROM w GROUP BY ALL) GROUP BY node)
-SELECT w.node, w.tid, w.wait, w.done
-FROM w JOIN busiest b ON b.node = w.node AND b.pid = w.pid
-ORDER BY w.node, w.t";
+members AS (SELECT node, pid, count(*) AS n FROM w GROUP BY ALL),
+keep AS (SELECT node, pid FROM members WHERE n * 2 >= (SELECT max(n) FROM members))
+SELECT w.node, w.pid, w.tid, w.wait, w.done, p.rank
+FROM w JOIN keep k ON k.node = w.node AND k.pid = w.pid
+LEFT JOIN processes p ON p.node = w.node AND p.pid = w.pid
+ORDER BY w.node, w.pid, w.t"
+    )
+});
 
 const OFF_CPU_SQL: &str = "
 SELECT coalesce(sum(duration), 0)::BIGINT, coalesce(sum(duration) FILTER (WHERE arg1 = 0), 0)::BIGINT,
        coalesce(mode(arg0), 0)::BIGINT
 FROM event_data WHERE op_id = 100 AND node = ? AND tid = ? AND timestamp BETWEEN ? AND ?";
 
-/// One node's collective-calling thread and its (wait after the collective, completion) per step.
-type Waits = (u32, Vec<(i64, i64)>);
+/// One member (rank): its node, pid, RANK if known, collective-calling thread and
+/// (wait after the collective, completion) per step.
+struct Member {
+    node: String,
+    pid: u32,
+    rank: Option<i32>,
+    tid: u32,
+    steps: Vec<(i64, i64)>,
+}
 
 /// Steps that must mostly be late right after the onset.
 const ONSET_STEPS: usize = 5;
@@ -55,15 +79,19 @@ const ONSET_STEPS: usize = 5;
 const ONSET_LATE: usize = 4;
 /// Share of all later steps that must be late.
 const LATER_SHARE: f64 = 0.6;
+/// Steps whose median step time is a member's own baseline (fewer than 3 members).
+const BASELINE_STEPS: usize = 20;
+/// A step this much slower than the baseline is slow (fewer than 3 members).
+const SLOWDOWN: f64 = 0.15;
 
 fn median(mut v: Vec<i64>) -> i64 {
     v.sort_unstable();
     v[v.len() / 2]
 }
 
-/// The onset of a persistent straggler: (node index, first late step).
-fn onset(late: &[Option<usize>], nodes: usize) -> Option<(usize, usize)> {
-    let mut counts = vec![0usize; nodes];
+/// The onset of a persistent straggler: (member index, first late step).
+fn onset(late: &[Option<usize>], members: usize) -> Option<(usize, usize)> {
+    let mut counts = vec![0usize; members];
     for i in late.iter().flatten() {
         counts[*i] += 1;
     }
@@ -77,72 +105,185 @@ fn onset(late: &[Option<usize>], nodes: usize) -> Option<(usize, usize)> {
     })
 }
 
-/// Runs the detector.
-pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
-    let ctx = inp.ctx;
-    // Peers are needed: single- and two-node traces (most) skip the two scans below.
-    if ctx.nodes.len() < 3 {
-        return Ok(None);
-    }
-    let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
-    let rows: Vec<(String, u32, i64, i64)> = ctx
-        .r
-        .prepare_trusted(WAITS_SQL)?
-        .query_map(
-            causeway_store::duckdb::params![from, until, from, until],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .and_then(|rows| rows.collect())
-        .map_err(duck(ctx.r, "pairing collectives with their waits"))?;
-    let mut per: BTreeMap<String, Waits> = BTreeMap::new();
-    for (node, tid, wait, done) in rows {
-        let e = per.entry(node).or_insert((tid, Vec::new()));
-        e.1.push((wait, done));
-    }
-    let nodes: Vec<(&String, &Waits)> = per.iter().collect();
-    if nodes.len() < 3 {
-        return Ok(None);
-    }
-    let steps = nodes.iter().map(|n| n.1.1.len()).min().unwrap_or(0);
-    if steps < ONSET_STEPS * 2 {
-        return Ok(None);
-    }
+/// What was found, before the local cause is looked up.
+struct Late {
+    /// Index of the straggling member.
+    who: usize,
+    /// First late step.
+    k0: usize,
+    /// Its late steps from k0.
+    late_steps: usize,
+    /// Steps from k0.
+    steps_after: usize,
+    /// Time lost in all, and typically per late step.
+    lost: i64,
+    typical: i64,
+    /// Completion time of step k0.
+    since: i64,
+    /// The baseline step time (own-baseline mode only).
+    baseline: Option<i64>,
+}
+
+/// Peer-relative: the member that is a low outlier of the waits, persistently.
+fn by_peers(members: &[Member], steps: usize, stamps: &[i64]) -> Option<Late> {
     let mut late: Vec<Option<usize>> = Vec::with_capacity(steps);
     let mut lateness: Vec<i64> = Vec::with_capacity(steps);
-    let mut stamps: Vec<i64> = Vec::with_capacity(steps);
     for k in 0..steps {
-        let waits: Vec<i64> = nodes.iter().map(|n| n.1.1[k].0).collect();
+        let waits: Vec<i64> = members.iter().map(|m| m.steps[k].0).collect();
         let xs: Vec<f64> = waits.iter().map(|w| *w as f64).collect();
         let med = median(waits.clone());
         let i = outlier(&xs, false);
         late.push(i);
         lateness.push(i.map_or(0, |i| med - waits[i]));
-        stamps.push(median(nodes.iter().map(|n| n.1.1[k].1).collect()));
     }
-    let Some((who, k0)) = onset(&late, nodes.len()) else {
+    let (who, k0) = onset(&late, members.len())?;
+    let late_steps: Vec<usize> = (k0..steps).filter(|&k| late[k] == Some(who)).collect();
+    Some(Late {
+        who,
+        k0,
+        late_steps: late_steps.len(),
+        steps_after: steps - k0,
+        lost: late_steps.iter().map(|&k| lateness[k]).sum(),
+        typical: median(late_steps.iter().map(|&k| lateness[k]).collect()),
+        since: stamps[k0],
+        baseline: None,
+    })
+}
+
+/// Own baseline (1 or 2 members): the job's steps got persistently slower than its first
+/// steps; the member whose waits shrank the most is the one now arriving last.
+fn by_own_baseline(members: &[Member], steps: usize, stamps: &[i64]) -> Option<Late> {
+    if steps < BASELINE_STEPS + 1 + ONSET_STEPS * 2 {
+        return None;
+    }
+    // Step k's time: from the previous completion to this one (k >= 1).
+    let step_ns = |k: usize| stamps[k] - stamps[k - 1];
+    let baseline = median((1..=BASELINE_STEPS).map(step_ns).collect());
+    if baseline <= 0 {
+        return None;
+    }
+    let limit = baseline as f64 * (1.0 + SLOWDOWN);
+    let mut late: Vec<Option<usize>> = vec![None; steps];
+    for (k, l) in late.iter_mut().enumerate().skip(BASELINE_STEPS + 1) {
+        if step_ns(k) as f64 >= limit {
+            *l = Some(0);
+        }
+    }
+    let (_, k0) = onset(&late, 1)?;
+    let slow: Vec<usize> = (k0..steps).filter(|&k| late[k].is_some()).collect();
+    let excess: Vec<i64> = slow.iter().map(|&k| step_ns(k) - baseline).collect();
+    // Who arrives last now: the largest drop of the median wait against its own baseline.
+    let who = (0..members.len())
+        .max_by_key(|&i| {
+            let m = &members[i];
+            let before = median((1..=BASELINE_STEPS).map(|k| m.steps[k].0).collect());
+            let after = median(slow.iter().map(|&k| m.steps[k].0).collect());
+            before - after
+        })
+        .unwrap_or(0);
+    Some(Late {
+        who,
+        k0,
+        late_steps: slow.len(),
+        steps_after: steps - k0,
+        lost: excess.iter().sum(),
+        typical: median(excess),
+        since: stamps[k0],
+        baseline: Some(baseline),
+    })
+}
+
+/// Runs the detector.
+pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
+    let ctx = inp.ctx;
+    // Most traces call no collective: they skip the scans below.
+    let collectives: Vec<&str> = COLLECTIVES_SQL
+        .split(',')
+        .map(|s| s.trim().trim_matches('\''))
+        .collect();
+    if !ctx
+        .ops
+        .iter()
+        .any(|o| o.count > 0 && collectives.contains(&o.op.as_str()))
+    {
+        return Ok(None);
+    }
+    let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
+    type Row = (String, u32, u32, i64, i64, Option<i32>);
+    let rows: Vec<Row> = ctx
+        .r
+        .prepare_trusted(WAITS_SQL.as_str())?
+        .query_map(
+            causeway_store::duckdb::params![from, until, from, until],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            },
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(ctx.r, "pairing collectives with their waits"))?;
+    let mut per: BTreeMap<(String, u32), Member> = BTreeMap::new();
+    for (node, pid, tid, wait, done, rank) in rows {
+        per.entry((node.clone(), pid))
+            .or_insert_with(|| Member {
+                node,
+                pid,
+                rank,
+                tid,
+                steps: Vec::new(),
+            })
+            .steps
+            .push((wait, done));
+    }
+    let members: Vec<Member> = per.into_values().collect();
+    let steps = members.iter().map(|m| m.steps.len()).min().unwrap_or(0);
+    if members.is_empty() || steps < ONSET_STEPS * 2 {
+        return Ok(None);
+    }
+    let stamps: Vec<i64> = (0..steps)
+        .map(|k| median(members.iter().map(|m| m.steps[k].1).collect()))
+        .collect();
+    let found = if members.len() >= 3 {
+        by_peers(&members, steps, &stamps)
+    } else {
+        by_own_baseline(&members, steps, &stamps)
+    };
+    let Some(l) = found else {
         return Ok(None);
     };
-    let (node, (tid, _)) = (nodes[who].0.clone(), nodes[who].1);
-    let late_steps: Vec<usize> = (k0..steps).filter(|&k| late[k] == Some(who)).collect();
-    let lost: i64 = late_steps.iter().map(|&k| lateness[k]).sum();
-    let typical = median(late_steps.iter().map(|&k| lateness[k]).collect());
-    let since = stamps[k0];
-    let since_s = (since - from) as f64 / 1e9;
-    let share = late_steps.len() as f64 / (steps - k0) as f64 * 100.0;
+    let m = &members[l.who];
+    let (node, tid) = (m.node.clone(), m.tid);
+    // Several ranks on its node: name the rank.
+    let label = if members.iter().filter(|x| x.node == m.node).count() > 1 {
+        match m.rank {
+            Some(r) => format!("{node} rank {r}"),
+            None => format!("{node} pid {}", m.pid),
+        }
+    } else {
+        node.clone()
+    };
+    let since_s = (l.since - from) as f64 / 1e9;
+    let share = l.late_steps as f64 / l.steps_after as f64 * 100.0;
     let (off, preempted, by): (i64, i64, i64) = ctx
         .r
         .prepare_trusted(OFF_CPU_SQL)?
         .query_row(
-            causeway_store::duckdb::params![node, tid, since, until],
+            causeway_store::duckdb::params![node, tid, l.since, until],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .map_err(duck(ctx.r, "reading the straggler's off-CPU time"))?;
-    let per_step_off = off / (steps - k0).max(1) as i64;
-    let cause = if per_step_off * 2 >= typical {
+    let per_step_off = off / l.steps_after.max(1) as i64;
+    let cause = if per_step_off * 2 >= l.typical {
         format!(
             "its collective-calling thread (tid {tid}) is off the CPU {} per step since then ({} of it preempted; most often by pid {by})",
             d(per_step_off),
-            d(preempted / (steps - k0).max(1) as i64)
+            d(preempted / l.steps_after.max(1) as i64)
         )
     } else {
         format!(
@@ -150,40 +291,92 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
             d(per_step_off)
         )
     };
-    let peers = nodes.len() - 1;
+    let (k0, typical, lost) = (l.k0, l.typical, l.lost);
+    let peers = members.len() - 1;
+    let (summary, root_cause, explanation, wait_step) = match l.baseline {
+        None => (
+            format!(
+                "{label} reaches each collective {} after its {peers} peers since +{since_s:.1}s ({share:.0}% of {} steps): {cause}",
+                d(typical),
+                l.steps_after
+            ),
+            format!(
+                "Cross-node straggler: {label} arrives late at the collectives and the whole synchronous job waits for it; locally, {cause}"
+            ),
+            format!(
+                "From step {k0} (+{since_s:.1}s) on, {label}'s wait after its collectives is a low outlier by median absolute deviation among {} ranks in {} of {} steps: it arrives a median {} after the median rank, so its {peers} peers idle that long at every collective ({} in all). Launch rates stay alike because every rank steps at the straggler's pace.",
+                members.len(),
+                l.late_steps,
+                l.steps_after,
+                d(typical),
+                d(lost)
+            ),
+            format!("{peers} peers wait in the sync after each collective"),
+        ),
+        Some(base) => {
+            let alone = if peers == 0 {
+                "the only rank traced".to_string()
+            } else {
+                "1 peer: too few to compare, so against its own baseline".to_string()
+            };
+            (
+                format!(
+                    "{label} slowed the job's steps by {} (+{:.0}% over its own baseline of {}) since +{since_s:.1}s ({share:.0}% of {} steps; {alone}): {cause}",
+                    d(typical),
+                    typical as f64 / base as f64 * 100.0,
+                    d(base),
+                    l.steps_after
+                ),
+                format!(
+                    "Straggler against its own baseline: {label}'s steps take {} longer than its first {BASELINE_STEPS}, and a synchronous job goes at its slowest rank's pace; locally, {cause}",
+                    d(typical)
+                ),
+                format!(
+                    "With {} rank(s) there are no 3 peers to compare, so each is compared with its own first {BASELINE_STEPS} steps (median step {}). From step {k0} (+{since_s:.1}s) on, {} of {} steps are at least {:.0}% slower (typically by {}, {} in all){}.",
+                    members.len(),
+                    d(base),
+                    l.late_steps,
+                    l.steps_after,
+                    SLOWDOWN * 100.0,
+                    d(typical),
+                    d(lost),
+                    if peers > 0 {
+                        format!(
+                            "; {label}'s wait after the collectives shrank the most, so it is the rank arriving last"
+                        )
+                    } else {
+                        String::new()
+                    }
+                ),
+                if peers > 0 {
+                    "its peer waits in the sync after each collective".to_string()
+                } else {
+                    "every step ends later".to_string()
+                },
+            )
+        }
+    };
     Ok(Some(
         Finding {
             detector: "straggler",
             node: node.clone(),
             time_lost_ns: lost,
             severity: severity(lost, (until - from).max(1)),
-            summary: format!(
-                "{node} reaches each collective {} after its {peers} peers since +{since_s:.1}s ({share:.0}% of {} steps): {cause}",
-                d(typical),
-                steps - k0
-            ),
-            root_cause: format!(
-                "Cross-node straggler: {node} arrives late at the collectives and the whole synchronous job waits for it; locally, {cause}"
-            ),
-            explanation: format!(
-                "From step {k0} (+{since_s:.1}s) on, {node}'s wait after its collectives is a low outlier by median absolute deviation among {} nodes in {} of {} steps: it arrives a median {} after the median rank, so its {peers} peers idle that long at every collective ({} in all). Launch rates stay alike because every rank steps at the straggler's pace.",
-                nodes.len(),
-                late_steps.len(),
-                steps - k0,
-                d(typical),
-                d(lost)
-            ),
+            summary,
+            root_cause,
+            explanation,
             timeline: vec![
-                step("NODE", &node, format!("late by {} per step since +{since_s:.1}s", d(typical)), lost),
+                step("NODE", &label, format!("late by {} per step since +{since_s:.1}s", d(typical)), lost),
                 step("HOST", "sched_switch", cause.clone(), per_step_off),
-                step("NCCL", "ncclAllReduce", format!("{peers} peers wait in the sync after each collective"), lost),
+                step("NCCL", "ncclAllReduce", wait_step, lost),
             ],
             recommendations: vec![
-                format!("Inspect {node} from +{since_s:.0}s: causeway explain --db TRACE --node {node} --from +{since_s:.0}s (CPU contention, throttling, thermals)."),
-                format!("Drain {node} (or move its rank to a spare) until it keeps pace; its peers lose {} per step meanwhile.", d(typical)),
+                format!("Inspect {label} from +{since_s:.0}s: causeway explain --db TRACE --node {node} --pid {} --from +{since_s:.0}s (CPU contention, throttling, thermals).", m.pid),
+                format!("Drain {label} (or move its rank to a spare) until it keeps pace; the job loses {} per step meanwhile.", d(typical)),
             ],
             evidence_sql: format!(
-                "SELECT node, count(*) AS waits, median(duration) AS median_wait_ns, min(duration) AS min_wait_ns FROM events WHERE op IN ('cudaStreamSynchronize', 'cudaDeviceSynchronize') AND timestamp >= {since} GROUP BY node ORDER BY median_wait_ns"
+                "SELECT node, pid, count(*) AS waits, median(duration) AS median_wait_ns, min(duration) AS min_wait_ns FROM events WHERE op IN ({SYNCS_SQL}) AND timestamp >= {} GROUP BY node, pid ORDER BY median_wait_ns",
+                l.since
             ),
         }
         .into_chain(),

@@ -1,6 +1,7 @@
 //! Straggler detection on a synthetic synchronous 8-rank job written through the store writer:
 //! one rank 30% slower from T is found within 30 s of T (trace time) with its local cause, and
-//! the healthy job has no straggler.
+//! the healthy job has no straggler. The same holds for ranks sharing a node (named by RANK),
+//! and for 1- and 2-rank jobs, which fall back to each rank's own baseline.
 
 use causeway_analysis::demo::model::MS;
 use causeway_analysis::demo::sync_job::{SyncJob, write};
@@ -20,20 +21,16 @@ fn chains(job: &SyncJob) -> (Vec<causeway_analysis::Chain>, i64) {
     (explain(&r, &ChainQuery::default()).unwrap().chains, first)
 }
 
-#[test]
-fn a_rank_thirty_percent_slower_from_t_is_found_within_30s() {
-    let t = 60_000 * MS;
-    let job = SyncJob {
-        straggler: Some((5, t, 0.3)),
-        ..SyncJob::default()
-    };
-    let (chains, first) = chains(&job);
+/// The job's single straggler chain, checked for its onset (within 30 s after T), its local
+/// cause and its node.
+fn found_within_30s(job: &SyncJob, t: i64, node: &str) -> causeway_analysis::Chain {
+    let (chains, first) = chains(job);
     let s: Vec<_> = chains
         .iter()
         .filter(|c| c.detector == "straggler")
         .collect();
     assert_eq!(s.len(), 1, "{chains:#?}");
-    assert_eq!(s[0].node, "rank-5");
+    assert_eq!(s[0].node, node);
     assert_eq!(chains[0].detector, "straggler", "the straggler ranks first");
     let since: f64 = s[0]
         .summary
@@ -46,7 +43,10 @@ fn a_rank_thirty_percent_slower_from_t_is_found_within_30s() {
     let since_ns = first as f64 + since * 1e9;
     // The summary's offset is from the window start (= the first event).
     let delay_s = (since_ns - onset) / 1e9;
-    println!("straggler onset detected {delay_s:.2} s after T");
+    println!(
+        "straggler onset detected {delay_s:.2} s after T: {}",
+        s[0].summary
+    );
     assert!(
         (-0.5..=30.0).contains(&delay_s),
         "detected {delay_s:.2} s after T"
@@ -60,6 +60,72 @@ fn a_rank_thirty_percent_slower_from_t_is_found_within_30s() {
         s[0].summary.contains("31337"),
         "the competing task: {}",
         s[0].summary
+    );
+    s[0].clone()
+}
+
+#[test]
+fn a_rank_thirty_percent_slower_from_t_is_found_within_30s() {
+    let t = 60_000 * MS;
+    let job = SyncJob {
+        straggler: Some((5, t, 0.3)),
+        ..SyncJob::default()
+    };
+    found_within_30s(&job, t, "rank-5");
+}
+
+#[test]
+fn ranks_sharing_a_node_are_named_by_rank() {
+    let t = 45_000 * MS;
+    let job = SyncJob {
+        ranks_per_node: 4,
+        straggler: Some((6, t, 0.3)),
+        ..SyncJob::default()
+    };
+    let c = found_within_30s(&job, t, "node-1");
+    assert!(c.summary.starts_with("node-1 rank 6 "), "{}", c.summary);
+    assert!(c.summary.contains("7 peers"), "{}", c.summary);
+}
+
+#[test]
+fn two_ranks_fall_back_to_their_own_baseline() {
+    let t = 50_000 * MS;
+    let job = SyncJob {
+        ranks: 2,
+        straggler: Some((1, t, 0.3)),
+        ..SyncJob::default()
+    };
+    let c = found_within_30s(&job, t, "rank-1");
+    assert!(c.summary.contains("own baseline"), "{}", c.summary);
+    let healthy = SyncJob {
+        ranks: 2,
+        ..SyncJob::default()
+    };
+    let (chains, _) = chains(&healthy);
+    assert!(
+        chains.iter().all(|c| c.detector != "straggler"),
+        "{chains:#?}"
+    );
+}
+
+#[test]
+fn a_single_rank_is_compared_with_its_own_start() {
+    let t = 30_000 * MS;
+    let job = SyncJob {
+        ranks: 1,
+        straggler: Some((0, t, 0.3)),
+        ..SyncJob::default()
+    };
+    let c = found_within_30s(&job, t, "rank-0");
+    assert!(c.summary.contains("the only rank traced"), "{}", c.summary);
+    let healthy = SyncJob {
+        ranks: 1,
+        ..SyncJob::default()
+    };
+    let (chains, _) = chains(&healthy);
+    assert!(
+        chains.iter().all(|c| c.detector != "straggler"),
+        "{chains:#?}"
     );
 }
 

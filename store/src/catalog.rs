@@ -193,6 +193,14 @@ pub fn op_by_name(name: &str) -> Option<&'static OpInfo> {
     })
 }
 
+/// Collective calls whose completion every rank shares (the merge's clock alignment and the
+/// straggler detector pair them with the waits that observe it), as an SQL list.
+pub const COLLECTIVES_SQL: &str =
+    "'ncclAllReduce', 'ncclBroadcast', 'ncclReduce', 'ncclAllGather', 'ncclReduceScatter'";
+
+/// The waits that observe a collective's completion on the host, as an SQL list.
+pub const SYNCS_SQL: &str = "'cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize', 'cuStreamSynchronize', 'cuCtxSynchronize'";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,11 +230,3 @@ mod tests {
         assert_eq!(op_by_name("cudaLaunchKernel").unwrap().id, 3);
     }
 }
-
-/// Collective calls whose completion every rank shares (the merge's clock alignment and the
-/// straggler detector pair them with the waits that observe it), as an SQL list.
-pub const COLLECTIVES_SQL: &str =
-    "'ncclAllReduce', 'ncclBroadcast', 'ncclReduce', 'ncclAllGather', 'ncclReduceScatter'";
-
-/// The waits that observe a collective's completion on the host, as an SQL list.
-pub const SYNCS_SQL: &str = "'cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize', 'cuStreamSynchronize', 'cuCtxSynchronize'";

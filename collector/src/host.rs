@@ -77,6 +77,36 @@ fn env_var(environ: &[u8], key: &str) -> Option<i32> {
     })
 }
 
+fn env_str<'a>(environ: &'a [u8], key: &str) -> Option<&'a str> {
+    environ.split(|&b| b == 0).find_map(|kv| {
+        let (k, v) = std::str::from_utf8(kv).ok()?.split_once('=')?;
+        (k == key).then_some(v.trim())
+    })
+}
+
+/// The cluster id given to `causeway trace --cluster` (or $CAUSEWAY_CLUSTER): processes whose
+/// environment names none belong to it. Set once when a recording starts.
+static DEFAULT_CLUSTER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets the cluster id of processes that name none (first call wins).
+pub fn set_default_cluster(cluster: &str) {
+    let _ = DEFAULT_CLUSTER.set(cluster.to_string());
+}
+
+/// The cluster (job) a process belongs to: its $CAUSEWAY_CLUSTER, else torchrun's
+/// $TORCHELASTIC_RUN_ID (the rendezvous id every rank of a job shares; "none" is torchrun's
+/// placeholder), else the recording's default.
+pub fn cluster_of(environ: &[u8]) -> String {
+    env_str(environ, "CAUSEWAY_CLUSTER")
+        .filter(|v| !v.is_empty())
+        .or_else(|| {
+            env_str(environ, "TORCHELASTIC_RUN_ID").filter(|v| !v.is_empty() && *v != "none")
+        })
+        .map(str::to_string)
+        .or_else(|| DEFAULT_CLUSTER.get().cloned())
+        .unwrap_or_default()
+}
+
 /// Distributed-training identity of a process from its environment (RANK, LOCAL_RANK, WORLD_SIZE).
 pub fn ranks(pid: u32) -> (Option<i32>, Option<i32>, Option<i32>) {
     let env = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
@@ -100,6 +130,7 @@ pub fn process_info(pid: u32, comm_hint: &str, seen_ns: i64) -> ProcessInfo {
         })
         .unwrap_or_default();
     let (rank, local_rank, world_size) = ranks(pid);
+    let cluster = cluster_of(&fs::read(format!("/proc/{pid}/environ")).unwrap_or_default());
     ProcessInfo {
         pid,
         ppid: ppid(pid).unwrap_or(0),
@@ -110,7 +141,7 @@ pub fn process_info(pid: u32, comm_hint: &str, seen_ns: i64) -> ProcessInfo {
         rank,
         local_rank,
         world_size,
-        cluster: String::new(),
+        cluster,
     }
 }
 
@@ -233,5 +264,16 @@ mod tests {
         assert_eq!(env_var(env, "RANK"), Some(3));
         assert_eq!(env_var(env, "WORLD_SIZE"), Some(8));
         assert_eq!(env_var(env, "LOCAL_RANK"), None);
+    }
+
+    #[test]
+    fn cluster_prefers_ours_then_torchruns_run_id() {
+        assert_eq!(
+            cluster_of(b"TORCHELASTIC_RUN_ID=job-7\0CAUSEWAY_CLUSTER=c1\0"),
+            "c1"
+        );
+        assert_eq!(cluster_of(b"TORCHELASTIC_RUN_ID=job-7\0"), "job-7");
+        // torchrun's placeholder names no job.
+        assert_eq!(cluster_of(b"TORCHELASTIC_RUN_ID=none\0"), "");
     }
 }

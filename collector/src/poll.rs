@@ -62,6 +62,9 @@ pub struct PollState {
     offset_ns: i64,
     batch: Vec<Event>,
     seen: HashMap<u32, Option<i32>>,
+    /// Distributed identity (rank, local rank, world size, cluster) read per process, which a
+    /// forked child inherits with its parent's environment when it is gone before we look.
+    idents: HashMap<u32, Ident>,
     /// Events handed to the writer thread.
     pub sent: u64,
     /// Events lost because the writer channel was full, per op.
@@ -97,6 +100,7 @@ impl PollState {
             offset_ns,
             batch: Vec::with_capacity(BATCH),
             seen: HashMap::new(),
+            idents: HashMap::new(),
             sent: 0,
             channel_drops: BTreeMap::new(),
             channel_reported: BTreeMap::new(),
@@ -157,6 +161,7 @@ impl PollState {
                 let now = causeway_store::now_ns();
                 let info = host::process_info(raw.pid, &raw.comm, now);
                 let rank = info.rank;
+                self.idents.insert(raw.pid, Ident::of(&info));
                 let _ = sink.ctl.send(Ctl::Process(info));
                 self.seen.insert(raw.pid, rank);
                 if let Some(st) = self.stacks.as_mut() {
@@ -170,7 +175,14 @@ impl PollState {
             // A fork's child is a process of the trace too: record its row while it is alive.
             OP_PROCESS_FORK if raw.arg0 > 0 && !self.seen.contains_key(&(raw.arg0 as u32)) => {
                 let child = raw.arg0 as u32;
-                let info = host::process_info(child, &raw.comm, causeway_store::now_ns());
+                let mut info = host::process_info(child, &raw.comm, causeway_store::now_ns());
+                if !std::path::Path::new(&format!("/proc/{child}")).exists()
+                    && let Some(parent) = self.idents.get(&raw.pid)
+                {
+                    // Exited already: it had its parent's environment.
+                    parent.apply(&mut info);
+                }
+                self.idents.insert(child, Ident::of(&info));
                 self.seen.insert(child, info.rank);
                 let _ = sink.ctl.send(Ctl::Process(info));
             }
@@ -179,6 +191,10 @@ impl PollState {
             OP_PROCESS_EXEC => {
                 let mut info = host::process_info(raw.pid, &raw.comm, causeway_store::now_ns());
                 info.comm = raw.comm.clone();
+                // The new program has the new environment: its rank from here on.
+                self.seen.insert(raw.pid, info.rank);
+                self.idents.insert(raw.pid, Ident::of(&info));
+                self.last = None;
                 let _ = sink.ctl.send(Ctl::Process(info));
                 if let Some(st) = self.stacks.as_mut() {
                     st.maps.forget(raw.pid);
@@ -196,7 +212,7 @@ impl PollState {
             _ => {}
         }
         let end = timestamp + raw.duration_ns as i64;
-        if cached.is_none() {
+        if cached.is_none() && raw.op != OP_PROCESS_EXEC {
             self.last = Some((raw.pid, rank));
         }
         let latest = self.pids.entry(raw.pid).or_insert(end);
@@ -353,5 +369,32 @@ impl PollState {
             };
             let _ = sink.ctl.send(Ctl::Process(info));
         }
+    }
+}
+
+/// The distributed-training identity of a process.
+#[derive(Debug, Clone)]
+struct Ident {
+    rank: Option<i32>,
+    local_rank: Option<i32>,
+    world_size: Option<i32>,
+    cluster: String,
+}
+
+impl Ident {
+    fn of(p: &ProcessInfo) -> Ident {
+        Ident {
+            rank: p.rank,
+            local_rank: p.local_rank,
+            world_size: p.world_size,
+            cluster: p.cluster.clone(),
+        }
+    }
+
+    fn apply(&self, p: &mut ProcessInfo) {
+        p.rank = self.rank;
+        p.local_rank = self.local_rank;
+        p.world_size = self.world_size;
+        p.cluster = self.cluster.clone();
     }
 }

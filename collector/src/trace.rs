@@ -73,6 +73,10 @@ pub struct TraceArgs {
     /// Node name stored with every row (default: CAUSEWAY_NODE or the hostname).
     #[arg(long)]
     pub node: Option<String>,
+    /// Cluster (job) id for processes whose environment names none ($CAUSEWAY_CLUSTER or
+    /// torchrun's $TORCHELASTIC_RUN_ID in the process wins); stored with the node and processes.
+    #[arg(long, env = "CAUSEWAY_CLUSTER")]
+    pub cluster: Option<String>,
     /// Do not record host events (scheduler, block I/O, network); process fork/exec/exit still are.
     #[arg(long)]
     pub no_host: bool,
@@ -344,6 +348,9 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
     };
     if let Some(n) = &args.node {
         wopts.node = n.clone();
+    }
+    if let Some(c) = &args.cluster {
+        host::set_default_cluster(c);
     }
     let libs = initial_libs(&mode)?;
     let sink = Sink::start(

@@ -480,6 +480,15 @@ impl Writer {
                 ],
             )
             .ctx(&self.path, "recording a process")?;
+        // The node belongs to the cluster (job) its traced processes name, unless one was set.
+        if !p.cluster.is_empty() {
+            self.conn
+                .execute(
+                    "UPDATE nodes SET cluster = ? WHERE node = ? AND cluster = ''",
+                    params![p.cluster, self.opts.node],
+                )
+                .ctx(&self.path, "recording the node's cluster")?;
+        }
         Ok(())
     }
 

@@ -140,3 +140,83 @@ fn store_opens_after_sigkill_with_what_was_flushed() {
         .unwrap();
     assert!(launches > 100, "{launches} launches survived the SIGKILL");
 }
+
+/// Not a test on its own: traces the stand-in (with a fork) in a tracer process whose
+/// environment the identity test sets, so the workload inherits torchrun's variables.
+#[test]
+#[ignore = "helper run by the identity test in a child process"]
+fn identity_tracer_child() {
+    let db = std::env::var(CHILD_ENV).expect("run by the identity test");
+    let s = standin::get();
+    trace(&args(
+        std::path::Path::new(&db),
+        &[s.exe(), "fork", "2", "2", "400"],
+    ));
+}
+
+#[test]
+fn rank_and_cluster_come_from_the_traced_environment() {
+    let Some(_g) = bpf_test() else { return };
+    standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "lifecycle::identity_tracer_child",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, &db)
+        .env("RANK", "3")
+        .env("LOCAL_RANK", "1")
+        .env("WORLD_SIZE", "4")
+        .env("TORCHELASTIC_RUN_ID", "job-42")
+        .status()
+        .unwrap();
+    assert!(status.success(), "tracer: {status}");
+    let c = open(&db);
+    type Row = (i64, Option<i32>, Option<i32>, Option<i32>, String);
+    let procs: Vec<Row> = c
+        .prepare(
+            "SELECT pid, rank, local_rank, world_size, cluster FROM processes
+             WHERE pid IN (SELECT pid FROM events WHERE op = 'cudaLaunchKernel') ORDER BY pid",
+        )
+        .unwrap()
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(procs.len(), 2, "parent and forked child: {procs:?}");
+    for p in &procs {
+        assert_eq!(
+            (p.1, p.2, p.3, p.4.as_str()),
+            (Some(3), Some(1), Some(4), "job-42"),
+            "{p:?}"
+        );
+    }
+    // Every CUDA call carries the rank; the node carries the cluster.
+    assert_eq!(
+        q(
+            &db,
+            "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'"
+        ),
+        4
+    );
+    assert_eq!(
+        q(
+            &db,
+            "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel' AND rank IS DISTINCT FROM 3"
+        ),
+        0
+    );
+    assert_eq!(
+        q(
+            &db,
+            "SELECT count(*) FROM nodes WHERE node = 'test' AND cluster = 'job-42'"
+        ),
+        1
+    );
+}

@@ -146,14 +146,18 @@ static int mode_preempt(const char *out, int ms)
 	return 0;
 }
 
-static int mode_fork(int n, int m)
+/* fork N M [LINGER_MS]: the parent launches N kernels, a forked child M; both stay alive
+ * LINGER_MS after their launches (as a training process does), default 0. */
+static int mode_fork(int n, int m, int linger_ms)
 {
 	pid_t child = fork();
 	if (child == 0) {
 		launch(m);
+		usleep(linger_ms * 1000);
 		_exit(0);
 	}
 	launch(n);
+	usleep(linger_ms * 1000);
 	int status = 0;
 	waitpid(child, &status, 0);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
@@ -271,7 +275,7 @@ int main(int argc, char **argv)
 	if (!strcmp(m, "preempt") && argc > 3)
 		return mode_preempt(argv[2], atoi(argv[3]));
 	if (!strcmp(m, "fork") && argc > 3)
-		return mode_fork(atoi(argv[2]), atoi(argv[3]));
+		return mode_fork(atoi(argv[2]), atoi(argv[3]), argc > 4 ? atoi(argv[4]) : 0);
 	if (!strcmp(m, "rate") && argc > 2)
 		return mode_rate(atol(argv[2]), argc > 3 ? argv[3] : NULL, argc > 4 ? atoi(argv[4]) : 1,
 				 argc > 5 ? atol(argv[5]) : 0);

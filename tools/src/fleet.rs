@@ -145,20 +145,39 @@ fn statuses(answers: &[NodeAnswer]) -> Vec<NodeStatus> {
 
 /// Rows of every node's `run_sql` answer under one header, a `node` column first.
 /// Returns (columns, rows, truncated); columns are those of the first node that answered.
+/// When the rows have a `timestamp` column (ns on the node's clock), a `timestamp_local`
+/// column is added: the same moment on this machine's clock (the node's estimated offset
+/// removed; its uncertainty is in the node's answer), so timelines of several nodes line up.
 pub fn merge_sql(answers: &[NodeAnswer]) -> (Vec<Value>, Vec<Vec<Value>>, bool) {
     let mut columns: Vec<Value> = Vec::new();
     let mut rows = Vec::new();
     let mut truncated = false;
+    let mut ts_col: Option<usize> = None;
     for a in answers.iter().filter(|a| a.ok) {
         let Some(r) = &a.result else { continue };
         if columns.is_empty() {
             columns.push(json!({"name": "node", "type": "Utf8"}));
-            columns.extend(r["columns"].as_array().cloned().unwrap_or_default());
+            let theirs = r["columns"].as_array().cloned().unwrap_or_default();
+            ts_col = theirs.iter().position(|c| c["name"] == "timestamp");
+            columns.extend(theirs);
+            if ts_col.is_some() {
+                columns.push(json!({"name": "timestamp_local", "type": "Int64"}));
+            }
         }
         truncated |= r["truncated"].as_bool().unwrap_or(false);
         for row in r["rows"].as_array().into_iter().flatten() {
+            let cells = row.as_array().cloned().unwrap_or_default();
+            let local =
+                ts_col.map(
+                    |i| match (cells.get(i).and_then(Value::as_i64), a.clock_offset_ns) {
+                        (Some(t), Some(off)) => json!(t - off),
+                        (Some(t), None) => json!(t),
+                        _ => Value::Null,
+                    },
+                );
             let mut out = vec![Value::String(a.node.clone())];
-            out.extend(row.as_array().cloned().unwrap_or_default());
+            out.extend(cells);
+            out.extend(local);
             rows.push(out);
         }
     }
@@ -424,6 +443,20 @@ mod tests {
             outliers[0].starts_with("c: cudaLaunchKernel p50 4.8x"),
             "{outliers:?}"
         );
+    }
+
+    #[test]
+    fn timestamps_are_put_on_our_clock() {
+        let r = json!({"columns": [{"name": "timestamp", "type": "Int64"}], "rows": [[1_000]]});
+        let mut a = answer("a", r.clone());
+        a.clock_offset_ns = Some(300);
+        let mut b = answer("b", r);
+        b.clock_offset_ns = Some(-50);
+        let (cols, rows, _) = merge_sql(&[a, b]);
+        assert_eq!(cols.len(), 3);
+        assert_eq!(cols[2]["name"], "timestamp_local");
+        assert_eq!(rows[0], vec![json!("a"), json!(1_000), json!(700)]);
+        assert_eq!(rows[1], vec![json!("b"), json!(1_000), json!(1_050)]);
     }
 
     #[test]

@@ -241,12 +241,13 @@ pub fn straggler_hunt(a: &StragglerArgs) -> String {
     );
     format!(
         "Find the straggler in this multi-node job: the node or rank whose slowness makes {op} wait on every other node.{scope}\n\n\
-1. describe_trace: which nodes and ranks are in the trace, and are there drops per node?\n\
-2. get_trace_stats per node (node=...): compare count, p50, p99 and total time of {op} across nodes.\n\
-3. run_sql to line up collectives across nodes by sequence (e.g. row_number() OVER (PARTITION BY node, op ORDER BY timestamp)) and find which node arrives last most often; the straggler is the node the others wait for, whose own collective time is the shortest.\n\
-4. get_causal_chains with node=<straggler>: why is it late (CPU contention, I/O, memory, network)?\n\
-5. get_stacks on the straggler for the op that delays it.\n\
-6. Answer: the straggler, how much time the others lose waiting, the cause on that node, and recommendations.\n\n{RULES}",
+1. get_causal_chains: a `straggler` chain already names the node (and rank), how late, since when and the local cause (ranks compared with each other by median absolute deviation when there are 3 or more, else each against its own first steps). If query_fleet is listed, the nodes are live: use query_fleet action=chains and action=stats (its outliers) instead.\n\
+2. describe_trace: which nodes and ranks are in the trace (processes.rank), and are there drops per node?\n\
+3. get_trace_stats per node (node=...): compare count, p50, p99 and total time of {op} across nodes.\n\
+4. run_sql to line up collectives across nodes by sequence (e.g. row_number() OVER (PARTITION BY node, pid, op ORDER BY timestamp)) and find which rank arrives last most often; the straggler is the one the others wait for, whose own wait after the collective is the shortest.\n\
+5. get_causal_chains with node=<straggler>: why is it late (CPU contention, I/O, memory, network)?\n\
+6. get_stacks on the straggler for the op that delays it.\n\
+7. Answer: the straggler, how much time the others lose waiting, the cause on that node, and recommendations.\n\n{RULES}",
         scope = scope(&a.trace, None)
     )
 }

@@ -208,8 +208,8 @@ pub fn merge_chains(answers: &[NodeAnswer], top: Option<usize>) -> Vec<Value> {
     chains
 }
 
-/// A node whose median (p50) of an op is at least this many times the median of the other
-/// nodes' medians is an outlier.
+/// With two nodes, one whose p50 of an op is at least this many times the other's is an
+/// outlier; with three or more, the straggler detector's median-absolute-deviation rule decides.
 const OUTLIER_RATIO: f64 = 2.0;
 
 fn median(v: &mut [f64]) -> f64 {
@@ -223,7 +223,8 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// Per-(node, op) rows of every node's `get_trace_stats`, and the nodes whose p50 of an op is
-/// far above the other nodes' (the first thing to look at for a straggler).
+/// far above the others' (the first thing to look at for a straggler): robust z-score by median
+/// absolute deviation with 3+ nodes (as the straggler detector), a 2x ratio with two.
 fn merge_stats(answers: &[NodeAnswer]) -> (Vec<Vec<Value>>, Vec<String>) {
     let mut rows = Vec::new();
     // op -> [(node, p50, count)]
@@ -259,24 +260,33 @@ fn merge_stats(answers: &[NodeAnswer]) -> (Vec<Vec<Value>>, Vec<String>) {
     }
     let mut outliers = Vec::new();
     for (op, nodes) in &per_op {
-        if nodes.len() < 2 {
-            continue;
-        }
-        for (node, p50, count) in nodes {
-            let mut others: Vec<f64> = nodes
-                .iter()
-                .filter(|(n, ..)| n != node)
-                .map(|(_, p, _)| *p)
-                .collect();
-            let m = median(&mut others);
-            if m > 0.0 && *p50 >= OUTLIER_RATIO * m {
-                outliers.push(format!(
-                    "{node}: {op} p50 {:.1}x the other nodes' median ({} calls)",
-                    p50 / m,
-                    count
-                ));
+        let xs: Vec<f64> = nodes.iter().map(|n| n.1).collect();
+        let (who, rule) = match nodes.len() {
+            0 | 1 => continue,
+            2 => {
+                let (lo, hi) = if xs[0] <= xs[1] { (0, 1) } else { (1, 0) };
+                if xs[hi] < OUTLIER_RATIO * xs[lo] {
+                    continue;
+                }
+                (hi, "the other node")
             }
-        }
+            _ => match causeway_analysis::detectors::straggler::outlier(&xs, true) {
+                Some(i) => (i, "the fleet median, a MAD outlier"),
+                None => continue,
+            },
+        };
+        let mut others: Vec<f64> = xs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != who)
+            .map(|(_, x)| *x)
+            .collect();
+        let m = median(&mut others);
+        let (node, p50, count) = &nodes[who];
+        outliers.push(format!(
+            "{node}: {op} p50 {:.1}x {rule} ({count} calls)",
+            p50 / m
+        ));
     }
     (rows, outliers)
 }

@@ -219,16 +219,7 @@ pub fn sql(r: &QueryResult) -> String {
     }
     let names: Vec<&str> = r.columns.iter().map(|c| c.name.as_str()).collect();
     let _ = writeln!(o, "{}", names.join("\t"));
-    for row in &r.rows {
-        let cells: Vec<String> = row
-            .iter()
-            .map(|v| match v {
-                serde_json::Value::String(s) => q(s),
-                other => other.to_string(),
-            })
-            .collect();
-        let _ = writeln!(o, "{}", cells.join("\t"));
-    }
+    rows(&mut o, &r.rows);
     let _ = writeln!(o, "({} rows, {:.1} ms)", r.rows.len(), r.elapsed_ms);
     note(&mut o);
     o
@@ -396,6 +387,20 @@ pub fn test_report(r: &TestReportResult) -> String {
     o
 }
 
+/// Result rows as tab-separated lines, strings quoted as data.
+fn rows(o: &mut String, rows: &[Vec<serde_json::Value>]) {
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .map(|v| match v {
+                serde_json::Value::String(s) => q(s),
+                other => other.to_string(),
+            })
+            .collect();
+        let _ = writeln!(o, "{}", cells.join("\t"));
+    }
+}
+
 /// `query_fleet`.
 pub fn fleet(r: &crate::fleet::FleetOut) -> String {
     let mut o = String::new();
@@ -420,16 +425,7 @@ pub fn fleet(r: &crate::fleet::FleetOut) -> String {
     }
     if !r.columns.is_empty() {
         let _ = writeln!(o, "{}", r.columns.join("\t"));
-        for row in &r.rows {
-            let cells: Vec<String> = row
-                .iter()
-                .map(|v| match v {
-                    serde_json::Value::String(s) => q(s),
-                    other => other.to_string(),
-                })
-                .collect();
-            let _ = writeln!(o, "{}", cells.join("\t"));
-        }
+        rows(&mut o, &r.rows);
         let _ = writeln!(
             o,
             "({} rows{})",

@@ -97,15 +97,7 @@ fn two_ranks_fall_back_to_their_own_baseline() {
     };
     let c = found_within_30s(&job, t, "rank-1");
     assert!(c.summary.contains("own baseline"), "{}", c.summary);
-    let healthy = SyncJob {
-        ranks: 2,
-        ..SyncJob::default()
-    };
-    let (chains, _) = chains(&healthy);
-    assert!(
-        chains.iter().all(|c| c.detector != "straggler"),
-        "{chains:#?}"
-    );
+    no_straggler(2);
 }
 
 #[test]
@@ -118,20 +110,20 @@ fn a_single_rank_is_compared_with_its_own_start() {
     };
     let c = found_within_30s(&job, t, "rank-0");
     assert!(c.summary.contains("the only rank traced"), "{}", c.summary);
-    let healthy = SyncJob {
-        ranks: 1,
-        ..SyncJob::default()
-    };
-    let (chains, _) = chains(&healthy);
-    assert!(
-        chains.iter().all(|c| c.detector != "straggler"),
-        "{chains:#?}"
-    );
+    no_straggler(1);
 }
 
 #[test]
 fn the_healthy_eight_rank_job_has_no_straggler() {
-    let (chains, _) = chains(&SyncJob::default());
+    no_straggler(8);
+}
+
+/// The healthy job of `ranks` ranks has no straggler.
+fn no_straggler(ranks: usize) {
+    let (chains, _) = chains(&SyncJob {
+        ranks,
+        ..SyncJob::default()
+    });
     assert!(
         chains.iter().all(|c| c.detector != "straggler"),
         "{chains:#?}"

@@ -97,6 +97,29 @@ fn query(dir: &Path, nodes: &str, with_client_cert: bool) -> (bool, Value, Strin
     )
 }
 
+/// Runs `causeway ARGS --nodes NODES` with the CA, the client certificate and the token, and
+/// returns its JSON (the command must succeed).
+fn client(dir: &Path, args: &[&str], nodes: &[String]) -> Value {
+    let out = Command::new(BIN)
+        .args(args)
+        .args(["--nodes", &nodes.join(","), "--ca-cert"])
+        .arg(dir.join("ca.pem"))
+        .arg("--client-cert")
+        .arg(dir.join("client.pem"))
+        .arg("--client-key")
+        .arg(dir.join("client.key"))
+        .args(["--node-timeout", "5s", "--json"])
+        .env("CAUSEWAY_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn query_fans_out_over_mtls_with_partial_results() {
     let dir = tempfile::tempdir().unwrap();
@@ -130,23 +153,7 @@ fn query_fans_out_over_mtls_with_partial_results() {
     assert!(warnings[0].as_str().unwrap().starts_with(&dead), "{v}");
 
     // explain --nodes: every node's chains ranked together, each with the node that reported it.
-    let out = Command::new(BIN)
-        .args(["explain", "--nodes", &nodes.join(","), "--ca-cert"])
-        .arg(dir.path().join("ca.pem"))
-        .arg("--client-cert")
-        .arg(dir.path().join("client.pem"))
-        .arg("--client-key")
-        .arg(dir.path().join("client.key"))
-        .args(["--node-timeout", "5s", "--json"])
-        .env("CAUSEWAY_TOKEN", TOKEN)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let e = client(dir.path(), &["explain"], &nodes);
     let chains = e["chains"].as_array().unwrap();
     assert!(!chains.is_empty() && chains.len().is_multiple_of(3), "{e}");
     let lost: Vec<i64> = chains
@@ -163,25 +170,9 @@ fn query_fans_out_over_mtls_with_partial_results() {
 
     // `causeway fleet`: the CLI twin of query_fleet.
     let fleet = |action: &str, extra: &[&str]| -> Value {
-        let out = Command::new(BIN)
-            .args(["fleet", action])
-            .args(extra)
-            .args(["--nodes", &nodes.join(","), "--ca-cert"])
-            .arg(dir.path().join("ca.pem"))
-            .arg("--client-cert")
-            .arg(dir.path().join("client.pem"))
-            .arg("--client-key")
-            .arg(dir.path().join("client.key"))
-            .args(["--node-timeout", "5s", "--json"])
-            .env("CAUSEWAY_TOKEN", TOKEN)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "fleet {action}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        let mut args = vec!["fleet", action];
+        args.extend(extra);
+        client(dir.path(), &args, &nodes)
     };
     let o = fleet("overview", &[]);
     assert_eq!(o["columns"][0], "node");

@@ -3,6 +3,9 @@
 //! node and a thread track per thread, every event is there, off-CPU spans sit where they
 //! happened, chains are joined to their evidence by flows, and the bytes are deterministic.
 
+mod fixture;
+mod otlp;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -290,4 +293,22 @@ fn prometheus_histograms_are_cumulative_and_exact() {
         .query_row([], |row| row.get(0))
         .unwrap();
     assert_eq!(total as i64, stored);
+}
+
+/// The Prometheus text of the demo incident and of the fixture (kernel counts, drops, bytes,
+/// off-CPU states), pinned byte for byte (checked equal to the renderer's output before its
+/// queries moved into the shared gathering).
+#[test]
+fn prometheus_text_is_pinned() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = Reader::open(&demo(dir.path(), Scenario::Incident)).unwrap();
+    insta::assert_snapshot!(
+        "prometheus_incident",
+        causeway_export::prometheus::render(&r).unwrap()
+    );
+    let r = Reader::open(&fixture::fixture(dir.path())).unwrap();
+    insta::assert_snapshot!(
+        "prometheus_fixture",
+        causeway_export::prometheus::render(&r).unwrap()
+    );
 }

@@ -116,26 +116,66 @@ async fn request(
     body: Option<&Value>,
 ) -> Result<(u16, Bytes)> {
     let (https, authority) = split(node);
+    if https && fleet.tls.is_none() {
+        bail!("{node} is https but no CA was given\nhint: pass --ca-cert PEM");
+    }
+    let payload = body.map(|b| b.to_string()).unwrap_or_default();
+    let to = HttpTarget {
+        authority,
+        tls: if https { fleet.tls.as_ref() } else { None },
+        token: fleet.token.as_deref(),
+    };
+    send(
+        &to,
+        method,
+        path,
+        "application/json",
+        Bytes::from(payload),
+        MAX_ANSWER_BYTES,
+    )
+    .await
+}
+
+/// Where one HTTP request goes (shared by the fleet fan-out and the OTLP push).
+#[derive(Debug, Clone, Copy)]
+pub struct HttpTarget<'a> {
+    /// `host:port`.
+    pub authority: &'a str,
+    /// TLS client configuration: Some means https.
+    pub tls: Option<&'a Arc<rustls::ClientConfig>>,
+    /// Bearer token.
+    pub token: Option<&'a str>,
+}
+
+/// Sends one HTTP/1.1 request and returns (status, body), the body capped at `max_answer`.
+pub async fn send(
+    to: &HttpTarget<'_>,
+    method: hyper::Method,
+    path: &str,
+    content_type: &str,
+    payload: Bytes,
+    max_answer: usize,
+) -> Result<(u16, Bytes)> {
+    let authority = to.authority;
     let stream = TcpStream::connect(authority)
         .await
         .with_context(|| format!("cannot connect to {authority}"))?;
-    let payload = body.map(|b| b.to_string()).unwrap_or_default();
     let mut req = hyper::Request::builder()
         .method(method)
         .uri(path)
         .header(hyper::header::HOST, authority)
-        .header(hyper::header::CONTENT_TYPE, "application/json");
-    if let Some(t) = &fleet.token {
+        .header(hyper::header::CONTENT_TYPE, content_type);
+    if let Some(t) = to.token {
         req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
     }
-    let req = req.body(Full::new(Bytes::from(payload)))?;
+    let req = req.body(Full::new(payload))?;
     macro_rules! exchange {
         ($io:expr) => {{
             let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new($io)).await?;
             tokio::spawn(conn);
             let resp = send.send_request(req).await?;
             let status = resp.status().as_u16();
-            let bytes = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
+            let bytes = Limited::new(resp.into_body(), max_answer)
                 .collect()
                 .await
                 .map_err(|e| anyhow!("reading the answer: {e}"))?
@@ -143,10 +183,7 @@ async fn request(
             (status, bytes)
         }};
     }
-    Ok(if https {
-        let Some(cfg) = &fleet.tls else {
-            bail!("{node} is https but no CA was given\nhint: pass --ca-cert PEM");
-        };
+    Ok(if let Some(cfg) = to.tls {
         let host = authority.rsplit_once(':').map_or(authority, |h| h.0);
         let name =
             rustls::pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
@@ -251,6 +288,18 @@ pub async fn fan_out(fleet: &Fleet, tool: &str, args: &Value) -> Vec<NodeAnswer>
     out
 }
 
+/// The bearer token from `file`, else $CAUSEWAY_TOKEN (trimmed; empty means none).
+pub fn read_token(file: Option<&std::path::Path>) -> Result<Option<String>> {
+    let raw = match file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("{}: cannot read the token file", p.display()))?,
+        ),
+        None => std::env::var("CAUSEWAY_TOKEN").ok(),
+    };
+    Ok(raw.map(|t| t.trim().to_string()).filter(|t| !t.is_empty()))
+}
+
 /// The fleet options shared by `query --nodes` and `explain --nodes`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct FleetArgs {
@@ -278,15 +327,7 @@ pub struct FleetArgs {
 impl FleetArgs {
     /// The fleet these options describe (reads the token and TLS files).
     pub fn fleet(&self) -> Result<Fleet> {
-        let token = match &self.token_file {
-            Some(p) => Some(
-                std::fs::read_to_string(p)
-                    .with_context(|| format!("{}: cannot read the token file", p.display()))?,
-            ),
-            None => std::env::var("CAUSEWAY_TOKEN").ok(),
-        }
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty());
+        let token = read_token(self.token_file.as_deref())?;
         let tls = match &self.ca_cert {
             Some(ca) => Some(Arc::new(tls_config(
                 ca,

@@ -4,6 +4,7 @@
 mod cmd;
 mod fleet;
 mod mcp;
+mod otlp;
 mod output;
 
 use std::io::Write;
@@ -33,7 +34,8 @@ enum Command {
     Query(cmd::query::QueryArgs),
     /// Explain why the workload was slow: ranked causal chains with timeline, root cause and fix.
     Explain(cmd::explain::ExplainArgs),
-    /// Export a trace for other tools: Perfetto / Chrome trace-event JSON.
+    /// Export a trace for other tools: Perfetto / Chrome trace-event JSON, or OTLP metrics and
+    /// logs pushed to an OpenTelemetry Collector (or written as protobuf files).
     Export(cmd::export::ExportArgs),
     /// Generate a realistic synthetic trace for a scenario (no root, no GPU) and explain it.
     Demo(cmd::demo::DemoArgs),

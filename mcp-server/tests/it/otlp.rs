@@ -524,8 +524,41 @@ fn otlp_export_rejects_bad_input_before_writing() {
     );
 }
 
-/// `trace --otlp-endpoint` pushes while recording the stand-in workload, and once more with
-/// the chains at the end; its summary still goes to stdout.
+/// cudaLaunchKernel calls in a pushed metrics request (`causeway.op.calls`).
+fn launch_calls(body: &[u8]) -> i64 {
+    let m = ExportMetricsServiceRequest::decode(body).unwrap();
+    let mut n = 0;
+    for metric in m
+        .resource_metrics
+        .iter()
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .filter(|m| m.name == "causeway.op.calls")
+    {
+        let Some(Data::Sum(s)) = &metric.data else {
+            panic!("calls is not a sum")
+        };
+        for p in &s.data_points {
+            let launch = p.attributes.iter().any(|a| {
+                a.key == "op"
+                    && matches!(a.value.as_ref().and_then(|v| v.value.as_ref()),
+                        Some(Value::StringValue(op)) if op == "cudaLaunchKernel")
+            });
+            if let (
+                true,
+                Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsInt(v)),
+            ) = (launch, p.value)
+            {
+                n += v;
+            }
+        }
+    }
+    n
+}
+
+/// `trace --otlp-endpoint` pushes cumulative metrics while recording the stand-in workload
+/// (1.5 s of launches, a push every 200 ms), and once more with the chains at the end; its
+/// summary still goes to stdout.
 #[test]
 fn trace_pushes_metrics_while_recording() {
     if !crate::trace::bpf_tests() {
@@ -543,8 +576,7 @@ fn trace_pushes_metrics_while_recording() {
             "--otlp-endpoint",
             &url,
         ])
-        .args(["--otlp-interval", "200ms", "--", &workload, "calls"])
-        .arg(dir.path().join("out.txt"))
+        .args(["--otlp-interval", "200ms", "--", &workload, "hold", "1500"])
         .env("CAUSEWAY_TOKEN", TOKEN)
         .output()
         .unwrap();
@@ -555,12 +587,37 @@ fn trace_pushes_metrics_while_recording() {
     let got = log.take();
     let metrics: Vec<&Got> = got.iter().filter(|g| g.path == "/v1/metrics").collect();
     let logs: Vec<&Got> = got.iter().filter(|g| g.path == "/v1/logs").collect();
-    assert!(!metrics.is_empty(), "{stderr}");
+    assert!(
+        metrics.len() >= 3,
+        "{} metric pushes: {stderr}",
+        metrics.len()
+    );
     assert_eq!(logs.len(), 1, "the chains go once, at the end");
     assert_eq!(got.last().unwrap().path, "/v1/logs");
     assert!(got.iter().all(|g| g.auth == format!("Bearer {TOKEN}")));
-    let (_, ops, _) = decode(&metrics.last().unwrap().body, &logs[0].body);
-    assert!(ops.iter().any(|o| o == "cudaLaunchKernel"), "{ops:?}");
+    decode(&metrics.last().unwrap().body, &logs[0].body);
+    let calls: Vec<i64> = metrics.iter().map(|g| launch_calls(&g.body)).collect();
+    assert!(
+        calls.windows(2).all(|w| w[0] <= w[1]),
+        "cumulative: {calls:?}"
+    );
+    assert!(
+        calls[0] < *calls.last().unwrap(),
+        "pushed while growing: {calls:?}"
+    );
+    let rows = ok(&[
+        "query",
+        "--db",
+        db.to_str().unwrap(),
+        "--json",
+        "SELECT sum(calls) AS n FROM op_counts c JOIN ops o USING (op_id) WHERE o.op = 'cudaLaunchKernel'",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&rows).unwrap();
+    assert_eq!(
+        v["rows"][0][0].as_i64(),
+        calls.last().copied(),
+        "the final push has every counted launch: {calls:?} vs {rows}"
+    );
     assert!(stderr.contains("OTLP push(es)"), "{stderr}");
 }
 

@@ -63,6 +63,59 @@ impl std::fmt::Debug for Target {
     }
 }
 
+/// One OTLP signal: its request and response messages, HTTP path and gRPC call.
+trait Signal: Message + Sized + Send + 'static {
+    /// The receiver's answer.
+    type Response: Message + Default;
+    /// OTLP/HTTP path below the endpoint.
+    const PATH: &'static str;
+    /// Points or records the receiver rejected (partial success).
+    fn rejected(r: &Self::Response) -> i64;
+    /// The gRPC `Export` call.
+    async fn export(
+        channel: tonic::transport::Channel,
+        req: tonic::Request<Self>,
+    ) -> Result<Self::Response, tonic::Status>;
+}
+
+impl Signal for ExportMetricsServiceRequest {
+    type Response = ExportMetricsServiceResponse;
+    const PATH: &'static str = "/v1/metrics";
+    fn rejected(r: &Self::Response) -> i64 {
+        r.partial_success
+            .as_ref()
+            .map_or(0, |p| p.rejected_data_points)
+    }
+    async fn export(
+        channel: tonic::transport::Channel,
+        req: tonic::Request<Self>,
+    ) -> Result<Self::Response, tonic::Status> {
+        Ok(MetricsServiceClient::new(channel)
+            .export(req)
+            .await?
+            .into_inner())
+    }
+}
+
+impl Signal for ExportLogsServiceRequest {
+    type Response = ExportLogsServiceResponse;
+    const PATH: &'static str = "/v1/logs";
+    fn rejected(r: &Self::Response) -> i64 {
+        r.partial_success
+            .as_ref()
+            .map_or(0, |p| p.rejected_log_records)
+    }
+    async fn export(
+        channel: tonic::transport::Channel,
+        req: tonic::Request<Self>,
+    ) -> Result<Self::Response, tonic::Status> {
+        Ok(LogsServiceClient::new(channel)
+            .export(req)
+            .await?
+            .into_inner())
+    }
+}
+
 /// What the receiver said about one push.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pushed {
@@ -151,53 +204,29 @@ impl Target {
 
     /// Sends the metrics request.
     pub async fn push_metrics(&self, req: ExportMetricsServiceRequest) -> Result<Pushed> {
-        let bytes = req.encoded_len();
-        let rejected = match self.protocol {
-            Protocol::Http => {
-                let answer = self.post("/v1/metrics", req.encode_to_vec()).await?;
-                ExportMetricsServiceResponse::decode(answer)
-                    .ok()
-                    .and_then(|r| r.partial_success)
-                    .map_or(0, |p| p.rejected_data_points)
-            }
-            Protocol::Grpc => {
-                let channel = self.channel().await?;
-                let mut client = MetricsServiceClient::new(channel);
-                let resp =
-                    tokio::time::timeout(self.timeout, client.export(self.grpc_request(req)?))
-                        .await
-                        .map_err(|_| self.timed_out())?
-                        .map_err(|s| self.grpc_error(s))?;
-                resp.into_inner()
-                    .partial_success
-                    .map_or(0, |p| p.rejected_data_points)
-            }
-        };
-        Ok(Pushed { bytes, rejected })
+        self.push(req).await
     }
 
     /// Sends the logs request.
     pub async fn push_logs(&self, req: ExportLogsServiceRequest) -> Result<Pushed> {
+        self.push(req).await
+    }
+
+    async fn push<S: Signal>(&self, req: S) -> Result<Pushed> {
         let bytes = req.encoded_len();
         let rejected = match self.protocol {
             Protocol::Http => {
-                let answer = self.post("/v1/logs", req.encode_to_vec()).await?;
-                ExportLogsServiceResponse::decode(answer)
-                    .ok()
-                    .and_then(|r| r.partial_success)
-                    .map_or(0, |p| p.rejected_log_records)
+                let answer = self.post(S::PATH, req.encode_to_vec()).await?;
+                S::Response::decode(answer).map_or(0, |r| S::rejected(&r))
             }
             Protocol::Grpc => {
                 let channel = self.channel().await?;
-                let mut client = LogsServiceClient::new(channel);
                 let resp =
-                    tokio::time::timeout(self.timeout, client.export(self.grpc_request(req)?))
+                    tokio::time::timeout(self.timeout, S::export(channel, self.grpc_request(req)?))
                         .await
                         .map_err(|_| self.timed_out())?
                         .map_err(|s| self.grpc_error(s))?;
-                resp.into_inner()
-                    .partial_success
-                    .map_or(0, |p| p.rejected_log_records)
+                S::rejected(&resp)
             }
         };
         Ok(Pushed { bytes, rejected })

@@ -190,8 +190,8 @@ fn each_node_is_a_process_track_and_the_cap_is_reported() {
     );
 }
 
-#[test]
-fn switch_in_stamped_nodes_draw_off_cpu_before_the_timestamp() {
+/// The vLLM reference trace from ../shared imported into `dir`.
+pub fn vllm(dir: &Path) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/investigations/vllm-37343-logprobs-amplification.db");
     assert!(
@@ -199,8 +199,7 @@ fn switch_in_stamped_nodes_draw_off_cpu_before_the_timestamp() {
         "{} is missing (tests read ../shared)",
         src.display()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("vllm.duckdb");
+    let db = dir.join("vllm.duckdb");
     causeway_store::import::import(
         &[src],
         &db,
@@ -209,6 +208,13 @@ fn switch_in_stamped_nodes_draw_off_cpu_before_the_timestamp() {
         &mut |_| {},
     )
     .unwrap();
+    db
+}
+
+#[test]
+fn switch_in_stamped_nodes_draw_off_cpu_before_the_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = vllm(dir.path());
     let r = Reader::open(&db).unwrap();
     let node: String = r
         .prepare_trusted("SELECT min(node) FROM event_data")

@@ -5,7 +5,6 @@
 //! encoded requests decode again with the official opentelemetry-proto messages.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use causeway_analysis::demo::{Scenario, write_scenario};
 use causeway_export::gather::gather;
@@ -346,23 +345,8 @@ fn body(v: &Option<AnyValue>) -> String {
 
 #[test]
 fn stored_chains_become_log_records_with_the_severity_mapping() {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/investigations/vllm-37343-logprobs-amplification.db");
-    assert!(
-        src.exists(),
-        "{} is missing (tests read ../shared)",
-        src.display()
-    );
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("vllm.duckdb");
-    causeway_store::import::import(
-        &[src],
-        &db,
-        false,
-        &causeway_store::import::ImportOptions::default(),
-        &mut |_| {},
-    )
-    .unwrap();
+    let db = crate::vllm(dir.path());
     let r = Reader::open(&db).unwrap();
     let (m, l) = wire(&r);
     type Stored = (String, String, String, i64, String, String, i64, i64, f64);

@@ -196,6 +196,23 @@ fn demo_store() -> PathBuf {
     .clone()
 }
 
+/// `causeway export --db DB --format otlp --endpoint URL --token-file TF ARGS...`.
+fn push(db: &str, url: &str, tf: &str, args: &[&str]) -> std::process::Output {
+    let mut full = vec![
+        "export",
+        "--db",
+        db,
+        "--format",
+        "otlp",
+        "--endpoint",
+        url,
+        "--token-file",
+        tf,
+    ];
+    full.extend_from_slice(args);
+    causeway(&full)
+}
+
 fn token_file(dir: &Path, token: &str) -> String {
     let p = dir.join("token");
     std::fs::write(&p, format!("{token}\n")).unwrap();
@@ -267,17 +284,7 @@ fn export_pushes_over_otlp_http_with_the_token() {
     let db = db.to_str().unwrap();
     let (url, log, _rt) = http_receiver(Answer(200, ""));
     let tf = token_file(dir.path(), TOKEN);
-    let out = causeway(&[
-        "export",
-        "--db",
-        db,
-        "--format",
-        "otlp",
-        "--endpoint",
-        &url,
-        "--token-file",
-        &tf,
-    ]);
+    let out = push(db, &url, &tf, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(out.stdout.is_empty(), "stdout is for data only");
@@ -331,17 +338,7 @@ fn http_refusals_and_failures_are_clear_errors() {
     let db = db.to_str().unwrap();
     let (url, log, _rt) = http_receiver(Answer(200, ""));
     let tf = token_file(dir.path(), "not-the-right-token-at-all");
-    let out = causeway(&[
-        "export",
-        "--db",
-        db,
-        "--format",
-        "otlp",
-        "--endpoint",
-        &url,
-        "--token-file",
-        &tf,
-    ]);
+    let out = push(db, &url, &tf, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -353,17 +350,7 @@ fn http_refusals_and_failures_are_clear_errors() {
 
     let (url, _log, _rt2) = http_receiver(Answer(500, "disk full on the collector"));
     let tf = token_file(dir.path(), TOKEN);
-    let out = causeway(&[
-        "export",
-        "--db",
-        db,
-        "--format",
-        "otlp",
-        "--endpoint",
-        &url,
-        "--token-file",
-        &tf,
-    ]);
+    let out = push(db, &url, &tf, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -402,19 +389,7 @@ fn export_pushes_over_otlp_grpc_with_the_token_as_metadata() {
     let db = db.to_str().unwrap();
     let (url, log, _rt) = grpc_receiver();
     let tf = token_file(dir.path(), TOKEN);
-    let out = causeway(&[
-        "export",
-        "--db",
-        db,
-        "--format",
-        "otlp",
-        "--protocol",
-        "grpc",
-        "--endpoint",
-        &url,
-        "--token-file",
-        &tf,
-    ]);
+    let out = push(db, &url, &tf, &["--protocol", "grpc"]);
     assert!(
         out.status.success(),
         "{}",
@@ -434,19 +409,7 @@ fn export_pushes_over_otlp_grpc_with_the_token_as_metadata() {
     );
 
     let bad = token_file(dir.path(), "a-wrong-token-of-some-length");
-    let out = causeway(&[
-        "export",
-        "--db",
-        db,
-        "--format",
-        "otlp",
-        "--protocol",
-        "grpc",
-        "--endpoint",
-        &url,
-        "--token-file",
-        &bad,
-    ]);
+    let out = push(db, &url, &bad, &["--protocol", "grpc"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(

@@ -54,6 +54,35 @@ struct Answer(u16, &'static str);
 
 /// An OTLP/HTTP receiver on loopback: answers 401 without `Bearer TOKEN`, else `answer`.
 fn http_receiver(answer: Answer) -> (String, Log, tokio::runtime::Runtime) {
+    receiver_on(answer, None)
+}
+
+/// The server side of TLS for the test's receivers: server.pem/server.key from `fleet::pki`.
+fn tls_acceptor(dir: &Path) -> tokio_rustls::TlsAcceptor {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.join("server.pem"))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+/// [`http_receiver`], over TLS when `tls` is given (https URL).
+fn receiver_on(
+    answer: Answer,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> (String, Log, tokio::runtime::Runtime) {
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let log = Log::default();
     let listener = rt
@@ -66,7 +95,7 @@ fn http_receiver(answer: Answer) -> (String, Log, tokio::runtime::Runtime) {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
-            let (l, answer) = (l.clone(), answer.clone());
+            let (l, answer, tls) = (l.clone(), answer.clone(), tls.clone());
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(
                     move |req: hyper::Request<hyper::body::Incoming>| {
@@ -108,13 +137,21 @@ fn http_receiver(answer: Answer) -> (String, Log, tokio::runtime::Runtime) {
                         }
                     },
                 );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
+                let http = hyper::server::conn::http1::Builder::new();
+                match tls {
+                    Some(tls) => {
+                        if let Ok(stream) = tls.accept(stream).await {
+                            let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                    }
+                    None => {
+                        let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+                    }
+                }
             });
         }
     });
-    (format!("http://{addr}"), log, rt)
+    (format!("{scheme}://{addr}"), log, rt)
 }
 
 /// The OTLP/gRPC services of the test's receiver: record, then check the token.
@@ -170,6 +207,11 @@ impl LogsService for Grpc {
 }
 
 fn grpc_receiver() -> (String, Log, tokio::runtime::Runtime) {
+    grpc_receiver_on(None)
+}
+
+/// [`grpc_receiver`], over TLS with server.pem/server.key in `tls` when given.
+fn grpc_receiver_on(tls: Option<&Path>) -> (String, Log, tokio::runtime::Runtime) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let log = Log::default();
     let listener = rt
@@ -177,13 +219,24 @@ fn grpc_receiver() -> (String, Log, tokio::runtime::Runtime) {
         .unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
     let svc = Grpc(log.clone());
+    let mut server = tonic::transport::Server::builder();
+    if let Some(dir) = tls {
+        let identity = tonic::transport::Identity::from_pem(
+            std::fs::read(dir.join("server.pem")).unwrap(),
+            std::fs::read(dir.join("server.key")).unwrap(),
+        );
+        server = server
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .unwrap();
+    }
+    let scheme = if tls.is_some() { "https" } else { "http" };
     rt.spawn(
-        tonic::transport::Server::builder()
+        server
             .add_service(MetricsServiceServer::new(svc.clone()))
             .add_service(LogsServiceServer::new(svc))
             .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
     );
-    (format!("http://{addr}"), log, rt)
+    (format!("{scheme}://{addr}"), log, rt)
 }
 
 fn demo_store() -> PathBuf {
@@ -416,6 +469,53 @@ fn export_pushes_over_otlp_grpc_with_the_token_as_metadata() {
         stderr.contains("refused the push (gRPC Unauthenticated)") && stderr.contains("hint:"),
         "{stderr}"
     );
+}
+
+/// https endpoints over both transports trust the CA given with --ca-cert, and only it.
+#[test]
+fn pushes_over_tls_trust_the_given_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    crate::fleet::pki(dir.path());
+    let db = demo_store();
+    let db = db.to_str().unwrap();
+    let tf = token_file(dir.path(), TOKEN);
+    let ca = dir.path().join("ca.pem");
+    let ca = ca.to_str().unwrap();
+    let (url, log, _rt) = receiver_on(Answer(200, ""), Some(tls_acceptor(dir.path())));
+    let (gurl, glog, _grt) = grpc_receiver_on(Some(dir.path()));
+    assert!(url.starts_with("https://") && gurl.starts_with("https://"));
+    for (url, protocol, log) in [(&url, "http", &log), (&gurl, "grpc", &glog)] {
+        let out = push(db, url, &tf, &["--protocol", protocol, "--ca-cert", ca]);
+        assert!(
+            out.status.success(),
+            "{protocol}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = log.take();
+        assert_eq!(got.len(), 2, "{protocol}");
+        decode(&got[0].body, &got[1].body);
+        // A CA that did not sign the receiver's certificate is refused by the handshake.
+        let other = tempfile::tempdir().unwrap();
+        crate::fleet::pki(other.path());
+        let out = push(
+            db,
+            url,
+            &tf,
+            &[
+                "--protocol",
+                protocol,
+                "--ca-cert",
+                other.path().join("ca.pem").to_str().unwrap(),
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{protocol}: {stderr}");
+        assert!(stderr.contains("hint:"), "{protocol}: {stderr}");
+        assert!(
+            log.take().is_empty(),
+            "{protocol}: nothing arrives unverified"
+        );
+    }
 }
 
 #[test]

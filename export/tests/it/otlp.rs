@@ -505,3 +505,73 @@ fn engine_chains_are_exported_when_none_are_stored() {
     .unwrap();
     assert!(off.resource_logs.is_empty());
 }
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::StringValue(s) => format!("{s:?}"),
+        Value::IntValue(i) => i.to_string(),
+        Value::DoubleValue(d) => d.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn show_attrs(attrs: &[KeyValue]) -> String {
+    attrs
+        .iter()
+        .map(|kv| {
+            let v = kv.value.as_ref().and_then(|v| v.value.as_ref());
+            format!("{}={}", kv.key, v.map(show).unwrap_or_default())
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The fixture's metrics as a person reads them: resources, metrics with unit, and points
+/// (histograms as their non-empty buckets `k:n`, bucket k = [2^k, 2^(k+1)) ns).
+#[test]
+fn fixture_metrics_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = Reader::open(&fixture::fixture(dir.path())).unwrap();
+    let (m, _) = wire(&r);
+    let mut o = String::new();
+    for rm in &m.resource_metrics {
+        let res = show_attrs(&rm.resource.as_ref().unwrap().attributes);
+        o.push_str(&format!("resource {res}\n"));
+        for metric in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
+            o.push_str(&format!("  {} [{}]\n", metric.name, metric.unit));
+            match &metric.data {
+                Some(Data::Histogram(h)) => {
+                    for p in &h.data_points {
+                        let buckets: Vec<String> = p
+                            .bucket_counts
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, n)| **n > 0)
+                            .map(|(k, n)| format!("{k}:{n}"))
+                            .collect();
+                        o.push_str(&format!(
+                            "    {} count={} sum={} min={:?} max={:?} buckets {}\n",
+                            show_attrs(&p.attributes),
+                            p.count,
+                            p.sum.unwrap_or_default(),
+                            p.min,
+                            p.max,
+                            buckets.join(" ")
+                        ));
+                    }
+                }
+                Some(Data::Sum(s)) => {
+                    for p in &s.data_points {
+                        let Some(number_data_point::Value::AsInt(v)) = p.value else {
+                            panic!("not an int")
+                        };
+                        o.push_str(&format!("    {} {v}\n", show_attrs(&p.attributes)));
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    let host = format!("{:?}", causeway_store::default_node_name());
+    insta::assert_snapshot!(o.replace(&host, "\"<this host>\""));
+}

@@ -575,3 +575,62 @@ fn fixture_metrics_summary() {
     let host = format!("{:?}", causeway_store::default_node_name());
     insta::assert_snapshot!(o.replace(&host, "\"<this host>\""));
 }
+
+/// Timing of one OTLP metrics export (what `trace --otlp-endpoint` does per push) and of the
+/// Prometheus text over a larger store: `CAUSEWAY_BENCH_EVENTS` calls (default 2,000,000) of
+/// 8 processes written through the Writer. Run explicitly:
+/// `cargo test -p causeway-export --test it otlp::metrics_export_timing -- --ignored --nocapture`
+#[test]
+#[ignore = "timing; run explicitly"]
+fn metrics_export_timing() {
+    let n: i64 = std::env::var("CAUSEWAY_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000_000);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.duckdb");
+    let mut w = causeway_store::Writer::create(
+        &path,
+        causeway_store::WriterOptions {
+            node: "bench".into(),
+            ..causeway_store::WriterOptions::default()
+        },
+    )
+    .unwrap();
+    for i in 0..n {
+        w.append(&causeway_store::Event {
+            timestamp: fixture::T0 + i * 1_000,
+            duration: 1_000 + (i * 7919) % 5_000_000,
+            pid: 1_000 + (i % 8) as u32,
+            tid: 1_000 + (i % 8) as u32,
+            comm: "python3".into(),
+            op_id: [fixture::LAUNCH, fixture::MEMCPY, fixture::SYNC][(i % 3) as usize],
+            arg0: 4096,
+            ..causeway_store::Event::default()
+        })
+        .unwrap();
+    }
+    w.finish().unwrap();
+    let r = Reader::open(&path).unwrap();
+    let mut best = (f64::MAX, f64::MAX, 0);
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let m = otlp::metrics_request(&r).unwrap();
+        let otlp_s = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let text = causeway_export::prometheus::render(&r).unwrap();
+        let prom_s = t.elapsed().as_secs_f64();
+        let total: u64 = histograms(&m).values().map(|p| p.count).sum();
+        assert_eq!(total as i64, n);
+        assert!(text.contains("causeway_call_duration_seconds_count"));
+        best = (
+            best.0.min(otlp_s),
+            best.1.min(prom_s),
+            m.encode_to_vec().len(),
+        );
+    }
+    println!(
+        "{n} events: OTLP metrics request {:.3} s ({} bytes encoded), Prometheus text {:.3} s (best of 3)",
+        best.0, best.2, best.1
+    );
+}

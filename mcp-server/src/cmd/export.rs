@@ -43,10 +43,10 @@ pub struct ExportArgs {
     /// Replace OUT if it exists.
     #[arg(long)]
     pub force: bool,
-    /// Most events to export (the earliest are kept; the file says how many were cut).
+    /// Perfetto: most events to export (the earliest are kept; the file says how many were cut).
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub max_events: usize,
-    /// Do not draw causal chains.
+    /// Leave the causal chains out (Perfetto: no findings track; OTLP: no log records).
     #[arg(long)]
     pub no_chains: bool,
     #[command(flatten, next_help_heading = "OTLP push (--format otlp)")]
@@ -198,7 +198,11 @@ fn run_otlp(args: &ExportArgs) -> Result<()> {
     };
     let reader = Reader::open(&args.db)?;
     let metrics = causeway_export::otlp::metrics_request(&reader)?;
-    let logs = causeway_export::otlp::logs_request(&reader, &LogsOptions::default())?;
+    let logs = if args.no_chains {
+        ExportLogsServiceRequest::default()
+    } else {
+        causeway_export::otlp::logs_request(&reader, &LogsOptions::default())?
+    };
     drop(reader);
     let (resources, points, records) = (
         metrics.resource_metrics.len(),

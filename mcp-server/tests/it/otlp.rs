@@ -581,10 +581,23 @@ fn otlp_export_rejects_bad_input_before_writing() {
     assert!(!out_file.exists(), "nothing half-written");
     ok(&["export", "--db", db, "--format", "otlp", "-o", o, "--force"]);
     assert!(out_file.exists());
-    assert_ne!(
-        std::fs::read(dir.path().join("m.logs.pb")).unwrap(),
-        b"keep"
-    );
+    let logs = std::fs::read(dir.path().join("m.logs.pb")).unwrap();
+    assert_ne!(logs, b"keep");
+    assert!(decode(&std::fs::read(&out_file).unwrap(), &logs).2 > 0);
+    // --no-chains: the same metrics, no log records.
+    ok(&[
+        "export",
+        "--db",
+        db,
+        "--format",
+        "otlp",
+        "-o",
+        o,
+        "--force",
+        "--no-chains",
+    ]);
+    let logs = std::fs::read(dir.path().join("m.logs.pb")).unwrap();
+    assert_eq!(decode(&std::fs::read(&out_file).unwrap(), &logs).2, 0);
 }
 
 /// cudaLaunchKernel calls in a pushed metrics request (`causeway.op.calls`).

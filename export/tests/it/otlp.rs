@@ -629,7 +629,7 @@ fn metrics_export_timing() {
             m.encode_to_vec().len(),
         );
     }
-    println!(
+    eprintln!(
         "{n} events: OTLP metrics request {:.3} s ({} bytes encoded), Prometheus text {:.3} s (best of 3)",
         best.0, best.2, best.1
     );

@@ -17,11 +17,10 @@ fn launch(i: i64) -> Event {
     }
 }
 
-#[test]
-fn live_reader_sees_committed_batches_while_the_writer_records() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("live.duckdb");
-    let mut w = Writer::create(
+/// A new store `live.duckdb` in `dir` and its writer (node `n`).
+fn writer(dir: &std::path::Path) -> (std::path::PathBuf, Writer) {
+    let path = dir.join("live.duckdb");
+    let w = Writer::create(
         &path,
         WriterOptions {
             node: "n".into(),
@@ -29,6 +28,13 @@ fn live_reader_sees_committed_batches_while_the_writer_records() {
         },
     )
     .unwrap();
+    (path, w)
+}
+
+#[test]
+fn live_reader_sees_committed_batches_while_the_writer_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, mut w) = writer(dir.path());
     let r = w.live_reader().unwrap();
     assert!(r.is_live());
     let count = |r: &Reader| run(r, "SELECT count(*) AS n FROM events").unwrap().rows[0][0].clone();
@@ -69,15 +75,7 @@ fn live_reader_sees_committed_batches_while_the_writer_records() {
 #[test]
 fn finish_while_a_live_reader_queries() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("live.duckdb");
-    let mut w = Writer::create(
-        &path,
-        WriterOptions {
-            node: "n".into(),
-            ..WriterOptions::default()
-        },
-    )
-    .unwrap();
+    let (path, mut w) = writer(dir.path());
     for i in 0..100 {
         w.append(&launch(i)).unwrap();
     }

@@ -633,8 +633,8 @@ fn launch_calls(body: &[u8]) -> i64 {
 }
 
 /// `trace --otlp-endpoint` pushes cumulative metrics while recording the stand-in workload
-/// (1.5 s of launches, a push every 200 ms), and once more with the chains at the end; its
-/// summary still goes to stdout.
+/// (1.5 s of launches, a push every 200 ms), and once more with the chains at the end, also
+/// while it serves MCP (`--serve`); its summary still goes to stdout.
 #[test]
 fn trace_pushes_metrics_while_recording() {
     if !crate::trace::bpf_tests() {
@@ -652,7 +652,8 @@ fn trace_pushes_metrics_while_recording() {
             "--otlp-endpoint",
             &url,
         ])
-        .args(["--otlp-interval", "200ms", "--", &workload, "hold", "1500"])
+        .args(["--otlp-interval", "200ms", "--serve", "127.0.0.1:0"])
+        .args(["--", &workload, "hold", "1500"])
         .env("CAUSEWAY_TOKEN", TOKEN)
         .output()
         .unwrap();
@@ -695,6 +696,7 @@ fn trace_pushes_metrics_while_recording() {
         "the final push has every counted launch: {calls:?} vs {rows}"
     );
     assert!(stderr.contains("OTLP push(es)"), "{stderr}");
+    assert!(stderr.contains("causeway trace: listening on"), "{stderr}");
 }
 
 /// A receiver that is down costs warnings, never the recording.

@@ -22,7 +22,7 @@ pub struct TraceCmd {
     #[command(flatten, next_help_heading = "Serving (with --serve)")]
     pub http: HttpFlags,
     #[command(flatten, next_help_heading = "OTLP push (with --otlp-endpoint)")]
-    pub otlp: crate::otlp::PushFlags,
+    pub otlp: crate::otlp::live::PushFlags,
 }
 
 fn finish(args: &TraceCmd, summary: &causeway_collector::TraceSummary) -> Result<()> {
@@ -48,7 +48,9 @@ pub fn run(args: &TraceCmd) -> Result<()> {
     let (stop, recorder) = start_live_recording(&ctx, args.trace.clone())?;
     let pushed = Arc::new(AtomicBool::new(false));
     let pusher = push
-        .map(|t| crate::otlp::spawn_pusher(ctx.clone(), t, args.otlp.otlp_interval, pushed.clone()))
+        .map(|t| {
+            crate::otlp::live::spawn_pusher(ctx.clone(), t, args.otlp.otlp_interval, pushed.clone())
+        })
         .transpose()?;
     let Some(opts) = opts else {
         let summary = recorder

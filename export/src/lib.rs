@@ -1,7 +1,10 @@
-//! causeway's exports for existing tools: Perfetto / Chrome trace-event JSON ([`perfetto`]) and
-//! the Prometheus text exposition served at `/metrics` ([`prometheus`]).
+//! causeway's exports for existing tools: Perfetto / Chrome trace-event JSON ([`perfetto`]),
+//! the Prometheus text exposition served at `/metrics` ([`prometheus`]) and OTLP metrics and
+//! logs ([`otlp`]); both metric exports read the same [`gather`]ed facts.
 //! Everything is read through the store's locked-down [`causeway_store::Reader`].
 
+pub mod gather;
+pub mod otlp;
 pub mod perfetto;
 pub mod prometheus;
 

@@ -1,57 +1,18 @@
 //! Prometheus text exposition (format 0.0.4) of a trace, served at `/metrics` next to MCP:
 //! per-(node, source, op) call counters and exact latency histograms over the stored events,
 //! calls counted in the kernel, bytes moved, off-CPU time by state, and dropped events.
+//! The numbers come from [`crate::gather`], shared with the OTLP export.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::LazyLock;
 
 use causeway_store::sanitize::sanitize_with;
-
-use crate::duck;
 use causeway_store::{Reader, StoreError};
 
+use crate::gather::{Facts, PROM_BUCKETS_NS, StoredCalls, gather};
+
 /// Upper bounds of the latency buckets in ns: 1 us x 4^k, 1 us .. about 16.8 s.
-pub const BUCKETS_NS: [i64; 13] = [
-    1_000,
-    4_000,
-    16_000,
-    64_000,
-    256_000,
-    1_024_000,
-    4_096_000,
-    16_384_000,
-    65_536_000,
-    262_144_000,
-    1_048_576_000,
-    4_194_304_000,
-    16_777_216_000,
-];
-
-static OPS_SQL: LazyLock<String> = LazyLock::new(|| {
-    let buckets: Vec<String> = BUCKETS_NS
-        .iter()
-        .map(|b| format!("count(*) FILTER (WHERE d.duration <= {b})::BIGINT"))
-        .collect();
-    format!(
-        "SELECT d.node, o.source, o.op, count(*)::BIGINT, sum(d.duration)::BIGINT,
-           sum(CASE WHEN o.op LIKE '%emcpy%' OR o.op LIKE '%Memset%' THEN d.arg0 ELSE 0 END)::BIGINT, {}
-         FROM event_data d JOIN ops o ON o.op_id = d.op_id
-         WHERE o.op <> 'sched_switch'
-         GROUP BY ALL ORDER BY 1, 2, 3",
-        buckets.join(", ")
-    )
-});
-
-const COUNTED_SQL: &str = "SELECT c.node, o.source, o.op, sum(c.calls)::BIGINT
-  FROM op_counts c JOIN ops o ON o.op_id = c.op_id GROUP BY ALL ORDER BY 1, 2, 3";
-const OFF_CPU_SQL: &str = "SELECT node,
-    CASE arg1 WHEN 0 THEN 'preempted' WHEN 1 THEN 'blocked' ELSE 'other' END AS state,
-    sum(duration)::BIGINT, count(*)::BIGINT
-  FROM event_data WHERE op_id = 100 GROUP BY ALL ORDER BY 1, 2";
-const DROPS_SQL: &str =
-    "SELECT node, kind, sum(count)::BIGINT FROM drops GROUP BY ALL ORDER BY 1, 2";
-const NODES_SQL: &str =
-    "SELECT node, count(*)::BIGINT, max(timestamp)::BIGINT FROM event_data GROUP BY 1 ORDER BY 1";
+pub const BUCKETS_NS: [i64; 13] = PROM_BUCKETS_NS;
 
 /// A label value: sanitised, with `\`, `"` and newlines escaped as the format requires.
 fn label(v: &str) -> String {
@@ -70,29 +31,47 @@ fn header(o: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(o, "# TYPE {name} {kind}");
 }
 
+/// Stored calls of one (node, source, op), summed over processes.
+#[derive(Default)]
+struct Series {
+    count: u64,
+    sum: i64,
+    bytes: i64,
+    /// Calls per bucket, not cumulative (the last entry is above every bound).
+    buckets: [u64; BUCKETS_NS.len() + 1],
+}
+
+impl Series {
+    fn add(&mut self, s: &StoredCalls) {
+        self.count += s.count;
+        self.sum += s.sum_ns;
+        self.bytes += s.bytes;
+        for (a, b) in self.buckets.iter_mut().zip(&s.prom) {
+            *a += b;
+        }
+    }
+}
+
 /// Renders the metrics of the trace `r` reads (a finished file or a live recording).
 pub fn render(r: &Reader) -> Result<String, StoreError> {
+    Ok(render_facts(&gather(r)?))
+}
+
+/// Renders already gathered facts.
+pub fn render_facts(f: &Facts) -> String {
     let mut o = String::new();
-    type OpRow = (String, String, String, i64, i64, i64, Vec<i64>);
-    let ops: Vec<OpRow> = r
-        .prepare_trusted(OPS_SQL.as_str())?
-        .query_map([], |row| {
-            let mut buckets = Vec::with_capacity(BUCKETS_NS.len());
-            for i in 0..BUCKETS_NS.len() {
-                buckets.push(row.get(6 + i)?);
-            }
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-                row.get(5)?,
-                buckets,
-            ))
-        })
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "computing per-op metrics"))?;
+    let mut ops: BTreeMap<(&str, &str, &str), Series> = BTreeMap::new();
+    let mut counted: BTreeMap<(&str, &str, &str), u64> = BTreeMap::new();
+    for (k, facts) in &f.ops {
+        let key = (k.node.as_str(), k.source.as_str(), k.op.as_str());
+        if let Some(s) = &facts.stored {
+            ops.entry(key).or_default().add(s);
+        }
+        if let Some(c) = &facts.kernel {
+            *counted.entry(key).or_default() += c.calls;
+        }
+    }
+    let nodes: Vec<_> = f.nodes.iter().filter(|n| n.events > 0).collect();
 
     header(
         &mut o,
@@ -100,13 +79,13 @@ pub fn render(r: &Reader) -> Result<String, StoreError> {
         "gauge",
         "Events stored in the trace, per node.",
     );
-    let nodes: Vec<(String, i64, i64)> = r
-        .prepare_trusted(NODES_SQL)?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "counting events per node"))?;
-    for (node, n, _) in &nodes {
-        let _ = writeln!(o, "causeway_events{{node=\"{}\"}} {n}", label(node));
+    for n in &nodes {
+        let _ = writeln!(
+            o,
+            "causeway_events{{node=\"{}\"}} {}",
+            label(&n.node),
+            n.events
+        );
     }
     header(
         &mut o,
@@ -114,12 +93,12 @@ pub fn render(r: &Reader) -> Result<String, StoreError> {
         "gauge",
         "Time of the newest event per node (seconds since the Unix epoch).",
     );
-    for (node, _, last) in &nodes {
+    for n in &nodes {
         let _ = writeln!(
             o,
             "causeway_last_event_timestamp_seconds{{node=\"{}\"}} {:.9}",
-            label(node),
-            secs(*last)
+            label(&n.node),
+            secs(n.last_event_ns.unwrap_or(0))
         );
     }
 
@@ -129,30 +108,33 @@ pub fn render(r: &Reader) -> Result<String, StoreError> {
         "histogram",
         "Duration of every stored call, exact over the stored events (CUDA, driver, NCCL, host).",
     );
-    for (node, source, op, count, sum, _, buckets) in &ops {
+    for ((node, source, op), s) in &ops {
         let l = format!(
             "node=\"{}\",source=\"{}\",op=\"{}\"",
             label(node),
             label(source),
             label(op)
         );
-        for (b, n) in BUCKETS_NS.iter().zip(buckets) {
+        let mut cumulative = 0;
+        for (b, n) in BUCKETS_NS.iter().zip(&s.buckets) {
+            cumulative += n;
             let _ = writeln!(
                 o,
-                "causeway_call_duration_seconds_bucket{{{l},le=\"{}\"}} {n}",
+                "causeway_call_duration_seconds_bucket{{{l},le=\"{}\"}} {cumulative}",
                 secs(*b)
             );
         }
         let _ = writeln!(
             o,
-            "causeway_call_duration_seconds_bucket{{{l},le=\"+Inf\"}} {count}"
+            "causeway_call_duration_seconds_bucket{{{l},le=\"+Inf\"}} {}",
+            s.count
         );
         let _ = writeln!(
             o,
             "causeway_call_duration_seconds_sum{{{l}}} {:.9}",
-            secs(*sum)
+            secs(s.sum)
         );
-        let _ = writeln!(o, "causeway_call_duration_seconds_count{{{l}}} {count}");
+        let _ = writeln!(o, "causeway_call_duration_seconds_count{{{l}}} {}", s.count);
     }
 
     header(
@@ -161,13 +143,14 @@ pub fn render(r: &Reader) -> Result<String, StoreError> {
         "counter",
         "Bytes moved by memcpy/memset calls (stored events).",
     );
-    for (node, source, op, _, _, bytes, _) in ops.iter().filter(|x| x.5 > 0) {
+    for ((node, source, op), s) in ops.iter().filter(|x| x.1.bytes > 0) {
         let _ = writeln!(
             o,
-            "causeway_bytes_total{{node=\"{}\",source=\"{}\",op=\"{}\"}} {bytes}",
+            "causeway_bytes_total{{node=\"{}\",source=\"{}\",op=\"{}\"}} {}",
             label(node),
             label(source),
-            label(op)
+            label(op),
+            s.bytes
         );
     }
 
@@ -177,14 +160,7 @@ pub fn render(r: &Reader) -> Result<String, StoreError> {
         "counter",
         "Calls counted in the kernel, including those not stored individually.",
     );
-    let counted: Vec<(String, String, String, i64)> = r
-        .prepare_trusted(COUNTED_SQL)?
-        .query_map([], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-        })
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading counted calls"))?;
-    for (node, source, op, n) in &counted {
+    for ((node, source, op), n) in &counted {
         let _ = writeln!(
             o,
             "causeway_counted_calls_total{{node=\"{}\",source=\"{}\",op=\"{}\"}} {n}",
@@ -200,14 +176,11 @@ pub fn render(r: &Reader) -> Result<String, StoreError> {
         "counter",
         "Time traced threads spent off the CPU, by state at switch-out.",
     );
-    let off: Vec<(String, String, i64, i64)> = r
-        .prepare_trusted(OFF_CPU_SQL)?
-        .query_map([], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-        })
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "summing off-CPU time"))?;
-    for (node, state, ns, _) in &off {
+    let mut off: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+    for x in &f.off_cpu {
+        *off.entry((x.node.as_str(), x.state.as_str())).or_default() += x.ns;
+    }
+    for ((node, state), ns) in &off {
         let _ = writeln!(
             o,
             "causeway_off_cpu_seconds_total{{node=\"{}\",state=\"{state}\"}} {:.9}",
@@ -222,20 +195,16 @@ pub fn render(r: &Reader) -> Result<String, StoreError> {
         "counter",
         "Events lost, by kind (ring buffer full, channel full, write failed, sampled, ...).",
     );
-    let drops: Vec<(String, String, i64)> = r
-        .prepare_trusted(DROPS_SQL)?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading drop counters"))?;
-    for (node, kind, n) in &drops {
+    for d in &f.drops {
         let _ = writeln!(
             o,
-            "causeway_dropped_events_total{{node=\"{}\",kind=\"{}\"}} {n}",
-            label(node),
-            label(kind)
+            "causeway_dropped_events_total{{node=\"{}\",kind=\"{}\"}} {}",
+            label(&d.node),
+            label(&d.kind),
+            d.count
         );
     }
-    Ok(o)
+    o
 }
 
 #[cfg(test)]

@@ -95,26 +95,66 @@ async fn request(
     body: Option<&Value>,
 ) -> Result<(u16, Bytes)> {
     let (https, authority) = split(node);
+    if https && fleet.tls.is_none() {
+        bail!("{node} is https but no CA was given\nhint: pass --ca-cert PEM");
+    }
+    let payload = body.map(|b| b.to_string()).unwrap_or_default();
+    let to = HttpTarget {
+        authority,
+        tls: if https { fleet.tls.as_ref() } else { None },
+        token: fleet.token.as_deref(),
+    };
+    send(
+        &to,
+        method,
+        path,
+        "application/json",
+        Bytes::from(payload),
+        MAX_ANSWER_BYTES,
+    )
+    .await
+}
+
+/// Where one HTTP request goes (shared by the fleet fan-out and the OTLP push).
+#[derive(Debug, Clone, Copy)]
+pub struct HttpTarget<'a> {
+    /// `host:port`.
+    pub authority: &'a str,
+    /// TLS client configuration: Some means https.
+    pub tls: Option<&'a Arc<rustls::ClientConfig>>,
+    /// Bearer token.
+    pub token: Option<&'a str>,
+}
+
+/// Sends one HTTP/1.1 request and returns (status, body), the body capped at `max_answer`.
+pub async fn send(
+    to: &HttpTarget<'_>,
+    method: hyper::Method,
+    path: &str,
+    content_type: &str,
+    payload: Bytes,
+    max_answer: usize,
+) -> Result<(u16, Bytes)> {
+    let authority = to.authority;
     let stream = TcpStream::connect(authority)
         .await
         .with_context(|| format!("cannot connect to {authority}"))?;
-    let payload = body.map(|b| b.to_string()).unwrap_or_default();
     let mut req = hyper::Request::builder()
         .method(method)
         .uri(path)
         .header(hyper::header::HOST, authority)
-        .header(hyper::header::CONTENT_TYPE, "application/json");
-    if let Some(t) = &fleet.token {
+        .header(hyper::header::CONTENT_TYPE, content_type);
+    if let Some(t) = to.token {
         req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
     }
-    let req = req.body(Full::new(Bytes::from(payload)))?;
+    let req = req.body(Full::new(payload))?;
     macro_rules! exchange {
         ($io:expr) => {{
             let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new($io)).await?;
             tokio::spawn(conn);
             let resp = send.send_request(req).await?;
             let status = resp.status().as_u16();
-            let bytes = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
+            let bytes = Limited::new(resp.into_body(), max_answer)
                 .collect()
                 .await
                 .map_err(|e| anyhow!("reading the answer: {e}"))?
@@ -122,10 +162,7 @@ async fn request(
             (status, bytes)
         }};
     }
-    Ok(if https {
-        let Some(cfg) = &fleet.tls else {
-            bail!("{node} is https but no CA was given\nhint: pass --ca-cert PEM");
-        };
+    Ok(if let Some(cfg) = to.tls {
         let host = authority.rsplit_once(':').map_or(authority, |h| h.0);
         let name =
             rustls::pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
@@ -277,7 +314,7 @@ pub struct FleetArgs {
 }
 
 /// The bearer token from `file`, else $CAUSEWAY_TOKEN (trimmed; empty = none).
-pub fn read_token(file: Option<&PathBuf>) -> Result<Option<String>> {
+pub fn read_token(file: Option<&std::path::Path>) -> Result<Option<String>> {
     Ok(match file {
         Some(p) => Some(
             std::fs::read_to_string(p)
@@ -297,7 +334,7 @@ impl FleetArgs {
 
     /// The fleet these options describe (reads the token and TLS files).
     pub fn fleet(&self) -> Result<Fleet> {
-        self.conn.fleet(read_token(self.token_file.as_ref())?)
+        self.conn.fleet(read_token(self.token_file.as_deref())?)
     }
 }
 

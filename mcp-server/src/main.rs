@@ -4,6 +4,7 @@
 mod cmd;
 mod fleet;
 mod mcp;
+mod otlp;
 mod output;
 
 use std::io::Write;
@@ -35,7 +36,8 @@ enum Command {
     Explain(cmd::explain::ExplainArgs),
     /// Ask every serving node one question (sql, stats, chains, overview); CLI twin of query_fleet.
     Fleet(cmd::fleet::FleetCmdArgs),
-    /// Export a trace for other tools: Perfetto / Chrome trace-event JSON.
+    /// Export a trace for other tools: Perfetto / Chrome trace-event JSON, or OTLP metrics and
+    /// logs pushed to an OpenTelemetry Collector (or written as protobuf files).
     Export(cmd::export::ExportArgs),
     /// Generate a realistic synthetic trace for a scenario (no root, no GPU) and explain it.
     Demo(cmd::demo::DemoArgs),

@@ -13,6 +13,9 @@ use crate::schema;
 /// Rows in one DuckDB row group (its default `row_group_size`), the writer's batch size.
 const ROW_GROUP_ROWS: usize = 122_880;
 
+/// Tries of the final checkpoint, 20 ms apart, while a live reader's query holds it up (10 s).
+const CHECKPOINT_WAITS: u32 = 500;
+
 /// How the writer batches and whose events it writes.
 #[derive(Debug, Clone)]
 pub struct WriterOptions {
@@ -655,9 +658,21 @@ impl Writer {
                 "event batches the store could not append",
             )?;
         }
-        self.conn
-            .execute_batch("CHECKPOINT")
-            .ctx(&self.path, "checkpointing")?;
+        // A live reader's query (`trace --serve`, `trace --otlp-endpoint`) may be running: its
+        // transaction blocks the checkpoint, so wait for it (bounded) rather than fail the file.
+        let mut waited = 0;
+        loop {
+            match self.conn.execute_batch("CHECKPOINT") {
+                Err(e)
+                    if waited < CHECKPOINT_WAITS
+                        && e.to_string().contains("transactions active") =>
+                {
+                    waited += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other.ctx(&self.path, "checkpointing")?,
+            }
+        }
         let path = self.path.clone();
         self.conn
             .close()

@@ -3,6 +3,9 @@
 //! node and a thread track per thread, every event is there, off-CPU spans sit where they
 //! happened, chains are joined to their evidence by flows, and the bytes are deterministic.
 
+mod fixture;
+mod otlp;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -187,8 +190,8 @@ fn each_node_is_a_process_track_and_the_cap_is_reported() {
     );
 }
 
-#[test]
-fn switch_in_stamped_nodes_draw_off_cpu_before_the_timestamp() {
+/// The vLLM reference trace from ../shared imported into `dir`.
+pub fn vllm(dir: &Path) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/investigations/vllm-37343-logprobs-amplification.db");
     assert!(
@@ -196,8 +199,7 @@ fn switch_in_stamped_nodes_draw_off_cpu_before_the_timestamp() {
         "{} is missing (tests read ../shared)",
         src.display()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("vllm.duckdb");
+    let db = dir.join("vllm.duckdb");
     causeway_store::import::import(
         &[src],
         &db,
@@ -206,6 +208,13 @@ fn switch_in_stamped_nodes_draw_off_cpu_before_the_timestamp() {
         &mut |_| {},
     )
     .unwrap();
+    db
+}
+
+#[test]
+fn switch_in_stamped_nodes_draw_off_cpu_before_the_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = vllm(dir.path());
     let r = Reader::open(&db).unwrap();
     let node: String = r
         .prepare_trusted("SELECT min(node) FROM event_data")
@@ -290,4 +299,22 @@ fn prometheus_histograms_are_cumulative_and_exact() {
         .query_row([], |row| row.get(0))
         .unwrap();
     assert_eq!(total as i64, stored);
+}
+
+/// The Prometheus text of the demo incident and of the fixture (kernel counts, drops, bytes,
+/// off-CPU states), pinned byte for byte (checked equal to the renderer's output before its
+/// queries moved into the shared gathering).
+#[test]
+fn prometheus_text_is_pinned() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = Reader::open(&demo(dir.path(), Scenario::Incident)).unwrap();
+    insta::assert_snapshot!(
+        "prometheus_incident",
+        causeway_export::prometheus::render(&r).unwrap()
+    );
+    let r = Reader::open(&fixture::fixture(dir.path())).unwrap();
+    insta::assert_snapshot!(
+        "prometheus_fixture",
+        causeway_export::prometheus::render(&r).unwrap()
+    );
 }

@@ -94,7 +94,7 @@ pub struct McpArgs {
 const NO_LOCAL_TRACE: &str = "(no local trace: started with --nodes and no --db)";
 
 fn token(flags: &HttpFlags) -> Result<Option<String>> {
-    let token = crate::fleet::read_token(flags.token_file.as_ref())?;
+    let token = crate::fleet::read_token(flags.token_file.as_deref())?;
     if let Some(t) = &token
         && t.len() < 16
     {
@@ -219,7 +219,7 @@ pub fn run(args: &McpArgs) -> Result<()> {
         .unwrap_or_else(|| PathBuf::from(NO_LOCAL_TRACE));
     let mut ctx = context(&db, &args.traces_dir);
     if !args.fleet.nodes.is_empty() {
-        let token = crate::fleet::read_token(args.http_flags.token_file.as_ref())?;
+        let token = crate::fleet::read_token(args.http_flags.token_file.as_deref())?;
         ctx = ctx.with_fleet(crate::fleet::handle(args.fleet.fleet(token)?));
     }
     let ctx = Arc::new(ctx);

@@ -1,9 +1,10 @@
 //! `causeway trace`: records with the collector; with `--serve ADDR` the same process also
-//! serves MCP over streamable HTTP from the growing store (live investigation).
+//! serves MCP over streamable HTTP from the growing store (live investigation), and with
+//! `--otlp-endpoint URL` it pushes OTLP metrics from the growing store while it records.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
 use causeway_collector::TraceArgs;
@@ -20,21 +21,47 @@ pub struct TraceCmd {
     pub serve: Option<SocketAddr>,
     #[command(flatten, next_help_heading = "Serving (with --serve)")]
     pub http: HttpFlags,
+    #[command(flatten, next_help_heading = "OTLP push (with --otlp-endpoint)")]
+    pub otlp: crate::otlp::live::PushFlags,
+}
+
+fn finish(args: &TraceCmd, summary: &causeway_collector::TraceSummary) -> Result<()> {
+    if args.trace.json {
+        Ok(())
+    } else {
+        crate::print_json(summary)
+    }
 }
 
 /// Runs `trace`: the summary goes to stdout as JSON unless events stream there (`--json`).
 pub fn run(args: &TraceCmd) -> Result<()> {
-    let Some(addr) = args.serve else {
+    let push = args.otlp.target()?;
+    if args.serve.is_none() && push.is_none() {
         let summary = causeway_collector::run_trace(&args.trace)?;
-        return if args.trace.json {
-            Ok(())
-        } else {
-            crate::print_json(&summary)
-        };
-    };
-    let opts = http_options(addr, &args.http)?;
+        return finish(args, &summary);
+    }
+    let opts = args
+        .serve
+        .map(|a| http_options(a, &args.http))
+        .transpose()?;
     let ctx = Arc::new(context(&args.trace.db, &[]));
     let (stop, recorder) = start_live_recording(&ctx, args.trace.clone())?;
+    let pushed = Arc::new(AtomicBool::new(false));
+    let pusher = push
+        .map(|t| {
+            crate::otlp::live::spawn_pusher(ctx.clone(), t, args.otlp.otlp_interval, pushed.clone())
+        })
+        .transpose()?;
+    let Some(opts) = opts else {
+        let summary = recorder
+            .join()
+            .map_err(|_| anyhow::anyhow!("the recording thread panicked"));
+        pushed.store(true, Ordering::Relaxed);
+        if let Some(p) = pusher {
+            let _ = p.join();
+        }
+        return finish(args, &summary??);
+    };
     let runtime = runtime()?;
     // Serve until the recording ends (duration, Ctrl-C, the command's exit): the server and
     // the recorder share the process, and the finished file can be served by `causeway mcp`.
@@ -58,10 +85,10 @@ pub fn run(args: &TraceCmd) -> Result<()> {
         .join()
         .and_then(|r| r)
         .map_err(|_| anyhow::anyhow!("the recording thread panicked"))??;
-    served?;
-    if args.trace.json {
-        Ok(())
-    } else {
-        crate::print_json(&summary)
+    pushed.store(true, Ordering::Relaxed);
+    if let Some(p) = pusher {
+        let _ = p.join();
     }
+    served?;
+    finish(args, &summary)
 }

@@ -29,7 +29,7 @@ impl Drop for Agent {
 }
 
 /// CA, server certificate for 127.0.0.1 and a client certificate, as PEM files in `dir`.
-fn pki(dir: &Path) {
+pub fn pki(dir: &Path) {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

@@ -6,4 +6,5 @@ mod common;
 mod fleet;
 mod live;
 mod mcp;
+mod otlp;
 mod trace;

@@ -104,7 +104,7 @@ fn trace_records_a_command_and_query_reads_it() {
     assert!(rows.contains("100"), "{rows}");
 }
 
-fn bpf_tests() -> bool {
+pub fn bpf_tests() -> bool {
     if std::env::var("CAUSEWAY_SKIP_BPF_TESTS").as_deref() == Ok("1") {
         return false;
     }

@@ -17,11 +17,10 @@ fn launch(i: i64) -> Event {
     }
 }
 
-#[test]
-fn live_reader_sees_committed_batches_while_the_writer_records() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("live.duckdb");
-    let mut w = Writer::create(
+/// A new store `live.duckdb` in `dir` and its writer (node `n`).
+fn writer(dir: &std::path::Path) -> (std::path::PathBuf, Writer) {
+    let path = dir.join("live.duckdb");
+    let w = Writer::create(
         &path,
         WriterOptions {
             node: "n".into(),
@@ -29,6 +28,13 @@ fn live_reader_sees_committed_batches_while_the_writer_records() {
         },
     )
     .unwrap();
+    (path, w)
+}
+
+#[test]
+fn live_reader_sees_committed_batches_while_the_writer_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, mut w) = writer(dir.path());
     let r = w.live_reader().unwrap();
     assert!(r.is_live());
     let count = |r: &Reader| run(r, "SELECT count(*) AS n FROM events").unwrap().rows[0][0].clone();
@@ -60,4 +66,38 @@ fn live_reader_sees_committed_batches_while_the_writer_records() {
     drop(r);
     let after = Reader::open(&path).unwrap();
     assert_eq!(count(&after), serde_json::json!(1_000));
+}
+
+/// Finishing while a live reader queries the store (as `trace --otlp-endpoint`'s pusher does
+/// when the recording ends) leaves a complete file. Once, under load, the final checkpoint
+/// failed with "Cannot CHECKPOINT: there are other write transactions active"; `finish` now
+/// retries it for a while instead of failing the recording.
+#[test]
+fn finish_while_a_live_reader_queries() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, mut w) = writer(dir.path());
+    for i in 0..100 {
+        w.append(&launch(i)).unwrap();
+    }
+    w.flush().unwrap();
+    let r = w.live_reader().unwrap();
+    let (started, wait) = std::sync::mpsc::channel();
+    let reading = std::thread::spawn(move || {
+        let mut st = r
+            .prepare_trusted(
+                "SELECT count(*) FROM event_rows, range(5000000) a WHERE a.range % 7 = 3",
+            )
+            .unwrap();
+        started.send(()).unwrap();
+        st.query_row([], |row| row.get::<_, i64>(0)).unwrap()
+    });
+    wait.recv().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    w.finish().expect("the checkpoint waits for the reader");
+    assert!(reading.join().unwrap() > 0);
+    let r = Reader::open(&path).unwrap();
+    assert_eq!(
+        run(&r, "SELECT count(*) AS n FROM events").unwrap().rows[0][0],
+        serde_json::json!(100)
+    );
 }

@@ -1,0 +1,140 @@
+//! `causeway trace --otlp-endpoint`: a thread that pushes cumulative OTLP metrics from the
+//! live store every interval while the recording runs, then metrics and the causal chains
+//! (logs) once more at the end; a failed push is a warning, never the end of the recording.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, anyhow, bail};
+
+use super::{Protocol, Target};
+
+/// `causeway trace` options: push OTLP metrics while recording.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PushFlags {
+    /// Push cumulative OTLP metrics to this receiver every --otlp-interval while recording,
+    /// and metrics and causal chains (logs) once more at the end; a failed push is a warning.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// OTLP transport.
+    #[arg(long, value_enum, default_value = "http", requires = "otlp_endpoint")]
+    pub otlp_protocol: Protocol,
+    /// Time between pushes.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s", requires = "otlp_endpoint")]
+    pub otlp_interval: Duration,
+    /// File holding the receiver's bearer token (else $CAUSEWAY_TOKEN).
+    #[arg(long, value_name = "FILE", requires = "otlp_endpoint")]
+    pub otlp_token_file: Option<std::path::PathBuf>,
+    /// CA certificate(s) to trust for an https receiver (PEM).
+    #[arg(long, value_name = "PEM", requires = "otlp_endpoint")]
+    pub otlp_ca_cert: Option<std::path::PathBuf>,
+}
+
+impl PushFlags {
+    /// The receiver these flags name, if any (reads the token and CA files now).
+    pub fn target(&self) -> Result<Option<Target>> {
+        let Some(url) = &self.otlp_endpoint else {
+            return Ok(None);
+        };
+        if self.otlp_interval < Duration::from_millis(100) {
+            bail!(
+                "--otlp-interval {:?} is too short\nhint: use 1s or more, e.g. --otlp-interval 10s",
+                self.otlp_interval
+            );
+        }
+        let timeout = self
+            .otlp_interval
+            .clamp(Duration::from_secs(1), Duration::from_secs(10));
+        Ok(Some(Target::new(
+            url,
+            self.otlp_protocol,
+            crate::fleet::read_token(self.otlp_token_file.as_deref())?,
+            self.otlp_ca_cert.as_deref(),
+            timeout,
+        )?))
+    }
+}
+
+/// The pushes of one recording, counted for the log line at the end.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    ok: u64,
+    failed: u64,
+}
+
+fn push_metrics_now(
+    rt: &tokio::runtime::Runtime,
+    ctx: &causeway_tools::Context,
+    target: &Target,
+    tally: &mut Tally,
+) {
+    let req = ctx.with_reader(None, |r| Ok(causeway_export::otlp::metrics_request(r)?));
+    let outcome = match req {
+        Ok(req) => rt.block_on(target.push_metrics(req)),
+        Err(e) => Err(anyhow!("{}", e.message())),
+    };
+    match outcome {
+        Ok(p) => {
+            tally.ok += 1;
+            tracing::debug!(bytes = p.bytes, rejected = p.rejected, endpoint = %target.url, "pushed OTLP metrics");
+        }
+        Err(e) => {
+            tally.failed += 1;
+            tracing::warn!(endpoint = %target.url, "OTLP metrics push failed (recording goes on): {e:#}");
+        }
+    }
+}
+
+/// Starts the thread that pushes metrics from the live trace in `ctx` every `interval` until
+/// `done` is set, then pushes metrics and the chains (logs) once more and ends.
+pub fn spawn_pusher(
+    ctx: Arc<causeway_tools::Context>,
+    target: Target,
+    interval: Duration,
+    done: Arc<std::sync::atomic::AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>> {
+    use std::sync::atomic::Ordering;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the OTLP push runtime")?;
+    std::thread::Builder::new()
+        .name("causeway-otlp".into())
+        .spawn(move || {
+            let mut tally = Tally::default();
+            let mut next = std::time::Instant::now() + interval;
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+                if std::time::Instant::now() >= next {
+                    push_metrics_now(&rt, &ctx, &target, &mut tally);
+                    next = std::time::Instant::now() + interval;
+                }
+            }
+            push_metrics_now(&rt, &ctx, &target, &mut tally);
+            let logs = ctx.with_reader(None, |r| {
+                Ok(causeway_export::otlp::logs_request(
+                    r,
+                    &causeway_export::otlp::LogsOptions::default(),
+                )?)
+            });
+            let outcome = match logs {
+                Ok(req) => rt.block_on(target.push_logs(req)).map(|_| ()),
+                Err(e) => Err(anyhow!("{}", e.message())),
+            };
+            match outcome {
+                Ok(()) => tally.ok += 1,
+                Err(e) => {
+                    tally.failed += 1;
+                    tracing::warn!(endpoint = %target.url, "OTLP logs push failed: {e:#}");
+                }
+            }
+            tracing::info!(ok = tally.ok, failed = tally.failed, endpoint = %target.url, "OTLP pushes done");
+            eprintln!(
+                "causeway trace: {} OTLP push(es) to {}, {} failed",
+                tally.ok + tally.failed,
+                target.url,
+                tally.failed
+            );
+        })
+        .context("starting the OTLP push thread")
+}

@@ -1,0 +1,430 @@
+//! Pushes OTLP metrics and logs (built by `causeway_export::otlp`) to an OpenTelemetry
+//! Collector or any OTLP receiver: OTLP/HTTP (protobuf, POST {endpoint}/v1/metrics and
+//! /v1/logs) on the hyper client the fleet fan-out uses, or OTLP/gRPC on tonic's generated
+//! clients; the bearer token goes in `Authorization` (header or metadata), TLS trusts --ca-cert.
+//! [`live`] pushes periodically from a growing trace (`trace --otlp-endpoint`).
+
+pub mod live;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use hyper::body::Bytes;
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use prost::Message;
+
+use crate::fleet::{HttpTarget, send};
+
+/// Largest answer read from a receiver.
+const MAX_ANSWER_BYTES: usize = 1 << 20;
+/// Most characters of a receiver's error body quoted in a message.
+const MAX_QUOTED: usize = 400;
+
+/// OTLP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Protocol {
+    /// OTLP/HTTP with protobuf bodies (the collector's port 4318).
+    Http,
+    /// OTLP/gRPC (the collector's port 4317).
+    Grpc,
+}
+
+/// The OTLP options shared by `export --format otlp` and `trace --otlp-endpoint`, resolved.
+#[derive(Clone)]
+pub struct Target {
+    /// The endpoint as given.
+    pub url: String,
+    protocol: Protocol,
+    https: bool,
+    /// `host:port`.
+    authority: String,
+    host: String,
+    /// Path prefix for OTLP/HTTP ('' or `/prefix`).
+    base_path: String,
+    token: Option<String>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    ca_pem: Option<Vec<u8>>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("url", &self.url)
+            .field("protocol", &self.protocol)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+/// One OTLP signal: its request and response messages, HTTP path and gRPC call.
+trait Signal: Message + Sized + Send + 'static {
+    /// The receiver's answer.
+    type Response: Message + Default;
+    /// OTLP/HTTP path below the endpoint.
+    const PATH: &'static str;
+    /// Points or records the receiver rejected (partial success).
+    fn rejected(r: &Self::Response) -> i64;
+    /// The gRPC `Export` call.
+    async fn export(
+        channel: tonic::transport::Channel,
+        req: tonic::Request<Self>,
+    ) -> Result<Self::Response, tonic::Status>;
+}
+
+impl Signal for ExportMetricsServiceRequest {
+    type Response = ExportMetricsServiceResponse;
+    const PATH: &'static str = "/v1/metrics";
+    fn rejected(r: &Self::Response) -> i64 {
+        r.partial_success
+            .as_ref()
+            .map_or(0, |p| p.rejected_data_points)
+    }
+    async fn export(
+        channel: tonic::transport::Channel,
+        req: tonic::Request<Self>,
+    ) -> Result<Self::Response, tonic::Status> {
+        Ok(MetricsServiceClient::new(channel)
+            .export(req)
+            .await?
+            .into_inner())
+    }
+}
+
+impl Signal for ExportLogsServiceRequest {
+    type Response = ExportLogsServiceResponse;
+    const PATH: &'static str = "/v1/logs";
+    fn rejected(r: &Self::Response) -> i64 {
+        r.partial_success
+            .as_ref()
+            .map_or(0, |p| p.rejected_log_records)
+    }
+    async fn export(
+        channel: tonic::transport::Channel,
+        req: tonic::Request<Self>,
+    ) -> Result<Self::Response, tonic::Status> {
+        Ok(LogsServiceClient::new(channel)
+            .export(req)
+            .await?
+            .into_inner())
+    }
+}
+
+/// What the receiver said about one push.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pushed {
+    /// Bytes sent (the encoded request).
+    pub bytes: usize,
+    /// Data points or log records the receiver rejected (partial success), 0 when all taken.
+    pub rejected: i64,
+}
+
+fn bad_url(url: &str, why: &str) -> anyhow::Error {
+    anyhow!(
+        "bad OTLP endpoint {url:?}: {why}\nhint: give a URL such as http://collector:4318 \
+         (--protocol http) or http://collector:4317 (--protocol grpc); https needs --ca-cert"
+    )
+}
+
+impl Target {
+    /// Parses `url` and reads the CA file; no connection is made yet.
+    pub fn new(
+        url: &str,
+        protocol: Protocol,
+        token: Option<String>,
+        ca_cert: Option<&Path>,
+        timeout: Duration,
+    ) -> Result<Target> {
+        let uri: hyper::Uri = url.parse().map_err(|e| bad_url(url, &format!("{e}")))?;
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            Some(other) => return Err(bad_url(url, &format!("unsupported scheme {other:?}"))),
+            None => return Err(bad_url(url, "no scheme (http:// or https://)")),
+        };
+        let host = uri
+            .host()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| bad_url(url, "no host"))?
+            .to_string();
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let authority = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let base_path = uri.path().trim_end_matches('/').to_string();
+        if uri.query().is_some() {
+            return Err(bad_url(url, "a query string is not allowed"));
+        }
+        if protocol == Protocol::Grpc && !base_path.is_empty() {
+            return Err(bad_url(
+                url,
+                "an OTLP/gRPC endpoint takes no path (the service path is fixed)",
+            ));
+        }
+        let (tls, ca_pem) = match (https, ca_cert) {
+            (true, Some(ca)) => {
+                let pem = std::fs::read(ca)
+                    .with_context(|| format!("{}: cannot read the CA certificate", ca.display()))?;
+                (
+                    Some(Arc::new(crate::fleet::tls_config(&ca.to_path_buf(), None)?)),
+                    Some(pem),
+                )
+            }
+            (true, None) => bail!(
+                "{url} is https but no CA certificate was given\nhint: pass --ca-cert PEM \
+                 with the CA that signed the receiver's certificate"
+            ),
+            (false, Some(_)) => bail!(
+                "--ca-cert is only used with an https:// endpoint\nhint: use https://{authority} \
+                 or drop --ca-cert"
+            ),
+            (false, None) => (None, None),
+        };
+        Ok(Target {
+            url: url.to_string(),
+            protocol,
+            https,
+            authority,
+            host,
+            base_path,
+            token,
+            tls,
+            ca_pem,
+            timeout,
+        })
+    }
+
+    /// Sends the metrics request.
+    pub async fn push_metrics(&self, req: ExportMetricsServiceRequest) -> Result<Pushed> {
+        self.push(req).await
+    }
+
+    /// Sends the logs request.
+    pub async fn push_logs(&self, req: ExportLogsServiceRequest) -> Result<Pushed> {
+        self.push(req).await
+    }
+
+    async fn push<S: Signal>(&self, req: S) -> Result<Pushed> {
+        let bytes = req.encoded_len();
+        let rejected = match self.protocol {
+            Protocol::Http => {
+                let answer = self.post(S::PATH, req.encode_to_vec()).await?;
+                S::Response::decode(answer).map_or(0, |r| S::rejected(&r))
+            }
+            Protocol::Grpc => {
+                let channel = self.channel().await?;
+                let resp =
+                    tokio::time::timeout(self.timeout, S::export(channel, self.grpc_request(req)?))
+                        .await
+                        .map_err(|_| self.timed_out())?
+                        .map_err(|s| self.grpc_error(s))?;
+                S::rejected(&resp)
+            }
+        };
+        Ok(Pushed { bytes, rejected })
+    }
+
+    fn timed_out(&self) -> anyhow::Error {
+        anyhow!(
+            "{}: no answer within {:?}\nhint: check that an OTLP receiver listens there",
+            self.url,
+            self.timeout
+        )
+    }
+
+    fn refused(&self, code: String) -> anyhow::Error {
+        anyhow!(
+            "{} refused the push ({code}): the bearer token is missing or wrong\nhint: set \
+             CAUSEWAY_TOKEN or pass --token-file FILE with the token the receiver expects",
+            self.url
+        )
+    }
+
+    /// POST `body` to {base}{path}; returns the answer body of a 2xx.
+    async fn post(&self, path: &str, body: Vec<u8>) -> Result<Bytes> {
+        let to = HttpTarget {
+            authority: &self.authority,
+            tls: self.tls.as_ref(),
+            token: self.token.as_deref(),
+        };
+        let full = format!("{}{path}", self.base_path);
+        let (status, answer) = tokio::time::timeout(
+            self.timeout,
+            send(
+                &to,
+                hyper::Method::POST,
+                &full,
+                "application/x-protobuf",
+                Bytes::from(body),
+                MAX_ANSWER_BYTES,
+            ),
+        )
+        .await
+        .map_err(|_| self.timed_out())?
+        .map_err(|e| {
+            anyhow!(
+                "cannot push to {}: {e:#}\nhint: check the endpoint and that an OTLP/HTTP \
+                 receiver listens there (the OpenTelemetry Collector's default is port 4318)",
+                self.url
+            )
+        })?;
+        match status {
+            200..=299 => Ok(answer),
+            401 | 403 => Err(self.refused(format!("HTTP {status}"))),
+            _ => Err(anyhow!(
+                "{}: POST {full} answered HTTP {status}: {}\nhint: check that the endpoint is \
+                 an OTLP/HTTP receiver and that its path prefix is right",
+                self.url,
+                quote(&answer)
+            )),
+        }
+    }
+
+    async fn channel(&self) -> Result<tonic::transport::Channel> {
+        let scheme = if self.https { "https" } else { "http" };
+        let mut ep =
+            tonic::transport::Endpoint::from_shared(format!("{scheme}://{}", self.authority))
+                .map_err(|e| bad_url(&self.url, &e.to_string()))?
+                .connect_timeout(self.timeout)
+                .timeout(self.timeout);
+        if let Some(pem) = &self.ca_pem {
+            ep = ep
+                .tls_config(
+                    tonic::transport::ClientTlsConfig::new()
+                        .ca_certificate(tonic::transport::Certificate::from_pem(pem))
+                        .domain_name(self.host.trim_matches(['[', ']'])),
+                )
+                .context("configuring TLS for gRPC")?;
+        }
+        ep.connect().await.map_err(|e| {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                let s_text = s.to_string();
+                if !msg.contains(&s_text) {
+                    msg.push_str(&format!(": {s_text}"));
+                }
+                src = s.source();
+            }
+            anyhow!(
+                "cannot connect to {}: {msg}\nhint: check the endpoint and that an OTLP/gRPC \
+                 receiver listens there (the OpenTelemetry Collector's default is port 4317)",
+                self.url
+            )
+        })
+    }
+
+    fn grpc_request<T>(&self, msg: T) -> Result<tonic::Request<T>> {
+        let mut req = tonic::Request::new(msg);
+        if let Some(t) = &self.token {
+            let v = format!("Bearer {t}")
+                .parse()
+                .map_err(|_| anyhow!("the bearer token has characters a gRPC header cannot carry\nhint: use a token of printable ASCII, e.g. `openssl rand -hex 32`"))?;
+            req.metadata_mut().insert("authorization", v);
+        }
+        Ok(req)
+    }
+
+    fn grpc_error(&self, s: tonic::Status) -> anyhow::Error {
+        use tonic::Code;
+        match s.code() {
+            Code::Unauthenticated | Code::PermissionDenied => {
+                self.refused(format!("gRPC {:?}", s.code()))
+            }
+            Code::Unavailable => anyhow!(
+                "cannot push to {}: unavailable: {}\nhint: check the endpoint and that an \
+                 OTLP/gRPC receiver listens there",
+                self.url,
+                quote(s.message().as_bytes())
+            ),
+            Code::Unimplemented => anyhow!(
+                "{} does not implement this OTLP service: {}\nhint: is it an OTLP/gRPC \
+                 receiver? For OTLP/HTTP use --protocol http",
+                self.url,
+                quote(s.message().as_bytes())
+            ),
+            code => anyhow!(
+                "{} answered gRPC {code:?}: {}\nhint: see the receiver's logs",
+                self.url,
+                quote(s.message().as_bytes())
+            ),
+        }
+    }
+}
+
+/// A receiver's answer for a message: text, control characters stripped, capped.
+fn quote(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let s = causeway_store::sanitize::sanitize_with(text.trim(), MAX_QUOTED);
+    if s.is_empty() {
+        "(empty body)".into()
+    } else {
+        s
+    }
+}
+
+/// `FILE` with `.logs` before its extension: `otlp.pb` -> `otlp.logs.pb`, `out` -> `out.logs`.
+pub fn logs_path(metrics: &Path) -> std::path::PathBuf {
+    let stem = metrics
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match metrics.extension() {
+        Some(ext) => format!("{stem}.logs.{}", ext.to_string_lossy()),
+        None => format!("{stem}.logs"),
+    };
+    metrics.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logs_file_sits_beside_the_metrics_file() {
+        assert_eq!(
+            logs_path(Path::new("/tmp/x/otlp.pb")),
+            Path::new("/tmp/x/otlp.logs.pb")
+        );
+        assert_eq!(logs_path(Path::new("out")), Path::new("out.logs"));
+    }
+
+    #[test]
+    fn endpoints_are_checked() {
+        let t = |u: &str, p| Target::new(u, p, None, None, Duration::from_secs(1));
+        let ok = t("http://127.0.0.1:4318/otlp/", Protocol::Http).unwrap();
+        assert_eq!(ok.authority, "127.0.0.1:4318");
+        assert_eq!(ok.base_path, "/otlp");
+        assert_eq!(
+            t("http://[::1]", Protocol::Grpc).unwrap().authority,
+            "[::1]:80"
+        );
+        for (bad, why) in [
+            ("collector:4318", "scheme"),
+            ("ftp://x:1", "unsupported scheme"),
+            ("http://", "bad OTLP endpoint"),
+            ("http://x:4317/v1", "takes no path"),
+        ] {
+            let p = if bad.ends_with("/v1") {
+                Protocol::Grpc
+            } else {
+                Protocol::Http
+            };
+            let e = format!("{:#}", t(bad, p).unwrap_err());
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        let e = t("https://x:4318", Protocol::Http).unwrap_err().to_string();
+        assert!(e.contains("--ca-cert"), "{e}");
+    }
+}

@@ -18,7 +18,16 @@ fn main() {
     if let Err(err) = SkeletonBuilder::new()
         .source(MAIN)
         .obj(&obj)
-        .clang_args(["-I", SRC_DIR, "-O2", "-g", "-Wall", "-Wno-unused-function"])
+        // cpu v3 (kernels >= 5.1): atomics that return the old value (statistics slots).
+        .clang_args([
+            "-I",
+            SRC_DIR,
+            "-O2",
+            "-g",
+            "-mcpu=v3",
+            "-Wall",
+            "-Wno-unused-function",
+        ])
         .build_and_generate(&skel)
     {
         panic!(

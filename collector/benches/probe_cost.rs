@@ -119,7 +119,10 @@ fn args(db: &Path, command: Vec<String>, mode: Option<ProbeMode>) -> TraceArgs {
     a.duration = Some(Duration::from_secs(300));
     a.node = Some("bench".into());
     a.no_host = true;
-    a.ringbuf_size = env_u64("CAUSEWAY_BENCH_RINGBUF", 8 << 20) as u32;
+    a.ringbuf_size = env_u64(
+        "CAUSEWAY_BENCH_RINGBUF",
+        u64::from(causeway_bpf::load::DEFAULT_RINGBUF_BYTES),
+    ) as u32;
     // The controller stays out of the measurement: the forced mode holds for the whole run.
     a.overhead_budget = 100.0;
     a.probe_modes = mode.map(|m| vec![(3, m)]).unwrap_or_default();

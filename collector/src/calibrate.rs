@@ -301,17 +301,17 @@ pub fn calibrate(skel: &CausewaySkel<'_>, multi: bool) -> CostModel {
     }
 }
 
-/// Removes the calibration's own entries from the statistics map.
+/// Removes the calibration's own entries from the statistics (their slots are left unused).
 fn clear_own_counters(skel: &CausewaySkel<'_>) {
     let me = std::process::id();
     let mine: Vec<Vec<u8>> = skel
         .maps
-        .stats
+        .stat_slots
         .keys()
         .filter(|k| StatKey::decode(k).is_some_and(|k| k.pid == me))
         .collect();
     for k in mine {
-        if let Err(e) = skel.maps.stats.delete(&k) {
+        if let Err(e) = skel.maps.stat_slots.delete(&k) {
             debug!(error = %e, "clearing a calibration counter");
         }
     }

@@ -23,18 +23,20 @@ const OP_PROCESS_EXEC: u16 = 104;
 const OP_PROCESS_EXIT: u16 = 105;
 const OP_PROCESS_FORK: u16 = 106;
 
-/// Reads the kernel's statistics map (the collector's own calibration entries left out).
+/// Reads the kernel's statistics (the collector's own calibration entries left out): each
+/// (pid, op) key of `stat_slots` names its slot of the `stats` array.
 pub fn read_stats(skel: &CausewaySkel<'_>) -> HashMap<StatKey, Stat> {
     let me = std::process::id();
     let mut out = HashMap::new();
-    for key in skel.maps.stats.keys() {
+    for key in skel.maps.stat_slots.keys() {
         let Some(k) = StatKey::decode(&key) else {
             continue;
         };
         if k.pid == me || k.op == OP_CALIBRATE {
             continue;
         }
-        if let Ok(Some(v)) = skel.maps.stats.lookup(&key, MapFlags::ANY)
+        if let Ok(Some(slot)) = skel.maps.stat_slots.lookup(&key, MapFlags::ANY)
+            && let Ok(Some(v)) = skel.maps.stats.lookup(&slot, MapFlags::ANY)
             && let Some(s) = Stat::decode(&v)
         {
             out.insert(k, s);

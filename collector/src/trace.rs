@@ -30,7 +30,17 @@ use crate::sink::Sink;
 /// written blocks grow with the recording: at 100k events/s the collector's RSS passed 210 MiB in
 /// 20 s; with 48 MB it peaked at 175 MiB over 30 s (docs/benchmarks.md). 16 MB is too little
 /// for DuckDB to create the schema.
+/// (At 32 MB the footprint was the same; at 24 MB appends failed.)
 const WRITER_MEMORY: &str = "48MB";
+
+/// Longest time an event waits in the recording's writer before it is stored (and visible to
+/// live readers). The writer also stores a batch as soon as it holds one DuckDB row group
+/// (122,880 events); with a 1 s bound a recording at 100k events/s stored 100k-event batches,
+/// which DuckDB appends through its write-ahead log and compresses again at every checkpoint
+/// (re-compressing the row group each partial batch left open). From 61k events/s on, a 2 s
+/// bound makes every batch a full row group, written once, straight to the file: collector
+/// CPU and RSS both went down (docs/benchmarks.md).
+const WRITER_FLUSH: Duration = Duration::from_secs(2);
 
 /// Parses `--overhead-budget`: a percentage in (0, 100].
 fn parse_budget(s: &str) -> Result<f64, String> {
@@ -344,6 +354,8 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
     );
     let mut wopts = WriterOptions {
         memory_limit: Some(WRITER_MEMORY.into()),
+        threads: Some(1),
+        flush_interval: WRITER_FLUSH,
         ..WriterOptions::default()
     };
     if let Some(n) = &args.node {

@@ -55,15 +55,19 @@ pub fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-/// Opens a read-write connection with autoloading and external access off, and an optional
-/// memory limit.
-pub(crate) fn open_rw(path: &Path, memory_limit: Option<&str>) -> Result<duckdb::Connection> {
+/// Opens a read-write connection with autoloading and external access off, and the DuckDB
+/// settings of `opts` (memory limit, threads).
+pub(crate) fn open_rw(path: &Path, opts: &WriterOptions) -> Result<duckdb::Connection> {
     let config = duckdb::Config::default()
         .enable_autoload_extension(false)
         .and_then(|c| c.with("autoinstall_known_extensions", "false"))
         .and_then(|c| c.enable_external_access(false))
-        .and_then(|c| match memory_limit {
+        .and_then(|c| match &opts.memory_limit {
             Some(m) => c.max_memory(m),
+            None => Ok(c),
+        })
+        .and_then(|c| match opts.threads {
+            Some(n) => c.threads(i64::from(n)),
             None => Ok(c),
         })
         .ctx(path, "configuring the writer")?;

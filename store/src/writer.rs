@@ -28,6 +28,10 @@ pub struct WriterOptions {
     /// DuckDB memory limit of the writer's connection (e.g. "32MB"); None: DuckDB's default
     /// (80% of RAM, which a long recording would grow its cache of written blocks into).
     pub memory_limit: Option<String>,
+    /// DuckDB worker threads of the writer's database; None: DuckDB's default (one per core).
+    /// A recording appends from one thread and its batches are one row group each, so one
+    /// thread does the same work without a second thread's wakeups and memory.
+    pub threads: Option<u32>,
 }
 
 impl Default for WriterOptions {
@@ -41,6 +45,7 @@ impl Default for WriterOptions {
             batch_rows: ROW_GROUP_ROWS,
             flush_interval: Duration::from_secs(1),
             memory_limit: None,
+            threads: None,
         }
     }
 }
@@ -238,7 +243,7 @@ impl Writer {
                 path: path.to_path_buf(),
             });
         }
-        let conn = crate::open_rw(path, opts.memory_limit.as_deref())?;
+        let conn = crate::open_rw(path, &opts)?;
         schema::create(&conn).ctx(path, "creating the schema")?;
         let known = load_comms(&conn, path)?;
         let mut w = Writer {
@@ -273,7 +278,7 @@ impl Writer {
                 path: path.to_path_buf(),
             });
         }
-        let conn = crate::open_rw(path, opts.memory_limit.as_deref())?;
+        let conn = crate::open_rw(path, &opts)?;
         let found = crate::check_schema(&conn, path)?;
         schema::upgrade(&conn, found).ctx(path, "upgrading the schema")?;
         let known = load_comms(&conn, path)?;

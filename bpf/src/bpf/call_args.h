@@ -17,8 +17,10 @@ struct call_state {
 	__u64 out_ptr;  /* user pointer whose pointee becomes arg1 on success (cudaMalloc's void**) */
 	__u64 bytes;    /* bytes moved/allocated, for the statistics */
 	__u64 stack_hash; /* user stack at entry (stacks.h), 0 = none */
-	__u32 mode;     /* the op's probe mode at entry (CW_MODE_*) */
-	__u32 pad;
+	__u64 sp;       /* user stack pointer at entry (at the return address): pairs the return */
+	__u16 mode;     /* the op's probe mode at entry (CW_MODE_*) */
+	__u16 op;       /* catalogue op id (from the entry probe's cookie) */
+	__u32 slot;     /* the (pid, op) statistics slot (common.h) */
 };
 
 static __always_inline __u64 cw_stack_arg(struct pt_regs *ctx, int n)

@@ -1,11 +1,17 @@
 // Uprobe/uretprobe programs for CUDA runtime, driver and NCCL calls: entry/exit pairing in the kernel.
 //
-// One entry and one return program serve every probed function: the attach cookie says which op
-// (and cuMemcpy direction) a probe belongs to. The entry counts the call (and its bytes) in
+// One entry and one return program serve every probed function: the entry probe's attach cookie
+// says which op (and cuMemcpy direction) a probe belongs to; the return reads it from the frame. The entry counts the call (and its bytes) in
 // `stats` in every probe mode, so counts stay exact whatever the mode; unless the op runs
-// entry-only it saves the start time, arguments, mode and (optionally) the user stack keyed by
-// (tid, op). The return computes the duration, reads the return code (rax) and out-pointers,
-// adds the duration to the op's histogram, and in full mode emits one CW_KIND_CALL event.
+// entry-only it saves the start time, arguments, mode, statistics slot and (optionally) the user
+// stack in the thread's in-flight frames. The return finds its frame by stack pointer, computes
+// the duration, reads the return code (rax) and out-pointers, adds the duration to the op's
+// histogram, and in full mode emits one CW_KIND_CALL event.
+//
+// Per call, the work that does not change between calls of a thread is done once per thread:
+// whether its process is traced and its statistics slots are kept in its task-local storage,
+// and the thread's ids, name and cgroup are read through the task pointer (no helper calls).
+// Measured per probe hit (docs/benchmarks.md), a hash lookup or helper call costs 20-60 ns here.
 //
 // Each program exists twice: as uprobe.multi (one link per library file; detaching it waits for
 // one RCU grace period instead of one per probe, kernels >= 6.6) and as a classic uprobe (older
@@ -20,11 +26,16 @@
  * be inside several probed functions at once; returns come in reverse order of entries. Kept
  * in task-local storage: no hashing, no LRU bookkeeping, freed with the thread. */
 #define CW_MAX_NESTED 4
+/* Statistics slots of the ops a thread called last (a thread calls a handful of ops). */
+#define CW_SLOT_CACHE 8
 
 struct inflight {
 	struct call_state calls[CW_MAX_NESTED];
-	__u16 ops[CW_MAX_NESTED];
 	__u32 depth;
+	__u32 target;    /* 1: the thread's process is traced (targets are removed only at exit) */
+	__u32 next_cached;
+	__u16 cached_op[CW_SLOT_CACHE];
+	__u32 cached_slot[CW_SLOT_CACHE];
 };
 
 struct {
@@ -34,11 +45,10 @@ struct {
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
-static __always_inline bool cw_uprobe_target(__u64 id)
+static __always_inline bool cw_uprobe_target(__u32 tgid, __u32 tid)
 {
-	__u32 tgid = id >> 32;
 	if (tgid == self_tgid)
-		return calib_tid && (__u32)id == calib_tid;
+		return calib_tid && tid == calib_tid;
 	if (bpf_map_lookup_elem(&targets, &tgid))
 		return true;
 	if (!uprobes_enrol)
@@ -48,28 +58,48 @@ static __always_inline bool cw_uprobe_target(__u64 id)
 	return true;
 }
 
+/* The statistics slot of (tgid, op) through the thread's cache. */
+static __always_inline __u32 cw_cached_slot(struct inflight *fl, __u32 tgid, __u16 op)
+{
+	for (int i = 0; i < CW_SLOT_CACHE; i++) {
+		if (fl->cached_op[i] == op && fl->cached_slot[i])
+			return fl->cached_slot[i];
+	}
+	__u32 slot = cw_slot_of(tgid, op);
+	if (slot) {
+		__u32 i = fl->next_cached % CW_SLOT_CACHE;
+		fl->cached_op[i] = op;
+		fl->cached_slot[i] = slot;
+		fl->next_cached = i + 1;
+	}
+	return slot;
+}
+
 static __always_inline int cw_entry(struct pt_regs *ctx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if (!cw_uprobe_target(id))
-		return 0;
-	__u32 tgid = id >> 32;
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u32 tgid = task->tgid;
+	struct inflight *fl = bpf_task_storage_get(&inflight, task, 0, 0);
+	if (!fl || !fl->target) {
+		if (!cw_uprobe_target(tgid, task->pid))
+			return 0;
+		fl = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (fl)
+			fl->target = 1;
+	}
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u16 op = cookie & 0xffff;
-	struct inflight *fl = NULL;
 	__u32 mode = cw_op_mode(op);
-	if (mode != CW_MODE_ENTRY_ONLY) {
-		fl = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
-					  BPF_LOCAL_STORAGE_GET_F_CREATE);
-	}
 	struct call_state st = {};
 	cw_read_args(ctx, op, cookie >> 32, &st);
-	struct cw_stat *s = cw_stat_of(tgid, op);
+	__u32 slot = fl ? cw_cached_slot(fl, tgid, op) : cw_slot_of(tgid, op);
+	struct cw_stat *s = cw_stat_at(slot);
 	if (s) {
 		__sync_fetch_and_add(&s->calls, 1);
-		__sync_fetch_and_add(&s->bytes, st.bytes);
+		if (st.bytes)
+			__sync_fetch_and_add(&s->bytes, st.bytes);
 	}
-	if (!fl)
+	if (!fl || mode == CW_MODE_ENTRY_ONLY)
 		return 0;
 	/* Full: a frame whose return was never seen (its return probe went away) is in the way;
 	 * start over (the calls below lose their duration, never their count). */
@@ -77,11 +107,13 @@ static __always_inline int cw_entry(struct pt_regs *ctx)
 	if (d >= CW_MAX_NESTED)
 		d = 0;
 	st.mode = mode;
+	st.op = op;
+	st.slot = slot;
+	st.sp = ctx->sp;
 	if (stacks_enabled && mode == CW_MODE_FULL)
 		st.stack_hash = cw_user_stack(ctx, tgid);
 	st.ts = bpf_ktime_get_ns();
 	fl->calls[d] = st;
-	fl->ops[d] = op;
 	fl->depth = d + 1;
 	return 0;
 }
@@ -89,24 +121,26 @@ static __always_inline int cw_entry(struct pt_regs *ctx)
 static __always_inline int cw_exit(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
-	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u16 op = cookie & 0xffff;
-	struct inflight *fl = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct inflight *fl = bpf_task_storage_get(&inflight, task, 0, 0);
 	if (!fl)
 		return 0;
-	/* The innermost frame of this op; frames above it missed their returns and go too. */
+	/* The returning call's frame: entered with the stack pointer at its return address, so
+	 * 8 bytes below the stack pointer now. Frames deeper than that missed their returns and
+	 * go too; a frame further out belongs to a call still running (this call was entered
+	 * entry-only, or before the trace started) and stays. */
+	__u64 sp = ctx->sp;
 	__u32 d = fl->depth;
 	int found = -1;
 	for (int i = CW_MAX_NESTED - 1; i >= 0; i--) {
-		if ((__u32)i < d && fl->ops[i] == op) {
-			found = i;
+		if ((__u32)i < d && fl->calls[i].sp + 8 >= sp) {
+			if (fl->calls[i].sp + 8 == sp)
+				found = i;
 			break;
 		}
 	}
 	if (found < 0)
-		return 0; /* entered entry-only, or before the trace started */
+		return 0;
 	struct call_state s = fl->calls[found];
 	fl->depth = found;
 
@@ -117,26 +151,27 @@ static __always_inline int cw_exit(struct pt_regs *ctx)
 		s.arg1 = v;
 	}
 	__u64 dur = now - s.ts;
-	struct cw_stat *st = cw_stat_of(tgid, op);
+	struct cw_stat *st = cw_stat_at(s.slot);
 	if (st)
 		cw_time(st, dur);
 	if (s.mode != CW_MODE_FULL)
 		return 0;
 
+	__u16 op = s.op;
 	struct cw_event *e = cw_reserve(op);
 	if (!e)
 		return 0;
 	e->kind = CW_KIND_CALL;
 	e->op = op;
-	e->pid = tgid;
-	e->tid = (__u32)id;
+	e->pid = task->tgid;
+	e->tid = task->pid;
 	e->ret = ret;
 	e->ts = s.ts;
 	e->duration = dur;
 	e->arg0 = s.arg0;
 	e->arg1 = s.arg1;
-	e->cgroup_id = bpf_get_current_cgroup_id();
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	e->cgroup_id = cw_task_cgroup(task);
+	cw_task_comm(e->comm, task);
 	e->stack_hash = s.stack_hash;
 	bpf_ringbuf_submit(e, cw_wakeup());
 	if (st)

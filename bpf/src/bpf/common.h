@@ -2,8 +2,11 @@
 //
 // Targeting: `targets` holds the tgids being traced. Host programs only look at targets; the
 // uprobes either require a target (--pid, -- COMMAND) or enrol every caller (all CUDA processes).
-// Accounting: every call/event is counted per (pid, op) in `stats` with a log2 duration histogram
-// before the ring buffer is tried, so statistics stay exact when events are dropped or not emitted.
+// Accounting: every call/event is counted per (pid, op) with a log2 duration histogram before the
+// ring buffer is tried, so statistics stay exact when events are dropped or not emitted. The
+// counters live in the `stats` array, one slot per (pid, op); `stat_slots` maps a key to its slot.
+// The call probes cache their thread's slots in task-local storage (calls.h): an array slot is
+// found without hashing, where a hash lookup per probe hit was a tenth of their cost.
 #ifndef CAUSEWAY_COMMON_H
 #define CAUSEWAY_COMMON_H
 
@@ -22,6 +25,7 @@ const volatile __u32 spawner_tid = 0;     /* thread that forks `-- COMMAND`: its
 const volatile __u8 uprobes_enrol = 0;    /* 1: any process calling a probed library is enrolled */
 const volatile __u8 stacks_enabled = 0;   /* 1: record the user stack of every call in full mode */
 const volatile __u32 calib_tid = 0;       /* the collector's calibration thread: probes fire for it */
+const volatile __u64 ringbuf_bytes = 8 << 20; /* size of `events` (set with its max_entries) */
 
 /* Dummies so libbpf-cargo emits Rust types for the ABI structs (abi.rs checks the layout). */
 struct cw_event cw_event_abi = {};
@@ -41,12 +45,25 @@ struct {
 	__type(value, __u8); /* 1 */
 } targets SEC(".maps");
 
+/* Statistics slots: (pid, op) -> index into `stats` (slot 0 is never used). */
+#define CW_STAT_SLOTS 16384
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, CW_STAT_SLOTS);
 	__type(key, struct cw_stat_key);
+	__type(value, __u32);
+} stat_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CW_STAT_SLOTS);
+	__type(key, __u32);
 	__type(value, struct cw_stat);
 } stats SEC(".maps");
+
+/* Next free slot (slots are never reused: a key deleted by user space leaves its slot behind). */
+__u32 stat_next_slot = 1;
 
 /* Ring-buffer reservation failures per op, per CPU. */
 struct {
@@ -90,17 +107,35 @@ static __always_inline __u32 cw_log2(__u64 v)
 	return r >= CW_HIST_BUCKETS ? CW_HIST_BUCKETS - 1 : r;
 }
 
-/* The statistics slot of (pid, op), created on first use; NULL only when the map is full. */
-static __always_inline struct cw_stat *cw_stat_of(__u32 pid, __u16 op)
+/* The statistics slot of (pid, op), created on first use; 0 only when every slot is taken. */
+static __always_inline __u32 cw_slot_of(__u32 pid, __u16 op)
 {
 	struct cw_stat_key key = { .pid = pid, .op = op };
-	struct cw_stat *st = bpf_map_lookup_elem(&stats, &key);
-	if (!st) {
-		struct cw_stat zero = {};
-		bpf_map_update_elem(&stats, &key, &zero, BPF_NOEXIST);
-		st = bpf_map_lookup_elem(&stats, &key);
-	}
-	return st;
+	__u32 *slot = bpf_map_lookup_elem(&stat_slots, &key);
+	if (slot)
+		return *slot;
+	__u32 fresh = __sync_fetch_and_add(&stat_next_slot, 1);
+	if (fresh == 0 || fresh >= CW_STAT_SLOTS)
+		return 0;
+	/* A fresh slot is all zeros (array maps start zeroed, slots are never reused). Another CPU
+	 * may have created the key meanwhile: its slot wins and `fresh` stays unused. */
+	bpf_map_update_elem(&stat_slots, &key, &fresh, BPF_NOEXIST);
+	slot = bpf_map_lookup_elem(&stat_slots, &key);
+	return slot ? *slot : 0;
+}
+
+/* The counters in `slot`; NULL for slot 0 (none). */
+static __always_inline struct cw_stat *cw_stat_at(__u32 slot)
+{
+	if (slot == 0)
+		return NULL;
+	return bpf_map_lookup_elem(&stats, &slot);
+}
+
+/* The statistics of (pid, op), created on first use; NULL only when the map is full. */
+static __always_inline struct cw_stat *cw_stat_of(__u32 pid, __u16 op)
+{
+	return cw_stat_at(cw_slot_of(pid, op));
 }
 
 /* Adds one measured duration (total and log2 histogram). */
@@ -127,7 +162,8 @@ static __always_inline bool cw_account(__u32 pid, __u16 op, __u64 dur, __u64 byt
 static __always_inline void cw_count_stored(__u32 pid, __u16 op)
 {
 	struct cw_stat_key key = { .pid = pid, .op = op };
-	struct cw_stat *st = bpf_map_lookup_elem(&stats, &key);
+	__u32 *slot = bpf_map_lookup_elem(&stat_slots, &key);
+	struct cw_stat *st = slot ? cw_stat_at(*slot) : NULL;
 	if (st)
 		__sync_fetch_and_add(&st->stored, 1);
 }
@@ -147,12 +183,43 @@ static __always_inline struct cw_event *cw_reserve(__u16 op)
 	return e;
 }
 
-/* Wakeup flag for a submit: none (the consumer polls on a timer) unless the ring is filling up. */
+/* Unread bytes above a quarter of the ring within which a submit wakes the consumer. */
+#define CW_WAKE_BAND (16 << 10)
+
+/* Wakeup flag for a submit: none (the consumer polls on a timer) unless the ring is filling up:
+ * the submits that cross a quarter full wake the consumer. Only those: once awake it drains
+ * until the ring is empty (and finds unread data when it polls again), so further wakeups are
+ * wasted, and waking it on every submit above a quarter (as before) made each traced call of a
+ * hot thread pay an interrupt until the consumer had drained the ring. */
 static __always_inline __u64 cw_wakeup(void)
 {
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	__u64 size = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
-	return avail > size / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	__u64 mark = ringbuf_bytes / 4;
+	if (avail > mark && avail <= mark + CW_WAKE_BAND)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
+/* The cgroup v2 id of `t` (what bpf_get_current_cgroup_id returns for the current task), read
+ * through BTF pointers: no helper call. */
+static __always_inline __u64 cw_task_cgroup(struct task_struct *t)
+{
+	struct css_set *cs = t->cgroups;
+	if (!cs)
+		return 0;
+	struct cgroup *cg = cs->dfl_cgrp;
+	if (!cg)
+		return 0;
+	struct kernfs_node *kn = cg->kn;
+	return kn ? kn->id : 0;
+}
+
+/* Copies the 16-byte comm of `t` (NUL-padded in the kernel) without a helper call. */
+static __always_inline void cw_task_comm(char *dst, struct task_struct *t)
+{
+	__u64 *d = (__u64 *)dst;
+	d[0] = *(__u64 *)&t->comm[0];
+	d[1] = *(__u64 *)&t->comm[8];
 }
 
 /* Submits a host event and counts it as stored. */

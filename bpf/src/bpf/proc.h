@@ -83,15 +83,9 @@ int BPF_PROG(cw_mm_page_alloc, struct page *page, unsigned int order, gfp_t gfp,
 	if (!cw_is_target(tgid))
 		return 0;
 	/* Aggregated only: counted per process in `stats`, never emitted (op_mode not consulted). */
-	struct cw_stat_key key = { .pid = tgid, .op = OP_MM_PAGE_ALLOC };
-	struct cw_stat *st = bpf_map_lookup_elem(&stats, &key);
-	if (!st) {
-		struct cw_stat zero = {};
-		bpf_map_update_elem(&stats, &key, &zero, BPF_NOEXIST);
-		st = bpf_map_lookup_elem(&stats, &key);
-		if (!st)
-			return 0;
-	}
+	struct cw_stat *st = cw_stat_of(tgid, OP_MM_PAGE_ALLOC);
+	if (!st)
+		return 0;
 	__sync_fetch_and_add(&st->calls, 1);
 	__sync_fetch_and_add(&st->bytes, 4096ULL << (order & 31));
 	__sync_fetch_and_add(&st->hist[0], 1);

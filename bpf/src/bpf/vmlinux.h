@@ -105,6 +105,18 @@ struct signal_struct {
 	unsigned long long sum_sched_runtime;
 };
 
+struct kernfs_node {
+	u64 id;
+};
+
+struct cgroup {
+	struct kernfs_node *kn;
+};
+
+struct css_set {
+	struct cgroup *dfl_cgrp;
+};
+
 struct task_struct {
 	struct sched_entity se;
 	struct signal_struct *signal;
@@ -115,6 +127,7 @@ struct task_struct {
 	struct task_struct *real_parent;
 	u64 start_time;
 	char comm[16];
+	struct css_set *cgroups;
 };
 
 struct block_device {

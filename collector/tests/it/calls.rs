@@ -96,6 +96,19 @@ fn runtime_and_driver_calls_are_counted_exactly_with_their_arguments() {
         ),
         4096
     );
+    // The probes read the thread's name and cgroup through the task pointer (no helpers):
+    // every event carries what the kernel reports for the caller.
+    let cgroup = own_cgroup_v2_id();
+    assert_eq!(
+        q(
+            &db,
+            &format!(
+                "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel' AND pid = {pid} \
+                 AND comm = 'workload' AND cgroup_id = {cgroup}"
+            )
+        ),
+        100
+    );
 
     // Every call is also counted in the kernel, with nothing missing from the store.
     let kernel_calls = q(
@@ -203,4 +216,27 @@ fn classic_uprobes_record_the_same_calls() {
         ),
         2
     );
+}
+
+/// The id of this process's cgroup v2 directory (its inode), which commands it starts inherit.
+fn own_cgroup_v2_id() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let rel = cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("a cgroup v2 line in /proc/self/cgroup");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mount = mountinfo
+        .lines()
+        .find(|l| {
+            l.split(" - ")
+                .nth(1)
+                .is_some_and(|t| t.starts_with("cgroup2 "))
+        })
+        .and_then(|l| l.split_whitespace().nth(4))
+        .expect("cgroup2 mounted (/proc/self/mountinfo)");
+    std::fs::metadata(format!("{mount}{rel}"))
+        .expect("the cgroup v2 directory")
+        .ino()
 }

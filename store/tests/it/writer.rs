@@ -133,8 +133,10 @@ fn batches_flush_by_size_and_by_time() {
             node: "n".into(),
             batch_rows: 100,
             flush_interval: Duration::from_millis(20),
-            // A capped DuckDB (as the collector's writer runs) still writes every batch.
+            // A capped DuckDB on one thread (as the collector's writer runs) still writes
+            // every batch.
             memory_limit: Some("48MB".into()),
+            threads: Some(1),
         },
     )
     .unwrap();

@@ -54,7 +54,8 @@ fn grows(mut call: impl FnMut() -> Value) {
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    std::thread::sleep(Duration::from_millis(1_200));
+    // The collector's writer flushes at least every 2 s (collector::trace::WRITER_FLUSH).
+    std::thread::sleep(Duration::from_millis(2_500));
     let later = call()["structuredContent"]["events"].as_u64().unwrap();
     assert!(
         later > first,

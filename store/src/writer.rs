@@ -230,6 +230,14 @@ fn load_comms(conn: &Connection, path: &Path) -> Result<Vec<(u32, String)>> {
 impl Writer {
     /// Creates a new store file with the schema. Fails if `path` exists.
     pub fn create(path: &Path, opts: WriterOptions) -> Result<Writer> {
+        let mut w = Self::create_unregistered(path, opts)?;
+        w.register_node("recorded", "")?;
+        Ok(w)
+    }
+
+    /// Creates a new store file without a node row for `opts.node` (the cluster store of
+    /// `collect` records only the nodes that send to it).
+    pub(crate) fn create_unregistered(path: &Path, opts: WriterOptions) -> Result<Writer> {
         if path.exists() {
             return Err(StoreError::Exists {
                 path: path.to_path_buf(),
@@ -238,7 +246,7 @@ impl Writer {
         let conn = crate::open_rw(path, opts.memory_limit.as_deref())?;
         schema::create(&conn).ctx(path, "creating the schema")?;
         let known = load_comms(&conn, path)?;
-        let mut w = Writer {
+        Ok(Writer {
             conn,
             path: path.to_path_buf(),
             opts,
@@ -248,9 +256,7 @@ impl Writer {
             oldest: None,
             written: 0,
             lost: 0,
-        };
-        w.register_node("recorded", "")?;
-        Ok(w)
+        })
     }
 
     /// A reader that sees this writer's committed rows while it records (live serving). See
@@ -265,6 +271,14 @@ impl Writer {
 
     /// Opens an existing store to append more events for `opts.node` (sequence numbers continue).
     pub fn open_append(path: &Path, opts: WriterOptions) -> Result<Writer> {
+        let mut w = Self::open_unregistered(path, opts)?;
+        w.register_node("recorded", "")?;
+        w.next_seq = w.last_seq()?;
+        Ok(w)
+    }
+
+    /// Opens (and upgrades) an existing store without registering `opts.node`.
+    pub(crate) fn open_unregistered(path: &Path, opts: WriterOptions) -> Result<Writer> {
         if !path.exists() {
             return Err(StoreError::Missing {
                 path: path.to_path_buf(),
@@ -274,7 +288,7 @@ impl Writer {
         let found = crate::check_schema(&conn, path)?;
         schema::upgrade(&conn, found).ctx(path, "upgrading the schema")?;
         let known = load_comms(&conn, path)?;
-        let mut w = Writer {
+        Ok(Writer {
             conn,
             path: path.to_path_buf(),
             opts,
@@ -284,10 +298,7 @@ impl Writer {
             oldest: None,
             written: 0,
             lost: 0,
-        };
-        w.register_node("recorded", "")?;
-        w.next_seq = w.last_seq()?;
-        Ok(w)
+        })
     }
 
     /// Switches the node stamped on following rows (flushing first); sequence numbers continue

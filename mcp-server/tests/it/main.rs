@@ -2,6 +2,7 @@
 //! messages and snapshot-tested output.
 
 mod cli;
+mod collect;
 mod common;
 mod fleet;
 mod live;

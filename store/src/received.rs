@@ -6,10 +6,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+
 use std::sync::Arc;
 
 use duckdb::arrow::array::{
-    ArrayRef, BooleanArray, Float64Array, Float64Builder, Int64Array, ListBuilder, StringArray,
+    ArrayRef, Float64Array, Float64Builder, Int64Array, ListBuilder, StringArray, UInt32Array,
     UInt64Array, UInt64Builder,
 };
 use duckdb::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -268,6 +269,7 @@ type OpKey = (String, u32, u16, i64);
 /// nodes and processes are not rewritten and snapshots merge field by field.
 pub struct CollectedStore {
     w: Writer,
+    interned: Interned,
     nodes: HashMap<String, NodeRow>,
     processes: HashMap<(String, u32), ProcessRow>,
     ops: HashMap<OpKey, OpState>,
@@ -284,17 +286,11 @@ impl std::fmt::Debug for CollectedStore {
     }
 }
 
-fn metric_points_schema() -> SchemaRef {
+fn metric_rows_schema() -> SchemaRef {
     let list = |t: DataType| DataType::List(Arc::new(Field::new("item", t, true)));
     Arc::new(Schema::new(vec![
-        Field::new("node", DataType::Utf8, false),
-        Field::new("resource", DataType::Utf8, false),
-        Field::new("scope", DataType::Utf8, false),
-        Field::new("metric", DataType::Utf8, false),
-        Field::new("unit", DataType::Utf8, false),
-        Field::new("kind", DataType::Utf8, false),
-        Field::new("monotonic", DataType::Boolean, true),
-        Field::new("temporality", DataType::Utf8, false),
+        Field::new("resource_id", DataType::UInt32, false),
+        Field::new("metric_id", DataType::UInt32, false),
         Field::new("attributes", DataType::Utf8, false),
         Field::new("start_ns", DataType::Int64, false),
         Field::new("time_ns", DataType::Int64, false),
@@ -310,10 +306,8 @@ fn metric_points_schema() -> SchemaRef {
     ]))
 }
 
-fn points_batch(points: &[&MetricPoint], received_ns: i64) -> Result<RecordBatch> {
-    let s = |f: fn(&MetricPoint) -> &str| -> ArrayRef {
-        Arc::new(StringArray::from_iter_values(points.iter().map(|p| f(p))))
-    };
+/// The Arrow batch of `metric_rows` for `points`, whose interned ids are in `ids`.
+fn points_batch(points: &[&MetricPoint], ids: &[(u32, u32)], received_ns: i64) -> Result<RecordBatch> {
     let mut counts = ListBuilder::new(UInt64Builder::new());
     let mut bounds = ListBuilder::new(Float64Builder::new());
     let mut values = ListBuilder::new(Float64Builder::new());
@@ -341,17 +335,11 @@ fn points_batch(points: &[&MetricPoint], received_ns: i64) -> Result<RecordBatch
         }
     }
     let columns: Vec<ArrayRef> = vec![
-        s(|p| &p.node),
-        s(|p| &p.resource),
-        s(|p| &p.scope),
-        s(|p| &p.metric),
-        s(|p| &p.unit),
-        s(|p| p.kind),
-        Arc::new(BooleanArray::from(
-            points.iter().map(|p| p.monotonic).collect::<Vec<_>>(),
+        Arc::new(UInt32Array::from_iter_values(ids.iter().map(|i| i.0))),
+        Arc::new(UInt32Array::from_iter_values(ids.iter().map(|i| i.1))),
+        Arc::new(StringArray::from_iter_values(
+            points.iter().map(|p| p.attributes.as_str()),
         )),
-        s(|p| p.temporality),
-        s(|p| &p.attributes),
         Arc::new(Int64Array::from_iter_values(points.iter().map(|p| p.start_ns))),
         Arc::new(Int64Array::from_iter_values(points.iter().map(|p| p.time_ns))),
         Arc::new(Float64Array::from_iter(points.iter().map(|p| p.value))),
@@ -362,36 +350,173 @@ fn points_batch(points: &[&MetricPoint], received_ns: i64) -> Result<RecordBatch
         Arc::new(counts.finish()),
         Arc::new(bounds.finish()),
         Arc::new(values.finish()),
-        Arc::new(Int64Array::from_iter_values(
-            std::iter::repeat_n(received_ns, points.len()),
-        )),
+        Arc::new(Int64Array::from_iter_values(std::iter::repeat_n(
+            received_ns,
+            points.len(),
+        ))),
     ];
-    RecordBatch::try_new(metric_points_schema(), columns).map_err(|e| StoreError::Query {
-        message: format!("building the metric_points batch: {e}"),
+    RecordBatch::try_new(metric_rows_schema(), columns).map_err(|e| StoreError::Query {
+        message: format!("building the metric_rows batch: {e}"),
         hint: "this is a bug in causeway; please report it".into(),
     })
+}
+
+/// What identifies a metric description in `otlp_metrics`.
+type MetricKey = (Arc<str>, Arc<str>, Arc<str>, &'static str, Option<bool>, &'static str);
+
+fn metric_key(p: &MetricPoint) -> MetricKey {
+    (
+        p.scope.clone(),
+        p.metric.clone(),
+        p.unit.clone(),
+        p.kind,
+        p.monotonic,
+        p.temporality,
+    )
+}
+
+fn static_kind(k: &str) -> &'static str {
+    ["gauge", "sum", "histogram", "exponential_histogram", "summary", "delta", "cumulative"]
+        .into_iter()
+        .find(|x| *x == k)
+        .unwrap_or("")
+}
+
+/// Interned resources and metric descriptions of the file.
+#[derive(Debug, Default)]
+struct Interned {
+    resources: HashMap<(String, Arc<str>), u32>,
+    metrics: HashMap<MetricKey, u32>,
+}
+
+impl Interned {
+    fn load(conn: &Connection, path: &Path) -> Result<Interned> {
+        let mut i = Interned::default();
+        let mut st = conn
+            .prepare("SELECT resource_id, node, attributes FROM otlp_resources")
+            .ctx(path, "reading interned resources")?;
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+            .and_then(|rows| rows.collect::<duckdb::Result<Vec<_>>>())
+            .ctx(path, "reading interned resources")?;
+        for (id, node, attrs) in rows {
+            i.resources.insert((node, Arc::from(attrs)), id);
+        }
+        let mut st = conn
+            .prepare("SELECT metric_id, scope, metric, unit, kind, monotonic, temporality FROM otlp_metrics")
+            .ctx(path, "reading interned metrics")?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, u32>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, Option<bool>>(5)?,
+                    r.get::<_, String>(6)?,
+                ))
+            })
+            .and_then(|rows| rows.collect::<duckdb::Result<Vec<_>>>())
+            .ctx(path, "reading interned metrics")?;
+        for (id, scope, metric, unit, kind, mono, temp) in rows {
+            i.metrics.insert(
+                (
+                    Arc::from(scope),
+                    Arc::from(metric),
+                    Arc::from(unit),
+                    static_kind(&kind),
+                    mono,
+                    static_kind(&temp),
+                ),
+                id,
+            );
+        }
+        Ok(i)
+    }
+
+    /// Ids for every point; new resources and metrics are appended in the caller's transaction.
+    fn ids(&mut self, conn: &Connection, path: &Path, points: &[&MetricPoint]) -> Result<Vec<(u32, u32)>> {
+        let mut out = Vec::with_capacity(points.len());
+        let mut new_res: Vec<(u32, String, Arc<str>)> = Vec::new();
+        let mut new_met: Vec<(u32, MetricKey)> = Vec::new();
+        let mut last: Option<(&MetricPoint, (u32, u32))> = None;
+        for p in points {
+            // Points of one metric come together: reuse the previous point's ids.
+            if let Some((q, ids)) = last
+                && Arc::ptr_eq(&q.resource, &p.resource)
+                && q.node == p.node
+                && Arc::ptr_eq(&q.metric, &p.metric)
+                && Arc::ptr_eq(&q.scope, &p.scope)
+                && Arc::ptr_eq(&q.unit, &p.unit)
+                && q.kind == p.kind
+                && q.monotonic == p.monotonic
+                && q.temporality == p.temporality
+            {
+                out.push(ids);
+                continue;
+            }
+            let rkey = (p.node.clone(), p.resource.clone());
+            let next_r = self.resources.len() as u32 + 1;
+            let rid = *self.resources.entry(rkey).or_insert_with(|| {
+                new_res.push((next_r, p.node.clone(), p.resource.clone()));
+                next_r
+            });
+            let mkey = metric_key(p);
+            let next_m = self.metrics.len() as u32 + 1;
+            let mid = *self.metrics.entry(mkey.clone()).or_insert_with(|| {
+                new_met.push((next_m, mkey));
+                next_m
+            });
+            out.push((rid, mid));
+            last = Some((p, (rid, mid)));
+        }
+        if !new_res.is_empty() {
+            let mut app = conn
+                .appender("otlp_resources")
+                .ctx(path, "opening the otlp_resources appender")?;
+            for (id, node, attrs) in &new_res {
+                app.append_row(params![id, node, &**attrs])
+                    .ctx(path, "recording a resource")?;
+            }
+            app.flush().ctx(path, "flushing resources")?;
+        }
+        if !new_met.is_empty() {
+            let mut app = conn
+                .appender("otlp_metrics")
+                .ctx(path, "opening the otlp_metrics appender")?;
+            for (id, (scope, metric, unit, kind, mono, temp)) in &new_met {
+                app.append_row(params![id, &**scope, &**metric, &**unit, kind, mono, temp])
+                    .ctx(path, "recording a metric")?;
+            }
+            app.flush().ctx(path, "flushing metrics")?;
+        }
+        Ok(out)
+    }
 }
 
 impl CollectedStore {
     /// Creates `path` (which must not exist) as a new cluster store.
     pub fn create(path: &Path, opts: WriterOptions) -> Result<CollectedStore> {
-        Ok(Self::wrap(Writer::create_unregistered(path, opts)?))
+        Self::wrap(Writer::create_unregistered(path, opts)?)
     }
 
     /// Opens an existing store (upgrading its schema) to add received data to it.
     pub fn open(path: &Path, opts: WriterOptions) -> Result<CollectedStore> {
-        Ok(Self::wrap(Writer::open_unregistered(path, opts)?))
+        Self::wrap(Writer::open_unregistered(path, opts)?)
     }
 
-    fn wrap(w: Writer) -> CollectedStore {
-        CollectedStore {
+    fn wrap(w: Writer) -> Result<CollectedStore> {
+        let interned = Interned::load(w.conn(), w.path())?;
+        Ok(CollectedStore {
             w,
+            interned,
             nodes: HashMap::new(),
             processes: HashMap::new(),
             ops: HashMap::new(),
             drops: HashMap::new(),
             stored_items: 0,
-        }
+        })
     }
 
     /// A reader that sees the committed rows while this store is written (live serving).
@@ -420,7 +545,8 @@ impl CollectedStore {
         let conn = self.w.conn();
         conn.execute_batch("BEGIN TRANSACTION")
             .ctx(&path, "starting a transaction")?;
-        let (nodes, processes, op_cache, drops) = (
+        let (interned, nodes, processes, op_cache, drops) = (
+            &mut self.interned,
             &mut self.nodes,
             &mut self.processes,
             &mut self.ops,
@@ -434,10 +560,11 @@ impl CollectedStore {
             let now = crate::now_ns();
             let points: Vec<&MetricPoint> = batches.iter().flat_map(|r| &r.points).collect();
             if !points.is_empty() {
-                let batch = points_batch(&points, now)?;
+                let ids = interned.ids(conn, &path, &points)?;
+                let batch = points_batch(&points, &ids, now)?;
                 let mut app = conn
-                    .appender("metric_points")
-                    .ctx(&path, "opening the metric_points appender")?;
+                    .appender("metric_rows")
+                    .ctx(&path, "opening the metric_rows appender")?;
                 app.append_record_batch(batch)
                     .ctx(&path, "appending metric points")?;
                 app.flush().ctx(&path, "flushing metric points")?;
@@ -493,6 +620,7 @@ impl CollectedStore {
     }
 
     fn forget(&mut self) {
+        self.interned = Interned::load(self.w.conn(), self.w.path()).unwrap_or_default();
         self.nodes.clear();
         self.processes.clear();
         self.ops.clear();

@@ -603,3 +603,114 @@ pub fn record_count(req: &ExportLogsServiceRequest) -> u64 {
         .map(|s| s.log_records.len())
         .sum::<usize>() as u64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        Histogram, Metric, ResourceMetrics, ScopeMetrics,
+    };
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+
+    fn kv(k: &str, v: Value) -> KeyValue {
+        KeyValue {
+            key: k.into(),
+            value: Some(AnyValue { value: Some(v) }),
+            ..KeyValue::default()
+        }
+    }
+
+    fn request(res: Vec<KeyValue>, metric: Metric) -> ExportMetricsServiceRequest {
+        ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: res,
+                    ..Resource::default()
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![metric],
+                    ..ScopeMetrics::default()
+                }],
+                ..ResourceMetrics::default()
+            }],
+        }
+    }
+
+    fn histogram(name: &str, counts: Vec<u64>, bounds: Vec<f64>) -> Metric {
+        Metric {
+            name: name.into(),
+            data: Some(Data::Histogram(Histogram {
+                data_points: vec![HistogramDataPoint {
+                    attributes: vec![kv("op", Value::StringValue("cudaLaunchKernel".into()))],
+                    start_time_unix_nano: 10,
+                    time_unix_nano: 20,
+                    count: counts.iter().sum(),
+                    sum: Some(1e6),
+                    bucket_counts: counts,
+                    explicit_bounds: bounds,
+                    ..HistogramDataPoint::default()
+                }],
+                aggregation_temporality: 2,
+            })),
+            ..Metric::default()
+        }
+    }
+
+    fn causeway_resource() -> Vec<KeyValue> {
+        vec![
+            kv("service.name", Value::StringValue("causeway".into())),
+            kv("causeway.node", Value::StringValue("n1".into())),
+            kv("process.pid", Value::IntValue(7)),
+        ]
+    }
+
+    #[test]
+    fn op_duration_with_the_contract_layout_becomes_a_log2_snapshot() {
+        let bounds: Vec<f64> = (0..40).map(|k| (1u64 << (k + 1)) as f64).collect();
+        let mut counts = vec![0; 41];
+        counts[13] = 5;
+        let d = metrics(&request(
+            causeway_resource(),
+            histogram("causeway.op.duration", counts, bounds),
+        ));
+        assert_eq!(d.rejected, 0);
+        assert!(d.rows.points.is_empty());
+        let s = &d.rows.ops[0];
+        assert_eq!((s.node.as_str(), s.pid, s.op_id, s.start_ns, s.time_ns), ("n1", 7, 3, 10, 20));
+        assert_eq!(s.buckets.as_ref().unwrap()[13], 5);
+        assert_eq!(s.total_ns, Some(1_000_000));
+        assert_eq!(d.rows.items(), 1);
+    }
+
+    #[test]
+    fn other_bounds_or_senders_are_kept_generically() {
+        let d = metrics(&request(
+            causeway_resource(),
+            histogram("causeway.op.duration", vec![1, 2], vec![5.0]),
+        ));
+        assert!(d.rows.ops.is_empty());
+        assert_eq!(d.rows.points[0].kind, "histogram");
+        assert_eq!(d.rows.points[0].bucket_counts, Some(vec![1, 2]));
+        let third = vec![kv("host.name", Value::StringValue("h".into()))];
+        let d = metrics(&request(
+            third,
+            histogram("causeway.op.duration", vec![0; 41], (0..40).map(|k| (1u64 << (k + 1)) as f64).collect()),
+        ));
+        assert!(d.rows.ops.is_empty(), "only causeway resources map onto op tables");
+        assert_eq!(d.rows.points[0].node, "h");
+    }
+
+    #[test]
+    fn malformed_histograms_are_rejected_with_the_reason() {
+        let d = metrics(&request(
+            causeway_resource(),
+            histogram("latency", vec![1, 2, 3], vec![1.0]),
+        ));
+        assert_eq!(d.rejected, 1);
+        assert_eq!(
+            d.error,
+            "histogram 'latency': 3 bucket counts for 1 bounds (expected bounds + 1)"
+        );
+        assert_eq!(d.rows.items(), 0);
+    }
+}

@@ -183,8 +183,7 @@ ORDER BY node";
 
 // The span of a store without events: its kernel counts' windows (a collected cluster store
 // holds counters and histograms only).
-const COUNTS_SPAN_SQL: &str =
-    "SELECT coalesce(min(window_start_ns), 0)::BIGINT, coalesce(max(window_end_ns), 0)::BIGINT FROM op_counts";
+const COUNTS_SPAN_SQL: &str = "SELECT coalesce(min(window_start_ns), 0)::BIGINT, coalesce(max(window_end_ns), 0)::BIGINT FROM op_counts";
 
 fn duck<'a>(r: &'a Reader, action: &'static str) -> impl Fn(duckdb::Error) -> StoreError + 'a {
     move |source| StoreError::Duck {

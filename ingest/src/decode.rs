@@ -135,8 +135,8 @@ fn resource(attrs: &[KeyValue], span: (i64, i64), out: &mut Received) -> Resourc
     if node.is_empty() {
         node = UNKNOWN_NODE.into();
     }
-    let causeway = str_attr(attrs, "service.name") == "causeway"
-        || find(attrs, "causeway.node").is_some();
+    let causeway =
+        str_attr(attrs, "service.name") == "causeway" || find(attrs, "causeway.node").is_some();
     let cluster = str_attr(attrs, "causeway.cluster");
     let pid = int_attr(attrs, "process.pid").and_then(|p| u32::try_from(p).ok());
     out.nodes.push(NodeRow {
@@ -509,8 +509,7 @@ pub fn logs(req: &ExportLogsServiceRequest) -> Decoded {
                     let id = str_attr(a, "causeway.chain.id");
                     if id.is_empty() {
                         d.reject(
-                            "a causeway.chain log record has no causeway.chain.id attribute"
-                                .into(),
+                            "a causeway.chain log record has no causeway.chain.id attribute".into(),
                         );
                         continue;
                     }
@@ -676,7 +675,10 @@ mod tests {
         assert_eq!(d.rejected, 0);
         assert!(d.rows.points.is_empty());
         let s = &d.rows.ops[0];
-        assert_eq!((s.node.as_str(), s.pid, s.op_id, s.start_ns, s.time_ns), ("n1", 7, 3, 10, 20));
+        assert_eq!(
+            (s.node.as_str(), s.pid, s.op_id, s.start_ns, s.time_ns),
+            ("n1", 7, 3, 10, 20)
+        );
         assert_eq!(s.buckets.as_ref().unwrap()[13], 5);
         assert_eq!(s.total_ns, Some(1_000_000));
         assert_eq!(d.rows.items(), 1);
@@ -694,9 +696,16 @@ mod tests {
         let third = vec![kv("host.name", Value::StringValue("h".into()))];
         let d = metrics(&request(
             third,
-            histogram("causeway.op.duration", vec![0; 41], (0..40).map(|k| (1u64 << (k + 1)) as f64).collect()),
+            histogram(
+                "causeway.op.duration",
+                vec![0; 41],
+                (0..40).map(|k| (1u64 << (k + 1)) as f64).collect(),
+            ),
         ));
-        assert!(d.rows.ops.is_empty(), "only causeway resources map onto op tables");
+        assert!(
+            d.rows.ops.is_empty(),
+            "only causeway resources map onto op tables"
+        );
         assert_eq!(d.rows.points[0].node, "h");
     }
 

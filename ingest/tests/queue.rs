@@ -55,7 +55,10 @@ fn a_full_queue_refuses_and_nothing_accepted_is_lost() {
         }
     }
     drop(tx);
-    assert!(busy > 0, "200 x 400 points cannot all fit a 1,000-point queue at once");
+    assert!(
+        busy > 0,
+        "200 x 400 points cannot all fit a 1,000-point queue at once"
+    );
     let stats = ingest.shutdown().unwrap();
     let answered: Vec<_> = rx.iter().collect();
     assert_eq!(answered.len() as u64, accepted);

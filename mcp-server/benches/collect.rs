@@ -8,6 +8,8 @@
 //! 1,600,000; CAUSEWAY_BENCH_BATCH points per request, default 8,192: the
 //! OpenTelemetry Collector batch processor's default send_batch_size).
 
+#![allow(clippy::print_stdout)] // a benchmark prints its figures
+
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -235,7 +237,11 @@ fn stop(s: Server, db: &std::path::Path) -> u64 {
     rows
 }
 
-async fn http_sender(addr: String, bodies: Arc<Vec<Vec<Vec<u8>>>>, s: usize) -> (Vec<Duration>, u64) {
+async fn http_sender(
+    addr: String,
+    bodies: Arc<Vec<Vec<Vec<u8>>>>,
+    s: usize,
+) -> (Vec<Duration>, u64) {
     use http_body_util::{BodyExt, Full};
     let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
     stream.set_nodelay(true).unwrap();
@@ -272,7 +278,11 @@ async fn http_sender(addr: String, bodies: Arc<Vec<Vec<Vec<u8>>>>, s: usize) -> 
     (lat, retries)
 }
 
-async fn grpc_sender(addr: String, bodies: Arc<Vec<Vec<Vec<u8>>>>, s: usize) -> (Vec<Duration>, u64) {
+async fn grpc_sender(
+    addr: String,
+    bodies: Arc<Vec<Vec<Vec<u8>>>>,
+    s: usize,
+) -> (Vec<Duration>, u64) {
     let mut client = MetricsServiceClient::connect(format!("http://{addr}"))
         .await
         .unwrap()
@@ -363,7 +373,10 @@ fn main() {
     println!(
         "causeway collect: {SENDERS} senders x {per_sender} requests x {batch} points = {points} points ({:.1} MB of OTLP protobuf); load average {}",
         bytes as f64 / 1e6,
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     let dir = tempfile::tempdir().unwrap();
     let (mut base, stored) = baseline(&bodies, dir.path());
@@ -375,6 +388,9 @@ fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "load average after: {}",
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
     );
 }

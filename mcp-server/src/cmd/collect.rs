@@ -58,8 +58,9 @@ fn grpc_tls(flags: &HttpFlags) -> Result<Option<tonic::transport::ServerTlsConfi
     let read = |p: &PathBuf| {
         std::fs::read(p).with_context(|| format!("{}: cannot read (PEM)", p.display()))
     };
-    let mut tls = tonic::transport::ServerTlsConfig::new()
-        .identity(tonic::transport::Identity::from_pem(read(cert)?, read(key)?));
+    let mut tls = tonic::transport::ServerTlsConfig::new().identity(
+        tonic::transport::Identity::from_pem(read(cert)?, read(key)?),
+    );
     if let Some(ca) = &flags.tls_client_ca {
         tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
     }
@@ -178,7 +179,11 @@ pub fn run(args: &CollectArgs) -> Result<()> {
     });
     // Whatever ended the servers: commit what is queued and close the file cleanly.
     let stats = ingest.shutdown()?;
-    tracing::info!(stored = stats.stored_items, busy = stats.requests_busy, "collect stopped");
+    tracing::info!(
+        stored = stats.stored_items,
+        busy = stats.requests_busy,
+        "collect stopped"
+    );
     eprintln!(
         "causeway collect: stored {} points and records in {} ({} requests refused busy, {} invalid, {} unauthorized)",
         stats.stored_items,

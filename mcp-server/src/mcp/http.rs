@@ -227,9 +227,7 @@ pub async fn serve_with(
                         return Ok::<_, Infallible>(bare(StatusCode::UNAUTHORIZED));
                     }
                     if let Some(o) = otlp {
-                        return Ok(
-                            super::otlp::handle_http(req, o.ingest, o.max_body_bytes).await,
-                        );
+                        return Ok(super::otlp::handle_http(req, o.ingest, o.max_body_bytes).await);
                     }
                     if req.uri().path() == "/metrics" {
                         return Ok(super::api::metrics(&req, ctx, metric_hosts.as_deref()).await);

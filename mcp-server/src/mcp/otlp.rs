@@ -123,11 +123,9 @@ fn refusal_response(r: Refusal) -> Response<Body> {
             tonic::Code::ResourceExhausted,
             m,
         ),
-        Refusal::Unavailable(m) => http_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            tonic::Code::Unavailable,
-            m,
-        ),
+        Refusal::Unavailable(m) => {
+            http_error(StatusCode::SERVICE_UNAVAILABLE, tonic::Code::Unavailable, m)
+        }
     }
 }
 
@@ -223,7 +221,7 @@ async fn ingest_metrics(
 ) -> Result<ExportMetricsServiceResponse, Refusal> {
     let (rejected, error) = ingest(ing, decode::metrics(msg), "data points").await?;
     Ok(ExportMetricsServiceResponse {
-        partial_success: (rejected > 0).then(|| ExportMetricsPartialSuccess {
+        partial_success: (rejected > 0).then_some(ExportMetricsPartialSuccess {
             rejected_data_points: rejected as i64,
             error_message: error,
         }),
@@ -236,7 +234,7 @@ async fn ingest_logs(
 ) -> Result<ExportLogsServiceResponse, Refusal> {
     let (rejected, error) = ingest(ing, decode::logs(msg), "log records").await?;
     Ok(ExportLogsServiceResponse {
-        partial_success: (rejected > 0).then(|| ExportLogsPartialSuccess {
+        partial_success: (rejected > 0).then_some(ExportLogsPartialSuccess {
             rejected_log_records: rejected as i64,
             error_message: error,
         }),

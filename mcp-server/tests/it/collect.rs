@@ -220,13 +220,21 @@ fn chain_log(node: &str, time_lost_ns: i64) -> ResourceLogs {
                     severity_text: "HIGH".into(),
                     event_name: "causeway.chain".into(),
                     body: Some(AnyValue {
-                        value: Some(s("cudaLaunchKernel p99 is 784x its p50: launcher preempted")),
+                        value: Some(s(
+                            "cudaLaunchKernel p99 is 784x its p50: launcher preempted",
+                        )),
                     }),
                     attributes: vec![
                         kv("causeway.chain.id", s("chain-1")),
                         kv("causeway.chain.detector", s("cpu_preemption")),
-                        kv("causeway.chain.root_cause", s("pid 4711 (tokenizer) preempted the launcher")),
-                        kv("causeway.chain.explanation", s("the launching thread was off-CPU")),
+                        kv(
+                            "causeway.chain.root_cause",
+                            s("pid 4711 (tokenizer) preempted the launcher"),
+                        ),
+                        kv(
+                            "causeway.chain.explanation",
+                            s("the launching thread was off-CPU"),
+                        ),
                         kv("causeway.chain.time_lost_ns", Value::IntValue(time_lost_ns)),
                         kv("causeway.chain.cuda_op", s("cudaLaunchKernel")),
                         kv("causeway.chain.p50_ns", Value::IntValue(11_000)),
@@ -345,7 +353,13 @@ fn post(
             .await
             .unwrap();
         let status = resp.status().as_u16();
-        let body = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec();
         (status, body)
     })
 }
@@ -406,15 +420,27 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
 
     // No token / wrong token: 401 over HTTP, UNAUTHENTICATED over gRPC; nothing stored.
     let body = metrics_req(vec![op_snapshot("node-a", 10, START + 1_000_000)]);
-    assert_eq!(post(&c.http, "/v1/metrics", None, proto, body.clone()).0, 401);
     assert_eq!(
-        post(&c.http, "/v1/metrics", Some("wrong-token-wrong-token"), proto, body.clone()).0,
+        post(&c.http, "/v1/metrics", None, proto, body.clone()).0,
+        401
+    );
+    assert_eq!(
+        post(
+            &c.http,
+            "/v1/metrics",
+            Some("wrong-token-wrong-token"),
+            proto,
+            body.clone()
+        )
+        .0,
         401
     );
     let grpc_url = format!("http://{}", c.grpc);
     let status = rt()
         .block_on(async {
-            let mut client = MetricsServiceClient::connect(grpc_url.clone()).await.unwrap();
+            let mut client = MetricsServiceClient::connect(grpc_url.clone())
+                .await
+                .unwrap();
             client
                 .export(grpc_request(
                     ExportMetricsServiceRequest::decode(body.as_slice()).unwrap(),
@@ -426,11 +452,26 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
     assert_eq!(status.code(), tonic::Code::Unauthenticated);
 
     // A body that is not OTLP: 400 with what was wrong (a google.rpc.Status).
-    let (code, err) = post(&c.http, "/v1/metrics", Some(TOKEN), proto, b"\xff\xff not protobuf".to_vec());
+    let (code, err) = post(
+        &c.http,
+        "/v1/metrics",
+        Some(TOKEN),
+        proto,
+        b"\xff\xff not protobuf".to_vec(),
+    );
     assert_eq!(code, 400);
     let st = causeway_status(&err);
-    assert!(st.contains("not an OTLP ExportMetricsServiceRequest"), "{st}");
-    let (code, _) = post(&c.http, "/v1/metrics", Some(TOKEN), "application/json", b"{}".to_vec());
+    assert!(
+        st.contains("not an OTLP ExportMetricsServiceRequest"),
+        "{st}"
+    );
+    let (code, _) = post(
+        &c.http,
+        "/v1/metrics",
+        Some(TOKEN),
+        "application/json",
+        b"{}".to_vec(),
+    );
     assert_eq!(code, 415);
 
     // Two cumulative snapshots of the same (node, pid, op, start) over HTTP: the second
@@ -441,14 +482,22 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
         op_snapshot("node-a", 30, START + 2_000_000),
         drops("node-a", 5, START + 2_000_000),
     ]);
-    assert_eq!(post(&c.http, "/v1/metrics", Some(TOKEN), proto, later).0, 200);
+    assert_eq!(
+        post(&c.http, "/v1/metrics", Some(TOKEN), proto, later).0,
+        200
+    );
     let last = metrics_req(vec![drops("node-a", 7, START + 3_000_000)]);
-    assert_eq!(post(&c.http, "/v1/metrics", Some(TOKEN), proto, last).0, 200);
+    assert_eq!(
+        post(&c.http, "/v1/metrics", Some(TOKEN), proto, last).0,
+        200
+    );
 
     // Over gRPC: third-party metrics with one malformed histogram (a partial success), and the
     // chain logs (sent twice: upserted, not duplicated).
     let partial = rt().block_on(async {
-        let mut m = MetricsServiceClient::connect(grpc_url.clone()).await.unwrap();
+        let mut m = MetricsServiceClient::connect(grpc_url.clone())
+            .await
+            .unwrap();
         let resp: ExportMetricsServiceResponse = m
             .export(grpc_request(
                 ExportMetricsServiceRequest {
@@ -475,7 +524,9 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
     let partial = partial.expect("a partial success for the malformed histogram");
     assert_eq!(partial.rejected_data_points, 1);
     assert!(
-        partial.error_message.contains("3 bucket counts for 1 bounds"),
+        partial
+            .error_message
+            .contains("3 bucket counts for 1 bounds"),
         "{}",
         partial.error_message
     );
@@ -500,7 +551,10 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
 
     // The finished file, read by a separate process.
     assert_eq!(
-        query(&db, "SELECT count(*), sum(calls), sum(total_ns), sum(bytes) FROM op_counts"),
+        query(
+            &db,
+            "SELECT count(*), sum(calls), sum(total_ns), sum(bytes) FROM op_counts"
+        ),
         json!([[1, 30, 3_000_000, 4096]])
     );
     assert_eq!(
@@ -512,27 +566,48 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
         json!([["ringbuf_full", 7]])
     );
     assert_eq!(
-        query(&db, "SELECT count(*), max(time_lost_ns), max(origin) FROM chains"),
+        query(
+            &db,
+            "SELECT count(*), max(time_lost_ns), max(origin) FROM chains"
+        ),
         json!([[1, 8_900_000_000i64, "collected"]])
     );
     assert_eq!(
-        query(&db, "SELECT node, hostname, \"cluster\", origin FROM nodes ORDER BY node"),
+        query(
+            &db,
+            "SELECT node, hostname, \"cluster\", origin FROM nodes ORDER BY node"
+        ),
         json!([
             ["gpu-node-7", "gpu-node-7", "", "collected"],
             ["node-a", "node-a.example", "llama-70b", "collected"]
         ])
     );
     assert_eq!(
-        query(&db, "SELECT node, pid, comm, rank, local_rank, world_size, \"cluster\" FROM processes"),
+        query(
+            &db,
+            "SELECT node, pid, comm, rank, local_rank, world_size, \"cluster\" FROM processes"
+        ),
         json!([["node-a", 4242, "python3", 3, 1, 16, "llama-70b"]])
     );
     assert_eq!(
-        query(&db, "SELECT node, metric, kind, value, attributes FROM metric_points"),
-        json!([["gpu-node-7", "gpu.temperature", "gauge", 71.5, "{\"gpu\":0}"]])
+        query(
+            &db,
+            "SELECT node, metric, kind, value, attributes FROM metric_points"
+        ),
+        json!([[
+            "gpu-node-7",
+            "gpu.temperature",
+            "gauge",
+            71.5,
+            "{\"gpu\":0}"
+        ]])
     );
     assert_eq!(
         // Generic records are kept as sent: the request went twice.
-        query(&db, "SELECT node, severity_text, body, count(*) FROM log_records GROUP BY ALL"),
+        query(
+            &db,
+            "SELECT node, severity_text, body, count(*) FROM log_records GROUP BY ALL"
+        ),
         json!([["node-a", "INFO", "checkpoint saved", 2]])
     );
     // What a person reads over the collected store: stats estimated from the histograms.

@@ -54,11 +54,24 @@ fn a_version_2_file_is_upgraded_and_extended() {
     s.finish().unwrap();
     let r = Reader::open(&path).unwrap();
     assert_eq!(r.schema_version(), causeway_store::schema::SCHEMA_VERSION);
-    assert_eq!(count(&r, "SELECT count(*) FROM metric_points WHERE node = 'n1'"), 2);
+    assert_eq!(
+        count(&r, "SELECT count(*) FROM metric_points WHERE node = 'n1'"),
+        2
+    );
     // The recorded events are untouched, and the new relations are documented.
     assert_eq!(count(&r, "SELECT count(*) FROM events"), 3);
-    assert!(count(&r, "SELECT count(*) FROM schema_columns WHERE table_name = 'metric_points'") > 10);
-    assert!(count(&r, "SELECT count(*) FROM schema_columns WHERE table_name = 'log_records'") > 10);
+    assert!(
+        count(
+            &r,
+            "SELECT count(*) FROM schema_columns WHERE table_name = 'metric_points'"
+        ) > 10
+    );
+    assert!(
+        count(
+            &r,
+            "SELECT count(*) FROM schema_columns WHERE table_name = 'log_records'"
+        ) > 10
+    );
 }
 
 #[test]

@@ -10,7 +10,10 @@
 
 #![allow(clippy::print_stdout)] // a benchmark prints its figures
 
-use std::process::{Child, Command, Stdio};
+#[path = "../tests/it/collect_server.rs"]
+mod collect_server;
+
+use collect_server::Server;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -185,52 +188,9 @@ fn stored_rows(db: &std::path::Path) -> u64 {
     n as u64
 }
 
-struct Server {
-    child: Child,
-    http: String,
-    grpc: String,
-}
-
-fn start(db: &std::path::Path) -> Server {
-    use std::io::BufRead;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_causeway"))
-        .args([
-            "collect",
-            "--listen",
-            "127.0.0.1:0",
-            "--grpc-listen",
-            "127.0.0.1:0",
-            "--db",
-        ])
-        .arg(db)
-        .env("CAUSEWAY_TOKEN", TOKEN)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start causeway collect");
-    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-    let (mut http, mut grpc) = (String::new(), String::new());
-    while http.is_empty() || grpc.is_empty() {
-        let mut line = String::new();
-        assert!(err.read_line(&mut line).unwrap() > 0, "collect exited");
-        let addr = line.trim().rsplit(' ').next().unwrap_or("").to_string();
-        if line.contains("OTLP/gRPC listening on ") {
-            grpc = addr;
-        } else if line.contains("listening on ") {
-            http = addr;
-        }
-    }
-    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::stderr()));
-    Server { child, http, grpc }
-}
-
 /// Ctrl-C; the points the server says it stored, checked against the file.
 fn stop(s: Server, db: &std::path::Path) -> u64 {
-    let pid = s.child.id().to_string();
-    Command::new("kill").args(["-INT", &pid]).status().unwrap();
-    let out = s.child.wait_with_output().unwrap();
-    assert!(out.status.success(), "collect failed");
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summary = collect_server::stop(s);
     let said = summary["stored_items"].as_u64().unwrap();
     let rows = stored_rows(db);
     assert_eq!(said, rows, "the server's count and the file disagree");
@@ -312,7 +272,7 @@ async fn grpc_sender(
 
 fn network(bodies: &Arc<Vec<Vec<Vec<u8>>>>, dir: &std::path::Path, grpc: bool) -> (Run, u64) {
     let db = dir.join(if grpc { "grpc.duckdb" } else { "http.duckdb" });
-    let server = start(&db);
+    let server = collect_server::start(&db, TOKEN, true);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -180,39 +180,32 @@ pub async fn handle_http(
             );
         }
     };
-    if metrics {
-        let msg = match ExportMetricsServiceRequest::decode(body) {
-            Ok(m) => m,
-            Err(e) => {
-                ingest.count_invalid();
-                return http_error(
-                    StatusCode::BAD_REQUEST,
-                    tonic::Code::InvalidArgument,
-                    format!("the body is not an OTLP ExportMetricsServiceRequest: {e}"),
-                );
-            }
-        };
-        match ingest_metrics(&ingest, &msg).await {
-            Ok(resp) => proto_response(StatusCode::OK, resp.encode_to_vec()),
-            Err(r) => refusal_response(r),
+    let answer = if metrics {
+        match decode_body::<ExportMetricsServiceRequest>(&ingest, body) {
+            Ok(msg) => ingest_metrics(&ingest, &msg)
+                .await
+                .map(|r| r.encode_to_vec()),
+            Err(m) => return http_error(StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, m),
         }
     } else {
-        let msg = match ExportLogsServiceRequest::decode(body) {
-            Ok(m) => m,
-            Err(e) => {
-                ingest.count_invalid();
-                return http_error(
-                    StatusCode::BAD_REQUEST,
-                    tonic::Code::InvalidArgument,
-                    format!("the body is not an OTLP ExportLogsServiceRequest: {e}"),
-                );
-            }
-        };
-        match ingest_logs(&ingest, &msg).await {
-            Ok(resp) => proto_response(StatusCode::OK, resp.encode_to_vec()),
-            Err(r) => refusal_response(r),
+        match decode_body::<ExportLogsServiceRequest>(&ingest, body) {
+            Ok(msg) => ingest_logs(&ingest, &msg).await.map(|r| r.encode_to_vec()),
+            Err(m) => return http_error(StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, m),
         }
+    };
+    match answer {
+        Ok(body) => proto_response(StatusCode::OK, body),
+        Err(r) => refusal_response(r),
     }
+}
+
+/// The request message, or (counted as invalid) why the body is not one.
+fn decode_body<T: Message + Default>(ingest: &Ingest, body: Bytes) -> Result<T, String> {
+    T::decode(body).map_err(|e| {
+        ingest.count_invalid();
+        let name = std::any::type_name::<T>().rsplit("::").next().unwrap_or("");
+        format!("the body is not an OTLP {name}: {e}")
+    })
 }
 
 async fn ingest_metrics(

@@ -2,8 +2,9 @@
 //! (hyper client) and gRPC (tonic client), writes the cluster store, answers MCP/API calls over
 //! it while it grows, and leaves a complete file on Ctrl-C.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+
+use crate::collect_server::{Server, stop};
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
@@ -262,61 +263,8 @@ fn chain_log(node: &str, time_lost_ns: i64) -> ResourceLogs {
     }
 }
 
-struct Collect {
-    child: Child,
-    http: String,
-    grpc: String,
-}
-
-fn start(db: &std::path::Path) -> Collect {
-    let mut child = Command::new(BIN)
-        .args([
-            "collect",
-            "--listen",
-            "127.0.0.1:0",
-            "--grpc-listen",
-            "127.0.0.1:0",
-            "--db",
-        ])
-        .arg(db)
-        .env("CAUSEWAY_TOKEN", TOKEN)
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let (mut http, mut grpc) = (String::new(), String::new());
-    while http.is_empty() || grpc.is_empty() {
-        let mut line = String::new();
-        assert!(
-            err.read_line(&mut line).unwrap() > 0,
-            "collect exited before listening"
-        );
-        let addr = line.trim().rsplit(' ').next().unwrap_or("").to_string();
-        if line.contains("OTLP/gRPC listening on ") {
-            grpc = addr;
-        } else if line.contains("listening on ") {
-            http = addr;
-        }
-    }
-    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-    Collect { child, http, grpc }
-}
-
-/// Ctrl-C, then the summary it printed on stdout.
-fn stop(c: Collect) -> Json {
-    let pid = c.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let out = c.child.wait_with_output().unwrap();
-    assert!(out.status.success(), "collect failed: {out:?}");
-    serde_json::from_slice(&out.stdout).unwrap()
+fn start(db: &std::path::Path) -> Server {
+    crate::collect_server::start(db, TOKEN, false)
 }
 
 fn rt() -> tokio::runtime::Runtime {

@@ -3,6 +3,7 @@
 
 mod cli;
 mod collect;
+mod collect_server;
 mod common;
 mod fleet;
 mod live;

@@ -463,35 +463,7 @@ impl Writer {
 
     /// Inserts or updates a process row (last_seen and names move forward).
     pub fn upsert_process(&mut self, p: &ProcessInfo) -> Result<()> {
-        self.conn
-            .execute(
-                "INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                 ON CONFLICT (node, pid) DO UPDATE SET
-                   ppid = CASE WHEN excluded.ppid = 0 THEN processes.ppid ELSE excluded.ppid END,
-                   comm = CASE WHEN excluded.comm = '' THEN processes.comm ELSE excluded.comm END,
-                   cmdline = CASE WHEN excluded.cmdline = '' THEN processes.cmdline ELSE excluded.cmdline END,
-                   first_seen_ns = least(processes.first_seen_ns, excluded.first_seen_ns),
-                   last_seen_ns = greatest(processes.last_seen_ns, excluded.last_seen_ns),
-                   rank = coalesce(excluded.rank, processes.rank),
-                   local_rank = coalesce(excluded.local_rank, processes.local_rank),
-                   world_size = coalesce(excluded.world_size, processes.world_size),
-                   cluster = CASE WHEN excluded.cluster = '' THEN processes.cluster ELSE excluded.cluster END",
-                params![
-                    self.opts.node,
-                    p.pid,
-                    p.ppid,
-                    p.comm,
-                    p.cmdline,
-                    p.first_seen_ns,
-                    p.last_seen_ns,
-                    p.rank,
-                    p.local_rank,
-                    p.world_size,
-                    p.cluster
-                ],
-            )
-            .ctx(&self.path, "recording a process")?;
-        Ok(())
+        upsert_process_on(&self.conn, &self.path, &self.opts.node, p)
     }
 
     /// Interns a stack: frames are written once per hash.
@@ -667,4 +639,42 @@ impl Writer {
             .ctx(&path, "closing")?;
         flushed
     }
+}
+
+/// Inserts or updates the process row of `node` (names and last_seen move forward; unknown
+/// fields keep what was stored).
+pub(crate) fn upsert_process_on(
+    conn: &Connection,
+    path: &Path,
+    node: &str,
+    p: &ProcessInfo,
+) -> Result<()> {
+    conn.execute(
+        "INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (node, pid) DO UPDATE SET
+           ppid = CASE WHEN excluded.ppid = 0 THEN processes.ppid ELSE excluded.ppid END,
+           comm = CASE WHEN excluded.comm = '' THEN processes.comm ELSE excluded.comm END,
+           cmdline = CASE WHEN excluded.cmdline = '' THEN processes.cmdline ELSE excluded.cmdline END,
+           first_seen_ns = least(processes.first_seen_ns, excluded.first_seen_ns),
+           last_seen_ns = greatest(processes.last_seen_ns, excluded.last_seen_ns),
+           rank = coalesce(excluded.rank, processes.rank),
+           local_rank = coalesce(excluded.local_rank, processes.local_rank),
+           world_size = coalesce(excluded.world_size, processes.world_size),
+           cluster = CASE WHEN excluded.cluster = '' THEN processes.cluster ELSE excluded.cluster END",
+        params![
+            node,
+            p.pid,
+            p.ppid,
+            p.comm,
+            p.cmdline,
+            p.first_seen_ns,
+            p.last_seen_ns,
+            p.rank,
+            p.local_rank,
+            p.world_size,
+            p.cluster
+        ],
+    )
+    .ctx(path, "recording a process")?;
+    Ok(())
 }

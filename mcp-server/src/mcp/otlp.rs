@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use causeway_ingest::{Decoded, Ingest, SubmitError, decode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsService;
@@ -83,17 +83,7 @@ async fn ingest(ingest: &Ingest, d: Decoded, what: &str) -> Result<(u64, String)
 }
 
 fn proto_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
-    let mut r = Response::new(
-        Full::new(Bytes::from(body))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/x-protobuf"),
-    );
-    r
+    super::api::with_body(status, "application/x-protobuf", body)
 }
 
 fn http_error(status: StatusCode, code: tonic::Code, message: String) -> Response<Body> {

@@ -232,30 +232,18 @@ fn write_processes(
         {
             continue;
         }
-        conn.execute(
-            "INSERT INTO processes (node, pid, comm, first_seen_ns, last_seen_ns, rank, local_rank, world_size, cluster)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (node, pid) DO UPDATE SET
-               comm = CASE WHEN excluded.comm = '' THEN processes.comm ELSE excluded.comm END,
-               first_seen_ns = least(processes.first_seen_ns, excluded.first_seen_ns),
-               last_seen_ns = greatest(processes.last_seen_ns, excluded.last_seen_ns),
-               rank = coalesce(excluded.rank, processes.rank),
-               local_rank = coalesce(excluded.local_rank, processes.local_rank),
-               world_size = coalesce(excluded.world_size, processes.world_size),
-               cluster = CASE WHEN excluded.cluster = '' THEN processes.cluster ELSE excluded.cluster END",
-            params![
-                p.node,
-                p.pid,
-                p.comm,
-                p.first_seen_ns,
-                p.last_seen_ns,
-                p.rank,
-                p.local_rank,
-                p.world_size,
-                p.cluster
-            ],
-        )
-        .ctx(path, "recording a process")?;
+        let info = crate::ProcessInfo {
+            pid: p.pid,
+            comm: p.comm.clone(),
+            first_seen_ns: p.first_seen_ns,
+            last_seen_ns: p.last_seen_ns,
+            rank: p.rank,
+            local_rank: p.local_rank,
+            world_size: p.world_size,
+            cluster: p.cluster.clone(),
+            ..crate::ProcessInfo::default()
+        };
+        crate::writer::upsert_process_on(conn, path, &p.node, &info)?;
         let merged = match cache.get(&key) {
             Some(old) => ProcessRow {
                 first_seen_ns: old.first_seen_ns.min(p.first_seen_ns),

@@ -558,6 +558,21 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
         ),
         json!([["node-a", "INFO", "checkpoint saved", 2]])
     );
+    // The overview tools' CLI twins work over a store of counters and chains.
+    let dbs = db.to_str().unwrap();
+    let described = crate::common::ok(&["describe", "--db", dbs]);
+    assert!(
+        described.contains("node \"node-a\" (\"collected\")") && described.contains("1 chains"),
+        "{described}"
+    );
+    // No events to analyse: explain shows the chains the nodes sent.
+    let explained = crate::common::ok(&["explain", "--db", dbs]);
+    assert!(
+        explained.contains("#1 [HIGH] cudaLaunchKernel p99 is 784x its p50")
+            && explained.contains("pin the tokenizer to other cores")
+            && explained.contains("shown as stored"),
+        "{explained}"
+    );
     // What a person reads over the collected store: stats estimated from the histograms.
     let text = crate::common::ok(&["stats", "--db", db.to_str().unwrap()]);
     insta::assert_snapshot!(text);

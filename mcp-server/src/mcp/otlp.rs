@@ -144,18 +144,25 @@ pub async fn handle_http(
             ),
         );
     }
-    if req
+    let gzip = match req
         .headers()
         .get(hyper::header::CONTENT_ENCODING)
-        .is_some_and(|v| v.as_bytes() != b"identity")
+        .map(|v| v.as_bytes())
     {
-        ingest.count_invalid();
-        return http_error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            tonic::Code::InvalidArgument,
-            "compressed OTLP/HTTP bodies are not supported; send them uncompressed, or use OTLP/gRPC (gzip) on --grpc-listen".into(),
-        );
-    }
+        None | Some(b"identity") => false,
+        Some(b"gzip") => true,
+        Some(other) => {
+            ingest.count_invalid();
+            return http_error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                tonic::Code::InvalidArgument,
+                format!(
+                    "Content-Encoding '{}' is not supported; send gzip or uncompressed bodies",
+                    String::from_utf8_lossy(other)
+                ),
+            );
+        }
+    };
     let metrics = req.uri().path() == METRICS_PATH;
     let body = match Limited::new(req.into_body(), max_body).collect().await {
         Ok(b) => b.to_bytes(),
@@ -169,6 +176,17 @@ pub async fn handle_http(
                 ),
             );
         }
+    };
+    let body = if gzip {
+        match gunzip(&body, max_body) {
+            Ok(b) => b,
+            Err(m) => {
+                ingest.count_invalid();
+                return http_error(StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, m);
+            }
+        }
+    } else {
+        body
     };
     let answer = if metrics {
         match decode_body::<ExportMetricsServiceRequest>(&ingest, body) {
@@ -187,6 +205,22 @@ pub async fn handle_http(
         Ok(body) => proto_response(StatusCode::OK, body),
         Err(r) => refusal_response(r),
     }
+}
+
+/// Inflates a gzip body, refusing more than `max` bytes once inflated.
+fn gunzip(body: &[u8], max: usize) -> Result<Bytes, String> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .take(max as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("the body is not valid gzip: {e}"))?;
+    if out.len() > max {
+        return Err(format!(
+            "the body inflates to more than {max} bytes; send smaller batches or raise --max-otlp-body"
+        ));
+    }
+    Ok(Bytes::from(out))
 }
 
 /// The request message, or (counted as invalid) why the body is not one.

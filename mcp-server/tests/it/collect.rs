@@ -282,6 +282,18 @@ fn post(
     content_type: &str,
     body: Vec<u8>,
 ) -> (u16, Vec<u8>) {
+    post_encoded(addr, path, token, content_type, None, body)
+}
+
+/// [`post`] with a Content-Encoding.
+fn post_encoded(
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+    content_type: &str,
+    encoding: Option<&str>,
+    body: Vec<u8>,
+) -> (u16, Vec<u8>) {
     use http_body_util::{BodyExt, Full};
     rt().block_on(async {
         let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -295,6 +307,9 @@ fn post(
             .header("content-type", content_type);
         if let Some(t) = token {
             req = req.header("authorization", format!("Bearer {t}"));
+        }
+        if let Some(e) = encoding {
+            req = req.header("content-encoding", e);
         }
         let resp = send
             .send_request(req.body(Full::new(hyper::body::Bytes::from(body))).unwrap())
@@ -422,6 +437,26 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
     );
     assert_eq!(code, 415);
 
+    // gzip bodies (what OpenTelemetry Collector exporters send by default) are inflated; other
+    // encodings and broken gzip are refused with the reason.
+    let gz = {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&metrics_req(vec![third_party(false)])).unwrap();
+        e.finish().unwrap()
+    };
+    let send =
+        |enc, body| post_encoded(&c.http, "/v1/metrics", Some(TOKEN), proto, Some(enc), body);
+    assert_eq!(send("gzip", gz).0, 200);
+    assert_eq!(send("br", b"x".to_vec()).0, 415);
+    let (code, err) = send("gzip", b"not gzip".to_vec());
+    assert_eq!(code, 400);
+    assert!(
+        causeway_status(&err).contains("not valid gzip"),
+        "{}",
+        causeway_status(&err)
+    );
+
     // Two cumulative snapshots of the same (node, pid, op, start) over HTTP: the second
     // replaces the first, and a drop counter likewise.
     let (code, _) = post(&c.http, "/v1/metrics", Some(TOKEN), proto, body);
@@ -493,7 +528,7 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
 
     let summary = stop(c);
     assert_eq!(summary["requests_unauthorized"], 3, "{summary}");
-    assert_eq!(summary["requests_invalid"], 2, "{summary}");
+    assert_eq!(summary["requests_invalid"], 4, "{summary}");
     assert_eq!(summary["partial_successes"], 1, "{summary}");
     assert_eq!(summary["requests_busy"], 0, "{summary}");
 
@@ -540,14 +575,16 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
     assert_eq!(
         query(
             &db,
-            "SELECT node, metric, kind, value, attributes FROM metric_points"
+            // Sent twice: in gzip'd HTTP and over gRPC.
+            "SELECT node, metric, kind, value, attributes, count(*) FROM metric_points GROUP BY ALL"
         ),
         json!([[
             "gpu-node-7",
             "gpu.temperature",
             "gauge",
             71.5,
-            "{\"gpu\":0}"
+            "{\"gpu\":0}",
+            2
         ]])
     );
     assert_eq!(

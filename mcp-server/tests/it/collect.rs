@@ -285,7 +285,7 @@ fn post(
     post_encoded(addr, path, token, content_type, None, body)
 }
 
-/// [`post`] with a Content-Encoding.
+/// [`post`] with a Content-Encoding; an empty body makes it a GET.
 fn post_encoded(
     addr: &str,
     path: &str,
@@ -302,7 +302,10 @@ fn post_encoded(
                 .await
                 .unwrap();
         tokio::spawn(conn);
-        let mut req = hyper::Request::post(path)
+        let method = if body.is_empty() { "GET" } else { "POST" };
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(path)
             .header("host", addr)
             .header("content-type", content_type);
         if let Some(t) = token {
@@ -525,6 +528,17 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
     assert_eq!(op["op"], "cudaLaunchKernel", "{stats}");
     assert_eq!(op["counted_calls"], 30, "{stats}");
     assert_eq!(op["percentiles"], "histogram_estimate", "{stats}");
+
+    // Prometheus /metrics over the store being written, behind the same token.
+    let (code, text) = post(&c.http, "/metrics", Some(TOKEN), "text/plain", Vec::new());
+    let text = String::from_utf8_lossy(&text);
+    assert_eq!(code, 200, "{text}");
+    assert!(
+        text.contains(
+            "causeway_counted_calls_total{node=\"node-a\",source=\"CUDA\",op=\"cudaLaunchKernel\"} 30"
+        ) && text.contains("causeway_dropped_events_total{node=\"node-a\",kind=\"ringbuf_full\"} 7"),
+        "{text}"
+    );
 
     let summary = stop(c);
     assert_eq!(summary["requests_unauthorized"], 3, "{summary}");

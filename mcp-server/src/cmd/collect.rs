@@ -39,6 +39,10 @@ pub struct CollectArgs {
     /// RESOURCE_EXHAUSTED).
     #[arg(long, value_name = "ITEMS", default_value_t = 1_000_000)]
     pub queue_items: u64,
+    /// DuckDB memory limit of the store (writer and the tools' queries share it); DuckDB's own
+    /// default, 80% of RAM, would let its block cache grow with the store.
+    #[arg(long, value_name = "SIZE", default_value = "1GB")]
+    pub memory_limit: String,
     #[command(flatten)]
     pub http_flags: HttpFlags,
 }
@@ -133,13 +137,24 @@ pub fn run(args: &CollectArgs) -> Result<()> {
     let grpc_tls = grpc_tls(&args.http_flags)?;
     let writer_opts = WriterOptions {
         node: "collector".into(),
+        memory_limit: Some(args.memory_limit.clone()),
         ..WriterOptions::default()
     };
     let store = if args.db.exists() {
-        CollectedStore::open(&args.db, writer_opts)?
+        CollectedStore::open(&args.db, writer_opts)
     } else {
-        CollectedStore::create(&args.db, writer_opts)?
-    };
+        CollectedStore::create(&args.db, writer_opts)
+    }
+    .map_err(|e| {
+        let msg = e.to_string();
+        if msg.contains("\nhint: ") {
+            anyhow::anyhow!(msg)
+        } else {
+            anyhow::anyhow!(
+                "{msg}\nhint: --db must be a causeway store or a new file, --memory-limit a size such as 1GB"
+            )
+        }
+    })?;
     let ctx = Arc::new(context(&args.db, &[]));
     ctx.insert_reader(store.live_reader()?);
     let ingest = Arc::new(

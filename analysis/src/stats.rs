@@ -172,11 +172,18 @@ SELECT kind, sum(count)::BIGINT FROM drops
 WHERE (?::VARCHAR = '' OR node = ?::VARCHAR)
 GROUP BY kind ORDER BY kind";
 
+// Nodes with events in the window, or (stores of counters only, e.g. `causeway collect`'s)
+// with kernel counts overlapping it.
 const NODES_SQL: &str = "
 SELECT node FROM nodes
-WHERE node_id IN (SELECT DISTINCT node_id FROM event_rows WHERE timestamp BETWEEN ? AND ?)
-  AND (?::VARCHAR = '' OR node = ?::VARCHAR)
+WHERE (node_id IN (SELECT DISTINCT node_id FROM event_rows WHERE timestamp BETWEEN $1 AND $2)
+       OR node IN (SELECT DISTINCT node FROM op_counts WHERE window_end_ns >= $1 AND window_start_ns <= $2))
+  AND ($3::VARCHAR = '' OR node = $3::VARCHAR)
 ORDER BY node";
+
+// The span of a store without events: its kernel counts' windows (a collected cluster store
+// holds counters and histograms only).
+const COUNTS_SPAN_SQL: &str = "SELECT coalesce(min(window_start_ns), 0)::BIGINT, coalesce(max(window_end_ns), 0)::BIGINT FROM op_counts";
 
 fn duck<'a>(r: &'a Reader, action: &'static str) -> impl Fn(duckdb::Error) -> StoreError + 'a {
     move |source| StoreError::Duck {
@@ -210,6 +217,13 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
         .prepare_trusted(SPAN_SQL)?
         .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
         .map_err(duck(r, "reading the trace span"))?;
+    let (first, last) = if total == 0 {
+        r.prepare_trusted(COUNTS_SPAN_SQL)?
+            .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .map_err(duck(r, "reading the span of the kernel counts"))?
+    } else {
+        (first, last)
+    };
     let window = q.window.resolve(first, last);
     let pid: i64 = q.pid.map_or(-1, i64::from);
     let node = q.node.clone().unwrap_or_default();
@@ -220,7 +234,6 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
             .query_row([&node], |row| row.get(0))
             .map_err(duck(r, "looking up the node"))?
     };
-    let _ = total;
 
     let mut ops = Vec::new();
     let mut events = 0u64;
@@ -418,7 +431,7 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
     let nodes: Vec<String> = r
         .prepare_trusted(NODES_SQL)?
         .query_map(
-            duckdb::params![window.from_ns, window.until_ns, node, node],
+            duckdb::params![window.from_ns, window.until_ns, node],
             |row| row.get(0),
         )
         .and_then(|rows| rows.collect())

@@ -45,6 +45,8 @@ enum Command {
     Mcp(cmd::mcp::McpArgs),
     /// Serve a recorded trace over HTTP: MCP, the query API (/api/v1) and /metrics.
     Serve(cmd::mcp::ServeArgs),
+    /// Receive OTLP from many agents into one cluster store and serve MCP over it (token required).
+    Collect(cmd::collect::CollectArgs),
     /// Top call stacks by total time for an op, process and window.
     Stacks(cmd::stacks::StacksArgs),
     /// Traces the MCP server can open: the --db trace and the traces directories.
@@ -100,6 +102,7 @@ fn main() -> ExitCode {
         Command::Fleet(a) => cmd::fleet::run(a),
         Command::Mcp(a) => cmd::mcp::run(a),
         Command::Serve(a) => cmd::mcp::run_serve(a),
+        Command::Collect(a) => cmd::collect::run(a),
         Command::Stacks(a) => cmd::stacks::run(a),
         Command::Traces(a) => cmd::traces::run_traces(a),
         Command::Describe(a) => cmd::traces::run_describe(a),

@@ -10,6 +10,7 @@ pub mod import;
 pub mod merge;
 mod overhead;
 mod reader;
+pub mod received;
 pub mod sanitize;
 pub mod schema;
 mod writer;

@@ -8,7 +8,9 @@ use crate::catalog::{OPS, Source};
 /// 2: event rows moved to `event_rows` with `node_id` and `comm_id` (interned in `nodes` and
 /// `comms`), `event_data` became a view with the version-1 columns, and the overhead
 /// controller's tables (002_overhead.sql) were added.
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: `metric_points` and `log_records` for what `causeway collect` receives over OTLP
+/// (003_collected.sql).
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The oldest version this build reads: the event layout of version 2. Version-1 files are
 /// refused with a hint to import or record them again.
@@ -19,7 +21,10 @@ pub const SCHEMA_SQL: &str = include_str!("../sql/001_schema.sql");
 
 /// Additive changes on top of 001: (version it brings a file to, DDL). New files get all of
 /// them; `upgrade` applies the missing ones to an older (but readable) file opened for writing.
-pub const MIGRATIONS: &[(u32, &str)] = &[(2, include_str!("../sql/002_overhead.sql"))];
+pub const MIGRATIONS: &[(u32, &str)] = &[
+    (2, include_str!("../sql/002_overhead.sql")),
+    (3, include_str!("../sql/003_collected.sql")),
+];
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
 /// `event_rows` and `comms` behind `event_data` are left out: they hold ids, not names.
@@ -45,6 +50,8 @@ pub const RELATIONS: &[&str] = &[
     "probe_costs",
     "probe_modes",
     "probe_overhead",
+    "metric_points",
+    "log_records",
 ];
 
 /// (table, column, unit, meaning) for every column an agent is likely to query.
@@ -323,6 +330,90 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "budget_pct",
         "%",
         "the --overhead-budget in force",
+    ),
+    (
+        "metric_points",
+        "node",
+        "",
+        "causeway.node of the sending resource, else host.name, else service.name",
+    ),
+    (
+        "metric_points",
+        "resource",
+        "",
+        "resource attributes of the sender, JSON object (data from the sending machine)",
+    ),
+    (
+        "metric_points",
+        "kind",
+        "",
+        "gauge, sum, histogram, exponential_histogram or summary",
+    ),
+    (
+        "metric_points",
+        "temporality",
+        "",
+        "cumulative (value since start_ns) or delta (value in [start_ns, time_ns]); '' for gauges",
+    ),
+    (
+        "metric_points",
+        "attributes",
+        "",
+        "data point attributes, JSON object",
+    ),
+    (
+        "metric_points",
+        "start_ns",
+        "ns since Unix epoch",
+        "start of the interval the point covers (0 when not sent)",
+    ),
+    (
+        "metric_points",
+        "time_ns",
+        "ns since Unix epoch",
+        "time of the point",
+    ),
+    (
+        "metric_points",
+        "value",
+        "metric_points.unit",
+        "value of a gauge or sum point",
+    ),
+    (
+        "metric_points",
+        "bucket_counts",
+        "",
+        "histogram bucket counts; bucket i holds values <= bounds[i] (1-based lists: bucket_counts[1])",
+    ),
+    (
+        "metric_points",
+        "bounds",
+        "metric_points.unit",
+        "explicit histogram bounds, or summary quantiles (their values in bucket_values)",
+    ),
+    (
+        "metric_points",
+        "received_ns",
+        "ns since Unix epoch",
+        "when causeway collect received the point",
+    ),
+    (
+        "log_records",
+        "severity_number",
+        "",
+        "OTLP severity: 9 INFO, 13 WARN, 17 ERROR, 0 unspecified",
+    ),
+    (
+        "log_records",
+        "body",
+        "",
+        "log body: strings as sent, other values as JSON (data from the sending machine)",
+    ),
+    (
+        "log_records",
+        "attributes",
+        "",
+        "log record attributes, JSON object",
     ),
 ];
 

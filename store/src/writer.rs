@@ -238,6 +238,14 @@ fn load_comms(conn: &Connection, path: &Path) -> Result<Vec<(u32, String)>> {
 impl Writer {
     /// Creates a new store file with the schema. Fails if `path` exists.
     pub fn create(path: &Path, opts: WriterOptions) -> Result<Writer> {
+        let mut w = Self::create_unregistered(path, opts)?;
+        w.register_node("recorded", "")?;
+        Ok(w)
+    }
+
+    /// Creates a new store file without a node row for `opts.node` (the cluster store of
+    /// `collect` records only the nodes that send to it).
+    pub(crate) fn create_unregistered(path: &Path, opts: WriterOptions) -> Result<Writer> {
         if path.exists() {
             return Err(StoreError::Exists {
                 path: path.to_path_buf(),
@@ -246,7 +254,7 @@ impl Writer {
         let conn = crate::open_rw(path, &opts)?;
         schema::create(&conn).ctx(path, "creating the schema")?;
         let known = load_comms(&conn, path)?;
-        let mut w = Writer {
+        Ok(Writer {
             conn,
             path: path.to_path_buf(),
             opts,
@@ -256,9 +264,7 @@ impl Writer {
             oldest: None,
             written: 0,
             lost: 0,
-        };
-        w.register_node("recorded", "")?;
-        Ok(w)
+        })
     }
 
     /// A reader that sees this writer's committed rows while it records (live serving). See
@@ -273,6 +279,14 @@ impl Writer {
 
     /// Opens an existing store to append more events for `opts.node` (sequence numbers continue).
     pub fn open_append(path: &Path, opts: WriterOptions) -> Result<Writer> {
+        let mut w = Self::open_unregistered(path, opts)?;
+        w.register_node("recorded", "")?;
+        w.next_seq = w.last_seq()?;
+        Ok(w)
+    }
+
+    /// Opens (and upgrades) an existing store without registering `opts.node`.
+    pub(crate) fn open_unregistered(path: &Path, opts: WriterOptions) -> Result<Writer> {
         if !path.exists() {
             return Err(StoreError::Missing {
                 path: path.to_path_buf(),
@@ -282,7 +296,7 @@ impl Writer {
         let found = crate::check_schema(&conn, path)?;
         schema::upgrade(&conn, found).ctx(path, "upgrading the schema")?;
         let known = load_comms(&conn, path)?;
-        let mut w = Writer {
+        Ok(Writer {
             conn,
             path: path.to_path_buf(),
             opts,
@@ -292,10 +306,7 @@ impl Writer {
             oldest: None,
             written: 0,
             lost: 0,
-        };
-        w.register_node("recorded", "")?;
-        w.next_seq = w.last_seq()?;
-        Ok(w)
+        })
     }
 
     /// Switches the node stamped on following rows (flushing first); sequence numbers continue
@@ -460,44 +471,7 @@ impl Writer {
 
     /// Inserts or updates a process row (last_seen and names move forward).
     pub fn upsert_process(&mut self, p: &ProcessInfo) -> Result<()> {
-        self.conn
-            .execute(
-                "INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                 ON CONFLICT (node, pid) DO UPDATE SET
-                   ppid = CASE WHEN excluded.ppid = 0 THEN processes.ppid ELSE excluded.ppid END,
-                   comm = CASE WHEN excluded.comm = '' THEN processes.comm ELSE excluded.comm END,
-                   cmdline = CASE WHEN excluded.cmdline = '' THEN processes.cmdline ELSE excluded.cmdline END,
-                   first_seen_ns = least(processes.first_seen_ns, excluded.first_seen_ns),
-                   last_seen_ns = greatest(processes.last_seen_ns, excluded.last_seen_ns),
-                   rank = coalesce(excluded.rank, processes.rank),
-                   local_rank = coalesce(excluded.local_rank, processes.local_rank),
-                   world_size = coalesce(excluded.world_size, processes.world_size),
-                   cluster = CASE WHEN excluded.cluster = '' THEN processes.cluster ELSE excluded.cluster END",
-                params![
-                    self.opts.node,
-                    p.pid,
-                    p.ppid,
-                    p.comm,
-                    p.cmdline,
-                    p.first_seen_ns,
-                    p.last_seen_ns,
-                    p.rank,
-                    p.local_rank,
-                    p.world_size,
-                    p.cluster
-                ],
-            )
-            .ctx(&self.path, "recording a process")?;
-        // The node belongs to the cluster (job) its traced processes name, unless one was set.
-        if !p.cluster.is_empty() {
-            self.conn
-                .execute(
-                    "UPDATE nodes SET cluster = ? WHERE node = ? AND cluster = ''",
-                    params![p.cluster, self.opts.node],
-                )
-                .ctx(&self.path, "recording the node's cluster")?;
-        }
-        Ok(())
+        upsert_process_on(&self.conn, &self.path, &self.opts.node, p)
     }
 
     /// Interns a stack: frames are written once per hash.
@@ -685,4 +659,50 @@ impl Writer {
             .ctx(&path, "closing")?;
         flushed
     }
+}
+
+/// Inserts or updates the process row of `node` (names and last_seen move forward; unknown
+/// fields keep what was stored).
+pub(crate) fn upsert_process_on(
+    conn: &Connection,
+    path: &Path,
+    node: &str,
+    p: &ProcessInfo,
+) -> Result<()> {
+    conn.execute(
+        "INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (node, pid) DO UPDATE SET
+           ppid = CASE WHEN excluded.ppid = 0 THEN processes.ppid ELSE excluded.ppid END,
+           comm = CASE WHEN excluded.comm = '' THEN processes.comm ELSE excluded.comm END,
+           cmdline = CASE WHEN excluded.cmdline = '' THEN processes.cmdline ELSE excluded.cmdline END,
+           first_seen_ns = least(processes.first_seen_ns, excluded.first_seen_ns),
+           last_seen_ns = greatest(processes.last_seen_ns, excluded.last_seen_ns),
+           rank = coalesce(excluded.rank, processes.rank),
+           local_rank = coalesce(excluded.local_rank, processes.local_rank),
+           world_size = coalesce(excluded.world_size, processes.world_size),
+           cluster = CASE WHEN excluded.cluster = '' THEN processes.cluster ELSE excluded.cluster END",
+        params![
+            node,
+            p.pid,
+            p.ppid,
+            p.comm,
+            p.cmdline,
+            p.first_seen_ns,
+            p.last_seen_ns,
+            p.rank,
+            p.local_rank,
+            p.world_size,
+            p.cluster
+        ],
+    )
+    .ctx(path, "recording a process")?;
+    // The node belongs to the cluster (job) its traced processes name, unless one was set.
+    if !p.cluster.is_empty() {
+        conn.execute(
+            "UPDATE nodes SET cluster = ? WHERE node = ? AND cluster = ''",
+            params![p.cluster, node],
+        )
+        .ctx(path, "recording the node's cluster")?;
+    }
+    Ok(())
 }

@@ -52,13 +52,26 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
         node: w.node,
         top_n: args.top,
     };
-    let e = explain_with(
+    let mut e = explain_with(
         &reader,
         &q,
         ExplainOptions {
             per_process: args.per_process,
         },
     )?;
+    if e.chains.is_empty() {
+        // A cluster store (`causeway collect`) holds the nodes' chains and counters but no
+        // events to analyse: show the chains as stored, as get_causal_chains does.
+        let stored = causeway_analysis::stored_chains(&reader, &q)?;
+        if !stored.is_empty() {
+            e.notes.retain(|n| !n.starts_with("no causal chain"));
+            e.notes.push(format!(
+                "{} chain(s) stored in the file (sent by the nodes or imported), shown as stored: the analysis found none in its events",
+                stored.len()
+            ));
+            e.chains = stored.into_iter().map(sanitized).collect();
+        }
+    }
     if args.json {
         return crate::print_json(&e);
     }
@@ -129,4 +142,25 @@ fn run_fleet(args: &ExplainArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Chain text from a file is data from other machines: strip control characters, cap lengths.
+fn sanitized(mut c: causeway_analysis::Chain) -> causeway_analysis::Chain {
+    use causeway_store::sanitize::sanitize_with;
+    for (field, cap) in [
+        (&mut c.summary, 400),
+        (&mut c.root_cause, 600),
+        (&mut c.explanation, 2000),
+        (&mut c.node, 120),
+        (&mut c.detector, 80),
+    ] {
+        *field = sanitize_with(field, cap);
+    }
+    c.recommendations = c
+        .recommendations
+        .iter()
+        .take(8)
+        .map(|r| sanitize_with(r, 400))
+        .collect();
+    c
 }

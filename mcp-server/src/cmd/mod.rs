@@ -1,6 +1,7 @@
 //! One module per CLI command; each is a thin layer over the library crates.
 
 pub mod check;
+pub mod collect;
 pub mod demo;
 pub mod explain;
 pub mod export;

@@ -69,14 +69,24 @@ pub fn run(args: &StatsArgs) -> Result<()> {
 /// The human rendering (also used by snapshot tests).
 pub fn render(s: &TraceStats) -> String {
     let mut out = String::new();
-    let span = s.last_ns.saturating_sub(s.first_ns);
-    out.push_str(&format!(
-        "{} events from {} to {} ({})",
-        thousands(s.events),
-        timestamp(s.first_ns),
-        timestamp(s.last_ns),
-        human_duration(span)
-    ));
+    if s.events == 0 && s.window.until_ns > s.window.from_ns {
+        // A store of counters only (`causeway collect`): say what its span is.
+        out.push_str(&format!(
+            "0 events; kernel counts from {} to {} ({})",
+            timestamp(s.window.from_ns),
+            timestamp(s.window.until_ns),
+            human_duration(s.window.until_ns - s.window.from_ns)
+        ));
+    } else {
+        let span = s.last_ns.saturating_sub(s.first_ns);
+        out.push_str(&format!(
+            "{} events from {} to {} ({})",
+            thousands(s.events),
+            timestamp(s.first_ns),
+            timestamp(s.last_ns),
+            human_duration(span)
+        ));
+    }
     if !s.nodes.is_empty() {
         out.push_str(&format!(", node {}", s.nodes.join(", ")));
     }

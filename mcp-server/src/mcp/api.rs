@@ -43,9 +43,13 @@ fn host_ok(req: &Request<Incoming>, hosts: Option<&[String]>) -> bool {
     hosts.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
 
-fn with_body(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
+pub(crate) fn with_body(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Body> {
     let mut r = Response::new(
-        Full::new(Bytes::from(body))
+        Full::new(body.into())
             .map_err(|never| match never {})
             .boxed(),
     );

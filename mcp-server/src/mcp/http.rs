@@ -55,7 +55,7 @@ pub(crate) fn bare(status: StatusCode) -> Response<Body> {
 }
 
 /// Constant-time comparison of the presented and expected token.
-fn token_ok(presented: &[u8], expected: &[u8]) -> bool {
+pub(crate) fn token_ok(presented: &[u8], expected: &[u8]) -> bool {
     let mut diff = presented.len() ^ expected.len();
     for (i, e) in expected.iter().enumerate() {
         diff |= usize::from(presented.get(i).copied().unwrap_or(0) ^ e);
@@ -144,10 +144,30 @@ fn tls_acceptor(
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
+/// OTLP/HTTP receiving next to MCP (`causeway collect`): the ingest queue and the largest
+/// OTLP body in bytes.
+#[derive(Debug, Clone)]
+pub struct OtlpRoutes {
+    /// Where received rows go.
+    pub ingest: Arc<causeway_ingest::Ingest>,
+    /// Largest OTLP request body.
+    pub max_body_bytes: usize,
+}
+
 /// Binds and serves until the process is stopped. `on_ready` gets the bound address.
 pub async fn serve(
     ctx: Arc<Context>,
     o: HttpOptions,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<()> {
+    serve_with(ctx, o, None, on_ready).await
+}
+
+/// [`serve`], plus OTLP/HTTP `POST /v1/metrics` and `/v1/logs` when `otlp` is given.
+pub async fn serve_with(
+    ctx: Arc<Context>,
+    o: HttpOptions,
+    otlp: Option<OtlpRoutes>,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<()> {
     let tls = match &o.tls {
@@ -185,16 +205,29 @@ pub async fn serve(
         let tls = tls.clone();
         let ctx = ctx.clone();
         let metric_hosts = metric_hosts.clone();
+        let otlp = otlp.clone();
         tokio::spawn(async move {
             let handler = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let mut service = service.clone();
                 let ok = authorized(&req, token.as_deref());
                 let ctx = ctx.clone();
                 let metric_hosts = metric_hosts.clone();
+                let otlp = otlp.clone().filter(|_| {
+                    matches!(
+                        req.uri().path(),
+                        super::otlp::METRICS_PATH | super::otlp::LOGS_PATH
+                    )
+                });
                 async move {
                     if !ok {
                         tracing::info!(%peer, "401: missing or wrong bearer token");
+                        if let Some(o) = &otlp {
+                            o.ingest.count_unauthorized();
+                        }
                         return Ok::<_, Infallible>(bare(StatusCode::UNAUTHORIZED));
+                    }
+                    if let Some(o) = otlp {
+                        return Ok(super::otlp::handle_http(req, o.ingest, o.max_body_bytes).await);
                     }
                     if req.uri().path() == "/metrics" {
                         return Ok(super::api::metrics(&req, ctx, metric_hosts.as_deref()).await);

@@ -2,6 +2,8 @@
 //! messages and snapshot-tested output.
 
 mod cli;
+mod collect;
+mod collect_server;
 mod common;
 mod fleet;
 mod live;

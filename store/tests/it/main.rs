@@ -7,4 +7,5 @@ mod import;
 mod live;
 mod merge;
 mod reader;
+mod received;
 mod writer;

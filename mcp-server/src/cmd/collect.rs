@@ -1,0 +1,215 @@
+//! `causeway collect`: the cluster store. Receives OTLP from many agents (OTLP/HTTP next to MCP
+//! on --listen, OTLP/gRPC on --grpc-listen; a bearer token is required), writes one DuckDB
+//! store through the single ingest writer, and serves the MCP tools, the query API and
+//! /metrics over that store while it grows. Ctrl-C commits what is queued and leaves a
+//! complete file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result, bail};
+use causeway_ingest::{Ingest, IngestOptions, IngestStats};
+use causeway_store::WriterOptions;
+use causeway_store::received::CollectedStore;
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsServiceServer;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsServiceServer;
+use serde::Serialize;
+
+use super::mcp::{HttpFlags, context, http_options, runtime};
+use crate::mcp::http::OtlpRoutes;
+use crate::mcp::otlp::GrpcReceiver;
+
+/// Arguments of `causeway collect`.
+#[derive(Debug, clap::Args)]
+pub struct CollectArgs {
+    /// Address for OTLP/HTTP (POST /v1/metrics, /v1/logs), MCP, the query API and /metrics.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// The cluster store to write (created, or extended when it exists).
+    #[arg(long, value_name = "CLUSTER.duckdb")]
+    pub db: PathBuf,
+    /// Also receive OTLP/gRPC on this address (e.g. 0.0.0.0:4317).
+    #[arg(long, value_name = "ADDR")]
+    pub grpc_listen: Option<SocketAddr>,
+    /// Largest OTLP request body in bytes (HTTP body, gRPC message).
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    pub max_otlp_body: usize,
+    /// Points and records waiting for the writer before senders are told to retry (503 /
+    /// RESOURCE_EXHAUSTED).
+    #[arg(long, value_name = "ITEMS", default_value_t = 1_000_000)]
+    pub queue_items: u64,
+    /// DuckDB memory limit of the store (writer and the tools' queries share it); DuckDB's own
+    /// default, 80% of RAM, would let its block cache grow with the store.
+    #[arg(long, value_name = "SIZE", default_value = "1GB")]
+    pub memory_limit: String,
+    #[command(flatten)]
+    pub http_flags: HttpFlags,
+}
+
+/// What `collect` prints on stdout when it stops.
+#[derive(Debug, Serialize)]
+struct CollectSummary {
+    db: PathBuf,
+    #[serde(flatten)]
+    stats: IngestStats,
+}
+
+fn grpc_tls(flags: &HttpFlags) -> Result<Option<tonic::transport::ServerTlsConfig>> {
+    let (Some(cert), Some(key)) = (&flags.tls_cert, &flags.tls_key) else {
+        return Ok(None);
+    };
+    let read = |p: &PathBuf| {
+        std::fs::read(p).with_context(|| format!("{}: cannot read (PEM)", p.display()))
+    };
+    let mut tls = tonic::transport::ServerTlsConfig::new().identity(
+        tonic::transport::Identity::from_pem(read(cert)?, read(key)?),
+    );
+    if let Some(ca) = &flags.tls_client_ca {
+        tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
+    }
+    Ok(Some(tls))
+}
+
+async fn serve_grpc(
+    addr: SocketAddr,
+    receiver: GrpcReceiver,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    max_body: usize,
+) -> Result<()> {
+    use tonic::codec::CompressionEncoding::Gzip;
+    let incoming = tonic::transport::server::TcpIncoming::bind(addr)
+        .with_context(|| {
+            format!("cannot listen on {addr}\nhint: choose another --grpc-listen address or port")
+        })?
+        .with_nodelay(Some(true));
+    let bound = incoming.local_addr()?;
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls)
+            .context("configuring TLS for OTLP/gRPC")?;
+    }
+    let metrics = MetricsServiceServer::new(receiver.clone())
+        .max_decoding_message_size(max_body)
+        .accept_compressed(Gzip)
+        .send_compressed(Gzip);
+    let logs = LogsServiceServer::new(receiver)
+        .max_decoding_message_size(max_body)
+        .accept_compressed(Gzip)
+        .send_compressed(Gzip);
+    eprintln!("causeway collect: OTLP/gRPC listening on {bound}");
+    builder
+        .add_service(metrics)
+        .add_service(logs)
+        .serve_with_incoming(incoming)
+        .await
+        .context("serving OTLP/gRPC")
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async {
+                match term.as_mut() {
+                    Some(t) => { t.recv().await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Runs `collect` until Ctrl-C (or SIGTERM).
+pub fn run(args: &CollectArgs) -> Result<()> {
+    let opts = http_options(args.listen, &args.http_flags)?;
+    let Some(token) = opts.token.clone() else {
+        bail!(
+            "causeway collect needs a bearer token: agents send data to it\nhint: set CAUSEWAY_TOKEN or pass --token-file FILE (generate one with `openssl rand -hex 32`); agents send it as `Authorization: Bearer <token>`"
+        );
+    };
+    let grpc_tls = grpc_tls(&args.http_flags)?;
+    let writer_opts = WriterOptions {
+        node: "collector".into(),
+        memory_limit: Some(args.memory_limit.clone()),
+        ..WriterOptions::default()
+    };
+    let store = if args.db.exists() {
+        CollectedStore::open(&args.db, writer_opts)
+    } else {
+        CollectedStore::create(&args.db, writer_opts)
+    }
+    .map_err(|e| {
+        let msg = e.to_string();
+        if msg.contains("\nhint: ") {
+            anyhow::anyhow!(msg)
+        } else {
+            anyhow::anyhow!(
+                "{msg}\nhint: --db must be a causeway store or a new file, --memory-limit a size such as 1GB"
+            )
+        }
+    })?;
+    let ctx = Arc::new(context(&args.db, &[]));
+    ctx.insert_reader(store.live_reader()?);
+    let ingest = Arc::new(
+        Ingest::start(
+            store,
+            IngestOptions {
+                max_queued_items: args.queue_items,
+                ..IngestOptions::default()
+            },
+        )
+        .context("starting the ingest writer")?,
+    );
+    let routes = OtlpRoutes {
+        ingest: ingest.clone(),
+        max_body_bytes: args.max_otlp_body,
+    };
+    let receiver = GrpcReceiver {
+        ingest: ingest.clone(),
+        token: Arc::from(token.as_str()),
+    };
+    let served: Result<()> = runtime()?.block_on(async {
+        let http = crate::mcp::http::serve_with(ctx, opts, Some(routes), |bound| {
+            // The line a supervisor (or a test) waits for; stderr, never stdout.
+            eprintln!("causeway collect: listening on {bound}");
+        });
+        let grpc = async {
+            match args.grpc_listen {
+                Some(addr) => serve_grpc(addr, receiver, grpc_tls, args.max_otlp_body).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = http => r,
+            r = grpc => r,
+            _ = shutdown_signal() => Ok(()),
+        }
+    });
+    // Whatever ended the servers: commit what is queued and close the file cleanly.
+    let stats = ingest.shutdown()?;
+    tracing::info!(
+        stored = stats.stored_items,
+        busy = stats.requests_busy,
+        "collect stopped"
+    );
+    eprintln!(
+        "causeway collect: stored {} points and records in {} ({} requests refused busy, {} invalid, {} unauthorized)",
+        stats.stored_items,
+        args.db.display(),
+        stats.requests_busy,
+        stats.requests_invalid,
+        stats.requests_unauthorized
+    );
+    crate::print_json(&CollectSummary {
+        db: args.db.clone(),
+        stats,
+    })?;
+    served
+}

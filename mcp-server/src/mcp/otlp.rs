@@ -1,0 +1,324 @@
+//! The OTLP receivers of `causeway collect`: OTLP/HTTP (`POST /v1/metrics`, `POST /v1/logs`,
+//! protobuf) next to MCP on the HTTP server, and OTLP/gRPC (the collector Metrics and Logs
+//! services) on its own listener. Both decode into rows, hand them to the ingest queue and
+//! answer once they are committed: 200 / OK (with a partial success when some points were
+//! malformed), 400 / INVALID_ARGUMENT with what was wrong, 401 / UNAUTHENTICATED without the
+//! token, 503 / RESOURCE_EXHAUSTED (retryable) when the queue is full.
+
+use std::sync::Arc;
+
+use causeway_ingest::{Decoded, Ingest, SubmitError, decode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsService;
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsService;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use prost::Message;
+
+use super::http::{Body, bare};
+
+/// The OTLP/HTTP paths.
+pub const METRICS_PATH: &str = "/v1/metrics";
+/// See [`METRICS_PATH`].
+pub const LOGS_PATH: &str = "/v1/logs";
+
+/// google.rpc.Status, the body of an OTLP/HTTP error response.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RpcStatus {
+    /// gRPC status code.
+    #[prost(int32, tag = "1")]
+    pub code: i32,
+    /// What was wrong, for people.
+    #[prost(string, tag = "2")]
+    pub message: String,
+}
+
+/// Why a request was not (fully) taken.
+#[derive(Debug)]
+enum Refusal {
+    Invalid(String),
+    Busy(String),
+    Unavailable(String),
+}
+
+/// Decodes are done; queue the rows and wait for the commit. Returns the rejected count and
+/// the first rejection's reason.
+async fn ingest(ingest: &Ingest, d: Decoded, what: &str) -> Result<(u64, String), Refusal> {
+    if d.rows.items() == 0 && d.rejected > 0 {
+        ingest.count_invalid();
+        return Err(Refusal::Invalid(format!(
+            "no usable {what} in the request: {} rejected, first: {}",
+            d.rejected, d.error
+        )));
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    match ingest.submit(
+        d.rows,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    ) {
+        Ok(()) => {}
+        Err(e @ SubmitError::Busy { .. }) => {
+            return Err(Refusal::Busy(format!("{e}; retry with backoff")));
+        }
+        Err(e @ SubmitError::Closed) => return Err(Refusal::Unavailable(e.to_string())),
+    }
+    match rx.await {
+        Ok(Ok(())) => {
+            ingest.count_partial(d.rejected);
+            Ok((d.rejected, d.error))
+        }
+        Ok(Err(e)) => Err(Refusal::Unavailable(format!(
+            "the cluster store could not write the batch: {e}"
+        ))),
+        Err(_) => Err(Refusal::Unavailable("the cluster store is closing".into())),
+    }
+}
+
+fn proto_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
+    super::api::with_body(status, "application/x-protobuf", body)
+}
+
+fn http_error(status: StatusCode, code: tonic::Code, message: String) -> Response<Body> {
+    tracing::info!(status = status.as_u16(), %message, "OTLP request refused");
+    let mut r = proto_response(
+        status,
+        RpcStatus {
+            code: code as i32,
+            message,
+        }
+        .encode_to_vec(),
+    );
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from_static("1"),
+        );
+    }
+    r
+}
+
+fn refusal_response(r: Refusal) -> Response<Body> {
+    match r {
+        Refusal::Invalid(m) => http_error(StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, m),
+        Refusal::Busy(m) => http_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            tonic::Code::ResourceExhausted,
+            m,
+        ),
+        Refusal::Unavailable(m) => {
+            http_error(StatusCode::SERVICE_UNAVAILABLE, tonic::Code::Unavailable, m)
+        }
+    }
+}
+
+/// `POST /v1/metrics` and `POST /v1/logs` (token already checked).
+pub async fn handle_http(
+    req: Request<Incoming>,
+    ingest: Arc<Ingest>,
+    max_body: usize,
+) -> Response<Body> {
+    if req.method() != Method::POST {
+        return bare(StatusCode::METHOD_NOT_ALLOWED);
+    }
+    let content_type = req
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if !content_type.starts_with("application/x-protobuf") {
+        ingest.count_invalid();
+        return http_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            tonic::Code::InvalidArgument,
+            format!(
+                "Content-Type '{content_type}' is not supported; send OTLP protobuf (application/x-protobuf), or OTLP/gRPC to --grpc-listen"
+            ),
+        );
+    }
+    let gzip = match req
+        .headers()
+        .get(hyper::header::CONTENT_ENCODING)
+        .map(|v| v.as_bytes())
+    {
+        None | Some(b"identity") => false,
+        Some(b"gzip") => true,
+        Some(other) => {
+            ingest.count_invalid();
+            return http_error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                tonic::Code::InvalidArgument,
+                format!(
+                    "Content-Encoding '{}' is not supported; send gzip or uncompressed bodies",
+                    String::from_utf8_lossy(other)
+                ),
+            );
+        }
+    };
+    let metrics = req.uri().path() == METRICS_PATH;
+    let body = match Limited::new(req.into_body(), max_body).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            ingest.count_invalid();
+            return http_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                tonic::Code::InvalidArgument,
+                format!(
+                    "the request body is larger than {max_body} bytes; send smaller batches or raise --max-otlp-body"
+                ),
+            );
+        }
+    };
+    let body = if gzip {
+        match gunzip(&body, max_body) {
+            Ok(b) => b,
+            Err(m) => {
+                ingest.count_invalid();
+                return http_error(StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, m);
+            }
+        }
+    } else {
+        body
+    };
+    let answer = if metrics {
+        match decode_body::<ExportMetricsServiceRequest>(&ingest, body) {
+            Ok(msg) => ingest_metrics(&ingest, &msg)
+                .await
+                .map(|r| r.encode_to_vec()),
+            Err(m) => return http_error(StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, m),
+        }
+    } else {
+        match decode_body::<ExportLogsServiceRequest>(&ingest, body) {
+            Ok(msg) => ingest_logs(&ingest, &msg).await.map(|r| r.encode_to_vec()),
+            Err(m) => return http_error(StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, m),
+        }
+    };
+    match answer {
+        Ok(body) => proto_response(StatusCode::OK, body),
+        Err(r) => refusal_response(r),
+    }
+}
+
+/// Inflates a gzip body, refusing more than `max` bytes once inflated.
+fn gunzip(body: &[u8], max: usize) -> Result<Bytes, String> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .take(max as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("the body is not valid gzip: {e}"))?;
+    if out.len() > max {
+        return Err(format!(
+            "the body inflates to more than {max} bytes; send smaller batches or raise --max-otlp-body"
+        ));
+    }
+    Ok(Bytes::from(out))
+}
+
+/// The request message, or (counted as invalid) why the body is not one.
+fn decode_body<T: Message + Default>(ingest: &Ingest, body: Bytes) -> Result<T, String> {
+    T::decode(body).map_err(|e| {
+        ingest.count_invalid();
+        let name = std::any::type_name::<T>().rsplit("::").next().unwrap_or("");
+        format!("the body is not an OTLP {name}: {e}")
+    })
+}
+
+async fn ingest_metrics(
+    ing: &Ingest,
+    msg: &ExportMetricsServiceRequest,
+) -> Result<ExportMetricsServiceResponse, Refusal> {
+    let (rejected, error) = ingest(ing, decode::metrics(msg), "data points").await?;
+    Ok(ExportMetricsServiceResponse {
+        partial_success: (rejected > 0).then_some(ExportMetricsPartialSuccess {
+            rejected_data_points: rejected as i64,
+            error_message: error,
+        }),
+    })
+}
+
+async fn ingest_logs(
+    ing: &Ingest,
+    msg: &ExportLogsServiceRequest,
+) -> Result<ExportLogsServiceResponse, Refusal> {
+    let (rejected, error) = ingest(ing, decode::logs(msg), "log records").await?;
+    Ok(ExportLogsServiceResponse {
+        partial_success: (rejected > 0).then_some(ExportLogsPartialSuccess {
+            rejected_log_records: rejected as i64,
+            error_message: error,
+        }),
+    })
+}
+
+/// The gRPC Metrics and Logs services over the ingest queue.
+#[derive(Debug, Clone)]
+pub struct GrpcReceiver {
+    /// The queue.
+    pub ingest: Arc<Ingest>,
+    /// The bearer token every call must carry in `authorization`.
+    pub token: Arc<str>,
+}
+
+impl GrpcReceiver {
+    fn check<T>(&self, req: &tonic::Request<T>) -> Result<(), tonic::Status> {
+        let ok = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|t| super::http::token_ok(t.trim().as_bytes(), self.token.as_bytes()));
+        if ok {
+            Ok(())
+        } else {
+            self.ingest.count_unauthorized();
+            tracing::info!("gRPC UNAUTHENTICATED: missing or wrong bearer token");
+            Err(tonic::Status::unauthenticated(
+                "missing or wrong bearer token in the authorization metadata",
+            ))
+        }
+    }
+}
+
+fn grpc_status(r: Refusal) -> tonic::Status {
+    match r {
+        Refusal::Invalid(m) => tonic::Status::invalid_argument(m),
+        Refusal::Busy(m) => tonic::Status::resource_exhausted(m),
+        Refusal::Unavailable(m) => tonic::Status::unavailable(m),
+    }
+}
+
+#[tonic::async_trait]
+impl MetricsService for GrpcReceiver {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        self.check(&request)?;
+        ingest_metrics(&self.ingest, request.get_ref())
+            .await
+            .map(tonic::Response::new)
+            .map_err(grpc_status)
+    }
+}
+
+#[tonic::async_trait]
+impl LogsService for GrpcReceiver {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportLogsServiceRequest>,
+    ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
+        self.check(&request)?;
+        ingest_logs(&self.ingest, request.get_ref())
+            .await
+            .map(tonic::Response::new)
+            .map_err(grpc_status)
+    }
+}

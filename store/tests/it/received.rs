@@ -1,0 +1,125 @@
+//! The cluster store of `causeway collect` (received.rs) on real DuckDB files: a version-2 file
+//! upgraded to version 3, cumulative snapshots replacing each other (a stale retry ignored),
+//! chains upserted.
+
+use std::sync::Arc;
+
+use causeway_store::received::{ChainRow, CollectedStore, MetricPoint, OpSnapshot, Received};
+use causeway_store::{Reader, WriterOptions};
+
+fn count(r: &Reader, sql: &'static str) -> i64 {
+    r.prepare_trusted(sql)
+        .unwrap()
+        .query_row([], |row| row.get(0))
+        .unwrap()
+}
+
+fn point(node: &str, t: i64) -> MetricPoint {
+    MetricPoint {
+        node: node.into(),
+        resource: Arc::from("{\"host.name\":\"a\"}"),
+        scope: Arc::from(""),
+        metric: Arc::from("gpu.temperature"),
+        unit: Arc::from("Cel"),
+        kind: "gauge",
+        attributes: "{}".into(),
+        time_ns: t,
+        value: Some(70.0),
+        ..MetricPoint::default()
+    }
+}
+
+#[test]
+fn a_version_2_file_is_upgraded_and_extended() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crate::common::small_store(dir.path(), 3);
+    {
+        // Make it a version-2 file: without 003's tables.
+        let c = causeway_store::duckdb::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "DROP VIEW metric_points; DROP TABLE metric_rows; DROP TABLE otlp_resources;
+             DROP TABLE otlp_metrics; DROP TABLE log_records;
+             DELETE FROM schema_columns WHERE table_name IN ('metric_points', 'log_records');
+             UPDATE meta SET value = '2' WHERE key = 'schema_version'",
+        )
+        .unwrap();
+    }
+    assert_eq!(Reader::open(&path).unwrap().schema_version(), 2);
+    let mut s = CollectedStore::open(&path, WriterOptions::default()).unwrap();
+    s.store(&Received {
+        points: vec![point("n1", 5), point("n1", 6)],
+        ..Received::default()
+    })
+    .unwrap();
+    s.finish().unwrap();
+    let r = Reader::open(&path).unwrap();
+    assert_eq!(r.schema_version(), causeway_store::schema::SCHEMA_VERSION);
+    assert_eq!(
+        count(&r, "SELECT count(*) FROM metric_points WHERE node = 'n1'"),
+        2
+    );
+    // The recorded events are untouched, and the new relations are documented.
+    assert_eq!(count(&r, "SELECT count(*) FROM events"), 3);
+    assert!(
+        count(
+            &r,
+            "SELECT count(*) FROM schema_columns WHERE table_name = 'metric_points'"
+        ) > 10
+    );
+    assert!(
+        count(
+            &r,
+            "SELECT count(*) FROM schema_columns WHERE table_name = 'log_records'"
+        ) > 10
+    );
+}
+
+#[test]
+fn cumulative_snapshots_replace_and_chains_upsert() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.duckdb");
+    let mut s = CollectedStore::create(&path, WriterOptions::default()).unwrap();
+    let snap = |calls: u64, t: i64| OpSnapshot {
+        node: "n1".into(),
+        pid: 7,
+        op_id: 3,
+        start_ns: 100,
+        time_ns: t,
+        calls: Some(calls),
+        ..OpSnapshot::default()
+    };
+    let chain = |lost: i64| ChainRow {
+        node: "n1".into(),
+        chain_id: "c1".into(),
+        detector: "d".into(),
+        severity: "HIGH".into(),
+        recommendations: "[]".into(),
+        timeline: "[]".into(),
+        time_lost_ns: lost,
+        ..ChainRow::default()
+    };
+    s.store(&Received {
+        ops: vec![snap(10, 200)],
+        chains: vec![chain(1)],
+        ..Received::default()
+    })
+    .unwrap();
+    // Two batches in one group commit; the older snapshot (a retry) loses.
+    let later = Received {
+        ops: vec![snap(30, 400)],
+        chains: vec![chain(2)],
+        ..Received::default()
+    };
+    let stale = Received {
+        ops: vec![snap(20, 300)],
+        ..Received::default()
+    };
+    s.store_all(&[&later, &stale]).unwrap();
+    s.finish().unwrap();
+    let r = Reader::open(&path).unwrap();
+    assert_eq!(count(&r, "SELECT count(*) FROM op_counts"), 1);
+    assert_eq!(count(&r, "SELECT sum(calls)::BIGINT FROM op_counts"), 30);
+    assert_eq!(count(&r, "SELECT max(window_end_ns) FROM op_counts"), 400);
+    assert_eq!(count(&r, "SELECT count(*) FROM chains"), 1);
+    assert_eq!(count(&r, "SELECT max(time_lost_ns) FROM chains"), 2);
+}

@@ -640,3 +640,81 @@ fn causeway_status(body: &[u8]) -> String {
     }
     RpcStatus::decode(body).unwrap().message
 }
+
+/// The sender and the receiver together: `causeway export --format otlp` of two recorded
+/// traces, one over OTLP/HTTP and one over OTLP/gRPC, into one `causeway collect` store keeps
+/// every node's counted calls, histograms and chains, and a repeated (cumulative) push does
+/// not count anything twice.
+#[test]
+fn exports_of_two_nodes_collect_into_one_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cluster.duckdb");
+    let tf = dir.path().join("token");
+    std::fs::write(&tf, TOKEN).unwrap();
+    let demo = dir.path().join("incident.duckdb");
+    crate::common::ok(&["demo", "incident", "--db", demo.to_str().unwrap()]);
+    let vllm = crate::common::vllm_store();
+    let server = start(&db);
+    let push = |src: &std::path::Path, url: String, protocol: &str| {
+        crate::common::ok(&[
+            "export",
+            "--db",
+            src.to_str().unwrap(),
+            "--format",
+            "otlp",
+            "--endpoint",
+            &url,
+            "--protocol",
+            protocol,
+            "--token-file",
+            tf.to_str().unwrap(),
+        ]);
+    };
+    push(&vllm, format!("http://{}", server.http), "http");
+    push(&demo, format!("http://{}", server.grpc), "grpc");
+    // Cumulative metrics sent again replace the snapshot instead of adding to it.
+    push(&vllm, format!("http://{}", server.http), "http");
+    stop(server);
+
+    let launches = "SELECT n.node, (SELECT coalesce(sum(c.calls), 0) FROM op_counts c JOIN ops o ON o.op_id = c.op_id
+          WHERE c.node = n.node AND o.op = 'cudaLaunchKernel')::BIGINT AS calls,
+        (SELECT coalesce(sum(h.count), 0) FROM op_histograms h JOIN ops o ON o.op_id = h.op_id
+          WHERE h.node = n.node AND o.op = 'cudaLaunchKernel')::BIGINT AS in_histograms,
+        (SELECT count(*) FROM chains c WHERE c.node = n.node)::BIGINT AS chains
+      FROM nodes n ORDER BY n.node";
+    let got = query(&db, launches);
+    let rows = got.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{got}");
+    for src in [&vllm, &demo] {
+        let node = query(src, "SELECT node FROM nodes")[0][0].clone();
+        // What the sender counted: the kernel's counts where the trace has them, else its events.
+        let counted = query(
+            src,
+            "SELECT coalesce(nullif((SELECT sum(calls) FROM op_counts c JOIN ops o ON o.op_id = c.op_id
+                 WHERE o.op = 'cudaLaunchKernel'), 0),
+               (SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'))::BIGINT",
+        )[0][0]
+            .as_i64()
+            .unwrap();
+        let row = rows
+            .iter()
+            .find(|r| r[0] == node)
+            .expect("the node arrived");
+        assert!(counted > 0);
+        assert_eq!(row[1].as_i64().unwrap(), counted, "calls of {node}: {row}");
+        assert_eq!(
+            row[2].as_i64().unwrap(),
+            counted,
+            "histogram of {node}: {row}"
+        );
+        assert!(row[3].as_i64().unwrap() > 0, "chains of {node}: {row}");
+    }
+    let stored = query(&vllm, "SELECT count(*) FROM chains")[0][0].clone();
+    let vllm_node = query(&vllm, "SELECT node FROM nodes")[0][0].clone();
+    let row = rows.iter().find(|r| r[0] == vllm_node).unwrap();
+    assert_eq!(row[3], stored, "every stored chain, once");
+    assert_eq!(
+        query(&db, "SELECT count(*) FROM nodes WHERE origin = 'collected'")[0][0],
+        2
+    );
+}

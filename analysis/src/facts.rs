@@ -171,7 +171,7 @@ impl<'a> Ctx<'a> {
     pub fn load(r: &'a Reader, q: &ChainQuery) -> Result<Ctx<'a>, StoreError> {
         let (first, last): (i64, i64) = r
             .prepare_trusted(SPAN_SQL)?
-            .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .query_row([], causeway_store::row)
             .map_err(duck(r, "reading the trace span"))?;
         let window = q.window.resolve(first, last);
         let pid = q.pid.map_or(-1, i64::from);
@@ -245,9 +245,7 @@ impl<'a> Ctx<'a> {
 
         let procs: Vec<(String, u32, String, u32)> = r
             .prepare_trusted(NAMES_SQL)?
-            .query_map([], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-            })
+            .query_map([], causeway_store::row)
             .and_then(|rows| rows.collect())
             .map_err(duck(r, "reading process names"))?;
         let mut names = HashMap::new();

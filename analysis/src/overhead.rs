@@ -95,15 +95,7 @@ pub fn overhead(
         .prepare_trusted(WINDOWS_SQL)?
         .query_row(
             duckdb::params![window.from_ns, window.until_ns, pid, pid, node, node],
-            |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                ))
-            },
+            causeway_store::row,
         )
         .map_err(duck(r, "reading probe overhead"))?;
     let switches: Vec<ModeSwitch> = r

@@ -86,7 +86,7 @@ pub fn nodes(r: &Reader, w: Window) -> Result<Vec<String>, StoreError> {
 pub fn op_names(r: &Reader) -> Result<HashMap<u16, (String, String)>, StoreError> {
     let rows: Vec<(u16, String, String)> = r
         .prepare_trusted(OPS_SQL)?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .query_map([], causeway_store::row)
         .and_then(|rows| rows.collect())
         .map_err(duck(r, "reading the op table"))?;
     Ok(rows.into_iter().map(|(id, s, o)| (id, (s, o))).collect())
@@ -131,7 +131,7 @@ pub fn quantiles(
     r.prepare_trusted(QUANTILES_SQL)?
         .query_map(
             duckdb::params![node.only, node.name, w.from_ns, w.until_ns, pid, pid],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+            causeway_store::row,
         )
         .and_then(|rows| rows.collect())
         .map_err(duck(r, "computing per-process op statistics"))

@@ -215,11 +215,11 @@ fn histogram_percentile(buckets: &[(u8, u64)], p_permille: u64) -> i64 {
 pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError> {
     let (total, first, last): (i64, i64, i64) = r
         .prepare_trusted(SPAN_SQL)?
-        .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .query_row([], causeway_store::row)
         .map_err(duck(r, "reading the trace span"))?;
     let (first, last) = if total == 0 {
         r.prepare_trusted(COUNTS_SPAN_SQL)?
-            .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .query_row([], causeway_store::row)
             .map_err(duck(r, "reading the span of the kernel counts"))?
     } else {
         (first, last)
@@ -286,16 +286,7 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
         let rows: Vec<(String, String, u16, i64, i64, i64)> = st
             .query_map(
                 duckdb::params![window.from_ns, window.until_ns, pid, pid, node, node],
-                |row| {
-                    Ok((
-                        row.get(0)?,
-                        row.get(1)?,
-                        row.get(2)?,
-                        row.get(3)?,
-                        row.get(4)?,
-                        row.get(5)?,
-                    ))
-                },
+                causeway_store::row,
             )
             .and_then(|rows| rows.collect())
             .map_err(duck(r, "reading kernel call counts"))?;
@@ -366,7 +357,7 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
             .prepare_trusted(TIMED_SQL)?
             .query_map(
                 duckdb::params![window.from_ns, window.until_ns, pid, pid, node, node],
-                |row| Ok((row.get(0)?, row.get(1)?)),
+                causeway_store::row,
             )
             .and_then(|rows| rows.collect())
             .map_err(duck(r, "reading histogram totals"))?;
@@ -416,9 +407,7 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
     {
         let mut st = r.prepare_trusted(DROPS_SQL)?;
         let rows: Vec<(String, i64)> = st
-            .query_map(duckdb::params![node, node], |row| {
-                Ok((row.get(0)?, row.get(1)?))
-            })
+            .query_map(duckdb::params![node, node], causeway_store::row)
             .and_then(|rows| rows.collect())
             .map_err(duck(r, "reading drop counters"))?;
         for (k, n) in rows {

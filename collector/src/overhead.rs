@@ -97,6 +97,9 @@ pub struct Controller {
     last_switch_ns: HashMap<u16, i64>,
     prev_calls: HashMap<(u32, u16), u64>,
     cpu_base: HashMap<u32, u64>,
+    /// Processes whose exit was already measured: the kernel keeps their final counts and the
+    /// poll state its exit reading, which must not be counted again in later windows.
+    exited: BTreeSet<u32>,
     window_start_ns: i64,
     /// Estimated probe time over the trace (ns), all processes.
     pub probe_ns: f64,
@@ -118,6 +121,7 @@ impl Controller {
             last_switch_ns: HashMap::new(),
             prev_calls: HashMap::new(),
             cpu_base: HashMap::new(),
+            exited: BTreeSet::new(),
             window_start_ns: now_ns,
             probe_ns: 0.0,
             cpu_ns: 0,
@@ -253,6 +257,13 @@ impl Controller {
                 CpuReading::Exited { cpu_ns, new } => (cpu_ns, new, true),
                 CpuReading::Unknown => continue,
             };
+            if gone && !self.exited.insert(pid) {
+                continue;
+            }
+            if !gone && self.exited.remove(&pid) {
+                // The pid was reused by a new process: its counters start again.
+                self.prev_calls.retain(|(p, _), _| *p != pid);
+            }
             let Some(base) = self.cpu_base.get(&pid).copied().or(new.then_some(0)) else {
                 // A process older than the trace: this reading is only the baseline.
                 self.cpu_base.insert(pid, now_cpu);
@@ -260,7 +271,6 @@ impl Controller {
             };
             if gone {
                 self.cpu_base.remove(&pid);
-                self.prev_calls.retain(|(p, _), _| *p != pid);
             } else {
                 self.cpu_base.insert(pid, now_cpu);
             }
@@ -441,6 +451,23 @@ mod tests {
             "entry-only is the floor: {:?}",
             t.switches
         );
+    }
+
+    #[test]
+    fn an_exited_process_is_measured_once() {
+        let mut c = Controller::new(100.0, model(COSTS), 0);
+        let exited = |_| CpuReading::Exited {
+            cpu_ns: S as u64,
+            new: true,
+        };
+        let t = c.tick(S, &[((7, 3), 1_000)], exited);
+        assert_eq!(t.windows.len(), 1);
+        assert_eq!(t.windows[0].calls, 1_000);
+        // The kernel still reports its final counts, and the exit reading is still there.
+        let t = c.tick(2 * S, &[((7, 3), 1_000)], exited);
+        assert!(t.windows.is_empty(), "{:?}", t.windows);
+        assert!(c.close(3 * S, &[((7, 3), 1_000)], exited).is_empty());
+        assert_eq!(c.cpu_ns, S as u64);
     }
 
     #[test]

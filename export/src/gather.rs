@@ -236,7 +236,7 @@ pub fn nodes_and_span(r: &Reader) -> Result<Facts, StoreError> {
     let mut f = Facts::default();
     let span: (Option<i64>, Option<i64>) = r
         .prepare_trusted(SPAN_SQL)?
-        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .query_row([], causeway_store::row)
         .map_err(duck(r, "reading the trace span"))?;
     f.span = span.0.zip(span.1);
     f.nodes = r

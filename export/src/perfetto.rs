@@ -206,11 +206,11 @@ pub fn write_perfetto(
 ) -> Result<PerfettoSummary, ExportError> {
     let (total, first, last): (i64, i64, i64) = r
         .prepare_trusted(SPAN_SQL)?
-        .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .query_row([], causeway_store::row)
         .map_err(duck(r, "reading the trace span"))?;
     let nodes: Vec<(String, i64)> = r
         .prepare_trusted(NODES_SQL)?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .query_map([], causeway_store::row)
         .and_then(|rows| rows.collect())
         .map_err(duck(r, "listing nodes"))?;
     let tracks = Tracks {
@@ -229,9 +229,7 @@ pub fn write_perfetto(
     let limit = opts.max_events as i64;
     let threads: Vec<(String, u32, u32, String)> = r
         .prepare_trusted(THREADS_SQL)?
-        .query_map([limit], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-        })
+        .query_map([limit], causeway_store::row)
         .and_then(|rows| rows.collect())
         .map_err(duck(r, "listing threads"))?;
     let exported = (total.max(0) as u64).min(opts.max_events as u64);

@@ -11,6 +11,7 @@ pub mod merge;
 mod overhead;
 mod reader;
 pub mod received;
+mod row;
 pub mod sanitize;
 pub mod schema;
 mod writer;
@@ -20,6 +21,7 @@ use std::path::Path;
 pub use error::{Result, StoreError};
 pub use overhead::{ModeSwitch, OverheadWindow, ProbeCost};
 pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
+pub use row::{FromRow, row};
 pub use writer::{
     Event, Frame, HistogramBucket, OpCount, ProcessInfo, SessionInfo, Writer, WriterOptions,
 };

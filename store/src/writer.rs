@@ -229,7 +229,7 @@ fn load_comms(conn: &Connection, path: &Path) -> Result<Vec<(u32, String)>> {
         .prepare("SELECT comm_id, comm FROM comms")
         .ctx(path, "reading thread names")?;
     let rows = st
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_map([], crate::row)
         .and_then(|rows| rows.collect::<duckdb::Result<Vec<_>>>())
         .ctx(path, "reading thread names")?;
     Ok(rows)

@@ -102,7 +102,7 @@ fn column_types(ctx: &Context) -> Vec<(String, String, String)> {
     ctx.with_reader(None, |r| {
         let mut st = r.prepare_trusted(SQL)?;
         let rows = st
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .query_map([], causeway_store::row)
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>());
         Ok(rows.unwrap_or_default())
     })

@@ -116,22 +116,13 @@ pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, Too
 
     let (first, last): (i64, i64) = reader
         .prepare_trusted(SPAN_SQL)?
-        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row([], causeway_store::row)
         .map_err(duck(reader, "reading the trace span"))?;
     let w = spec.resolve(first, last);
     let args = params![w.from_ns, w.until_ns, pid, pid, op_id, op_id];
     let rows: Vec<(i64, i64, i64, i64, i64, String)> = reader
         .prepare_trusted(STACKS_SQL)?
-        .query_map(args, |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-            ))
-        })
+        .query_map(args, causeway_store::row)
         .and_then(|rows| rows.collect())
         .map_err(duck(reader, "ranking stacks"))?;
     let calls_without_stack: i64 = reader

@@ -125,17 +125,7 @@ pub fn describe_for(reader: &Reader, name: &str) -> Result<TraceDescription, Too
         i64,
     ) = reader
         .prepare_trusted(SUMMARY_SQL)?
-        .query_row([], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-            ))
-        })
+        .query_row([], causeway_store::row)
         .map_err(duck("summarising the trace"))?;
     let nodes: Vec<NodeOut> = reader
         .prepare_trusted(NODES_SQL)?

@@ -37,7 +37,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         .prepare_trusted(OOM_SQL.as_str())?
         .query_map(
             duckdb::params![ctx.window.from_ns, ctx.window.until_ns, ctx.node, ctx.node],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+            causeway_store::row,
         )
         .and_then(|rows| rows.collect())
         .map_err(duck(ctx.r, "looking for OOM kills"))?;

@@ -215,16 +215,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
         .prepare_trusted(WAITS_SQL.as_str())?
         .query_map(
             causeway_store::duckdb::params![from, until, from, until],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
-            },
+            causeway_store::row,
         )
         .and_then(|rows| rows.collect())
         .map_err(duck(ctx.r, "pairing collectives with their waits"))?;
@@ -275,7 +266,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
         .prepare_trusted(OFF_CPU_SQL)?
         .query_row(
             causeway_store::duckdb::params![node, tid, l.since, until],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            causeway_store::row,
         )
         .map_err(duck(ctx.r, "reading the straggler's off-CPU time"))?;
     let per_step_off = off / l.steps_after.max(1) as i64;

@@ -75,18 +75,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         .prepare_trusted(ALLOC_SQL.as_str())?
         .query_map(
             duckdb::params![ctx.window.from_ns, ctx.window.until_ns, ctx.pid, ctx.node],
-            |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                    row.get(5)?,
-                    row.get(6)?,
-                    row.get(7)?,
-                ))
-            },
+            causeway_store::row,
         )
         .and_then(|rows| rows.collect())
         .map_err(duck(ctx.r, "measuring GPU allocations"))?;

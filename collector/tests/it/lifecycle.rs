@@ -183,9 +183,7 @@ fn rank_and_cluster_come_from_the_traced_environment() {
              WHERE pid IN (SELECT pid FROM events WHERE op = 'cudaLaunchKernel') ORDER BY pid",
         )
         .unwrap()
-        .query_map([], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })
+        .query_map([], causeway_store::row)
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();

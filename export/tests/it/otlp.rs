@@ -357,19 +357,7 @@ fn stored_chains_become_log_records_with_the_severity_mapping() {
              FROM chains ORDER BY node, time_lost_ns DESC, chain_id",
         )
         .unwrap()
-        .query_map([], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-                row.get(5)?,
-                row.get(6)?,
-                row.get(7)?,
-                row.get(8)?,
-            ))
-        })
+        .query_map([], causeway_store::row)
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();

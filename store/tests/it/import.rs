@@ -100,7 +100,7 @@ fn cluster_trace_keeps_three_nodes_and_unique_ids() {
     let (n, distinct): (i64, i64) = r
         .prepare_trusted("SELECT count(*), count(DISTINCT id) FROM events")
         .unwrap()
-        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .query_row([], causeway_store::row)
         .unwrap();
     assert_eq!(n, distinct);
     let chains: i64 = r

@@ -70,7 +70,7 @@ fn node_store(dir: &Path, node: &str, clock_ns: i64, steps: i64) -> PathBuf {
 fn per_node_ops(r: &Reader) -> Vec<(String, String, i64)> {
     r.prepare_trusted("SELECT node, op, count(*) FROM events GROUP BY ALL ORDER BY ALL")
         .unwrap()
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .query_map([], causeway_store::row)
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap()
@@ -106,7 +106,7 @@ fn nodes_merge_with_every_row_and_their_clock_offsets() {
     let stored: Vec<(String, Option<i64>)> = r
         .prepare_trusted("SELECT node, clock_offset_ns FROM nodes ORDER BY node")
         .unwrap()
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .query_map([], causeway_store::row)
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();

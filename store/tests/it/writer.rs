@@ -72,7 +72,7 @@ fn events_round_trip_with_names() {
     let names: (String, String, String, String) = r
         .prepare_trusted("SELECT id, source, op, comm FROM events")
         .unwrap()
-        .query_row([], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?, x.get(3)?)))
+        .query_row([], causeway_store::row)
         .unwrap();
     assert_eq!(
         names,
@@ -88,9 +88,7 @@ fn events_round_trip_with_names() {
             "SELECT timestamp, duration, arg0, arg1, ret_code, gpu_id, stack_hash, cgroup_id::BIGINT, rank FROM events",
         )
         .unwrap()
-        .query_row([], |x| {
-            Ok((x.get(0)?, x.get(1)?, x.get(2)?, x.get(3)?, x.get(4)?, x.get(5)?, x.get(6)?, x.get(7)?, x.get(8)?))
-        })
+        .query_row([], causeway_store::row)
         .unwrap();
     assert_eq!(
         values,
@@ -227,7 +225,7 @@ fn ev(timestamp: i64, comm: &str) -> Event {
 
 fn rows(r: &Reader, sql: &'static str) -> Vec<(String, String, i64)> {
     let mut st = r.prepare_trusted(sql).unwrap();
-    st.query_map([], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?)))
+    st.query_map([], causeway_store::row)
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap()

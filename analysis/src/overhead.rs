@@ -114,9 +114,10 @@ pub fn overhead(
         .map_err(duck(r, "reading probe-mode switches"))?;
     let full_ns_per_call: BTreeMap<String, f64> = r
         .prepare_trusted(COSTS_SQL)?
-        .query_map(duckdb::params![node, node], |row| {
-            Ok((row.get::<_, String>(0)?, row.get::<_, f64>(1)?))
-        })
+        .query_map(
+            duckdb::params![node, node],
+            causeway_store::row::<(String, f64)>,
+        )
         .and_then(|rows| rows.collect())
         .map_err(duck(r, "reading probe costs"))?;
     // Recordings calibrate at start; imported traces have none of this.

@@ -35,7 +35,8 @@ pub fn get() -> &'static Standin {
 /// Builds a stand-in into a new directory; `lib_flags` go to the library builds (the benchmark
 /// builds one with frame pointers, whose functions then start with `push rbp`).
 pub fn build(lib_flags: &[&str]) -> Standin {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/standin");
+    // Also included by the causeway binary's tests: a path that holds from either crate.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/tests/standin");
     let dir = tempfile::Builder::new()
         .prefix("causeway-standin")
         .tempdir()

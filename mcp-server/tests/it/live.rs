@@ -69,7 +69,7 @@ fn mcp_live_serves_a_growing_trace_over_stdio() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let workload = standin(dir.path());
+    let workload = standin();
     let db = dir.path().join("live.duckdb");
     // The command writes to stdout: it must reach stderr, not the MCP stream.
     let script = format!("echo not-json-rpc; exec {workload} hold 6000");
@@ -203,7 +203,7 @@ fn trace_serve_answers_over_http_while_recording() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let workload = standin(dir.path());
+    let workload = standin();
     let db = dir.path().join("served.duckdb");
     let mut child = Command::new(BIN)
         .args(["trace", "--db"])

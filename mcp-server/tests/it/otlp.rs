@@ -641,7 +641,7 @@ fn trace_pushes_metrics_while_recording() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let workload = crate::trace::standin(dir.path());
+    let workload = crate::trace::standin();
     let db = dir.path().join("t.duckdb");
     let (url, log, _rt) = http_receiver(Answer(200, ""));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_causeway"))
@@ -706,7 +706,7 @@ fn trace_goes_on_when_the_receiver_is_down() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let workload = crate::trace::standin(dir.path());
+    let workload = crate::trace::standin();
     let db = dir.path().join("t.duckdb");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -2,9 +2,6 @@
 //! workload (built from ../collector/tests/standin at test time) and `causeway query` reads it.
 //! Needs root like every BPF test (CI is root); CAUSEWAY_SKIP_BPF_TESTS=1 skips explicitly.
 
-use std::path::Path;
-use std::process::Command;
-
 use crate::common::{causeway, ok};
 
 pub fn is_root() -> bool {
@@ -18,53 +15,15 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn cc(args: &[&str]) {
-    let out = Command::new("cc").args(args).output().expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+/// The collector tests' stand-in builder (one source of truth for the stand-in CUDA libraries
+/// and workload), included by path.
+#[path = "../../../collector/tests/it/standin.rs"]
+#[allow(dead_code)] // these tests use only the workload path
+mod standin_build;
 
-/// Builds the stand-in libcudart.so.12, libcuda.so.1 and the workload into `dir`.
-pub fn standin(dir: &Path) -> String {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/tests/standin");
-    let s = |n: &str| src.join(n).to_string_lossy().into_owned();
-    let o = |n: &str| dir.join(n).to_string_lossy().into_owned();
-    cc(&[
-        "-O1",
-        "-shared",
-        "-fPIC",
-        "-Wl,-soname,libcudart.so.12",
-        "-o",
-        &o("libcudart.so.12"),
-        &s("cudart.c"),
-    ]);
-    cc(&[
-        "-O1",
-        "-shared",
-        "-fPIC",
-        "-Wl,-soname,libcuda.so.1",
-        "-o",
-        &o("libcuda.so.1"),
-        &s("cuda.c"),
-    ]);
-    std::os::unix::fs::symlink("libcudart.so.12", dir.join("libcudart.so")).unwrap();
-    std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
-    cc(&[
-        "-O1",
-        "-o",
-        &o("workload"),
-        &s("workload.c"),
-        "-L",
-        &o(""),
-        "-lcudart",
-        "-lcuda",
-        "-lpthread",
-        "-Wl,-rpath,$ORIGIN",
-    ]);
-    o("workload")
+/// The stand-in workload (built once per test run, next to its libcudart.so.12 and libcuda.so.1).
+pub fn standin() -> String {
+    standin_build::get().exe().to_string()
 }
 
 #[test]
@@ -77,7 +36,7 @@ fn trace_records_a_command_and_query_reads_it() {
         "causeway trace needs root (CI is root); set CAUSEWAY_SKIP_BPF_TESTS=1 to skip explicitly"
     );
     let dir = tempfile::tempdir().unwrap();
-    let workload = standin(dir.path());
+    let workload = standin();
     let db = dir.path().join("t.duckdb");
     let out = dir.path().join("out.txt");
     let db_s = db.to_str().unwrap();
@@ -121,7 +80,7 @@ fn json_streams_one_event_per_line_and_the_command_output_stays_off_stdout() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let workload = standin(dir.path());
+    let workload = standin();
     let db = dir.path().join("t.duckdb");
     // `rate` prints its own figure on stdout: with --json it must go to stderr instead.
     let out = causeway(&[
@@ -183,7 +142,7 @@ fn stats_reports_the_probe_overhead_and_the_mode_switch() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let workload = standin(dir.path());
+    let workload = standin();
     let db = dir.path().join("t.duckdb");
     let db_s = db.to_str().unwrap();
     // Back-to-back launches for a few seconds: far over the default 1% budget.

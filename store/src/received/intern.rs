@@ -149,13 +149,7 @@ impl Interned {
             .prepare("SELECT resource_id, node, attributes FROM otlp_resources")
             .ctx(path, "reading interned resources")?;
         let rows = st
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, u32>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            })
+            .query_map([], crate::row::<(u32, String, String)>)
             .and_then(|rows| rows.collect::<duckdb::Result<Vec<_>>>())
             .ctx(path, "reading interned resources")?;
         for (id, node, attrs) in rows {
@@ -165,17 +159,10 @@ impl Interned {
             .prepare("SELECT metric_id, scope, metric, unit, kind, monotonic, temporality FROM otlp_metrics")
             .ctx(path, "reading interned metrics")?;
         let rows = st
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, u32>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, Option<bool>>(5)?,
-                    r.get::<_, String>(6)?,
-                ))
-            })
+            .query_map(
+                [],
+                crate::row::<(u32, String, String, String, String, Option<bool>, String)>,
+            )
             .and_then(|rows| rows.collect::<duckdb::Result<Vec<_>>>())
             .ctx(path, "reading interned metrics")?;
         for (id, scope, metric, unit, kind, mono, temp) in rows {

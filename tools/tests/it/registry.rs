@@ -100,7 +100,10 @@ fn tools_are_listed_in_a_fixed_order_and_read_only() {
 fn tools_list_fits_the_token_budget() {
     let text = serde_json::to_string(&listing()).unwrap();
     let t = tokens(&text);
-    eprintln!("tools/list without a fleet: {t} tokens ({} chars)", text.len());
+    eprintln!(
+        "tools/list without a fleet: {t} tokens ({} chars)",
+        text.len()
+    );
     assert!(
         t < TOOLS_LIST_TOKENS,
         "tools/list is {t} tokens ({} chars), budget {TOOLS_LIST_TOKENS}",
@@ -112,7 +115,10 @@ fn tools_list_fits_the_token_budget() {
 fn tools_list_with_a_fleet_fits_the_token_budget() {
     let text = serde_json::to_string(&fleet_listing()).unwrap();
     let t = tokens(&text);
-    eprintln!("tools/list with query_fleet: {t} tokens ({} chars)", text.len());
+    eprintln!(
+        "tools/list with query_fleet: {t} tokens ({} chars)",
+        text.len()
+    );
     assert!(
         t < TOOLS_LIST_TOKENS,
         "tools/list with query_fleet is {t} tokens ({} chars), budget {TOOLS_LIST_TOKENS}",

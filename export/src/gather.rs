@@ -35,8 +35,9 @@ pub const LOG2_BUCKETS: usize = 41;
 /// The op whose rows are off-CPU intervals rather than calls.
 pub const SCHED_SWITCH: &str = "sched_switch";
 
-/// Stored events of one (node, pid, op) with the log2 bucket (exact over integers: the
-/// floating-point `log2` is corrected by shifts) and the Prometheus bucket of each duration.
+/// Stored events of one node in a range of sequence numbers, per (pid, op), with the log2
+/// bucket (exact over integers: the floating-point `log2` is corrected by shifts) and the
+/// Prometheus bucket of each duration. Parameters: node_id, first seq, last seq.
 static STORED_SQL: LazyLock<String> = LazyLock::new(|| {
     let prom: Vec<String> = PROM_BUCKETS_NS
         .iter()
@@ -45,36 +46,56 @@ static STORED_SQL: LazyLock<String> = LazyLock::new(|| {
         .collect();
     format!(
         "WITH c AS (
-           SELECT d.node, d.pid, o.source, o.op, d.duration, d.timestamp,
+           SELECT d.pid, o.source, o.op, d.duration,
                   CASE WHEN o.op LIKE '%emcpy%' OR o.op LIKE '%Memset%' THEN d.arg0 ELSE 0 END AS bytes,
                   CASE WHEN d.duration < 2 THEN 0
                        WHEN d.duration >= 1099511627776 THEN 40
                        ELSE floor(log2(d.duration))::INTEGER END AS l2f,
                   CASE {} ELSE {} END AS pb
-           FROM event_data d JOIN ops o ON o.op_id = d.op_id
-           WHERE o.op <> '{SCHED_SWITCH}')
-         SELECT node, pid::BIGINT, source, op,
+           FROM event_rows d JOIN ops o ON o.op_id = d.op_id
+           WHERE d.node_id = ? AND d.seq BETWEEN ? AND ? AND o.op <> '{SCHED_SWITCH}')
+         SELECT pid::BIGINT, source, op,
                 CASE WHEN l2f < 40 AND duration >= (2::BIGINT << l2f) THEN l2f + 1
                      WHEN l2f > 0 AND duration < (1::BIGINT << l2f) THEN l2f - 1
                      ELSE l2f END AS l2,
                 pb, count(*)::BIGINT, sum(duration)::BIGINT, sum(bytes)::BIGINT,
                 min(duration)::BIGINT, max(duration)::BIGINT
-         FROM c GROUP BY ALL ORDER BY 1, 2, 3, 4, 5, 6",
+         FROM c GROUP BY ALL",
         prom.join(" "),
         PROM_BUCKETS_NS.len()
     )
 });
 
-const KERNEL_SQL: &str = "SELECT c.node, c.pid::BIGINT, o.source, o.op, sum(c.calls)::BIGINT,
-    sum(c.stored)::BIGINT, sum(c.total_ns)::BIGINT, sum(c.bytes)::BIGINT
-  FROM op_counts c JOIN ops o ON o.op_id = c.op_id GROUP BY ALL ORDER BY 1, 2, 3, 4";
-const HIST_SQL: &str = "SELECT h.node, h.pid::BIGINT, o.source, o.op,
-    least(h.log2_bucket, 40)::INTEGER, sum(h.count)::BIGINT
-  FROM op_histograms h JOIN ops o ON o.op_id = h.op_id GROUP BY ALL ORDER BY 1, 2, 3, 4, 5";
-const OFF_CPU_SQL: &str = "SELECT node, pid::BIGINT,
+/// Every node with its key in `event_rows`.
+const NODE_IDS_SQL: &str =
+    "SELECT node_id::BIGINT, node, hostname, cluster FROM nodes ORDER BY node";
+/// The newest sequence number of a node at or after a given one (node_id, first seq).
+const LAST_SEQ_SQL: &str = "SELECT max(seq)::BIGINT FROM event_rows WHERE node_id = ? AND seq >= ?";
+/// Count, newest timestamp and time span of a node's events in a range (node_id, first, last).
+const NODE_RANGE_SQL: &str = "SELECT count(*)::BIGINT, max(timestamp)::BIGINT,
+    min(timestamp)::BIGINT, max(timestamp + duration)::BIGINT
+  FROM event_rows WHERE node_id = ? AND seq BETWEEN ? AND ?";
+/// Off-CPU time of a node's processes in a range (node_id, first, last).
+const OFF_CPU_SQL: &str = "SELECT pid::BIGINT,
     CASE arg1 WHEN 0 THEN 'preempted' WHEN 1 THEN 'blocked' ELSE 'other' END AS state,
     sum(duration)::BIGINT, count(*)::BIGINT
-  FROM event_data WHERE op_id = 100 GROUP BY ALL ORDER BY 1, 2, 3";
+  FROM event_rows WHERE node_id = ? AND seq BETWEEN ? AND ? AND op_id = 100 GROUP BY ALL";
+/// Rows of the kernel's tables; they are only ever appended to, so row ids 0..count are the
+/// rows written so far.
+const COUNT_ROWS_SQL: &str = "SELECT count(*)::BIGINT FROM op_counts";
+const HIST_ROWS_SQL: &str = "SELECT count(*)::BIGINT FROM op_histograms";
+/// Kernel call counts in a range of row ids (first, end).
+const KERNEL_SQL: &str = "SELECT c.node, c.pid::BIGINT, o.source, o.op, sum(c.calls)::BIGINT,
+    sum(c.stored)::BIGINT, sum(c.total_ns)::BIGINT, sum(c.bytes)::BIGINT,
+    min(c.window_start_ns)::BIGINT, max(c.window_end_ns)::BIGINT
+  FROM op_counts c JOIN ops o ON o.op_id = c.op_id
+  WHERE c.rowid >= ? AND c.rowid < ? GROUP BY ALL";
+/// Kernel histogram buckets in a range of row ids (first, end).
+const HIST_SQL: &str = "SELECT h.node, h.pid::BIGINT, o.source, o.op,
+    least(h.log2_bucket, 40)::INTEGER, sum(h.count)::BIGINT,
+    min(h.window_start_ns)::BIGINT, max(h.window_end_ns)::BIGINT
+  FROM op_histograms h JOIN ops o ON o.op_id = h.op_id
+  WHERE h.rowid >= ? AND h.rowid < ? GROUP BY ALL";
 const DROPS_SQL: &str =
     "SELECT node, kind, sum(count)::BIGINT FROM drops GROUP BY ALL ORDER BY 1, 2";
 const NODES_SQL: &str = "SELECT n.node, n.hostname, n.cluster, coalesce(e.n, 0)::BIGINT, e.last
@@ -255,130 +276,305 @@ pub fn nodes_and_span(r: &Reader) -> Result<Facts, StoreError> {
     Ok(f)
 }
 
-/// Reads the facts of the trace `r` reads (a finished file or a live recording).
+/// Reads the facts of the trace `r` reads (a finished file or a live recording) in one go.
+/// A caller that asks again and again (a live exporter) keeps a [`Gatherer`] instead.
 pub fn gather(r: &Reader) -> Result<Facts, StoreError> {
-    let mut f = nodes_and_span(r)?;
+    Gatherer::default().update(r)
+}
 
-    type StoredRow = (OpKey, usize, usize, [i64; 5]);
-    let stored: Vec<StoredRow> = r
-        .prepare_trusted(STORED_SQL.as_str())?
-        .query_map([], |row| {
-            let l2: i32 = row.get(4)?;
-            let pb: i32 = row.get(5)?;
-            Ok((
-                key(row)?,
-                l2.clamp(0, LOG2_BUCKETS as i32 - 1) as usize,
-                pb.clamp(0, PROM_BUCKETS_NS.len() as i32) as usize,
-                [
-                    row.get(6)?,
-                    row.get(7)?,
-                    row.get(8)?,
-                    row.get(9)?,
-                    row.get(10)?,
-                ],
-            ))
-        })
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "computing per-op metrics"))?;
-    for (k, l2, pb, [n, sum, bytes, min, max]) in stored {
-        let s = f
-            .ops
-            .entry(k)
-            .or_default()
-            .stored
-            .get_or_insert(StoredCalls {
-                count: 0,
-                sum_ns: 0,
-                bytes: 0,
-                min_ns: i64::MAX,
-                max_ns: i64::MIN,
-                log2: [0; LOG2_BUCKETS],
-                prom: [0; PROM_BUCKETS_NS.len() + 1],
-            });
-        let n = n.max(0) as u64;
-        s.count += n;
-        s.sum_ns += sum;
-        s.bytes += bytes;
-        s.min_ns = s.min_ns.min(min);
-        s.max_ns = s.max_ns.max(max);
-        s.log2[l2] += n;
-        s.prom[pb] += n;
-    }
+/// What a [`Gatherer`] has read of one node's events.
+#[derive(Debug, Default, Clone)]
+struct NodeProgress {
+    /// First sequence number not read yet.
+    next_seq: i64,
+    /// Events read.
+    events: i64,
+    /// Newest timestamp read.
+    last_event_ns: Option<i64>,
+}
 
-    let kernel: Vec<(OpKey, [i64; 4])> = r
-        .prepare_trusted(KERNEL_SQL)?
-        .query_map([], |row| {
-            Ok((
-                key(row)?,
-                [row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?],
-            ))
-        })
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading counted calls"))?;
-    for (k, [calls, stored, total_ns, bytes]) in kernel {
-        f.ops.entry(k).or_default().kernel = Some(KernelCalls {
-            calls: calls.max(0) as u64,
-            stored: stored.max(0) as u64,
-            total_ns: total_ns.max(0) as u64,
-            bytes: bytes.max(0) as u64,
+/// Facts kept up to date across calls. Each [`Gatherer::update`] reads only the event rows
+/// written since the previous one (by each node's sequence numbers) and the kernel's counter
+/// rows appended since (by row id), and adds them to what it had; the small tables (nodes,
+/// processes, drops) are read whole. So a live exporter pushing every few seconds pays for the
+/// new events, not for the length of the recording (`cargo bench -p causeway-export --bench
+/// gather` compares the two).
+///
+/// It relies on the writer's contract: event rows are appended with increasing sequence
+/// numbers per node and committed in that order, and the kernel's tables are append-only. A
+/// store whose kernel tables shrank (another file behind the same reader) is read again whole.
+#[derive(Debug, Default, Clone)]
+pub struct Gatherer {
+    /// Event-derived and kernel-derived facts so far (nodes, processes and drops are refreshed).
+    acc: Facts,
+    /// Per node_id.
+    nodes: BTreeMap<i64, NodeProgress>,
+    /// Off-CPU (ns, switches) per (node, pid, state).
+    off_cpu: BTreeMap<(String, u32, String), (i64, i64)>,
+    /// Rows of op_counts and op_histograms already read.
+    count_rows: i64,
+    hist_rows: i64,
+    /// Time span of the events read and of the kernel windows read.
+    event_span: Option<(i64, i64)>,
+    window_span: Option<(i64, i64)>,
+}
+
+fn widen(span: &mut Option<(i64, i64)>, lo: Option<i64>, hi: Option<i64>) {
+    if let (Some(lo), Some(hi)) = (lo, hi) {
+        *span = Some(match *span {
+            Some((a, b)) => (a.min(lo), b.max(hi)),
+            None => (lo, hi),
         });
     }
+}
 
-    let hist: Vec<(OpKey, i32, i64)> = r
-        .prepare_trusted(HIST_SQL)?
-        .query_map([], |row| Ok((key(row)?, row.get(4)?, row.get(5)?)))
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading the kernel's histograms"))?;
-    for (k, b, n) in hist {
-        let h = f
-            .ops
-            .entry(k)
-            .or_default()
-            .kernel_hist
-            .get_or_insert([0; LOG2_BUCKETS]);
-        h[b.clamp(0, LOG2_BUCKETS as i32 - 1) as usize] += n.max(0) as u64;
+/// Row counts of the two kernel tables.
+fn kernel_rows(r: &Reader) -> Result<(i64, i64), StoreError> {
+    let n = |sql: &'static str| -> Result<i64, StoreError> {
+        r.prepare_trusted(sql)?
+            .query_row([], |row| row.get(0))
+            .map_err(duck(r, "counting the kernel's counter rows"))
+    };
+    Ok((n(COUNT_ROWS_SQL)?, n(HIST_ROWS_SQL)?))
+}
+
+impl Gatherer {
+    /// Reads what was written since the last update and returns the facts of the whole trace.
+    pub fn update(&mut self, r: &Reader) -> Result<Facts, StoreError> {
+        let (count_rows, hist_rows) = kernel_rows(r)?;
+        if count_rows < self.count_rows || hist_rows < self.hist_rows {
+            *self = Gatherer::default();
+        }
+        let nodes: Vec<(i64, String, String, String)> = r
+            .prepare_trusted(NODE_IDS_SQL)?
+            .query_map([], causeway_store::row)
+            .and_then(|rows| rows.collect())
+            .map_err(duck(r, "reading the nodes"))?;
+        let mut node_facts = Vec::with_capacity(nodes.len());
+        for (id, node, hostname, cluster) in nodes {
+            let p = self.read_node_events(r, id, &node)?;
+            node_facts.push(NodeFacts {
+                node,
+                hostname,
+                cluster,
+                events: p.events,
+                last_event_ns: p.last_event_ns,
+            });
+        }
+        self.read_kernel(r, count_rows, hist_rows)?;
+
+        let mut f = self.acc.clone();
+        f.nodes = node_facts;
+        let mut span = self.event_span;
+        if let Some((lo, hi)) = self.window_span {
+            widen(&mut span, Some(lo), Some(hi));
+        }
+        f.span = span;
+        f.off_cpu = self
+            .off_cpu
+            .iter()
+            .map(|((node, pid, state), &(ns, switches))| OffCpu {
+                node: node.clone(),
+                pid: *pid,
+                state: state.clone(),
+                ns,
+                switches,
+            })
+            .collect();
+        f.drops = r
+            .prepare_trusted(DROPS_SQL)?
+            .query_map([], |row| {
+                Ok(Drops {
+                    node: row.get(0)?,
+                    kind: row.get(1)?,
+                    count: row.get(2)?,
+                })
+            })
+            .and_then(|rows| rows.collect())
+            .map_err(duck(r, "reading drop counters"))?;
+        let processes: Vec<((String, u32), ProcessFacts)> = r
+            .prepare_trusted(PROCESSES_SQL)?
+            .query_map([], |row| {
+                Ok((
+                    (row.get(0)?, pid(row.get(1)?)),
+                    ProcessFacts {
+                        comm: row.get(2)?,
+                        rank: row.get(3)?,
+                        local_rank: row.get(4)?,
+                        world_size: row.get(5)?,
+                        cluster: row.get(6)?,
+                    },
+                ))
+            })
+            .and_then(|rows| rows.collect())
+            .map_err(duck(r, "reading processes"))?;
+        f.processes = processes.into_iter().collect();
+        Ok(f)
     }
 
-    f.off_cpu = r
-        .prepare_trusted(OFF_CPU_SQL)?
-        .query_map([], |row| {
-            Ok(OffCpu {
-                node: row.get(0)?,
-                pid: pid(row.get(1)?),
-                state: row.get(2)?,
-                ns: row.get(3)?,
-                switches: row.get(4)?,
+    /// Adds the node's events from its first unread sequence number up to its newest one now
+    /// (rows committed while this runs are left for the next update).
+    fn read_node_events(
+        &mut self,
+        r: &Reader,
+        id: i64,
+        node: &str,
+    ) -> Result<NodeProgress, StoreError> {
+        let mut p = self.nodes.get(&id).cloned().unwrap_or_default();
+        let last: Option<i64> = r
+            .prepare_trusted_ints(LAST_SEQ_SQL, &[id, p.next_seq])?
+            .query_row([], |row| row.get(0))
+            .map_err(duck(r, "finding new events"))?;
+        let Some(last) = last else {
+            return Ok(p);
+        };
+        let range = [id, p.next_seq, last];
+
+        type Counts = (i64, Option<i64>, Option<i64>, Option<i64>);
+        let (n, newest, lo, hi): Counts = r
+            .prepare_trusted_ints(NODE_RANGE_SQL, &range)?
+            .query_row([], causeway_store::row)
+            .map_err(duck(r, "counting events per node"))?;
+        p.events += n;
+        p.last_event_ns = p.last_event_ns.max(newest);
+        widen(&mut self.event_span, lo, hi);
+
+        type StoredRow = (i64, String, String, i32, i32, [i64; 5]);
+        let stored: Vec<StoredRow> = r
+            .prepare_trusted_ints(STORED_SQL.as_str(), &range)?
+            .query_map([], |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    [
+                        row.get(5)?,
+                        row.get(6)?,
+                        row.get(7)?,
+                        row.get(8)?,
+                        row.get(9)?,
+                    ],
+                ))
             })
-        })
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "summing off-CPU time"))?;
-    f.drops = r
-        .prepare_trusted(DROPS_SQL)?
-        .query_map([], |row| {
-            Ok(Drops {
-                node: row.get(0)?,
-                kind: row.get(1)?,
-                count: row.get(2)?,
-            })
-        })
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading drop counters"))?;
-    let processes: Vec<((String, u32), ProcessFacts)> = r
-        .prepare_trusted(PROCESSES_SQL)?
-        .query_map([], |row| {
-            Ok((
-                (row.get(0)?, pid(row.get(1)?)),
-                ProcessFacts {
-                    comm: row.get(2)?,
-                    rank: row.get(3)?,
-                    local_rank: row.get(4)?,
-                    world_size: row.get(5)?,
-                    cluster: row.get(6)?,
-                },
-            ))
-        })
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading processes"))?;
-    f.processes = processes.into_iter().collect();
-    Ok(f)
+            .and_then(|rows| rows.collect())
+            .map_err(duck(r, "computing per-op metrics"))?;
+        for (p_id, source, op, l2, pb, [n, sum, bytes, min, max]) in stored {
+            let k = OpKey {
+                node: node.to_string(),
+                pid: pid(p_id),
+                source,
+                op,
+            };
+            let s = self
+                .acc
+                .ops
+                .entry(k)
+                .or_default()
+                .stored
+                .get_or_insert(StoredCalls {
+                    count: 0,
+                    sum_ns: 0,
+                    bytes: 0,
+                    min_ns: i64::MAX,
+                    max_ns: i64::MIN,
+                    log2: [0; LOG2_BUCKETS],
+                    prom: [0; PROM_BUCKETS_NS.len() + 1],
+                });
+            let n = n.max(0) as u64;
+            s.count += n;
+            s.sum_ns += sum;
+            s.bytes += bytes;
+            s.min_ns = s.min_ns.min(min);
+            s.max_ns = s.max_ns.max(max);
+            s.log2[l2.clamp(0, LOG2_BUCKETS as i32 - 1) as usize] += n;
+            s.prom[pb.clamp(0, PROM_BUCKETS_NS.len() as i32) as usize] += n;
+        }
+
+        let off: Vec<(i64, String, i64, i64)> = r
+            .prepare_trusted_ints(OFF_CPU_SQL, &range)?
+            .query_map([], causeway_store::row)
+            .and_then(|rows| rows.collect())
+            .map_err(duck(r, "summing off-CPU time"))?;
+        for (p_id, state, ns, switches) in off {
+            let e = self
+                .off_cpu
+                .entry((node.to_string(), pid(p_id), state))
+                .or_default();
+            e.0 += ns;
+            e.1 += switches;
+        }
+        p.next_seq = last + 1;
+        self.nodes.insert(id, p.clone());
+        Ok(p)
+    }
+
+    /// Adds the kernel's counter and histogram rows appended since the last update.
+    fn read_kernel(
+        &mut self,
+        r: &Reader,
+        count_rows: i64,
+        hist_rows: i64,
+    ) -> Result<(), StoreError> {
+        if count_rows > self.count_rows {
+            type KernelRow = (OpKey, [i64; 4], Option<i64>, Option<i64>);
+            let kernel: Vec<KernelRow> = r
+                .prepare_trusted_ints(KERNEL_SQL, &[self.count_rows, count_rows])?
+                .query_map([], |row| {
+                    Ok((
+                        key(row)?,
+                        [row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?],
+                        row.get(8)?,
+                        row.get(9)?,
+                    ))
+                })
+                .and_then(|rows| rows.collect())
+                .map_err(duck(r, "reading counted calls"))?;
+            for (k, [calls, stored, total_ns, bytes], lo, hi) in kernel {
+                let c = self
+                    .acc
+                    .ops
+                    .entry(k)
+                    .or_default()
+                    .kernel
+                    .get_or_insert_default();
+                c.calls += calls.max(0) as u64;
+                c.stored += stored.max(0) as u64;
+                c.total_ns += total_ns.max(0) as u64;
+                c.bytes += bytes.max(0) as u64;
+                widen(&mut self.window_span, lo, hi);
+            }
+            self.count_rows = count_rows;
+        }
+        if hist_rows > self.hist_rows {
+            type HistRow = (OpKey, i32, i64, Option<i64>, Option<i64>);
+            let hist: Vec<HistRow> = r
+                .prepare_trusted_ints(HIST_SQL, &[self.hist_rows, hist_rows])?
+                .query_map([], |row| {
+                    Ok((
+                        key(row)?,
+                        row.get(4)?,
+                        row.get(5)?,
+                        row.get(6)?,
+                        row.get(7)?,
+                    ))
+                })
+                .and_then(|rows| rows.collect())
+                .map_err(duck(r, "reading the kernel's histograms"))?;
+            for (k, b, n, lo, hi) in hist {
+                let h = self
+                    .acc
+                    .ops
+                    .entry(k)
+                    .or_default()
+                    .kernel_hist
+                    .get_or_insert([0; LOG2_BUCKETS]);
+                h[b.clamp(0, LOG2_BUCKETS as i32 - 1) as usize] += n.max(0) as u64;
+                widen(&mut self.window_span, lo, hi);
+            }
+            self.hist_rows = hist_rows;
+        }
+        Ok(())
+    }
 }

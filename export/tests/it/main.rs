@@ -4,6 +4,7 @@
 //! happened, chains are joined to their evidence by flows, and the bytes are deterministic.
 
 mod fixture;
+mod gather;
 mod otlp;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -65,10 +65,12 @@ fn json_response(status: StatusCode, v: &Value) -> Response<Body> {
     with_body(status, "application/json", v.to_string())
 }
 
-/// `GET /metrics`: the Prometheus text exposition of the served trace.
+/// `GET /metrics`: the Prometheus text exposition of the served trace. `gatherer` is the
+/// server's: a scrape of a live recording reads only the events recorded since the last one.
 pub async fn metrics(
     req: &Request<Incoming>,
     ctx: Arc<Context>,
+    gatherer: Arc<std::sync::Mutex<causeway_export::gather::Gatherer>>,
     hosts: Option<&[String]>,
 ) -> Response<Body> {
     if req.method() != Method::GET {
@@ -78,7 +80,12 @@ pub async fn metrics(
         return bare(StatusCode::FORBIDDEN);
     }
     let text = tokio::task::spawn_blocking(move || {
-        ctx.with_reader(None, |r| Ok(causeway_export::prometheus::render(r)?))
+        ctx.with_reader(None, |r| {
+            let mut g = gatherer
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            Ok(causeway_export::prometheus::render_facts(&g.update(r)?))
+        })
     })
     .await;
     match text {

@@ -189,6 +189,10 @@ pub async fn serve_with(
     );
     let token: Option<Arc<str>> = o.token.as_deref().map(Arc::from);
     let metric_hosts: Option<Arc<[String]>> = super::api::allowed_hosts(&o).map(Arc::from);
+    // One gatherer for every scrape: each reads only what was recorded since the last one.
+    let gatherer = Arc::new(std::sync::Mutex::new(
+        causeway_export::gather::Gatherer::default(),
+    ));
     let max_body = o.max_body_bytes;
     tracing::info!(addr = %bound, tls = tls.is_some(), auth = token.is_some(), "MCP over streamable HTTP");
     on_ready(bound);
@@ -206,12 +210,14 @@ pub async fn serve_with(
         let ctx = ctx.clone();
         let metric_hosts = metric_hosts.clone();
         let otlp = otlp.clone();
+        let gatherer = gatherer.clone();
         tokio::spawn(async move {
             let handler = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let mut service = service.clone();
                 let ok = authorized(&req, token.as_deref());
                 let ctx = ctx.clone();
                 let metric_hosts = metric_hosts.clone();
+                let gatherer = gatherer.clone();
                 let otlp = otlp.clone().filter(|_| {
                     matches!(
                         req.uri().path(),
@@ -230,7 +236,13 @@ pub async fn serve_with(
                         return Ok(super::otlp::handle_http(req, o.ingest, o.max_body_bytes).await);
                     }
                     if req.uri().path() == "/metrics" {
-                        return Ok(super::api::metrics(&req, ctx, metric_hosts.as_deref()).await);
+                        return Ok(super::api::metrics(
+                            &req,
+                            ctx,
+                            gatherer,
+                            metric_hosts.as_deref(),
+                        )
+                        .await);
                     }
                     if req.uri().path().starts_with(super::api::PREFIX) {
                         return Ok(

@@ -62,13 +62,21 @@ struct Tally {
     failed: u64,
 }
 
+/// Pushes the cumulative metrics of the recording; `gatherer` reads only what was recorded
+/// since the previous push.
 fn push_metrics_now(
     rt: &tokio::runtime::Runtime,
     ctx: &causeway_tools::Context,
+    gatherer: &mut causeway_export::gather::Gatherer,
     target: &Target,
     tally: &mut Tally,
 ) {
-    let req = ctx.with_reader(None, |r| Ok(causeway_export::otlp::metrics_request(r)?));
+    let req = ctx.with_reader(None, |r| {
+        Ok(causeway_export::otlp::metrics_from(
+            &gatherer.update(r)?,
+            causeway_store::now_ns(),
+        ))
+    });
     let outcome = match req {
         Ok(req) => rt.block_on(target.push_metrics(req)),
         Err(e) => Err(anyhow!("{}", e.message())),
@@ -102,15 +110,16 @@ pub fn spawn_pusher(
         .name("causeway-otlp".into())
         .spawn(move || {
             let mut tally = Tally::default();
+            let mut gatherer = causeway_export::gather::Gatherer::default();
             let mut next = std::time::Instant::now() + interval;
             while !done.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(50));
                 if std::time::Instant::now() >= next {
-                    push_metrics_now(&rt, &ctx, &target, &mut tally);
+                    push_metrics_now(&rt, &ctx, &mut gatherer, &target, &mut tally);
                     next = std::time::Instant::now() + interval;
                 }
             }
-            push_metrics_now(&rt, &ctx, &target, &mut tally);
+            push_metrics_now(&rt, &ctx, &mut gatherer, &target, &mut tally);
             let logs = ctx.with_reader(None, |r| {
                 Ok(causeway_export::otlp::logs_request(
                     r,

@@ -7,8 +7,10 @@
 // the libraries a program links and for dlopen alike. At syscall exit the mapping exists, so
 // /proc/PID/maps shows it when user space reads it. fexit/vm_mmap_pgoff would fire for mmaps only,
 // but fentry/fexit programs fail to load (EPERM) on the kernels causeway is tested on, and a
-// raw syscall tracepoint needs nothing but BTF. The cost is one check of the syscall number per
-// system call (the host programs in net.h already attach here).
+// raw syscall tracepoint needs nothing but BTF. The cost: every system call of every process
+// takes the kernel's traced exit path and runs this program to its first check. With --no-host
+// (nothing else on sys_exit) a getppid() loop went from about 170 ns to 250-330 ns per call on
+// the 2-core development VM (noisy, shared); the host programs (net.h) already pay the slow path.
 //
 // Only PROT_EXEC file mappings named libcudart.so*, libcuda.so* or libnccl.so*
 // (bpf/src/probes.rs `Library::stem`) by a traced process (any process in all-process mode) are

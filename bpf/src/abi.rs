@@ -5,12 +5,18 @@
 
 use thiserror::Error;
 
+use crate::probes::Library;
+
 /// Size in bytes of one `struct cw_event` ring-buffer record.
 pub const EVENT_SIZE: usize = 80;
 /// Deepest user stack the BPF side records (`CW_MAX_FRAMES`).
 pub const MAX_FRAMES: usize = 32;
 /// Size in bytes of one `struct cw_stack_event` ring-buffer record.
 pub const STACK_EVENT_SIZE: usize = 16 + 8 * MAX_FRAMES;
+/// Size in bytes of one `struct cw_lib_event` ring-buffer record.
+pub const LIB_EVENT_SIZE: usize = 32;
+/// Size in bytes of one `struct cw_file_key` (the `lib_files_seen` map key).
+pub const FILE_KEY_SIZE: usize = 16;
 /// Number of log2 duration buckets in `struct cw_stat`.
 pub const HIST_BUCKETS: usize = 40;
 /// Size in bytes of one `struct cw_stat` map value.
@@ -88,6 +94,8 @@ pub enum Kind {
     Oom,
     /// A user stack sent once per hash (`struct cw_stack_event`).
     Stack,
+    /// A traced process mapped a CUDA library (`struct cw_lib_event`).
+    Lib,
 }
 
 impl Kind {
@@ -101,6 +109,7 @@ impl Kind {
             6 => Kind::Net,
             7 => Kind::Oom,
             8 => Kind::Stack,
+            9 => Kind::Lib,
             _ => return None,
         })
     }
@@ -157,6 +166,29 @@ pub struct RawStack {
     pub ips: Vec<u64>,
 }
 
+/// One decoded `struct cw_lib_event`: a traced process mapped a CUDA library executable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawLib {
+    /// Process (tgid) that mapped it.
+    pub pid: u32,
+    /// Which library, from the file name (`None` for a tag this build does not know).
+    pub library: Option<Library>,
+    /// CLOCK_MONOTONIC ns when the mapping existed.
+    pub ts_mono_ns: u64,
+    /// The file's kernel dev_t (MAJOR << 20 | MINOR) and inode number: the `lib_files_seen` key.
+    pub file: (u64, u64),
+}
+
+impl RawLib {
+    /// The `lib_files_seen` map key of the file (`struct cw_file_key`).
+    pub fn file_key(&self) -> [u8; FILE_KEY_SIZE] {
+        let mut k = [0u8; FILE_KEY_SIZE];
+        k[..8].copy_from_slice(&self.file.0.to_le_bytes());
+        k[8..].copy_from_slice(&self.file.1.to_le_bytes());
+        k
+    }
+}
+
 /// One ring-buffer record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
@@ -164,6 +196,8 @@ pub enum Record {
     Event(RawEvent),
     /// A new user stack.
     Stack(RawStack),
+    /// A CUDA library mapped by a traced process.
+    Lib(RawLib),
 }
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
@@ -186,8 +220,26 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 pub fn decode_record(b: &[u8]) -> Result<Record, DecodeError> {
     match b.first() {
         Some(&8) => decode_stack(b).map(Record::Stack),
+        Some(&9) => decode_lib(b).map(Record::Lib),
         _ => decode_event(b).map(Record::Event),
     }
+}
+
+fn decode_lib(b: &[u8]) -> Result<RawLib, DecodeError> {
+    if b.len() < LIB_EVENT_SIZE {
+        return Err(DecodeError::Short(b.len()));
+    }
+    Ok(RawLib {
+        pid: u32_at(b, 4),
+        library: match b[1] {
+            1 => Some(Library::Cudart),
+            2 => Some(Library::Cuda),
+            3 => Some(Library::Nccl),
+            _ => None,
+        },
+        ts_mono_ns: u64_at(b, 8),
+        file: (u64_at(b, 16), u64_at(b, 24)),
+    })
 }
 
 fn decode_stack(b: &[u8]) -> Result<RawStack, DecodeError> {
@@ -208,7 +260,7 @@ pub fn decode_event(b: &[u8]) -> Result<RawEvent, DecodeError> {
         return Err(DecodeError::Short(b.len()));
     }
     let kind = Kind::from_tag(b[0]).ok_or(DecodeError::UnknownKind(b[0]))?;
-    if kind == Kind::Stack {
+    if matches!(kind, Kind::Stack | Kind::Lib) {
         return Err(DecodeError::UnknownKind(b[0]));
     }
     let comm_bytes = &b[56..72];
@@ -325,6 +377,37 @@ mod tests {
         assert_eq!(offset_of!(types::cw_stack_event, pid), 4);
         assert_eq!(offset_of!(types::cw_stack_event, hash), 8);
         assert_eq!(offset_of!(types::cw_stack_event, ips), 16);
+        assert_eq!(size_of::<types::cw_lib_event>(), LIB_EVENT_SIZE);
+        assert_eq!(size_of::<types::cw_file_key>(), FILE_KEY_SIZE);
+        assert_eq!(offset_of!(types::cw_lib_event, library), 1);
+        assert_eq!(offset_of!(types::cw_lib_event, pid), 4);
+        assert_eq!(offset_of!(types::cw_lib_event, ts), 8);
+        assert_eq!(offset_of!(types::cw_lib_event, file), 16);
+        assert_eq!(offset_of!(types::cw_file_key, ino), 8);
+    }
+
+    #[test]
+    fn decodes_a_library_record() {
+        let mut b = vec![0u8; LIB_EVENT_SIZE];
+        b[0] = 9;
+        b[1] = 1;
+        b[4..8].copy_from_slice(&77u32.to_le_bytes());
+        b[8..16].copy_from_slice(&5_000u64.to_le_bytes());
+        b[16..24].copy_from_slice(&((8u64 << 20) | 1).to_le_bytes());
+        b[24..32].copy_from_slice(&1234u64.to_le_bytes());
+        let want = RawLib {
+            pid: 77,
+            library: Some(Library::Cudart),
+            ts_mono_ns: 5_000,
+            file: ((8 << 20) | 1, 1234),
+        };
+        assert_eq!(decode_record(&b), Ok(Record::Lib(want)));
+        assert_eq!(&want.file_key()[..], &b[16..32]);
+        assert_eq!(decode_record(&b[..20]), Err(DecodeError::Short(20)));
+        assert_eq!(
+            decode_event(&[9u8; EVENT_SIZE]),
+            Err(DecodeError::UnknownKind(9))
+        );
     }
 
     #[test]

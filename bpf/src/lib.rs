@@ -33,15 +33,20 @@ mod tests {
     use std::mem::MaybeUninit;
 
     /// Loads every program into the running kernel (verifier + CO-RE relocations), with the
-    /// optional paths (stacks, calibration) both off and on and both attach variants (classic
-    /// uprobes, uprobe.multi where the kernel has it): `const volatile` switches let the verifier
-    /// skip dead branches, so each configuration is verified on its own. Needs root.
+    /// optional paths (stacks, calibration, all-process enrolment) both off and on and both
+    /// attach variants (classic uprobes, uprobe.multi where the kernel has it): `const volatile`
+    /// switches let the verifier skip dead branches, so each configuration is verified on its
+    /// own. Needs root.
     #[test]
     fn every_program_loads_and_verifies() {
         if std::env::var_os("CAUSEWAY_SKIP_BPF_TESTS").is_some() {
             return;
         }
-        for (stacks, calib_tid, multi) in [(false, 0, false), (true, 1, false), (true, 1, true)] {
+        for (stacks, calib_tid, multi, enrol) in [
+            (false, 0, false, false),
+            (true, 1, false, true),
+            (true, 1, true, false),
+        ] {
             if multi && !super::load::uprobe_multi_supported() {
                 continue;
             }
@@ -51,6 +56,7 @@ mod tests {
                 stacks,
                 calib_tid,
                 multi,
+                uprobes_enrol: enrol,
                 ..LoadConfig::default()
             };
             let skel = open_and_load(&mut storage, &cfg);

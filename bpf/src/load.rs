@@ -35,6 +35,10 @@ pub struct LoadConfig {
     /// Load the uprobe.multi variants of the call programs (kernels >= 6.6) instead of the
     /// classic uprobe ones; see [`uprobe_multi_supported`].
     pub multi: bool,
+    /// Load the library-load hook (`cw_lib_mmap`, mmap.h: a `tp_btf/sys_exit` program that
+    /// reports CUDA libraries mapped by traced processes). Where it fails to load, load again
+    /// without it: the collector then finds new libraries by its periodic rescan only.
+    pub map_hook: bool,
 }
 
 /// Whether this kernel attaches uprobe.multi links (Linux >= 6.6).
@@ -60,6 +64,7 @@ impl Default for LoadConfig {
             stacks: false,
             calib_tid: 0,
             multi: uprobe_multi_supported(),
+            map_hook: true,
         }
     }
 }
@@ -142,5 +147,6 @@ pub fn open_and_load<'obj>(
     ] {
         prog.set_autoload(cfg.host);
     }
+    progs.cw_lib_mmap.set_autoload(cfg.map_hook);
     open.load().map_err(LoadError::Load)
 }

@@ -200,7 +200,8 @@ pub fn find_in_path(cmd: &str) -> Option<PathBuf> {
 /// The CUDA libraries a command will load at start, found the way the dynamic loader would:
 /// DT_NEEDED entries, searched in RPATH/RUNPATH ($ORIGIN expanded), LD_LIBRARY_PATH and the
 /// standard directories, a few levels deep. Also reports the executable itself when it links
-/// the runtime statically. Libraries loaded later with dlopen are found by the periodic rescan.
+/// the runtime statically. Libraries loaded later (dlopen, a program exec'd by a wrapper) are
+/// attached when mapped (the library-load hook, recorder.rs), else at the periodic rescan.
 pub fn command_libs(exe: &Path) -> Vec<LibFile> {
     let mut out = Vec::new();
     if links_cudart_statically(exe) {

@@ -51,6 +51,13 @@ pub fn clock_ticks_per_s() -> u64 {
         .map_or(100, |t| t as u64)
 }
 
+/// CLOCK_MONOTONIC now in ns (the clock of bpf_ktime_get_ns).
+pub fn monotonic_ns() -> u64 {
+    clock_gettime(ClockId::CLOCK_MONOTONIC)
+        .map(|t| (t.tv_sec() * 1_000_000_000 + t.tv_nsec()) as u64)
+        .unwrap_or(0)
+}
+
 /// ns since boot (CLOCK_BOOTTIME, the clock of /proc/PID/stat start times).
 pub fn boottime_ns() -> u64 {
     clock_gettime(ClockId::CLOCK_BOOTTIME)

@@ -24,5 +24,6 @@ pub use check::{CheckReport, check};
 pub use error::CollectorError;
 pub use sink::OnStore;
 pub use trace::{
-    OpSummary, OverheadSummary, TraceArgs, TraceHooks, TraceSummary, run_trace, run_trace_with,
+    MapAttach, MapHookSummary, OpSummary, OverheadSummary, TraceArgs, TraceHooks, TraceSummary,
+    run_trace, run_trace_with,
 };

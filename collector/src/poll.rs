@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use causeway_bpf::abi::{
-    DROP_STACK, MAX_OPS, OP_CALIBRATE, RawEvent, Record, Stat, StatKey, sum_percpu,
+    DROP_STACK, MAX_OPS, OP_CALIBRATE, RawEvent, RawLib, Record, Stat, StatKey, sum_percpu,
 };
 use causeway_bpf::libbpf_rs::{MapCore, MapFlags};
 use causeway_bpf::skel::CausewaySkel;
@@ -92,6 +92,9 @@ pub struct PollState {
     last: Option<(u32, Option<i32>)>,
     /// Stack handling, with `--stacks`.
     pub stacks: Option<Stacks>,
+    /// CUDA libraries mapped by traced processes (the library-load hook), for the recording
+    /// loop to attach as soon as the poll returns.
+    pub mapped: Vec<RawLib>,
 }
 
 impl PollState {
@@ -118,6 +121,7 @@ impl PollState {
             self_pid: std::process::id(),
             last: None,
             stacks,
+            mapped: Vec::new(),
         }
     }
 
@@ -141,7 +145,9 @@ impl PollState {
             // The collector's own calibration calls are never recorded.
             Record::Event(e) if e.pid == self.self_pid => {}
             Record::Stack(s) if s.pid == self.self_pid => {}
+            Record::Lib(l) if l.pid == self.self_pid => {}
             Record::Event(e) => self.push(e, sink),
+            Record::Lib(l) => self.mapped.push(l),
             Record::Stack(s) => {
                 if let Some(st) = self.stacks.as_mut() {
                     st.push(s);

@@ -1,17 +1,20 @@
 //! The recording loop of `causeway trace`, on one thread that owns the skeleton and every link:
 //! load, calibrate the probe costs, attach, then poll the ring buffer, run the overhead
 //! controller and the live summary every second, write the kernel's counters every five, and
-//! attach library copies that appear; at the end, drain and write the last window.
+//! attach library copies that appear: at once when the library-load hook (bpf mmap.h) reports
+//! that a traced process mapped one, else at the periodic rescan of /proc/PID/maps (every 1 s,
+//! 2 s for all processes; the fallback where the hook is missing). At the end, drain and write
+//! the last window.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use causeway_bpf::abi::{ProbeMode, Stat, StatKey, decode_record};
-use causeway_bpf::libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+use causeway_bpf::abi::{ProbeMode, RawLib, Stat, StatKey, decode_record};
+use causeway_bpf::libbpf_rs::{Link, MapCore, MapFlags, RingBufferBuilder};
 use causeway_bpf::load::{LoadConfig, open_and_load, uprobe_multi_supported};
 use causeway_bpf::skel::CausewaySkel;
 use causeway_store::ModeSwitch;
@@ -28,7 +31,9 @@ use crate::overhead::{Controller, is_call_op};
 use crate::poll::{PollState, read_stats};
 use crate::sink::{Ctl, Sink};
 use crate::stacks::Stacks;
-use crate::trace::{Mode, OpSummary, OverheadSummary, TraceArgs, TraceSummary, spawn};
+use crate::trace::{
+    MapAttach, MapHookSummary, Mode, OpSummary, OverheadSummary, TraceArgs, TraceSummary, spawn,
+};
 
 fn map_err(map: &'static str) -> impl Fn(causeway_bpf::libbpf_rs::Error) -> CollectorError {
     move |source| CollectorError::Map { map, source }
@@ -104,10 +109,25 @@ pub(crate) fn record(
         stacks: args.stacks,
         calib_tid: me,
         multi: uprobe_multi_supported() && !args.classic_uprobes,
+        map_hook: !args.no_map_hook,
     };
     let (boot_start_ns, start_ns) = (host::boottime_ns(), causeway_store::now_ns());
-    let mut storage = MaybeUninit::uninit();
-    let skel = open_and_load(&mut storage, &cfg)?;
+    let (mut storage, mut retry) = (MaybeUninit::uninit(), MaybeUninit::uninit());
+    let skel = match open_and_load(&mut storage, &cfg) {
+        Ok(skel) => skel,
+        Err(err) if cfg.map_hook => {
+            // The hook is an optimisation: load everything else and rescan.
+            info!(%err, "loading with the library-load hook failed; loading without it (libraries mapped later are found by the periodic rescan)");
+            open_and_load(
+                &mut retry,
+                &LoadConfig {
+                    map_hook: false,
+                    ..cfg.clone()
+                },
+            )?
+        }
+        Err(err) => return Err(err.into()),
+    };
 
     // Costs first, while nothing else is attached.
     let calibration = calibrate(&skel, cfg.multi);
@@ -137,6 +157,12 @@ pub(crate) fn record(
     if !args.no_host {
         links.extend(attach_host(&skel)?);
     }
+    let mut map_hook = MapHookSummary::default();
+    if let Some(link) = attach_map_hook(&skel) {
+        links.push(link);
+        map_hook.active = true;
+    }
+    let mut mapped_seen = HashSet::new();
     let mut attached = Attached::new(cfg.multi);
     for lib in &libs {
         attached.attach_lib(&skel, lib, args.nccl, |op| {
@@ -169,7 +195,11 @@ pub(crate) fn record(
         if matches!(mode, Mode::All) {
             return Err(CollectorError::NoCudaLibrary { target });
         }
-        warn!(%target, "no CUDA library found yet; rescanning while tracing (libraries loaded with dlopen are attached when they appear)");
+        if map_hook.active {
+            info!(%target, "no CUDA library found yet; libraries the traced processes load later (dlopen, exec) are attached when they are mapped");
+        } else {
+            warn!(%target, "no CUDA library found yet; libraries the traced processes load later are found by a rescan every second (calls made before it are missed)");
+        }
     }
     let stacks = if args.stacks {
         Some(
@@ -214,9 +244,26 @@ pub(crate) fn record(
         (Instant::now(), Instant::now(), Instant::now());
     let mut ticks = 0u64;
     loop {
-        // Producers submit without wakeups (except when the ring fills): poll on a timer, then drain.
+        // Producers submit without wakeups (except when the ring fills, and the library-load
+        // hook's records): poll on a timer, then drain.
         let _ = rb.poll(Duration::from_millis(50));
         let _ = rb.consume();
+        let mapped = std::mem::take(&mut state.borrow_mut().mapped);
+        for m in mapped {
+            on_mapped(
+                &skel,
+                mode,
+                &mut attached,
+                args.nccl,
+                &ctl,
+                &m,
+                &mut mapped_seen,
+                &mut map_hook,
+            );
+            for (op, kind) in attached.first_insns() {
+                ctl.set_first_insn(op, kind);
+            }
+        }
         // Small batches are held briefly so a fast-waking ring does not flood the channel.
         if last_flush.elapsed() >= Duration::from_millis(100) {
             state.borrow_mut().flush(sink);
@@ -366,8 +413,94 @@ pub(crate) fn record(
             mode_switches: switches,
         },
         stacks: distinct_stacks,
+        map_hook,
     };
     Ok((summary, st.sent))
+}
+
+/// Attaches the library-load hook; `None` (logged once) where it was not loaded or does not
+/// attach: new libraries are then found by the periodic rescan only.
+fn attach_map_hook(skel: &CausewaySkel<'_>) -> Option<Link> {
+    let prog = &skel.progs.cw_lib_mmap;
+    if !prog.autoload() {
+        debug!(
+            "library-load hook not loaded; libraries mapped later are found by the periodic rescan"
+        );
+        return None;
+    }
+    match prog.attach() {
+        Ok(link) => Some(link),
+        Err(err) => {
+            info!(%err, "library-load hook (tp_btf/sys_exit) not attached; libraries mapped later are found by the periodic rescan");
+            None
+        }
+    }
+}
+
+/// Handles one library-load record: rescans that process now (the periodic rescan's path, for
+/// one pid) and marks the file seen in the kernel, so that later mappings of it (covered by the
+/// same per-inode probes) do not wake us again.
+#[allow(clippy::too_many_arguments)]
+fn on_mapped(
+    skel: &CausewaySkel<'_>,
+    mode: &Mode,
+    attached: &mut Attached,
+    nccl: bool,
+    ctl: &Controller,
+    m: &RawLib,
+    seen: &mut HashSet<(u64, u64)>,
+    summary: &mut MapHookSummary,
+) {
+    summary.records += 1;
+    // Several mappings of one file can be in the ring before the map update below lands.
+    if !seen.insert(m.file) {
+        return;
+    }
+    for lib in rescan_pid(skel, mode, attached, nccl, ctl, m.pid) {
+        let latency_us = host::monotonic_ns().saturating_sub(m.ts_mono_ns) / 1_000;
+        info!(pid = m.pid, lib = %lib.path.display(), latency_us, "library attached when mapped");
+        summary.attached.push(MapAttach {
+            pid: m.pid,
+            library: lib.path,
+            latency_us,
+        });
+    }
+    // Seen even when nothing was attached: the file was attached before, is NCCL without
+    // --nccl, or its process is gone (then the periodic rescan still finds other mappers).
+    if let Err(err) = skel
+        .maps
+        .lib_files_seen
+        .update(&m.file_key(), &[1u8], MapFlags::ANY)
+    {
+        debug!(%err, "lib_files_seen full: the hook reports that file again");
+    }
+}
+
+/// Attaches the library copies mapped by `pid` that are not attached yet; returns them. In
+/// all-process mode the process becomes a target.
+fn rescan_pid(
+    skel: &CausewaySkel<'_>,
+    mode: &Mode,
+    attached: &mut Attached,
+    nccl: bool,
+    ctl: &Controller,
+    pid: u32,
+) -> Vec<LibFile> {
+    let mut new = Vec::new();
+    for lib in libs_in_maps(pid) {
+        if !attached.contains(&lib)
+            && attached.attach_lib(skel, &lib, nccl, |op| ctl.mode(op).needs_return_probe()) > 0
+        {
+            new.push(lib);
+        }
+    }
+    if matches!(mode, Mode::All) {
+        let _ = skel
+            .maps
+            .targets
+            .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY);
+    }
+    new
 }
 
 /// Attaches library copies that appeared in traced processes since the last scan.
@@ -388,18 +521,8 @@ fn rescan(
             .collect(),
     };
     for pid in pids {
-        for lib in libs_in_maps(pid) {
-            if !attached.contains(&lib)
-                && attached.attach_lib(skel, &lib, nccl, |op| ctl.mode(op).needs_return_probe()) > 0
-            {
-                info!(pid, lib = %lib.path.display(), "new library copy attached");
-            }
-        }
-        if matches!(mode, Mode::All) {
-            let _ = skel
-                .maps
-                .targets
-                .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY);
+        for lib in rescan_pid(skel, mode, attached, nccl, ctl, pid) {
+            info!(pid, lib = %lib.path.display(), "new library copy attached");
         }
     }
 }

@@ -114,6 +114,10 @@ pub struct TraceArgs {
     /// used on kernels before 6.6; slower to detach).
     #[arg(long, hide = true)]
     pub classic_uprobes: bool,
+    /// Do not load the library-load hook: libraries a process maps after the start are found by
+    /// the periodic rescan of /proc/PID/maps only (every 1 s, 2 s for all processes).
+    #[arg(long, hide = true)]
+    pub no_map_hook: bool,
     /// Command to start and trace with its process tree until it exits (after `--`).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -158,6 +162,30 @@ pub struct OverheadSummary {
     pub mode_switches: usize,
 }
 
+/// A library file attached because the library-load hook saw a traced process map it.
+#[derive(Debug, Clone, Serialize)]
+pub struct MapAttach {
+    /// The process that mapped it.
+    pub pid: u32,
+    /// The file whose probes were attached.
+    pub library: PathBuf,
+    /// From the mapping (mmap's return in the kernel) to its probes attached, in µs.
+    pub latency_us: u64,
+}
+
+/// The library-load hook: libraries attached the moment a traced process mapped them.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MapHookSummary {
+    /// Whether the hook was loaded and attached; without it, libraries mapped after the start
+    /// are found by the periodic rescan (every 1 s, 2 s for all processes).
+    pub active: bool,
+    /// Records received (at most one per library file, unless several processes map a new
+    /// file at the same moment).
+    pub records: u64,
+    /// Files attached because of a record.
+    pub attached: Vec<MapAttach>,
+}
+
 /// What a trace recorded.
 #[derive(Debug, Clone, Serialize)]
 pub struct TraceSummary {
@@ -185,6 +213,8 @@ pub struct TraceSummary {
     pub overhead: OverheadSummary,
     /// Distinct user stacks recorded (`--stacks`).
     pub stacks: u64,
+    /// Libraries attached when they were mapped (the library-load hook).
+    pub map_hook: MapHookSummary,
 }
 
 fn libbpf_log(level: PrintLevel, msg: String) {

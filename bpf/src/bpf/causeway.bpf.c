@@ -7,5 +7,6 @@
 #include "proc.h"
 #include "block.h"
 #include "net.h"
+#include "mmap.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

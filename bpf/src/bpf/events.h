@@ -15,6 +15,12 @@
 #define CW_KIND_NET 6   /* socket send/recv syscall */
 #define CW_KIND_OOM 7   /* OOM kill */
 #define CW_KIND_STACK 8 /* a user-space call stack seen for the first time (struct cw_stack_event) */
+#define CW_KIND_LIB 9   /* a traced process mapped a CUDA library executable (struct cw_lib_event) */
+
+/* Libraries of a CW_KIND_LIB record (the file-name stems of bpf/src/probes.rs `Library`). */
+#define CW_LIB_CUDART 1 /* libcudart.so* */
+#define CW_LIB_CUDA 2   /* libcuda.so* */
+#define CW_LIB_NCCL 3   /* libnccl.so* */
 
 /* Catalogue op ids used in the kernel (must equal store/src/catalog.rs; abi.rs tests it). */
 #define OP_CUDA_MALLOC 1
@@ -108,6 +114,24 @@ struct cw_stack_event {
 	__u32 pid;          /* process (tgid) whose address space the ips belong to */
 	__u64 hash;         /* never 0 */
 	__u64 ips[CW_MAX_FRAMES];
+};
+
+/* Identity of a mapped file: the kernel's dev_t of its file system (MAJOR << 20 | MINOR, not
+ * the st_dev encoding of stat) and its inode number. */
+struct cw_file_key {
+	__u64 dev;
+	__u64 ino;
+};
+
+/* A traced process mapped a CUDA library with PROT_EXEC (sent with a wakeup, once per file
+ * until user space marks the file seen in `lib_files_seen`). */
+struct cw_lib_event {
+	__u8 kind;          /* CW_KIND_LIB */
+	__u8 library;       /* CW_LIB_* */
+	__u16 pad;
+	__u32 pid;          /* process (tgid) that mapped it */
+	__u64 ts;           /* CLOCK_MONOTONIC ns (bpf_ktime_get_ns) when the mapping existed */
+	struct cw_file_key file;
 };
 
 /* Key and value of the per-(process, op) statistics map (exact counts, whatever is dropped). */

@@ -127,6 +127,7 @@ struct task_struct {
 	struct task_struct *real_parent;
 	u64 start_time;
 	char comm[16];
+	struct files_struct *files;
 	struct css_set *cgroups;
 };
 
@@ -155,6 +156,43 @@ struct sk_buff {
 
 struct page {
 	unsigned long flags;
+};
+
+/* A mapped file, found from its descriptor: its name and identity (mmap.h). In the kernel,
+ * d_name and f_path sit in anonymous unions; CO-RE finds them by name there. */
+struct qstr {
+	const unsigned char *name;
+};
+
+struct dentry {
+	struct qstr d_name;
+};
+
+struct path {
+	struct dentry *dentry;
+};
+
+struct super_block {
+	dev_t s_dev;
+};
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+};
+
+struct file {
+	struct path f_path;
+	struct inode *f_inode;
+};
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+};
+
+struct files_struct {
+	struct fdtable *fdt;
 };
 
 #pragma clang attribute pop

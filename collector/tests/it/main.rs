@@ -7,6 +7,7 @@
 mod calls;
 mod discovery;
 mod lifecycle;
+mod mapped;
 mod overhead;
 mod overrun;
 mod sched;

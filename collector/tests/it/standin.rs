@@ -1,16 +1,19 @@
-//! Builds the stand-in CUDA runtime/driver and the workload program from C, once per test run.
+//! Builds the stand-in CUDA runtime/driver and the workload programs from C, once per test run.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The built stand-in: a directory holding libcudart.so.12, libcuda.so.1 and `workload`.
+/// The built stand-in: a directory holding libcudart.so.12, libcuda.so.1, `workload` and
+/// `loader`.
 #[derive(Debug)]
 pub struct Standin {
     /// Where everything lies.
     pub dir: PathBuf,
     /// The workload executable (RUNPATH=$ORIGIN, linked against both libraries).
     pub workload: PathBuf,
+    /// An executable linking no CUDA library that loads one with dlopen (loader.c).
+    pub loader: PathBuf,
 }
 
 fn cc(args: &[&str]) {
@@ -77,8 +80,10 @@ pub fn build(lib_flags: &[&str]) -> Standin {
         "-lpthread",
         "-Wl,-rpath,$ORIGIN",
     ]);
+    cc(&["-O1", "-Wall", "-o", &o("loader"), &s("loader.c"), "-ldl"]);
     Standin {
         workload: dir.join("workload"),
+        loader: dir.join("loader"),
         dir,
     }
 }

@@ -11,6 +11,8 @@
 //   stacks N           N launches from each of two call paths (stack_root -> stack_mid ->
 //                      stack_leaf, and stack_root -> stack_leaf), then lives on for 100 ms
 //   phases HOT IDLE N  back-to-back launches for HOT ms, idle for IDLE ms, then N launches 1 ms apart
+//   late MS            wait MS from the start, then 3 cudaMalloc, 2 cudaMemcpy, 200 cudaLaunchKernel
+//                      (the mix of loader.c), for a wrapper that execs this program
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -263,6 +265,21 @@ static int mode_hold(int ms)
 	return 0;
 }
 
+static int mode_late(int ms)
+{
+	usleep((useconds_t)ms * 1000);
+	static char host[4096];
+	void *d[3] = { 0 };
+	for (int i = 0; i < 3; i++)
+		cudaMalloc(&d[i], 4096);
+	cudaMemcpy(d[0], host, 4096, 1);
+	cudaMemcpy(host, d[0], 4096, 2);
+	dim3 g = { 1, 1, 1 }, b = { 32, 1, 1 };
+	for (int i = 0; i < 200; i++)
+		cudaLaunchKernel((const void *)kernel_a, g, b, NULL, 0, NULL);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -285,5 +302,7 @@ int main(int argc, char **argv)
 		return mode_phases(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
 	if (!strcmp(m, "hold") && argc > 2)
 		return mode_hold(atoi(argv[2]));
+	if (!strcmp(m, "late") && argc > 2)
+		return mode_late(atoi(argv[2]));
 	return 2;
 }

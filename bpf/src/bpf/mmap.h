@@ -1,0 +1,115 @@
+// Library-load hook (tp_btf/sys_exit of mmap): tells the collector at once when a traced process
+// maps a CUDA library executable, so its probes are attached before the first call instead of at
+// the next periodic rescan of /proc/PID/maps (which stays as the fallback: kernels where this
+// program does not load, statically linked runtimes, a full ring buffer).
+//
+// The dynamic loader maps a library's code with mmap(2) (PROT_EXEC, from a file descriptor), for
+// the libraries a program links and for dlopen alike. At syscall exit the mapping exists, so
+// /proc/PID/maps shows it when user space reads it. fexit/vm_mmap_pgoff would fire for mmaps only,
+// but fentry/fexit programs fail to load (EPERM) on the kernels causeway is tested on, and a
+// raw syscall tracepoint needs nothing but BTF. The cost: every system call of every process
+// takes the kernel's traced exit path and runs this program to its first check. With --no-host
+// (nothing else on sys_exit) a getppid() loop went from about 170 ns to 250-330 ns per call on
+// the 2-core development VM (noisy, shared); the host programs (net.h) already pay the slow path.
+//
+// Only PROT_EXEC file mappings named libcudart.so*, libcuda.so* or libnccl.so*
+// (bpf/src/probes.rs `Library::stem`) by a traced process (any process in all-process mode) are
+// reported, each in one small record submitted with a wakeup. Uprobes are per inode, so once a
+// file is attached every later mapping of it, in any process, is covered: user space then adds
+// the file to `lib_files_seen` and the hook stays quiet for it.
+#ifndef CAUSEWAY_MMAP_H
+#define CAUSEWAY_MMAP_H
+
+#include "common.h"
+
+#define CW_NR_MMAP 9 /* x86-64 */
+#define CW_PROT_EXEC 0x4
+#define CW_MAP_ANONYMOUS 0x20
+/* Bytes of the file name read: enough for every stem below. */
+#define CW_LIB_NAME 16
+
+/* Library files user space has looked at (filled by the collector from the records). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct cw_file_key);
+	__type(value, __u8); /* 1 */
+} lib_files_seen SEC(".maps");
+
+static __always_inline bool cw_has_prefix(const char *s, const char *p, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (s[i] != p[i])
+			return false;
+	}
+	return true;
+}
+
+/* CW_LIB_* of a file name, 0 for any other file. */
+static __always_inline __u8 cw_lib_of(const char *name)
+{
+	if (cw_has_prefix(name, "libcudart.so", 12))
+		return CW_LIB_CUDART;
+	if (cw_has_prefix(name, "libcuda.so", 10))
+		return CW_LIB_CUDA;
+	if (cw_has_prefix(name, "libnccl.so", 10))
+		return CW_LIB_NCCL;
+	return 0;
+}
+
+/* The open file behind descriptor `fd` of `t`, NULL if none. */
+static __always_inline struct file *cw_fd_file(struct task_struct *t, __u64 fd)
+{
+	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *f = NULL;
+	if (!fds || bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) < 0)
+		return NULL;
+	return f;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(cw_lib_mmap, struct pt_regs *regs, long ret)
+{
+	/* At exit the registers hold the arguments: mmap(addr, len, prot, flags, fd, off). */
+	if (regs->orig_ax != CW_NR_MMAP)
+		return 0;
+	if ((unsigned long)ret >= (unsigned long)-4095 || !(regs->dx & CW_PROT_EXEC) ||
+	    (regs->r10 & CW_MAP_ANONYMOUS))
+		return 0;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (uprobes_enrol ? (tgid == self_tgid || tgid == 0) : !cw_is_target(tgid))
+		return 0;
+	struct file *file = cw_fd_file(bpf_get_current_task_btf(), regs->r8);
+	if (!file)
+		return 0;
+	char name[CW_LIB_NAME] = {};
+	const unsigned char *n = BPF_CORE_READ(file, f_path.dentry, d_name.name);
+	if (!n || bpf_probe_read_kernel_str(name, sizeof(name), n) < 0)
+		return 0;
+	__u8 lib = cw_lib_of(name);
+	if (!lib)
+		return 0;
+	struct cw_file_key key = {
+		.dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev),
+		.ino = BPF_CORE_READ(file, f_inode, i_ino),
+	};
+	if (bpf_map_lookup_elem(&lib_files_seen, &key))
+		return 0;
+	struct cw_lib_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e)
+		return 0; /* ring full: the periodic rescan finds the library */
+	e->kind = CW_KIND_LIB;
+	e->library = lib;
+	e->pad = 0;
+	e->pid = tgid;
+	e->ts = bpf_ktime_get_ns();
+	e->file = key;
+	/* Wake the consumer now: the process may call the library within milliseconds. */
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}
+
+#endif

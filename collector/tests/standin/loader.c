@@ -1,0 +1,49 @@
+// Test program that loads the stand-in CUDA runtime with dlopen once it runs (as Python does), and
+// links no CUDA library itself: nothing to attach before it starts.
+//
+//   loader LIB MS   dlopen LIB, wait MS, then 3 cudaMalloc, 2 cudaMemcpy, 200 cudaLaunchKernel
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef struct dim3 { unsigned int x, y, z; } dim3;
+typedef int (*malloc_fn)(void **p, size_t n);
+typedef int (*memcpy_fn)(void *dst, const void *src, size_t n, int kind);
+typedef int (*launch_fn)(const void *f, dim3 g, dim3 b, void **args, size_t shmem, void *stream);
+
+static void kernel_a(void) {}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) != 0) {
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3)
+		return 2;
+	void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		fprintf(stderr, "loader: %s\n", dlerror());
+		return 1;
+	}
+	malloc_fn cuda_malloc = (malloc_fn)dlsym(h, "cudaMalloc");
+	memcpy_fn cuda_memcpy = (memcpy_fn)dlsym(h, "cudaMemcpy");
+	launch_fn cuda_launch = (launch_fn)dlsym(h, "cudaLaunchKernel");
+	if (!cuda_malloc || !cuda_memcpy || !cuda_launch)
+		return 1;
+	sleep_ms(atoi(argv[2]));
+	static char host[4096];
+	void *d[3] = { 0 };
+	for (int i = 0; i < 3; i++)
+		cuda_malloc(&d[i], 4096);
+	cuda_memcpy(d[0], host, 4096, 1);
+	cuda_memcpy(host, d[0], 4096, 2);
+	dim3 g = { 1, 1, 1 }, b = { 32, 1, 1 };
+	for (int i = 0; i < 200; i++)
+		cuda_launch((const void *)kernel_a, g, b, NULL, 0, NULL);
+	return 0;
+}

@@ -158,7 +158,10 @@ pub(crate) fn record(
         links.extend(attach_host(&skel)?);
     }
     let mut map_hook = MapHookSummary::default();
-    if let Some(link) = attach_map_hook(&skel) {
+    if cfg.map_hook && !args.no_host {
+        // Inside the host programs' sys_exit program, attached above.
+        map_hook.active = true;
+    } else if let Some(link) = attach_map_hook(&skel) {
         links.push(link);
         map_hook.active = true;
     }

@@ -7,10 +7,12 @@
 // the libraries a program links and for dlopen alike. At syscall exit the mapping exists, so
 // /proc/PID/maps shows it when user space reads it. fexit/vm_mmap_pgoff would fire for mmaps only,
 // but fentry/fexit programs fail to load (EPERM) on the kernels causeway is tested on, and a
-// raw syscall tracepoint needs nothing but BTF. The cost: every system call of every process
-// takes the kernel's traced exit path and runs this program to its first check. With --no-host
-// (nothing else on sys_exit) a getppid() loop went from about 170 ns to 250-330 ns per call on
-// the 2-core development VM (noisy, shared); the host programs (net.h) already pay the slow path.
+// raw syscall tracepoint needs nothing but BTF. With the host programs on (the default), the
+// check runs inside net.h's sys_exit program, which every system call of the machine already
+// enters: one comparison of the syscall number more, no second program. With --no-host the
+// standalone program below is the only one on sys_exit, and every system call of every process
+// takes the kernel's traced exit path to reach its first check: a getppid() loop went from about
+// 170 ns to 250-330 ns per call on the 2-core development VM (noisy, shared).
 //
 // Only PROT_EXEC file mappings named libcudart.so*, libcuda.so* or libnccl.so*
 // (bpf/src/probes.rs `Library::stem`) by a traced process (any process in all-process mode) are
@@ -70,37 +72,35 @@ static __always_inline struct file *cw_fd_file(struct task_struct *t, __u64 fd)
 	return f;
 }
 
-SEC("tp_btf/sys_exit")
-int BPF_PROG(cw_lib_mmap, struct pt_regs *regs, long ret)
+/* Reports a CUDA library mapped by the mmap(2) that is returning (caller checked the number).
+ * At exit the registers hold the arguments: mmap(addr, len, prot, flags, fd, off). */
+static __always_inline void cw_lib_mapped(struct pt_regs *regs, long ret)
 {
-	/* At exit the registers hold the arguments: mmap(addr, len, prot, flags, fd, off). */
-	if (regs->orig_ax != CW_NR_MMAP)
-		return 0;
 	if ((unsigned long)ret >= (unsigned long)-4095 || !(regs->dx & CW_PROT_EXEC) ||
 	    (regs->r10 & CW_MAP_ANONYMOUS))
-		return 0;
+		return;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (uprobes_enrol ? (tgid == self_tgid || tgid == 0) : !cw_is_target(tgid))
-		return 0;
+		return;
 	struct file *file = cw_fd_file(bpf_get_current_task_btf(), regs->r8);
 	if (!file)
-		return 0;
+		return;
 	char name[CW_LIB_NAME] = {};
 	const unsigned char *n = BPF_CORE_READ(file, f_path.dentry, d_name.name);
 	if (!n || bpf_probe_read_kernel_str(name, sizeof(name), n) < 0)
-		return 0;
+		return;
 	__u8 lib = cw_lib_of(name);
 	if (!lib)
-		return 0;
+		return;
 	struct cw_file_key key = {
 		.dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev),
 		.ino = BPF_CORE_READ(file, f_inode, i_ino),
 	};
 	if (bpf_map_lookup_elem(&lib_files_seen, &key))
-		return 0;
+		return;
 	struct cw_lib_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e)
-		return 0; /* ring full: the periodic rescan finds the library */
+		return; /* ring full: the periodic rescan finds the library */
 	e->kind = CW_KIND_LIB;
 	e->library = lib;
 	e->pad = 0;
@@ -109,6 +109,14 @@ int BPF_PROG(cw_lib_mmap, struct pt_regs *regs, long ret)
 	e->file = key;
 	/* Wake the consumer now: the process may call the library within milliseconds. */
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+}
+
+/* The hook on its own, for traces without the host programs (--no-host). */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(cw_lib_mmap, struct pt_regs *regs, long ret)
+{
+	if (regs->orig_ax == CW_NR_MMAP)
+		cw_lib_mapped(regs, ret);
 	return 0;
 }
 

@@ -95,6 +95,9 @@ pub struct PollState {
     /// CUDA libraries mapped by traced processes (the library-load hook), for the recording
     /// loop to attach as soon as the poll returns.
     pub mapped: Vec<RawLib>,
+    /// Traced processes that exec'd a new program: (pid, CLOCK_MONOTONIC ns of the exec), for
+    /// the recording loop to check for a statically linked runtime.
+    pub execs: Vec<(u32, u64)>,
 }
 
 impl PollState {
@@ -122,6 +125,7 @@ impl PollState {
             last: None,
             stacks,
             mapped: Vec::new(),
+            execs: Vec::new(),
         }
     }
 
@@ -197,6 +201,7 @@ impl PollState {
             // The process's name is the new program's from here on (the row may have been made
             // from an event before the exec, with the parent's name).
             OP_PROCESS_EXEC => {
+                self.execs.push((raw.pid, raw.ts_mono_ns));
                 let mut info = host::process_info(raw.pid, &raw.comm, causeway_store::now_ns());
                 info.comm = raw.comm.clone();
                 // The new program has the new environment: its rank from here on.

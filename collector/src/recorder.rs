@@ -9,6 +9,7 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
+use std::path::PathBuf;
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use causeway_bpf::abi::{ProbeMode, RawLib, Stat, StatKey, decode_record};
 use causeway_bpf::libbpf_rs::{Link, MapCore, MapFlags, RingBufferBuilder};
 use causeway_bpf::load::{LoadConfig, open_and_load, uprobe_multi_supported};
+use causeway_bpf::probes::Library;
 use causeway_bpf::skel::CausewaySkel;
 use causeway_store::ModeSwitch;
 use causeway_store::catalog::op_by_id;
@@ -23,7 +25,7 @@ use tracing::{debug, info, warn};
 
 use crate::attach::{Attached, attach_host, attach_process, drop_links};
 use crate::calibrate::calibrate;
-use crate::discover::{LibFile, cuda_processes, libs_in_maps};
+use crate::discover::{LibFile, cuda_processes, file_id, libs_in_maps, links_cudart_statically};
 use crate::error::CollectorError;
 use crate::host;
 use crate::live::{Live, LiveView};
@@ -166,6 +168,7 @@ pub(crate) fn record(
         map_hook.active = true;
     }
     let mut mapped_seen = HashSet::new();
+    let mut exes_checked = HashSet::new();
     let mut attached = Attached::new(cfg.multi);
     for lib in &libs {
         attached.attach_lib(&skel, lib, args.nccl, |op| {
@@ -261,6 +264,21 @@ pub(crate) fn record(
                 &ctl,
                 &m,
                 &mut mapped_seen,
+                &mut map_hook,
+            );
+            for (op, kind) in attached.first_insns() {
+                ctl.set_first_insn(op, kind);
+            }
+        }
+        let execs = std::mem::take(&mut state.borrow_mut().execs);
+        for (pid, ts) in execs {
+            on_exec(
+                &skel,
+                &mut attached,
+                &ctl,
+                pid,
+                ts,
+                &mut exes_checked,
                 &mut map_hook,
             );
             for (op, kind) in attached.first_insns() {
@@ -477,6 +495,54 @@ fn on_mapped(
     {
         debug!(%err, "lib_files_seen full: the hook reports that file again");
     }
+}
+
+/// Largest program file checked at exec for a statically linked runtime (the check reads the
+/// whole file, on the recording loop's thread).
+const STATIC_EXE_MAX_BYTES: u64 = 512 << 20;
+
+/// Handles the exec of a new program by a traced process: a program that carries the CUDA
+/// runtime linked statically (nvcc's default) maps no CUDA library, so neither the
+/// library-load hook nor the maps rescan would find it. Each program file is checked once.
+fn on_exec(
+    skel: &CausewaySkel<'_>,
+    attached: &mut Attached,
+    ctl: &Controller,
+    pid: u32,
+    exec_mono_ns: u64,
+    checked: &mut HashSet<(u64, u64)>,
+    summary: &mut MapHookSummary,
+) {
+    let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+    let Some(id) = file_id(&exe) else { return };
+    if !checked.insert(id) {
+        return;
+    }
+    let small = std::fs::metadata(&exe).is_ok_and(|m| m.len() <= STATIC_EXE_MAX_BYTES);
+    if !small || !links_cudart_statically(&exe) {
+        return;
+    }
+    // The program's own path when it names the same file here (not another mount namespace).
+    let path = std::fs::read_link(&exe)
+        .ok()
+        .filter(|p| file_id(p) == Some(id))
+        .unwrap_or(exe);
+    let lib = LibFile {
+        library: Library::Cudart,
+        path,
+    };
+    if attached.contains(&lib)
+        || attached.attach_lib(skel, &lib, false, |op| ctl.mode(op).needs_return_probe()) == 0
+    {
+        return;
+    }
+    let latency_us = host::monotonic_ns().saturating_sub(exec_mono_ns) / 1_000;
+    info!(pid, exe = %lib.path.display(), latency_us, "statically linked CUDA runtime attached at exec");
+    summary.attached.push(MapAttach {
+        pid,
+        library: lib.path,
+        latency_us,
+    });
 }
 
 /// Attaches the library copies mapped by `pid` that are not attached yet; returns them. In

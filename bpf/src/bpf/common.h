@@ -224,14 +224,20 @@ static __always_inline void cw_task_comm(char *dst, struct task_struct *t)
 	d[1] = *(__u64 *)&t->comm[8];
 }
 
-/* Submits a host event and counts it as stored. */
-static __always_inline void cw_commit(struct cw_event *e)
+/* Submits a host event with the given wakeup flag and counts it as stored. */
+static __always_inline void cw_commit_flags(struct cw_event *e, __u64 flags)
 {
 	__u32 pid = e->pid;
 	__u16 op = e->op;
 	e->stack_hash = 0;
-	bpf_ringbuf_submit(e, cw_wakeup());
+	bpf_ringbuf_submit(e, flags);
 	cw_count_stored(pid, op);
+}
+
+/* Submits a host event and counts it as stored. */
+static __always_inline void cw_commit(struct cw_event *e)
+{
+	cw_commit_flags(e, cw_wakeup());
 }
 
 #endif

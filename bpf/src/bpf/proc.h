@@ -24,7 +24,9 @@ static __always_inline void cw_emit_proc(__u16 op, __u8 kind, __u32 pid, __u32 t
 	e->arg1 = a1;
 	e->cgroup_id = bpf_get_current_cgroup_id();
 	bpf_probe_read_kernel(e->comm, sizeof(e->comm), t->comm);
-	cw_commit(e);
+	/* An exec wakes the collector at once: the new program may carry the CUDA runtime linked
+	 * statically, which no library mapping reveals (mmap.h), and call it right away. */
+	cw_commit_flags(e, op == OP_PROCESS_EXEC ? BPF_RB_FORCE_WAKEUP : cw_wakeup());
 }
 
 SEC("tp_btf/sched_process_fork")

@@ -49,30 +49,12 @@ fn a_running_process_maps_are_scanned() {
 
 #[test]
 fn a_statically_linked_runtime_is_recognised() {
-    let s = standin::get();
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/standin");
-    let exe = s.dir.join("workload-static");
-    let out = Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&exe)
-        .args([
-            src.join("workload.c"),
-            src.join("cudart.c"),
-            src.join("cuda.c"),
-        ])
-        .arg("-lpthread")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(links_cudart_statically(&exe));
-    let libs = command_libs(&exe);
+    let exe = &standin::get().static_workload;
+    assert!(links_cudart_statically(exe));
+    let libs = command_libs(exe);
     assert!(
         libs.iter()
-            .any(|l| l.library == Library::Cudart && l.path == exe),
+            .any(|l| l.library == Library::Cudart && &l.path == exe),
         "{libs:?}"
     );
 }

@@ -1,6 +1,6 @@
 //! Libraries a traced process maps after the trace started (dlopen, a program exec'd by a
-//! wrapper) are attached when the library-load hook reports the mapping, before the program's
-//! first call 100 ms later: exact counts, where the periodic rescan (1 s) misses them all. (The
+//! wrapper) are attached when the library-load hook reports the mapping, and a program with the
+//! runtime linked statically when it is exec'd, before the program's first call 100 ms later: exact counts, where the periodic rescan (1 s) misses them all. (The
 //! attach took 8-26 ms in debug builds on the shared 2-core VM: 30 ms was too close.)
 
 use std::path::Path;
@@ -37,6 +37,12 @@ fn counts(db: &Path) -> Vec<(&'static str, i64, i64)> {
 }
 
 fn assert_every_call_recorded(db: &Path, summary: &TraceSummary) {
+    assert_recorded_with(db, summary, |n| n.starts_with("libcudart.so"));
+}
+
+/// Every call recorded, and exactly one attach (of a file whose name passes `runtime`)
+/// reported with its latency.
+fn assert_recorded_with(db: &Path, summary: &TraceSummary, runtime: impl Fn(&str) -> bool) {
     assert_eq!(summary.command_exit, Some(0));
     let want: Vec<(&str, i64, i64)> = MIX.iter().map(|&(op, n)| (op, n, n)).collect();
     assert_eq!(counts(db), want, "(op, events, kernel calls)");
@@ -48,12 +54,12 @@ fn assert_every_call_recorded(db: &Path, summary: &TraceSummary) {
         .filter(|a| {
             a.library
                 .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("libcudart.so"))
+                .is_some_and(|n| runtime(&n.to_string_lossy()))
         })
         .collect();
     assert_eq!(cudart.len(), 1, "{:?}", summary.map_hook);
     eprintln!(
-        "mmap to probes attached: {} us ({})",
+        "mmap or exec to probes attached: {} us ({})",
         cudart[0].latency_us,
         cudart[0].library.display()
     );
@@ -84,6 +90,19 @@ fn a_program_execd_by_a_wrapper_is_attached_before_its_first_call() {
     a.no_host = true;
     let summary = trace(&a);
     assert_every_call_recorded(&db, &summary);
+}
+
+/// A program carrying the runtime linked statically maps no CUDA library: it is checked, and
+/// attached, when the traced wrapper execs it.
+#[test]
+fn a_statically_linked_program_execd_by_a_wrapper_is_attached_at_exec() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let script = format!("exec {} late 100", s.static_workload.display());
+    let summary = trace(&args(&db, &["sh", "-c", &script]));
+    assert_recorded_with(&db, &summary, |n| n == "workload-static");
 }
 
 /// Regression: before the hook, a library loaded after the start was attached at the next

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The built stand-in: a directory holding libcudart.so.12, libcuda.so.1, `workload` and
-/// `loader`.
+/// The built stand-in: a directory holding libcudart.so.12, libcuda.so.1, `workload`,
+/// `workload-static` and `loader`.
 #[derive(Debug)]
 pub struct Standin {
     /// Where everything lies.
@@ -14,6 +14,9 @@ pub struct Standin {
     pub workload: PathBuf,
     /// An executable linking no CUDA library that loads one with dlopen (loader.c).
     pub loader: PathBuf,
+    /// The workload with the stand-in runtime and driver compiled in (as nvcc links the CUDA
+    /// runtime statically by default): it maps no CUDA library.
+    pub static_workload: PathBuf,
 }
 
 fn cc(args: &[&str]) {
@@ -81,9 +84,19 @@ pub fn build(lib_flags: &[&str]) -> Standin {
         "-Wl,-rpath,$ORIGIN",
     ]);
     cc(&["-O1", "-Wall", "-o", &o("loader"), &s("loader.c"), "-ldl"]);
+    cc(&[
+        "-O1",
+        "-o",
+        &o("workload-static"),
+        &s("workload.c"),
+        &s("cudart.c"),
+        &s("cuda.c"),
+        "-lpthread",
+    ]);
     Standin {
         workload: dir.join("workload"),
         loader: dir.join("loader"),
+        static_workload: dir.join("workload-static"),
         dir,
     }
 }

@@ -29,8 +29,10 @@ use crate::sink::Sink;
 /// DuckDB memory limit of the recording's writer. DuckDB's default (80% of RAM) lets its cache of
 /// written blocks grow with the recording: at 100k events/s the collector's RSS passed 210 MiB in
 /// 20 s; with 48 MB it peaked at 175 MiB over 30 s (docs/benchmarks.md). 16 MB is too little
-/// for DuckDB to create the schema.
-/// (At 32 MB the footprint was the same; at 24 MB appends failed.)
+/// for DuckDB to create the schema. With the writer handing DuckDB 16k-event chunks
+/// (`WRITER_CHUNK`), 100k events/s peaked at 103.7 MiB with 48 MB, 103.5-103.9 MiB with 40 MB,
+/// 96.7 MiB with 32 MB, and 24 MB failed 82,498 appends: 48 MB keeps room for what else DuckDB
+/// holds in a long recording (the stack table's index, processes).
 const WRITER_MEMORY: &str = "48MB";
 
 /// Longest time an event waits in the recording's writer before it is stored (and visible to
@@ -41,6 +43,11 @@ const WRITER_MEMORY: &str = "48MB";
 /// bound makes every batch a full row group, written once, straight to the file: collector
 /// CPU and RSS both went down (docs/benchmarks.md).
 const WRITER_FLUSH: Duration = Duration::from_secs(2);
+
+/// Events the recording's writer hands to DuckDB at once, inside the transaction a whole row
+/// group commits in: the writer's buffer and the appender's copy stay this small, where a whole
+/// row group held ~11 MB in each (docs/benchmarks.md).
+const WRITER_CHUNK: usize = 16_384;
 
 /// Parses `--overhead-budget`: a percentage in (0, 100].
 fn parse_budget(s: &str) -> Result<f64, String> {
@@ -386,6 +393,7 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
         memory_limit: Some(WRITER_MEMORY.into()),
         threads: Some(1),
         flush_interval: WRITER_FLUSH,
+        chunk_rows: WRITER_CHUNK,
         ..WriterOptions::default()
     };
     if let Some(n) = &args.node {

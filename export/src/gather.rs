@@ -80,22 +80,18 @@ const OFF_CPU_SQL: &str = "SELECT pid::BIGINT,
     CASE arg1 WHEN 0 THEN 'preempted' WHEN 1 THEN 'blocked' ELSE 'other' END AS state,
     sum(duration)::BIGINT, count(*)::BIGINT
   FROM event_rows WHERE node_id = ? AND seq BETWEEN ? AND ? AND op_id = 100 GROUP BY ALL";
-/// Rows of the kernel's tables; they are only ever appended to, so row ids 0..count are the
-/// rows written so far.
-const COUNT_ROWS_SQL: &str = "SELECT count(*)::BIGINT FROM op_counts";
-const HIST_ROWS_SQL: &str = "SELECT count(*)::BIGINT FROM op_histograms";
-/// Kernel call counts in a range of row ids (first, end).
+/// Kernel call counts per (node, pid, op), over every window. Read whole at each update: one
+/// row per window and active op (far fewer than events), and a collected store replaces a
+/// node's latest snapshot rows in place, so these tables are not append-only.
 const KERNEL_SQL: &str = "SELECT c.node, c.pid::BIGINT, o.source, o.op, sum(c.calls)::BIGINT,
     sum(c.stored)::BIGINT, sum(c.total_ns)::BIGINT, sum(c.bytes)::BIGINT,
     min(c.window_start_ns)::BIGINT, max(c.window_end_ns)::BIGINT
-  FROM op_counts c JOIN ops o ON o.op_id = c.op_id
-  WHERE c.rowid >= ? AND c.rowid < ? GROUP BY ALL";
-/// Kernel histogram buckets in a range of row ids (first, end).
+  FROM op_counts c JOIN ops o ON o.op_id = c.op_id GROUP BY ALL";
+/// Kernel histogram buckets per (node, pid, op), over every window (read whole, as above).
 const HIST_SQL: &str = "SELECT h.node, h.pid::BIGINT, o.source, o.op,
     least(h.log2_bucket, 40)::INTEGER, sum(h.count)::BIGINT,
     min(h.window_start_ns)::BIGINT, max(h.window_end_ns)::BIGINT
-  FROM op_histograms h JOIN ops o ON o.op_id = h.op_id
-  WHERE h.rowid >= ? AND h.rowid < ? GROUP BY ALL";
+  FROM op_histograms h JOIN ops o ON o.op_id = h.op_id GROUP BY ALL";
 const DROPS_SQL: &str =
     "SELECT node, kind, sum(count)::BIGINT FROM drops GROUP BY ALL ORDER BY 1, 2";
 const NODES_SQL: &str = "SELECT n.node, n.hostname, n.cluster, coalesce(e.n, 0)::BIGINT, e.last
@@ -294,15 +290,14 @@ struct NodeProgress {
 }
 
 /// Facts kept up to date across calls. Each [`Gatherer::update`] reads only the event rows
-/// written since the previous one (by each node's sequence numbers) and the kernel's counter
-/// rows appended since (by row id), and adds them to what it had; the small tables (nodes,
-/// processes, drops) are read whole. So a live exporter pushing every few seconds pays for the
-/// new events, not for the length of the recording (`cargo bench -p causeway-export --bench
-/// gather` compares the two).
+/// written since the previous one (by each node's sequence numbers) and adds them to what it
+/// had; the kernel's per-window counters and the small tables (nodes, processes, drops) are
+/// read whole. So a live exporter pushing every few seconds pays for the new events, not for
+/// the length of the recording (the `gather::incremental_timing` test of causeway-export
+/// compares the two).
 ///
 /// It relies on the writer's contract: event rows are appended with increasing sequence
-/// numbers per node and committed in that order, and the kernel's tables are append-only. A
-/// store whose kernel tables shrank (another file behind the same reader) is read again whole.
+/// numbers per node and committed in that order, and never deleted.
 #[derive(Debug, Default, Clone)]
 pub struct Gatherer {
     /// Event-derived and kernel-derived facts so far (nodes, processes and drops are refreshed).
@@ -311,12 +306,8 @@ pub struct Gatherer {
     nodes: BTreeMap<i64, NodeProgress>,
     /// Off-CPU (ns, switches) per (node, pid, state).
     off_cpu: BTreeMap<(String, u32, String), (i64, i64)>,
-    /// Rows of op_counts and op_histograms already read.
-    count_rows: i64,
-    hist_rows: i64,
-    /// Time span of the events read and of the kernel windows read.
+    /// Time span of the events read.
     event_span: Option<(i64, i64)>,
-    window_span: Option<(i64, i64)>,
 }
 
 fn widen(span: &mut Option<(i64, i64)>, lo: Option<i64>, hi: Option<i64>) {
@@ -328,23 +319,9 @@ fn widen(span: &mut Option<(i64, i64)>, lo: Option<i64>, hi: Option<i64>) {
     }
 }
 
-/// Row counts of the two kernel tables.
-fn kernel_rows(r: &Reader) -> Result<(i64, i64), StoreError> {
-    let n = |sql: &'static str| -> Result<i64, StoreError> {
-        r.prepare_trusted(sql)?
-            .query_row([], |row| row.get(0))
-            .map_err(duck(r, "counting the kernel's counter rows"))
-    };
-    Ok((n(COUNT_ROWS_SQL)?, n(HIST_ROWS_SQL)?))
-}
-
 impl Gatherer {
     /// Reads what was written since the last update and returns the facts of the whole trace.
     pub fn update(&mut self, r: &Reader) -> Result<Facts, StoreError> {
-        let (count_rows, hist_rows) = kernel_rows(r)?;
-        if count_rows < self.count_rows || hist_rows < self.hist_rows {
-            *self = Gatherer::default();
-        }
         let nodes: Vec<(i64, String, String, String)> = r
             .prepare_trusted(NODE_IDS_SQL)?
             .query_map([], causeway_store::row)
@@ -361,15 +338,10 @@ impl Gatherer {
                 last_event_ns: p.last_event_ns,
             });
         }
-        self.read_kernel(r, count_rows, hist_rows)?;
-
         let mut f = self.acc.clone();
         f.nodes = node_facts;
-        let mut span = self.event_span;
-        if let Some((lo, hi)) = self.window_span {
-            widen(&mut span, Some(lo), Some(hi));
-        }
-        f.span = span;
+        f.span = self.event_span;
+        read_kernel(r, &mut f)?;
         f.off_cpu = self
             .off_cpu
             .iter()
@@ -509,72 +481,55 @@ impl Gatherer {
         self.nodes.insert(id, p.clone());
         Ok(p)
     }
+}
 
-    /// Adds the kernel's counter and histogram rows appended since the last update.
-    fn read_kernel(
-        &mut self,
-        r: &Reader,
-        count_rows: i64,
-        hist_rows: i64,
-    ) -> Result<(), StoreError> {
-        if count_rows > self.count_rows {
-            type KernelRow = (OpKey, [i64; 4], Option<i64>, Option<i64>);
-            let kernel: Vec<KernelRow> = r
-                .prepare_trusted_ints(KERNEL_SQL, &[self.count_rows, count_rows])?
-                .query_map([], |row| {
-                    Ok((
-                        key(row)?,
-                        [row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?],
-                        row.get(8)?,
-                        row.get(9)?,
-                    ))
-                })
-                .and_then(|rows| rows.collect())
-                .map_err(duck(r, "reading counted calls"))?;
-            for (k, [calls, stored, total_ns, bytes], lo, hi) in kernel {
-                let c = self
-                    .acc
-                    .ops
-                    .entry(k)
-                    .or_default()
-                    .kernel
-                    .get_or_insert_default();
-                c.calls += calls.max(0) as u64;
-                c.stored += stored.max(0) as u64;
-                c.total_ns += total_ns.max(0) as u64;
-                c.bytes += bytes.max(0) as u64;
-                widen(&mut self.window_span, lo, hi);
-            }
-            self.count_rows = count_rows;
-        }
-        if hist_rows > self.hist_rows {
-            type HistRow = (OpKey, i32, i64, Option<i64>, Option<i64>);
-            let hist: Vec<HistRow> = r
-                .prepare_trusted_ints(HIST_SQL, &[self.hist_rows, hist_rows])?
-                .query_map([], |row| {
-                    Ok((
-                        key(row)?,
-                        row.get(4)?,
-                        row.get(5)?,
-                        row.get(6)?,
-                        row.get(7)?,
-                    ))
-                })
-                .and_then(|rows| rows.collect())
-                .map_err(duck(r, "reading the kernel's histograms"))?;
-            for (k, b, n, lo, hi) in hist {
-                let h = self
-                    .acc
-                    .ops
-                    .entry(k)
-                    .or_default()
-                    .kernel_hist
-                    .get_or_insert([0; LOG2_BUCKETS]);
-                h[b.clamp(0, LOG2_BUCKETS as i32 - 1) as usize] += n.max(0) as u64;
-                widen(&mut self.window_span, lo, hi);
-            }
-            self.hist_rows = hist_rows;
-        }
-        Ok(())
+/// Adds the kernel's counters and histograms (every window) and their windows' span to `f`.
+fn read_kernel(r: &Reader, f: &mut Facts) -> Result<(), StoreError> {
+    type KernelRow = (OpKey, [i64; 4], Option<i64>, Option<i64>);
+    let kernel: Vec<KernelRow> = r
+        .prepare_trusted(KERNEL_SQL)?
+        .query_map([], |row| {
+            Ok((
+                key(row)?,
+                [row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?],
+                row.get(8)?,
+                row.get(9)?,
+            ))
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading counted calls"))?;
+    for (k, [calls, stored, total_ns, bytes], lo, hi) in kernel {
+        f.ops.entry(k).or_default().kernel = Some(KernelCalls {
+            calls: calls.max(0) as u64,
+            stored: stored.max(0) as u64,
+            total_ns: total_ns.max(0) as u64,
+            bytes: bytes.max(0) as u64,
+        });
+        widen(&mut f.span, lo, hi);
     }
+    type HistRow = (OpKey, i32, i64, Option<i64>, Option<i64>);
+    let hist: Vec<HistRow> = r
+        .prepare_trusted(HIST_SQL)?
+        .query_map([], |row| {
+            Ok((
+                key(row)?,
+                row.get(4)?,
+                row.get(5)?,
+                row.get(6)?,
+                row.get(7)?,
+            ))
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading the kernel's histograms"))?;
+    for (k, b, n, lo, hi) in hist {
+        let h = f
+            .ops
+            .entry(k)
+            .or_default()
+            .kernel_hist
+            .get_or_insert([0; LOG2_BUCKETS]);
+        h[b.clamp(0, LOG2_BUCKETS as i32 - 1) as usize] += n.max(0) as u64;
+        widen(&mut f.span, lo, hi);
+    }
+    Ok(())
 }

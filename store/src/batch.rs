@@ -103,6 +103,11 @@ impl EventBuffer {
         self.cols.seq.len()
     }
 
+    /// Whether no event is buffered.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.cols.seq.is_empty()
+    }
+
     /// Buffers one event under sequence number `seq`.
     pub(crate) fn push(&mut self, seq: u64, ev: &Event) {
         let comm_id = match self.comm_ids.get(ev.comm.as_str()) {

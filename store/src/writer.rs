@@ -21,8 +21,13 @@ const CHECKPOINT_WAITS: u32 = 500;
 pub struct WriterOptions {
     /// Node name stamped on every row (hostname by default).
     pub node: String,
-    /// Flush when this many events are buffered.
+    /// Commit when this many events are written in the open transaction.
     pub batch_rows: usize,
+    /// Hand buffered events to DuckDB in pieces of this many rows, inside the open transaction
+    /// (committed at `batch_rows` or the flush interval). Smaller pieces keep less memory on
+    /// both sides (this buffer and the appender's copy) while one commit still writes a whole
+    /// row group; `batch_rows` (the default) hands over each batch at once.
+    pub chunk_rows: usize,
     /// Flush on `tick` when the oldest buffered event is older than this.
     pub flush_interval: Duration,
     /// DuckDB memory limit of the writer's connection (e.g. "32MB"); None: DuckDB's default
@@ -43,6 +48,7 @@ impl Default for WriterOptions {
             // row groups per append cost ~45% more CPU and twice the memory, half a row group
             // was slower still (docs/benchmarks.md).
             batch_rows: ROW_GROUP_ROWS,
+            chunk_rows: ROW_GROUP_ROWS,
             flush_interval: Duration::from_secs(1),
             memory_limit: None,
             threads: None,
@@ -201,6 +207,11 @@ pub struct SessionInfo {
 /// The single writer of a store file.
 pub struct Writer {
     conn: Connection,
+    /// The events' own connection (a clone of `conn` on the same database): it holds the open
+    /// transaction the event rows go into, while the other tables commit on `conn` at once.
+    events_conn: Connection,
+    /// Events appended in the open transaction, not committed yet (0: no transaction open).
+    pending: usize,
     path: PathBuf,
     opts: WriterOptions,
     /// `nodes.node_id` of `opts.node`, stamped on every row of `event_rows`.
@@ -254,8 +265,13 @@ impl Writer {
         let conn = crate::open_rw(path, &opts)?;
         schema::create(&conn).ctx(path, "creating the schema")?;
         let known = load_comms(&conn, path)?;
+        let events_conn = conn
+            .try_clone()
+            .ctx(path, "opening the events connection")?;
         Ok(Writer {
             conn,
+            events_conn,
+            pending: 0,
             path: path.to_path_buf(),
             opts,
             node_id: 0,
@@ -296,8 +312,13 @@ impl Writer {
         let found = crate::check_schema(&conn, path)?;
         schema::upgrade(&conn, found).ctx(path, "upgrading the schema")?;
         let known = load_comms(&conn, path)?;
+        let events_conn = conn
+            .try_clone()
+            .ctx(path, "opening the events connection")?;
         Ok(Writer {
             conn,
+            events_conn,
+            pending: 0,
             path: path.to_path_buf(),
             opts,
             node_id: 0,
@@ -402,20 +423,23 @@ impl Writer {
         self.lost
     }
 
-    /// Buffers one event; flushes when the batch is full.
+    /// Buffers one event; hands a full chunk to DuckDB and commits a full batch.
     pub fn append(&mut self, ev: &Event) -> Result<()> {
         self.buf.push(self.next_seq, ev);
         self.next_seq += 1;
         if self.oldest.is_none() {
             self.oldest = Some(Instant::now());
         }
-        if self.buf.len() >= self.opts.batch_rows {
-            self.flush()?;
+        if self.buf.len() >= self.opts.chunk_rows.clamp(1, self.opts.batch_rows.max(1)) {
+            self.write_chunk()?;
+            if self.pending >= self.opts.batch_rows {
+                self.commit()?;
+            }
         }
         Ok(())
     }
 
-    /// Flushes the buffer if its oldest event waited longer than the flush interval.
+    /// Commits if the oldest uncommitted event waited longer than the flush interval.
     pub fn tick(&mut self) -> Result<()> {
         match self.oldest {
             Some(t) if t.elapsed() >= self.opts.flush_interval => self.flush(),
@@ -423,49 +447,94 @@ impl Writer {
         }
     }
 
-    /// Writes every buffered event to the file (one Arrow batch through the Appender). On
-    /// failure the batch's events are counted in `lost` and stored as a drop by `finish`.
+    /// Writes every buffered event to the file and commits. On failure the events of the
+    /// transaction are counted in `lost` and stored as a drop by `finish`.
     pub fn flush(&mut self) -> Result<()> {
-        self.oldest = None;
+        self.write_chunk()?;
+        self.commit()
+    }
+
+    /// Commits the open events transaction, if any.
+    fn commit(&mut self) -> Result<()> {
+        self.oldest = (!self.buf.is_empty()).then(Instant::now);
+        if self.pending == 0 {
+            return Ok(());
+        }
+        let n = std::mem::take(&mut self.pending) as u64;
+        match self.events_conn.execute_batch("COMMIT") {
+            Ok(()) => {
+                self.written += n;
+                Ok(())
+            }
+            Err(e) => {
+                self.lost += n;
+                let _ = self.events_conn.execute_batch("ROLLBACK");
+                Err(e).ctx(&self.path, "committing events")
+            }
+        }
+    }
+
+    /// Stores new thread names (committed at once: a row never names an unknown comm_id), then
+    /// appends the buffered rows in the events transaction, opening it if needed. On failure
+    /// the transaction is rolled back and its events counted as lost.
+    fn write_chunk(&mut self) -> Result<()> {
         let n = self.buf.len();
         if n == 0 {
             return Ok(());
         }
-        match self.write_batch() {
+        let batch = match self.buf.take_batch(self.node_id) {
+            Ok(b) => b,
+            Err(e) => {
+                self.lost += n as u64;
+                return Err(e);
+            }
+        };
+        let appended = self.store_comms().and_then(|()| {
+            if self.pending == 0 {
+                self.events_conn
+                    .execute_batch("BEGIN TRANSACTION")
+                    .ctx(&self.path, "starting the events transaction")?;
+            }
+            let mut app = self
+                .events_conn
+                .appender("event_rows")
+                .ctx(&self.path, "opening the appender")?;
+            app.append_record_batch(batch)
+                .ctx(&self.path, "appending events")?;
+            app.flush().ctx(&self.path, "flushing events")
+        });
+        match appended {
             Ok(()) => {
-                self.written += n as u64;
+                self.pending += n;
                 Ok(())
             }
             Err(e) => {
-                self.lost += n as u64;
+                self.lost += (self.pending + n) as u64;
+                self.pending = 0;
+                if !self.events_conn.is_autocommit() {
+                    let _ = self.events_conn.execute_batch("ROLLBACK");
+                }
                 Err(e)
             }
         }
     }
 
-    /// Stores new thread names, then the buffered rows (a row never names an unknown comm_id).
-    fn write_batch(&mut self) -> Result<()> {
-        let batch = self.buf.take_batch(self.node_id)?;
-        if !self.buf.new_comms().is_empty() {
-            let mut app = self
-                .conn
-                .appender("comms")
-                .ctx(&self.path, "opening the comms appender")?;
-            for (id, comm) in self.buf.new_comms() {
-                app.append_row(params![id, comm])
-                    .ctx(&self.path, "recording a thread name")?;
-            }
-            app.flush().ctx(&self.path, "flushing thread names")?;
-            drop(app);
-            self.buf.comms_stored();
+    /// Stores the thread names first seen since the last chunk.
+    fn store_comms(&mut self) -> Result<()> {
+        if self.buf.new_comms().is_empty() {
+            return Ok(());
         }
         let mut app = self
             .conn
-            .appender("event_rows")
-            .ctx(&self.path, "opening the appender")?;
-        app.append_record_batch(batch)
-            .ctx(&self.path, "appending events")?;
-        app.flush().ctx(&self.path, "flushing events")?;
+            .appender("comms")
+            .ctx(&self.path, "opening the comms appender")?;
+        for (id, comm) in self.buf.new_comms() {
+            app.append_row(params![id, comm])
+                .ctx(&self.path, "recording a thread name")?;
+        }
+        app.flush().ctx(&self.path, "flushing thread names")?;
+        drop(app);
+        self.buf.comms_stored();
         Ok(())
     }
 

@@ -130,6 +130,7 @@ fn batches_flush_by_size_and_by_time() {
         WriterOptions {
             node: "n".into(),
             batch_rows: 100,
+            chunk_rows: 100,
             flush_interval: Duration::from_millis(20),
             // A capped DuckDB on one thread (as the collector's writer runs) still writes
             // every batch.
@@ -153,6 +154,62 @@ fn batches_flush_by_size_and_by_time() {
     w.tick().unwrap();
     assert_eq!(w.written(), 250);
     w.finish().unwrap();
+}
+
+/// Chunks go into DuckDB inside one transaction per batch: a live reader sees whole batches
+/// only, and every event once.
+#[test]
+fn chunks_are_committed_per_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.duckdb");
+    let mut w = Writer::create(
+        &path,
+        WriterOptions {
+            node: "n".into(),
+            batch_rows: 100,
+            chunk_rows: 30,
+            flush_interval: Duration::from_millis(20),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let live = w.live_reader().unwrap();
+    let seen = |r: &Reader| count(r, "SELECT count(*) FROM events");
+    let mut visible = Vec::new();
+    for i in 0..250 {
+        w.append(&Event {
+            timestamp: i,
+            op_id: 3,
+            comm: format!("t{}", i / 50),
+            ..Default::default()
+        })
+        .unwrap();
+        if i % 30 == 29 {
+            visible.push((w.written(), seen(&live)));
+        }
+    }
+    // Chunks of 30 reach DuckDB; the transaction commits once it holds >= 100 events.
+    assert_eq!(
+        visible,
+        [
+            (0, 0),
+            (0, 0),
+            (0, 0),
+            (120, 120),
+            (120, 120),
+            (120, 120),
+            (120, 120),
+            (240, 240)
+        ]
+    );
+    std::thread::sleep(Duration::from_millis(30));
+    w.tick().unwrap();
+    assert_eq!((w.written(), seen(&live)), (250, 250));
+    drop(live);
+    w.finish().unwrap();
+    let r = Reader::open(&path).unwrap();
+    assert_eq!(count(&r, "SELECT count(DISTINCT seq) FROM events"), 250);
+    assert_eq!(count(&r, "SELECT count(DISTINCT comm) FROM events"), 5);
 }
 
 #[test]

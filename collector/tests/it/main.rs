@@ -10,6 +10,7 @@ mod lifecycle;
 mod mapped;
 mod overhead;
 mod overrun;
+mod real_runtime;
 mod sched;
 mod stacks;
 mod standin;

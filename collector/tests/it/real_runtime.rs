@@ -1,0 +1,219 @@
+//! The probes on NVIDIA's real CUDA runtime (libcudart.so.12 12.9 and libcudart_static.a from
+//! the PyPI wheel PyTorch installs, fetched by scripts/deps.sh): every call of a known pattern
+//! is counted and stored with its arguments and the return code the program saw, through the
+//! shared library and through a program with the runtime linked statically (exec'd by a
+//! wrapper). No GPU is needed: without a driver each call fails with
+//! cudaErrorInsufficientDriver (35) after entering and leaving the real function.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::{args, bpf_test, db_path, q, rows, trace};
+
+/// Launches per run.
+const LAUNCHES: usize = 100;
+
+struct Real {
+    dir: PathBuf,
+    dynamic: PathBuf,
+    static_exe: PathBuf,
+}
+
+/// The runtime fetched by scripts/deps.sh.
+fn runtime_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/cudart");
+    assert!(
+        dir.join("libcudart.so.12").is_file() && dir.join("libcudart_static.a").is_file(),
+        "{} lacks NVIDIA's CUDA runtime: run scripts/deps.sh (it fetches the PyPI wheel)",
+        dir.display()
+    );
+    dir.canonicalize().unwrap()
+}
+
+/// Builds (once) the test program against the shared runtime and against the static one.
+fn real() -> &'static Real {
+    static R: OnceLock<Real> = OnceLock::new();
+    R.get_or_init(|| {
+        let lib = runtime_dir();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/standin/real.c");
+        let dir = tempfile::Builder::new()
+            .prefix("causeway-real")
+            .tempdir()
+            .unwrap()
+            .keep();
+        let cc = |args: &[&str]| {
+            let out = Command::new("cc").args(args).output().expect("running cc");
+            assert!(
+                out.status.success(),
+                "cc {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let (s, l) = (src.to_str().unwrap(), lib.to_str().unwrap());
+        let dynamic = dir.join("real");
+        let static_exe = dir.join("real-static");
+        cc(&[
+            "-O1",
+            "-o",
+            dynamic.to_str().unwrap(),
+            s,
+            "-L",
+            l,
+            "-l:libcudart.so.12",
+            &format!("-Wl,-rpath,{l}"),
+        ]);
+        cc(&[
+            "-O1",
+            "-o",
+            static_exe.to_str().unwrap(),
+            s,
+            &format!("{l}/libcudart_static.a"),
+            "-ldl",
+            "-lrt",
+            "-lpthread",
+        ]);
+        Real {
+            dir,
+            dynamic,
+            static_exe,
+        }
+    })
+}
+
+/// What the program wrote: op -> return codes in call order.
+fn codes(out: &Path) -> BTreeMap<String, Vec<i64>> {
+    let mut m: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for line in std::fs::read_to_string(out).unwrap().lines() {
+        let (op, code) = line.split_once(' ').unwrap();
+        m.entry(op.to_string())
+            .or_default()
+            .push(code.parse().unwrap());
+    }
+    m
+}
+
+/// The store holds every call with its arguments and the code the program saw.
+fn assert_recorded(db: &Path, out: &Path) {
+    let seen = codes(out);
+    let want = [
+        ("cudaMalloc", 3),
+        ("cudaMemcpy", 2),
+        ("cudaLaunchKernel", LAUNCHES),
+        ("cudaStreamSynchronize", 1),
+        ("cudaDeviceSynchronize", 1),
+        ("cudaFree", 1),
+    ];
+    for (op, n) in want {
+        assert_eq!(seen[op].len(), n, "{op}: calls the program made");
+        let events = q(
+            db,
+            &format!("SELECT count(*) FROM events WHERE op = '{op}'"),
+        );
+        let counted = q(
+            db,
+            &format!(
+                "SELECT coalesce(sum(calls), 0)::BIGINT FROM op_counts JOIN ops USING (op_id) \
+                 WHERE ops.op = '{op}'"
+            ),
+        );
+        assert_eq!(
+            (events, counted),
+            (n as i64, n as i64),
+            "{op}: (events, kernel count)"
+        );
+        let stored: Vec<i64> = rows(
+            db,
+            &format!("SELECT ret_code FROM events WHERE op = '{op}' ORDER BY timestamp"),
+            1,
+        )
+        .into_iter()
+        .map(|r| r[0])
+        .collect();
+        assert_eq!(stored, seen[op], "{op}: return codes");
+    }
+    // Without a driver the runtime says so (cudaErrorInsufficientDriver), and we saw it.
+    assert!(seen["cudaMalloc"].iter().all(|&c| c != 0), "{seen:?}");
+    assert_eq!(
+        rows(
+            db,
+            "SELECT arg0 FROM events WHERE op = 'cudaMalloc' ORDER BY timestamp",
+            1
+        ),
+        [[1 << 20], [2 << 20], [3 << 20]]
+    );
+    assert_eq!(
+        rows(
+            db,
+            "SELECT DISTINCT arg0, arg1 FROM events WHERE op = 'cudaMemcpy'",
+            2
+        ),
+        [[4096, 1]],
+        "bytes and direction (host to device)"
+    );
+    assert_eq!(
+        rows(
+            db,
+            "SELECT DISTINCT arg0, arg1 FROM events WHERE op = 'cudaLaunchKernel'",
+            2
+        ),
+        [[0x1234, 24]],
+        "kernel function and grid size (2x3x4)"
+    );
+}
+
+#[test]
+fn the_real_shared_runtime_is_probed_exactly() {
+    let Some(_g) = bpf_test() else { return };
+    let r = real();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let out = dir.path().join("codes.txt");
+    let n = LAUNCHES.to_string();
+    let summary = trace(&args(
+        &db,
+        &[
+            r.dynamic.to_str().unwrap(),
+            out.to_str().unwrap(),
+            n.as_str(),
+        ],
+    ));
+    assert_eq!(summary.command_exit, Some(0));
+    assert!(
+        summary
+            .libraries
+            .iter()
+            .any(|l| l.starts_with(runtime_dir()) && l.ends_with("libcudart.so.12")),
+        "{:?}",
+        summary.libraries
+    );
+    assert_recorded(&db, &out);
+}
+
+#[test]
+fn a_program_with_the_real_runtime_linked_statically_is_probed_when_execd() {
+    let Some(_g) = bpf_test() else { return };
+    let r = real();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let out = dir.path().join("codes.txt");
+    // Its first call 100 ms after the exec, as in the stand-in's exec test (mapped.rs): the
+    // program file is checked and attached in ~12 ms.
+    let script = format!(
+        "exec {} {} {LAUNCHES} 100",
+        r.static_exe.display(),
+        out.display()
+    );
+    let summary = trace(&args(&db, &["sh", "-c", &script]));
+    assert_eq!(summary.command_exit, Some(0));
+    let attached = summary
+        .map_hook
+        .attached
+        .iter()
+        .find(|a| a.library == r.static_exe || a.library.ends_with("real-static"))
+        .unwrap_or_else(|| panic!("{:?} (built in {})", summary.map_hook, r.dir.display()));
+    eprintln!("exec to probes attached: {} us", attached.latency_us);
+    assert_recorded(&db, &out);
+}

@@ -202,6 +202,15 @@ static __always_inline __u64 cw_wakeup(void)
 	return BPF_RB_NO_WAKEUP;
 }
 
+/* Wakeup flag for a submit that checks the fill level only now and then (the call probes, every
+ * CW_WAKE_CHECK_EVERY events of a thread): wake the consumer whenever the ring is above a
+ * quarter full, since the submits crossing the mark are not all checked. */
+static __always_inline __u64 cw_wakeup_above(void)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	return avail > ringbuf_bytes / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
 /* The cgroup v2 id of `t` (what bpf_get_current_cgroup_id returns for the current task), read
  * through BTF pointers: no helper call. */
 static __always_inline __u64 cw_task_cgroup(struct task_struct *t)

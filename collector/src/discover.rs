@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use causeway_bpf::probes::Library;
 use serde::Serialize;
 
+use crate::elfsyms::map_elf;
+
 /// One library file (or statically linked executable) to attach probes to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct LibFile {
@@ -65,13 +67,7 @@ pub fn libs_in_maps(pid: u32) -> Vec<LibFile> {
 
 /// Whether an executable carries the CUDA runtime itself (nvcc links it statically by default).
 pub fn links_cudart_statically(exe: &Path) -> bool {
-    let Ok(meta) = fs::metadata(exe) else {
-        return false;
-    };
-    if meta.len() > 2 << 30 {
-        return false;
-    }
-    let Ok(bytes) = fs::read(exe) else {
+    let Some(bytes) = map_elf(exe) else {
         return false;
     };
     let Ok(elf) = goblin::elf::Elf::parse(&bytes) else {
@@ -219,13 +215,9 @@ pub fn command_libs(exe: &Path) -> Vec<LibFile> {
         if depth > 4 || visited.len() > 256 || !visited.insert(file.clone()) {
             continue;
         }
-        let Ok(meta) = fs::metadata(&file) else {
+        let Some(bytes) = map_elf(&file) else {
             continue;
         };
-        if meta.len() > 256 << 20 {
-            continue;
-        }
-        let Ok(bytes) = fs::read(&file) else { continue };
         let Ok(elf) = goblin::elf::Elf::parse(&bytes) else {
             continue;
         };

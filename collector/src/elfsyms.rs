@@ -9,17 +9,25 @@ use goblin::elf::{Elf, sym};
 
 use crate::cost::FirstInsn;
 
-/// Largest file read (a statically linked CUDA executable can be big; libcuda is ~50 MB).
-const MAX_FILE: u64 = 2 << 30;
+/// A read-only mapping of the ELF file `path`: the parser then reads only the pages it touches
+/// (headers, symbol and string tables, the first bytes of the functions looked up), where
+/// reading the file whole took NCCL's 473 MB libnccl.so.2 into memory at every attach.
+pub fn map_elf(path: &Path) -> Option<memmap2::Mmap> {
+    let file = std::fs::File::open(path).ok()?;
+    #[allow(unsafe_code)]
+    // SAFETY (unsafe_code allowed for this call only): a private read-only mapping of a library
+    // or program file. Its bytes could change under us only if the file were rewritten in place
+    // while traced (installers replace files by rename, which leaves this mapping intact); a
+    // truncation would raise SIGBUS, which is the same risk every process mapping it runs.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    Some(map)
+}
 
 /// File offset and kind of first instruction of each of `names` defined as a function in `path`
 /// (names not found are absent).
 pub fn function_offsets(path: &Path, names: &[&str]) -> HashMap<String, (usize, FirstInsn)> {
     let mut out = HashMap::new();
-    if std::fs::metadata(path).map_or(true, |m| m.len() > MAX_FILE) {
-        return out;
-    }
-    let Ok(bytes) = std::fs::read(path) else {
+    let Some(bytes) = map_elf(path) else {
         return out;
     };
     let Ok(elf) = Elf::parse(&bytes) else {

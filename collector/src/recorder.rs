@@ -497,10 +497,6 @@ fn on_mapped(
     }
 }
 
-/// Largest program file checked at exec for a statically linked runtime (the check reads the
-/// whole file, on the recording loop's thread).
-const STATIC_EXE_MAX_BYTES: u64 = 512 << 20;
-
 /// Handles the exec of a new program by a traced process: a program that carries the CUDA
 /// runtime linked statically (nvcc's default) maps no CUDA library, so neither the
 /// library-load hook nor the maps rescan would find it. Each program file is checked once.
@@ -518,8 +514,7 @@ fn on_exec(
     if !checked.insert(id) {
         return;
     }
-    let small = std::fs::metadata(&exe).is_ok_and(|m| m.len() <= STATIC_EXE_MAX_BYTES);
-    if !small || !links_cudart_statically(&exe) {
+    if !links_cudart_statically(&exe) {
         return;
     }
     // The program's own path when it names the same file here (not another mount namespace).

@@ -1,9 +1,11 @@
-//! The probes on NVIDIA's real CUDA runtime (libcudart.so.12 12.9 and libcudart_static.a from
-//! the PyPI wheel PyTorch installs, fetched by scripts/deps.sh): every call of a known pattern
-//! is counted and stored with its arguments and the return code the program saw, through the
-//! shared library and through a program with the runtime linked statically (exec'd by a
-//! wrapper). No GPU is needed: without a driver each call fails with
-//! cudaErrorInsufficientDriver (35) after entering and leaving the real function.
+//! The probes on NVIDIA's real CUDA runtime (libcudart.so.12 12.9 and libcudart_static.a) and
+//! NCCL (libnccl.so.2 2.32) from the PyPI wheels PyTorch installs, fetched by scripts/deps.sh:
+//! every call of a known pattern is counted and stored with its arguments and the return code
+//! the program saw, through the shared runtime, through a program with the runtime linked
+//! statically (exec'd by a wrapper), and through NCCL with `--nccl`. No GPU is needed: without
+//! a driver each runtime call fails with cudaErrorInsufficientDriver (35), each NCCL call
+//! without a communicator with ncclInvalidArgument (4), after entering and leaving the real
+//! function.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,15 +23,35 @@ struct Real {
     static_exe: PathBuf,
 }
 
-/// The runtime fetched by scripts/deps.sh.
-fn runtime_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/cudart");
-    assert!(
-        dir.join("libcudart.so.12").is_file() && dir.join("libcudart_static.a").is_file(),
-        "{} lacks NVIDIA's CUDA runtime: run scripts/deps.sh (it fetches the PyPI wheel)",
-        dir.display()
-    );
+/// A directory of NVIDIA files fetched by scripts/deps.sh, checked to hold `files`.
+fn fetched(sub: &str, files: &[&str]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../.deps")
+        .join(sub);
+    for f in files {
+        assert!(
+            dir.join(f).is_file(),
+            "{} lacks {f}: run scripts/deps.sh (it fetches NVIDIA's PyPI wheels)",
+            dir.display()
+        );
+    }
     dir.canonicalize().unwrap()
+}
+
+/// The CUDA runtime fetched by scripts/deps.sh.
+fn runtime_dir() -> PathBuf {
+    fetched("cudart", &["libcudart.so.12", "libcudart_static.a"])
+}
+
+/// Compiles with cc, failing the test with the compiler's message.
+fn cc(args: &[&str]) {
+    let out = Command::new("cc").args(args).output().expect("running cc");
+    assert!(
+        out.status.success(),
+        "cc {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Builds (once) the test program against the shared runtime and against the static one.
@@ -43,15 +65,6 @@ fn real() -> &'static Real {
             .tempdir()
             .unwrap()
             .keep();
-        let cc = |args: &[&str]| {
-            let out = Command::new("cc").args(args).output().expect("running cc");
-            assert!(
-                out.status.success(),
-                "cc {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
         let (s, l) = (src.to_str().unwrap(), lib.to_str().unwrap());
         let dynamic = dir.join("real");
         let static_exe = dir.join("real-static");
@@ -216,4 +229,75 @@ fn a_program_with_the_real_runtime_linked_statically_is_probed_when_execd() {
         .unwrap_or_else(|| panic!("{:?} (built in {})", summary.map_hook, r.dir.display()));
     eprintln!("exec to probes attached: {} us", attached.latency_us);
     assert_recorded(&db, &out);
+}
+
+/// NCCL's collectives and point-to-point calls on the real libnccl.so.2 (473 MB: its symbols are
+/// read through a mapping, not by reading the file): counts, bytes from count and data type,
+/// the communicator or peer, and the return codes.
+#[test]
+fn the_real_nccl_is_probed_with_bytes_and_peers() {
+    let Some(_g) = bpf_test() else { return };
+    let lib = fetched("nccl", &["libnccl.so.2"]);
+    let l = lib.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("nccl");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/standin/nccl.c");
+    cc(&[
+        "-O1",
+        "-o",
+        exe.to_str().unwrap(),
+        src.to_str().unwrap(),
+        "-L",
+        l,
+        "-l:libnccl.so.2",
+        &format!("-Wl,-rpath,{l}"),
+    ]);
+    let db = db_path(&dir);
+    let out = dir.path().join("codes.txt");
+    let mut a = args(&db, &[exe.to_str().unwrap(), out.to_str().unwrap()]);
+    a.nccl = true;
+    let started = std::time::Instant::now();
+    let summary = trace(&a);
+    eprintln!(
+        "trace with libnccl.so.2 attached: {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(summary.command_exit, Some(0));
+    let seen = codes(&out);
+    // (op, bytes = count x size of the data type, communicator (0 here) or peer)
+    let want: [(&str, i64, i64); 8] = [
+        ("ncclAllReduce", 1024 * 4, 0),
+        ("ncclBroadcast", 256, 0),
+        ("ncclReduce", 512 * 2, 0),
+        ("ncclAllGather", 128 * 8, 0),
+        ("ncclReduceScatter", 64 * 2, 0),
+        ("ncclSend", 100 * 4, 3),
+        ("ncclRecv", 50, 5),
+        ("ncclGroupEnd", 0, 0),
+    ];
+    for (op, bytes, arg1) in want {
+        let got = rows(
+            &db,
+            &format!("SELECT arg0, arg1, ret_code FROM events WHERE op = '{op}'"),
+            3,
+        );
+        assert_eq!(
+            got,
+            [[bytes, arg1, seen[op][0]]],
+            "{op}: (bytes, comm or peer, return code)"
+        );
+        let counted = q(
+            &db,
+            &format!(
+                "SELECT coalesce(sum(calls), 0)::BIGINT FROM op_counts JOIN ops USING (op_id) \
+                 WHERE ops.op = '{op}'"
+            ),
+        );
+        assert_eq!(counted, 1, "{op}: kernel count");
+    }
+    assert_eq!(
+        seen["ncclAllReduce"],
+        [4],
+        "no communicator: ncclInvalidArgument"
+    );
 }

@@ -175,6 +175,33 @@ fn assert_recorded(db: &Path, out: &Path) {
         [[0x1234, 24]],
         "kernel function and grid size (2x3x4)"
     );
+    // Every other probed runtime function, once: (op, arg0, arg1) as the catalogue defines them.
+    let once: [(&str, i64, i64); 12] = [
+        ("cudaMallocManaged", 5 << 20, 0),
+        ("cudaMemcpyAsync", 4096, 2),
+        ("cudaMemcpy2D", 64 * 8, 1),
+        ("cudaMemcpy2DAsync", 32 * 4, 3),
+        ("cudaMemcpyPeer", 65536, 1),
+        ("cudaMemcpyPeerAsync", 1024, 2),
+        ("cudaMemsetAsync", 2048, 7),
+        ("cudaEventSynchronize", 0x7171, 0),
+        ("cudaGraphLaunch", 0x6161, 0x5151),
+        ("cudaStreamBeginCapture", 0x5151, 2),
+        ("cudaStreamEndCapture", 0x5151, 0),
+        ("cudaGraphInstantiate", 0x6161, 0),
+    ];
+    for (op, arg0, arg1) in once {
+        let got = rows(
+            db,
+            &format!("SELECT arg0, arg1, ret_code FROM events WHERE op = '{op}'"),
+            3,
+        );
+        assert_eq!(
+            got,
+            [[arg0, arg1, seen[op][0]]],
+            "{op}: (arg0, arg1, return code)"
+        );
+    }
 }
 
 #[test]

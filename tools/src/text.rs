@@ -228,11 +228,18 @@ pub fn sql(r: &QueryResult) -> String {
 /// `describe_trace`.
 pub fn describe(d: &TraceDescription) -> String {
     let mut o = String::new();
+    // A store of collected counters (`causeway collect`) has no event rows: its span is the
+    // counters' windows.
+    let events = if d.events == 0 && d.last_ns > d.first_ns {
+        "0 events (kernel counters only)".to_string()
+    } else {
+        format!("{} events", d.events)
+    };
     let _ = writeln!(
         o,
-        "trace {}: {} events over {} ({}..{} ns); {} chains, {} stacks, {} sessions",
+        "trace {}: {} over {} ({}..{} ns); {} chains, {} stacks, {} sessions",
         q(&d.name),
-        d.events,
+        events,
         dur(d.last_ns - d.first_ns),
         d.first_ns,
         d.last_ns,

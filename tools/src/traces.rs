@@ -45,9 +45,9 @@ pub struct TraceDescription {
     pub name: String,
     /// Events stored.
     pub events: u64,
-    /// First event (ns epoch).
+    /// First event (ns epoch); without events, first counter window.
     pub first_ns: i64,
-    /// Last event.
+    /// Last event, or counter window end.
     pub last_ns: i64,
     /// Nodes (machines) with their origin.
     pub nodes: Vec<NodeOut>,
@@ -89,7 +89,9 @@ pub struct ProcessOut {
     pub events: u64,
 }
 
-const SUMMARY_SQL: &str = "SELECT count(*)::BIGINT, coalesce(min(timestamp), 0), coalesce(max(timestamp), 0),
+const SUMMARY_SQL: &str = "SELECT count(*)::BIGINT,
+  coalesce(min(timestamp), (SELECT min(window_start_ns) FROM op_counts), 0),
+  coalesce(max(timestamp), (SELECT max(window_end_ns) FROM op_counts), 0),
   (SELECT count(*) FROM chains)::BIGINT, (SELECT count(DISTINCT stack_hash) FROM stack_frames)::BIGINT,
   (SELECT count(*) FROM sessions)::BIGINT, (SELECT count(*) FROM processes)::BIGINT
 FROM event_data";

@@ -613,7 +613,9 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
     let dbs = db.to_str().unwrap();
     let described = crate::common::ok(&["describe", "--db", dbs]);
     assert!(
-        described.contains("node \"node-a\" (\"collected\")") && described.contains("1 chains"),
+        described.contains("node \"node-a\" (\"collected\")")
+            && described.contains("1 chains")
+            && described.contains("0 events (kernel counters only) over "),
         "{described}"
     );
     // No events to analyse: explain shows the chains the nodes sent.

@@ -193,13 +193,71 @@ pub fn find_in_path(cmd: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The interpreter of a script (`#!/path/python`, `#!/usr/bin/env python3`), looked up in PATH
+/// for `env`. torchrun, accelerate and deepspeed are such scripts.
+fn script_interpreter(script: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = fs::File::open(script).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.lines().next()?.split_whitespace();
+    let interp = PathBuf::from(words.next()?);
+    if interp.file_name().is_some_and(|n| n == "env") {
+        let mut cmd = words.next()?;
+        if cmd == "-S" {
+            cmd = words.next()?;
+        }
+        return find_in_path(cmd);
+    }
+    Some(interp)
+}
+
+/// The CUDA libraries of the Python environment a Python interpreter belongs to, where PyTorch
+/// loads them from: `PREFIX/lib/python3*/site-packages/nvidia/*/lib` (pip's CUDA wheels) and
+/// `PREFIX/lib` (a conda environment's CUDA packages), PREFIX being the directory above the
+/// interpreter's `bin` as the command names it (a virtual environment's `bin/python` is a link
+/// to the system interpreter: following it would find the wrong environment).
+fn python_env_libs(python: &Path, out: &mut Vec<LibFile>) {
+    if !python
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("python"))
+    {
+        return;
+    }
+    let Some(prefix) = python.parent().and_then(Path::parent) else {
+        return;
+    };
+    let lib = prefix.join("lib");
+    libs_in_dir(&lib, out);
+    for py in subdirs(&lib) {
+        if py
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("python3"))
+        {
+            for nv in subdirs(&py.join("site-packages").join("nvidia")) {
+                libs_in_dir(&nv.join("lib"), out);
+            }
+        }
+    }
+}
+
 /// The CUDA libraries a command will load at start, found the way the dynamic loader would:
 /// DT_NEEDED entries, searched in RPATH/RUNPATH ($ORIGIN expanded), LD_LIBRARY_PATH and the
 /// standard directories, a few levels deep. Also reports the executable itself when it links
-/// the runtime statically. Libraries loaded later (dlopen, a program exec'd by a wrapper) are
-/// attached when mapped (the library-load hook, recorder.rs), else at the periodic rescan.
+/// the runtime statically, and, for a Python interpreter or a script run by one (torchrun), the
+/// CUDA libraries of its environment, which PyTorch loads later: probes attached before the
+/// program maps a file are in place from its first call. Other libraries loaded later (dlopen,
+/// a program exec'd by a wrapper) are attached when mapped (the library-load hook,
+/// recorder.rs), else at the periodic rescan.
 pub fn command_libs(exe: &Path) -> Vec<LibFile> {
     let mut out = Vec::new();
+    python_env_libs(exe, &mut out);
+    if let Some(interp) = script_interpreter(exe) {
+        python_env_libs(&interp, &mut out);
+    }
     if links_cudart_statically(exe) {
         out.push(LibFile {
             library: Library::Cudart,

@@ -58,3 +58,27 @@ fn a_statically_linked_runtime_is_recognised() {
         "{libs:?}"
     );
 }
+
+/// A Python interpreter's environment (here the virtual environment scripts/deps.sh installs
+/// NVIDIA's wheels into) and a script run by it (`#!` line, as torchrun is) bring the CUDA
+/// libraries in its site-packages, found without following the environment's `bin/python`
+/// link to the system interpreter.
+#[test]
+fn a_python_commands_environment_libraries_are_found() {
+    let py = crate::real_runtime::pyenv_python();
+    let cudart = crate::real_runtime::package_lib("nvidia.cuda_runtime", &["libcudart.so.12"]);
+    let nccl = crate::real_runtime::package_lib("nvidia.nccl", &["libnccl.so.2"]);
+    let want = |libs: &[causeway_collector::discover::LibFile]| {
+        let ids: Vec<_> = libs.iter().map(|l| (l.library, file_id(&l.path))).collect();
+        assert!(
+            ids.contains(&(Library::Cudart, file_id(&cudart.join("libcudart.so.12"))))
+                && ids.contains(&(Library::Nccl, file_id(&nccl.join("libnccl.so.2")))),
+            "{libs:?}"
+        );
+    };
+    want(&command_libs(&py));
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("launcher");
+    std::fs::write(&script, format!("#!{}\nprint('hi')\n", py.display())).unwrap();
+    want(&command_libs(&script));
+}

@@ -26,19 +26,21 @@ struct Real {
 }
 
 /// The virtual environment scripts/deps.sh installs NVIDIA's wheels into.
-fn pyenv_python() -> PathBuf {
-    let py = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/pyenv/bin/python");
+pub fn pyenv_python() -> PathBuf {
+    let env = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/pyenv");
+    let py = env.join("bin/python");
     assert!(
         py.exists(),
         "{} is missing: run scripts/deps.sh (it installs NVIDIA's PyPI wheels there)",
         py.display()
     );
-    py
+    // The environment's directory without `..`, its `bin/python` link kept as it is.
+    env.canonicalize().unwrap().join("bin/python")
 }
 
 /// The `lib` directory of an installed NVIDIA package (`nvidia.cuda_runtime`, `nvidia.nccl`) in
 /// site-packages, where PyTorch's copies live, checked to hold `files`.
-fn package_lib(module: &str, files: &[&str]) -> PathBuf {
+pub fn package_lib(module: &str, files: &[&str]) -> PathBuf {
     let out = Command::new(pyenv_python())
         .args(["-c", &format!("import {module} as m; print(m.__path__[0])")])
         .output()
@@ -350,9 +352,9 @@ fn the_real_nccl_is_probed_with_bytes_and_peers() {
 }
 
 /// Python loads the runtime from site-packages/nvidia/cuda_runtime/lib as PyTorch does (here
-/// with ctypes, after the interpreter started): the library-load hook attaches that copy, and
-/// every call made 100 ms later (PyTorch's first CUDA call comes long after its import) is
-/// recorded.
+/// with ctypes), started by a shell that execs it, so the environment is not known at the start:
+/// the library-load hook attaches that copy, and every call made 100 ms later (PyTorch's first
+/// CUDA call comes long after its import) is recorded.
 #[test]
 fn python_loading_the_runtime_from_site_packages_is_probed() {
     let Some(_g) = bpf_test() else { return };
@@ -375,7 +377,14 @@ with open(sys.argv[1], "w") as out:
     let py = pyenv_python();
     let summary = trace(&args(
         &db,
-        &[py.to_str().unwrap(), "-c", script, out.to_str().unwrap()],
+        &[
+            "sh",
+            "-c",
+            "exec \"$0\" -c \"$1\" \"$2\"",
+            py.to_str().unwrap(),
+            script,
+            out.to_str().unwrap(),
+        ],
     ));
     assert_eq!(summary.command_exit, Some(0));
     let attached = summary
@@ -408,5 +417,43 @@ with open(sys.argv[1], "w") as out:
             "SELECT count(*) FROM events WHERE op = 'cudaMalloc' AND arg0 = 1048576"
         ),
         3
+    );
+}
+
+/// Started as the command, the Python interpreter's environment is searched before it runs:
+/// the site-packages copy of the runtime is attached before Python maps it, so even calls made
+/// right after the load (no wait at all) are recorded, and the load needs no hook.
+#[test]
+fn the_runtime_of_the_commands_python_environment_is_attached_before_it_starts() {
+    let Some(_g) = bpf_test() else { return };
+    let lib = runtime_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let script = r#"
+import ctypes, os
+import nvidia.cuda_runtime as m
+rt = ctypes.CDLL(os.path.join(m.__path__[0], "lib", "libcudart.so.12"))
+for _ in range(20):
+    rt.cudaDeviceSynchronize()
+"#;
+    let py = pyenv_python();
+    let summary = trace(&args(&db, &[py.to_str().unwrap(), "-c", script]));
+    assert_eq!(summary.command_exit, Some(0));
+    assert!(
+        summary.libraries.iter().any(|l| l.starts_with(&lib)),
+        "attached at the start: {:?}",
+        summary.libraries
+    );
+    assert!(
+        summary.map_hook.attached.is_empty(),
+        "{:?}",
+        summary.map_hook
+    );
+    assert_eq!(
+        q(
+            &db,
+            "SELECT count(*) FROM events WHERE op = 'cudaDeviceSynchronize'"
+        ),
+        20
     );
 }

@@ -115,18 +115,20 @@ pub(crate) fn record(
     };
     let (boot_start_ns, start_ns) = (host::boottime_ns(), causeway_store::now_ns());
     let (mut storage, mut retry) = (MaybeUninit::uninit(), MaybeUninit::uninit());
-    let skel = match open_and_load(&mut storage, &cfg) {
-        Ok(skel) => skel,
+    // Whether the library-load hook is in the loaded object.
+    let (skel, hook_loaded) = match open_and_load(&mut storage, &cfg) {
+        Ok(skel) => (skel, cfg.map_hook),
         Err(err) if cfg.map_hook => {
             // The hook is an optimisation: load everything else and rescan.
             info!(%err, "loading with the library-load hook failed; loading without it (libraries mapped later are found by the periodic rescan)");
-            open_and_load(
+            let skel = open_and_load(
                 &mut retry,
                 &LoadConfig {
                     map_hook: false,
                     ..cfg.clone()
                 },
-            )?
+            )?;
+            (skel, false)
         }
         Err(err) => return Err(err.into()),
     };
@@ -160,7 +162,7 @@ pub(crate) fn record(
         links.extend(attach_host(&skel)?);
     }
     let mut map_hook = MapHookSummary::default();
-    if cfg.map_hook && !args.no_host {
+    if hook_loaded && !args.no_host {
         // Inside the host programs' sys_exit program, attached above.
         map_hook.active = true;
     } else if let Some(link) = attach_map_hook(&skel) {

@@ -7,6 +7,9 @@
 //!    build it (its first instruction, a `mov`, is single-stepped by the kernel) and built with
 //!    frame pointers (a `push rbp`, which the kernel emulates).
 //! 2. The calibration every trace makes, per kind of first instruction (ours vs bare).
+//! 4. (after 1 and 2) The library-load hook's cost per system call: CPU ns per `getppid` of a
+//!    traced workload with nothing on the syscall exit (`--no-host --no-map-hook`), the hook as
+//!    its own program (`--no-host`), and inside the host programs (the default), and untraced.
 //! 3. Sustained recording: calls paced to CAUSEWAY_BENCH_RATE per second (default 100,000) on
 //!    two threads for a few seconds, in full mode: events/s stored, drops, the collector's CPU
 //!    (share of one core, sampled while the workload runs, calibration excluded) and RSS.
@@ -141,6 +144,51 @@ fn ours(exe: &str, calls: u64, out: &Path, db: &Path, mode: ProbeMode) -> (f64, 
     ];
     let s = run_trace(&args(db, cmd, Some(mode))).expect("trace (run as root)");
     (per_call(out), s)
+}
+
+/// CPU ns per system call of the workload (part 4), medians over `rounds`.
+fn syscall_table(s: &standin::Standin, dir: &Path, rounds: usize) {
+    let calls = env_u64("CAUSEWAY_BENCH_SYSCALLS", 1_000_000);
+    let out = dir.join("syscalls.txt");
+    let db = dir.join("syscalls.duckdb");
+    let cmd = vec![
+        s.exe().to_string(),
+        "syscalls".into(),
+        calls.to_string(),
+        out.display().to_string(),
+    ];
+    // (label, no_host, no_map_hook); None: untraced.
+    let setups: [(&str, Option<(bool, bool)>); 4] = [
+        ("untraced", None),
+        ("traced, nothing on sys_exit", Some((true, true))),
+        ("traced, hook as its own program", Some((true, false))),
+        ("traced, hook in the host programs", Some((false, false))),
+    ];
+    let mut m: [Vec<f64>; 4] = Default::default();
+    for _ in 0..rounds {
+        for (i, (_, setup)) in setups.iter().enumerate() {
+            match setup {
+                None => {
+                    let st = Command::new(&cmd[0]).args(&cmd[1..]).status().unwrap();
+                    assert!(st.success());
+                }
+                Some((no_host, no_map_hook)) => {
+                    let _ = std::fs::remove_file(&db);
+                    let mut a = args(&db, cmd.clone(), None);
+                    a.no_host = *no_host;
+                    a.no_map_hook = *no_map_hook;
+                    run_trace(&a).expect("trace (run as root)");
+                }
+            }
+            m[i].push(per_call(&out));
+        }
+    }
+    println!(
+        "\nsystem call cost ({calls} getppid x {rounds} rounds, medians, CPU ns per call of the workload)"
+    );
+    for ((label, _), v) in setups.iter().zip(m) {
+        println!("  {label:<36} {:>8.1}", median(v));
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -344,6 +392,7 @@ fn main() {
         calls,
         rounds,
     );
+    syscall_table(&emulated, dir.path(), rounds);
     println!("\ncalibration of the last trace (ns per call; ours/bare in the same run):");
     for (kind, c) in &summary.overhead.costs.kinds {
         println!(

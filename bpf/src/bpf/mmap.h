@@ -11,8 +11,8 @@
 // check runs inside net.h's sys_exit program, which every system call of the machine already
 // enters: one comparison of the syscall number more, no second program. With --no-host the
 // standalone program below is the only one on sys_exit, and every system call of every process
-// takes the kernel's traced exit path to reach its first check: a getppid() loop went from about
-// 170 ns to 250-330 ns per call on the 2-core development VM (noisy, shared).
+// takes the kernel's traced exit path to reach its first check: a getppid() took 344 ns instead
+// of 229 ns on the 2-core development VM (probe_cost bench, system call table).
 //
 // Only PROT_EXEC file mappings named libcudart.so*, libcuda.so* or libnccl.so*
 // (bpf/src/probes.rs `Library::stem`) by a traced process (any process in all-process mode) are

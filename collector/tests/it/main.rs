@@ -88,6 +88,34 @@ pub fn rows(db: &Path, sql: &str, cols: usize) -> Vec<Vec<i64>> {
     .collect()
 }
 
+/// Events stored for `op` (by name) and the kernel's count of its calls.
+pub fn op_totals(db: &Path, op: &str) -> (i64, i64) {
+    let events = q(
+        db,
+        &format!("SELECT count(*) FROM events WHERE op = '{op}'"),
+    );
+    let counted = q(
+        db,
+        &format!(
+            "SELECT coalesce(sum(calls), 0)::BIGINT FROM op_counts JOIN ops USING (op_id) \
+             WHERE ops.op = '{op}'"
+        ),
+    );
+    (events, counted)
+}
+
+/// Return codes of `op`'s stored events, in time order.
+pub fn ret_codes(db: &Path, op: &str) -> Vec<i64> {
+    rows(
+        db,
+        &format!("SELECT ret_code FROM events WHERE op = '{op}' ORDER BY timestamp"),
+        1,
+    )
+    .into_iter()
+    .map(|r| r[0])
+    .collect()
+}
+
 /// The pid of the traced command (the process that exec'd the workload).
 pub fn command_pid(db: &Path) -> i64 {
     q(

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use causeway_collector::TraceSummary;
 
-use crate::{args, bpf_test, db_path, q, standin, trace};
+use crate::{args, bpf_test, db_path, op_totals, standin, trace};
 
 /// The call mix of `loader` and `workload late`.
 const MIX: [(&str, i64); 3] = [
@@ -20,17 +20,7 @@ const MIX: [(&str, i64); 3] = [
 fn counts(db: &Path) -> Vec<(&'static str, i64, i64)> {
     MIX.iter()
         .map(|&(op, _)| {
-            let events = q(
-                db,
-                &format!("SELECT count(*) FROM events WHERE op = '{op}'"),
-            );
-            let kernel = q(
-                db,
-                &format!(
-                    "SELECT coalesce(sum(calls), 0)::BIGINT FROM op_counts JOIN ops USING (op_id) \
-                     WHERE ops.op = '{op}'"
-                ),
-            );
+            let (events, kernel) = op_totals(db, op);
             (op, events, kernel)
         })
         .collect()

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::{args, bpf_test, db_path, q, rows, trace};
+use crate::{args, bpf_test, db_path, op_totals, q, ret_codes, rows, trace};
 
 /// Launches per run.
 const LAUNCHES: usize = 100;
@@ -143,30 +143,12 @@ fn assert_recorded(db: &Path, out: &Path) {
     ];
     for (op, n) in want {
         assert_eq!(seen[op].len(), n, "{op}: calls the program made");
-        let events = q(
-            db,
-            &format!("SELECT count(*) FROM events WHERE op = '{op}'"),
-        );
-        let counted = q(
-            db,
-            &format!(
-                "SELECT coalesce(sum(calls), 0)::BIGINT FROM op_counts JOIN ops USING (op_id) \
-                 WHERE ops.op = '{op}'"
-            ),
-        );
         assert_eq!(
-            (events, counted),
+            op_totals(db, op),
             (n as i64, n as i64),
             "{op}: (events, kernel count)"
         );
-        let stored: Vec<i64> = rows(
-            db,
-            &format!("SELECT ret_code FROM events WHERE op = '{op}' ORDER BY timestamp"),
-            1,
-        )
-        .into_iter()
-        .map(|r| r[0])
-        .collect();
+        let stored = ret_codes(db, op);
         assert_eq!(stored, seen[op], "{op}: return codes");
     }
     // Without a driver the runtime says so (cudaErrorInsufficientDriver), and we saw it.
@@ -335,13 +317,7 @@ fn the_real_nccl_is_probed_with_bytes_and_peers() {
             [[bytes, arg1, seen[op][0]]],
             "{op}: (bytes, comm or peer, return code)"
         );
-        let counted = q(
-            &db,
-            &format!(
-                "SELECT coalesce(sum(calls), 0)::BIGINT FROM op_counts JOIN ops USING (op_id) \
-                 WHERE ops.op = '{op}'"
-            ),
-        );
+        let (_, counted) = op_totals(&db, op);
         assert_eq!(counted, 1, "{op}: kernel count");
     }
     assert_eq!(
@@ -401,14 +377,7 @@ with open(sys.argv[1], "w") as out:
     let seen = codes(&out);
     for (op, n) in [("cudaMalloc", 3), ("cudaDeviceSynchronize", 50)] {
         assert_eq!(seen[op].len(), n);
-        let stored: Vec<i64> = rows(
-            &db,
-            &format!("SELECT ret_code FROM events WHERE op = '{op}' ORDER BY timestamp"),
-            1,
-        )
-        .into_iter()
-        .map(|r| r[0])
-        .collect();
+        let stored = ret_codes(&db, op);
         assert_eq!(stored, seen[op], "{op}: every call, with its return code");
     }
     assert_eq!(

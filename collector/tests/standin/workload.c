@@ -13,6 +13,7 @@
 //   phases HOT IDLE N  back-to-back launches for HOT ms, idle for IDLE ms, then N launches 1 ms apart
 //   late MS            wait MS from the start, then 3 cudaMalloc, 2 cudaMemcpy, 200 cudaLaunchKernel
 //                      (the mix of loader.c), for a wrapper that execs this program
+//   syscalls N OUT     N getppid system calls back to back; "N ns cpu" in OUT as for rate
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -184,6 +185,27 @@ static void *rate_thread(void *arg)
 	return NULL;
 }
 
+/* Writes "calls wall-ns process-cpu-ns" to `out` (the rate file the benchmark reads). */
+static void write_rate(const char *out, long total, long wall_ns)
+{
+	struct timespec cpu;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+	FILE *f = out ? fopen(out, "w") : NULL;
+	if (f) {
+		fprintf(f, "%ld %ld %ld\n", total, wall_ns, cpu.tv_sec * 1000000000L + cpu.tv_nsec);
+		fclose(f);
+	}
+}
+
+static int mode_syscalls(long n, const char *out)
+{
+	long t0 = now_ns();
+	for (long i = 0; i < n; i++)
+		syscall(SYS_getppid);
+	write_rate(out, n, now_ns() - t0);
+	return 0;
+}
+
 static int mode_rate(long n, const char *out, int threads, long per_s)
 {
 	pthread_t t[64];
@@ -199,14 +221,8 @@ static int mode_rate(long n, const char *out, int threads, long per_s)
 		pthread_join(t[i], NULL);
 	long t1 = now_ns();
 	long total = n * threads;
-	struct timespec cpu;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
 	printf("%.1f\n", (double)(t1 - t0) / (double)total);
-	FILE *f = out ? fopen(out, "w") : NULL;
-	if (f) {
-		fprintf(f, "%ld %ld %ld\n", total, t1 - t0, cpu.tv_sec * 1000000000L + cpu.tv_nsec);
-		fclose(f);
-	}
+	write_rate(out, total, t1 - t0);
 	return 0;
 }
 
@@ -304,5 +320,7 @@ int main(int argc, char **argv)
 		return mode_hold(atoi(argv[2]));
 	if (!strcmp(m, "late") && argc > 2)
 		return mode_late(atoi(argv[2]));
+	if (!strcmp(m, "syscalls") && argc > 3)
+		return mode_syscalls(atol(argv[2]), argv[3]);
 	return 2;
 }

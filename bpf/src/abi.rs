@@ -17,6 +17,8 @@ pub const STACK_EVENT_SIZE: usize = 16 + 8 * MAX_FRAMES;
 pub const LIB_EVENT_SIZE: usize = 32;
 /// Size in bytes of one `struct cw_file_key` (the `lib_files_seen` map key).
 pub const FILE_KEY_SIZE: usize = 16;
+/// `library` tag of a `struct cw_lib_event` reporting an exec'd program file (CW_LIB_EXEC).
+const LIB_EXEC: u8 = 4;
 /// Number of log2 duration buckets in `struct cw_stat`.
 pub const HIST_BUCKETS: usize = 40;
 /// Size in bytes of one `struct cw_stat` map value.
@@ -182,11 +184,35 @@ pub struct RawLib {
 impl RawLib {
     /// The `lib_files_seen` map key of the file (`struct cw_file_key`).
     pub fn file_key(&self) -> [u8; FILE_KEY_SIZE] {
-        let mut k = [0u8; FILE_KEY_SIZE];
-        k[..8].copy_from_slice(&self.file.0.to_le_bytes());
-        k[8..].copy_from_slice(&self.file.1.to_le_bytes());
-        k
+        file_key(self.file)
     }
+}
+
+/// One `struct cw_lib_event` tagged CW_LIB_EXEC: in all-process mode, a process exec'd a program
+/// file user space has not looked at (it may carry the CUDA runtime linked statically).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawExec {
+    /// Process (tgid) that exec'd it.
+    pub pid: u32,
+    /// CLOCK_MONOTONIC ns of the exec.
+    pub ts_mono_ns: u64,
+    /// The program file's kernel dev_t and inode number: the `lib_files_seen` key.
+    pub file: (u64, u64),
+}
+
+impl RawExec {
+    /// The `lib_files_seen` map key of the program file.
+    pub fn file_key(&self) -> [u8; FILE_KEY_SIZE] {
+        file_key(self.file)
+    }
+}
+
+/// `struct cw_file_key` of (dev, ino).
+fn file_key(file: (u64, u64)) -> [u8; FILE_KEY_SIZE] {
+    let mut k = [0u8; FILE_KEY_SIZE];
+    k[..8].copy_from_slice(&file.0.to_le_bytes());
+    k[8..].copy_from_slice(&file.1.to_le_bytes());
+    k
 }
 
 /// One ring-buffer record.
@@ -198,6 +224,8 @@ pub enum Record {
     Stack(RawStack),
     /// A CUDA library mapped by a traced process.
     Lib(RawLib),
+    /// A program file exec'd by a process (all-process mode).
+    Exec(RawExec),
 }
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
@@ -220,26 +248,34 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 pub fn decode_record(b: &[u8]) -> Result<Record, DecodeError> {
     match b.first() {
         Some(&8) => decode_stack(b).map(Record::Stack),
-        Some(&9) => decode_lib(b).map(Record::Lib),
+        Some(&9) => decode_lib(b),
         _ => decode_event(b).map(Record::Event),
     }
 }
 
-fn decode_lib(b: &[u8]) -> Result<RawLib, DecodeError> {
+fn decode_lib(b: &[u8]) -> Result<Record, DecodeError> {
     if b.len() < LIB_EVENT_SIZE {
         return Err(DecodeError::Short(b.len()));
     }
-    Ok(RawLib {
-        pid: u32_at(b, 4),
+    let (pid, ts_mono_ns, file) = (u32_at(b, 4), u64_at(b, 8), (u64_at(b, 16), u64_at(b, 24)));
+    if b[1] == LIB_EXEC {
+        return Ok(Record::Exec(RawExec {
+            pid,
+            ts_mono_ns,
+            file,
+        }));
+    }
+    Ok(Record::Lib(RawLib {
+        pid,
         library: match b[1] {
             1 => Some(Library::Cudart),
             2 => Some(Library::Cuda),
             3 => Some(Library::Nccl),
             _ => None,
         },
-        ts_mono_ns: u64_at(b, 8),
-        file: (u64_at(b, 16), u64_at(b, 24)),
-    })
+        ts_mono_ns,
+        file,
+    }))
 }
 
 fn decode_stack(b: &[u8]) -> Result<RawStack, DecodeError> {
@@ -404,6 +440,14 @@ mod tests {
         assert_eq!(decode_record(&b), Ok(Record::Lib(want)));
         assert_eq!(&want.file_key()[..], &b[16..32]);
         assert_eq!(decode_record(&b[..20]), Err(DecodeError::Short(20)));
+        b[1] = 4;
+        let exec = RawExec {
+            pid: 77,
+            ts_mono_ns: 5_000,
+            file: ((8 << 20) | 1, 1234),
+        };
+        assert_eq!(decode_record(&b), Ok(Record::Exec(exec)));
+        assert_eq!(&exec.file_key()[..], &b[16..32]);
         assert_eq!(
             decode_event(&[9u8; EVENT_SIZE]),
             Err(DecodeError::UnknownKind(9))

@@ -182,6 +182,40 @@ pub fn cuda_processes() -> Vec<(u32, Vec<LibFile>)> {
     out
 }
 
+/// Looks at the program `pid` runs unless a process ran that file before (`checked`, by file
+/// identity): `Some(lib)` when it carries the CUDA runtime linked statically (nvcc's default),
+/// which no library mapping reveals. `None` when the process is gone (or has no program).
+pub fn static_runtime_of(pid: u32, checked: &mut HashSet<(u64, u64)>) -> Option<Option<LibFile>> {
+    let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+    let id = file_id(&exe)?;
+    if !checked.insert(id) || !links_cudart_statically(&exe) {
+        return Some(None);
+    }
+    // The program's own path when it names the same file here (not another mount namespace).
+    let path = fs::read_link(&exe)
+        .ok()
+        .filter(|p| file_id(p) == Some(id))
+        .unwrap_or(exe);
+    Some(Some(LibFile {
+        library: Library::Cudart,
+        path,
+    }))
+}
+
+/// The running programs (other than this one) that carry the CUDA runtime linked statically.
+pub fn static_runtime_programs() -> Vec<LibFile> {
+    let me = std::process::id();
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut checked = HashSet::new();
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter_map(|pid| static_runtime_of(pid, &mut checked).flatten())
+        .collect()
+}
+
 /// Looks a command up in PATH (or takes it as a path when it contains a slash).
 pub fn find_in_path(cmd: &str) -> Option<PathBuf> {
     if cmd.contains('/') {

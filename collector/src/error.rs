@@ -36,17 +36,6 @@ pub enum CollectorError {
         #[source]
         source: causeway_bpf::libbpf_rs::Error,
     },
-    /// No CUDA library was found to attach to.
-    #[error(
-        "no CUDA runtime or driver library found for {target}\nhint: libcudart/libcuda were not found in the \
-         process maps, the command's library search path, or the standard locations (/usr/local/cuda*/lib64, \
-         /usr/lib/x86_64-linux-gnu); for Python, start the trace with `-- python ...` or trace the running pid \
-         once it has imported torch"
-    )]
-    NoCudaLibrary {
-        /// The target description (pid, command, or "any process").
-        target: String,
-    },
     /// The --pid target does not exist.
     #[error("process {0} does not exist\nhint: check the pid with `ps -p {0}`")]
     NoSuchProcess(u32),

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use causeway_bpf::abi::{
-    DROP_STACK, MAX_OPS, OP_CALIBRATE, RawEvent, RawLib, Record, Stat, StatKey, sum_percpu,
+    DROP_STACK, MAX_OPS, OP_CALIBRATE, RawEvent, RawExec, RawLib, Record, Stat, StatKey, sum_percpu,
 };
 use causeway_bpf::libbpf_rs::{MapCore, MapFlags};
 use causeway_bpf::skel::CausewaySkel;
@@ -98,6 +98,9 @@ pub struct PollState {
     /// Traced processes that exec'd a new program: (pid, CLOCK_MONOTONIC ns of the exec), for
     /// the recording loop to check for a statically linked runtime.
     pub execs: Vec<(u32, u64)>,
+    /// All-process mode: program files exec'd by processes not traced yet, for the recording
+    /// loop to check for a statically linked runtime (and mark seen in the kernel).
+    pub programs: Vec<RawExec>,
 }
 
 impl PollState {
@@ -126,6 +129,7 @@ impl PollState {
             stacks,
             mapped: Vec::new(),
             execs: Vec::new(),
+            programs: Vec::new(),
         }
     }
 
@@ -150,8 +154,10 @@ impl PollState {
             Record::Event(e) if e.pid == self.self_pid => {}
             Record::Stack(s) if s.pid == self.self_pid => {}
             Record::Lib(l) if l.pid == self.self_pid => {}
+            Record::Exec(x) if x.pid == self.self_pid => {}
             Record::Event(e) => self.push(e, sink),
             Record::Lib(l) => self.mapped.push(l),
+            Record::Exec(x) => self.programs.push(x),
             Record::Stack(s) => {
                 if let Some(st) = self.stacks.as_mut() {
                     st.push(s);

@@ -9,7 +9,6 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
-use std::path::PathBuf;
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -17,7 +16,6 @@ use std::time::{Duration, Instant};
 use causeway_bpf::abi::{ProbeMode, RawLib, Stat, StatKey, decode_record};
 use causeway_bpf::libbpf_rs::{Link, MapCore, MapFlags, RingBufferBuilder};
 use causeway_bpf::load::{LoadConfig, open_and_load, uprobe_multi_supported};
-use causeway_bpf::probes::Library;
 use causeway_bpf::skel::CausewaySkel;
 use causeway_store::ModeSwitch;
 use causeway_store::catalog::op_by_id;
@@ -25,7 +23,7 @@ use tracing::{debug, info, warn};
 
 use crate::attach::{Attached, attach_host, attach_process, drop_links};
 use crate::calibrate::calibrate;
-use crate::discover::{LibFile, cuda_processes, file_id, libs_in_maps, links_cudart_statically};
+use crate::discover::{LibFile, cuda_processes, libs_in_maps, static_runtime_of};
 use crate::error::CollectorError;
 use crate::host;
 use crate::live::{Live, LiveView};
@@ -99,6 +97,7 @@ pub(crate) fn record(
     stop: &AtomicBool,
     sink: &Sink,
     started: Instant,
+    on_ready: Option<Box<dyn FnOnce() + Send>>,
 ) -> Result<(TraceSummary, u64), CollectorError> {
     let me = nix::unistd::gettid().as_raw() as u32;
     let cfg = LoadConfig {
@@ -200,9 +199,8 @@ pub(crate) fn record(
             Mode::Command(c) => format!("`{}`", c.join(" ")),
             Mode::All => "any process".into(),
         };
-        if matches!(mode, Mode::All) {
-            return Err(CollectorError::NoCudaLibrary { target });
-        }
+        // All-process mode waits for CUDA processes too: libraries are attached when a process
+        // maps them (or at the rescan), programs with a static runtime when they are exec'd.
         if map_hook.active {
             info!(%target, "no CUDA library found yet; libraries the traced processes load later (dlopen, exec) are attached when they are mapped");
         } else {
@@ -219,6 +217,9 @@ pub(crate) fn record(
     } else {
         None
     };
+    if let Some(f) = on_ready {
+        f();
+    }
     let mut child = match mode {
         Mode::Command(cmd) => Some(spawn(cmd, args.json, args.stdio_is_protocol)?),
         _ => None,
@@ -272,9 +273,21 @@ pub(crate) fn record(
                 ctl.set_first_insn(op, kind);
             }
         }
-        let execs = std::mem::take(&mut state.borrow_mut().execs);
-        for (pid, ts) in execs {
-            on_exec(
+        // Execs by traced processes, and in all-process mode program files exec'd by others:
+        // once such a file is looked at the kernel stays quiet for it (a process gone too soon
+        // to be looked at leaves it unmarked, and the next exec reports it again).
+        let (execs, programs) = {
+            let mut st = state.borrow_mut();
+            (
+                std::mem::take(&mut st.execs),
+                std::mem::take(&mut st.programs),
+            )
+        };
+        let programs = programs
+            .iter()
+            .map(|p| (p.pid, p.ts_mono_ns, Some(p.file_key())));
+        for (pid, ts, key) in execs.into_iter().map(|(p, t)| (p, t, None)).chain(programs) {
+            let looked = on_exec(
                 &skel,
                 &mut attached,
                 &ctl,
@@ -283,6 +296,9 @@ pub(crate) fn record(
                 &mut exes_checked,
                 &mut map_hook,
             );
+            if let Some(key) = key.filter(|_| looked) {
+                mark_seen(&skel, &key);
+            }
             for (op, kind) in attached.first_insns() {
                 ctl.set_first_insn(op, kind);
             }
@@ -490,18 +506,21 @@ fn on_mapped(
     }
     // Seen even when nothing was attached: the file was attached before, is NCCL without
     // --nccl, or its process is gone (then the periodic rescan still finds other mappers).
-    if let Err(err) = skel
-        .maps
-        .lib_files_seen
-        .update(&m.file_key(), &[1u8], MapFlags::ANY)
-    {
-        debug!(%err, "lib_files_seen full: the hook reports that file again");
+    mark_seen(skel, &m.file_key());
+}
+
+/// Tells the kernel that user space has looked at a library or program file, so that it is
+/// not reported again.
+fn mark_seen(skel: &CausewaySkel<'_>, key: &[u8]) {
+    if let Err(err) = skel.maps.lib_files_seen.update(key, &[1u8], MapFlags::ANY) {
+        debug!(%err, "lib_files_seen full: the kernel reports that file again");
     }
 }
 
-/// Handles the exec of a new program by a traced process: a program that carries the CUDA
-/// runtime linked statically (nvcc's default) maps no CUDA library, so neither the
-/// library-load hook nor the maps rescan would find it. Each program file is checked once.
+/// Handles the exec of a new program by a traced process (or, in all-process mode, by any
+/// process): a program that carries the CUDA runtime linked statically (nvcc's default) maps
+/// no CUDA library, so neither the library-load hook nor the maps rescan would find it. Each
+/// program file is checked once. False when the process was gone before it could be looked at.
 fn on_exec(
     skel: &CausewaySkel<'_>,
     attached: &mut Attached,
@@ -510,28 +529,15 @@ fn on_exec(
     exec_mono_ns: u64,
     checked: &mut HashSet<(u64, u64)>,
     summary: &mut MapHookSummary,
-) {
-    let exe = PathBuf::from(format!("/proc/{pid}/exe"));
-    let Some(id) = file_id(&exe) else { return };
-    if !checked.insert(id) {
-        return;
-    }
-    if !links_cudart_statically(&exe) {
-        return;
-    }
-    // The program's own path when it names the same file here (not another mount namespace).
-    let path = std::fs::read_link(&exe)
-        .ok()
-        .filter(|p| file_id(p) == Some(id))
-        .unwrap_or(exe);
-    let lib = LibFile {
-        library: Library::Cudart,
-        path,
+) -> bool {
+    let Some(found) = static_runtime_of(pid, checked) else {
+        return false;
     };
+    let Some(lib) = found else { return true };
     if attached.contains(&lib)
         || attached.attach_lib(skel, &lib, false, |op| ctl.mode(op).needs_return_probe()) == 0
     {
-        return;
+        return true;
     }
     let latency_us = host::monotonic_ns().saturating_sub(exec_mono_ns) / 1_000;
     info!(pid, exe = %lib.path.display(), latency_us, "statically linked CUDA runtime attached at exec");
@@ -540,6 +546,7 @@ fn on_exec(
         library: lib.path,
         latency_us,
     });
+    true
 }
 
 /// Attaches the library copies mapped by `pid` that are not attached yet; returns them. In

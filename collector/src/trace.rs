@@ -19,7 +19,7 @@ use tracing::{debug, info};
 use crate::cost::CostModel;
 use crate::discover::{
     LibFile, command_libs, cuda_processes, find_in_path, libs_in_maps, links_cudart_statically,
-    standard_libs,
+    standard_libs, static_runtime_programs,
 };
 use crate::error::CollectorError;
 use crate::host;
@@ -265,6 +265,7 @@ fn initial_libs(mode: &Mode) -> Result<Vec<LibFile>, CollectorError> {
         Mode::All => {
             let mut libs = standard_libs();
             libs.extend(cuda_processes().into_iter().flat_map(|(_, l)| l));
+            libs.extend(static_runtime_programs());
             libs
         }
     })
@@ -326,6 +327,9 @@ pub struct TraceHooks {
     pub stop: Option<Arc<AtomicBool>>,
     /// Called once, as soon as the store file exists, with a reader on the live database.
     pub on_store: Option<crate::sink::OnStore>,
+    /// Called once when the probes are attached and recording has begun (before the
+    /// `-- COMMAND` starts): calls from then on are recorded.
+    pub on_ready: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl std::fmt::Debug for TraceHooks {
@@ -333,6 +337,7 @@ impl std::fmt::Debug for TraceHooks {
         f.debug_struct("TraceHooks")
             .field("stop", &self.stop.is_some())
             .field("on_store", &self.on_store.is_some())
+            .field("on_ready", &self.on_ready.is_some())
             .finish()
     }
 }
@@ -410,7 +415,7 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
         args.json,
         hooks.on_store,
     )?;
-    let result = crate::recorder::record(args, &mode, libs, &stop, &sink, started);
+    let result = crate::recorder::record(args, &mode, libs, &stop, &sink, started, hooks.on_ready);
     for id in sig_ids {
         signal_hook::low_level::unregister(id);
     }

@@ -21,6 +21,8 @@
 #define CW_LIB_CUDART 1 /* libcudart.so* */
 #define CW_LIB_CUDA 2   /* libcuda.so* */
 #define CW_LIB_NCCL 3   /* libnccl.so* */
+#define CW_LIB_EXEC 4   /* not a library: a program file a process exec'd (all-process mode), to be
+                         * checked for a CUDA runtime linked statically */
 
 /* Catalogue op ids used in the kernel (must equal store/src/catalog.rs; abi.rs tests it). */
 #define OP_CUDA_MALLOC 1
@@ -123,8 +125,9 @@ struct cw_file_key {
 	__u64 ino;
 };
 
-/* A traced process mapped a CUDA library with PROT_EXEC (sent with a wakeup, once per file
- * until user space marks the file seen in `lib_files_seen`). */
+/* A traced process mapped a CUDA library with PROT_EXEC, or (CW_LIB_EXEC, all-process mode)
+ * some process exec'd a program file (sent with a wakeup, once per file until user space marks
+ * the file seen in `lib_files_seen`). */
 struct cw_lib_event {
 	__u8 kind;          /* CW_KIND_LIB */
 	__u8 library;       /* CW_LIB_* */

@@ -30,10 +30,11 @@
 /* Bytes of the file name read: enough for every stem below. */
 #define CW_LIB_NAME 16
 
-/* Library files user space has looked at (filled by the collector from the records). */
+/* Library files (and in all-process mode program files) user space has looked at (filled by the
+ * collector from the records). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, 16384); /* library files, and program files in all-process mode */
 	__type(key, struct cw_file_key);
 	__type(value, __u8); /* 1 */
 } lib_files_seen SEC(".maps");
@@ -72,6 +73,28 @@ static __always_inline struct file *cw_fd_file(struct task_struct *t, __u64 fd)
 	return f;
 }
 
+/* Sends one CW_KIND_LIB record for `file` (library tag `lib`) unless user space has seen the
+ * file, with a wakeup: the process may call into it within milliseconds. */
+static __always_inline void cw_report_file(__u32 tgid, __u8 lib, struct file *file)
+{
+	struct cw_file_key key = {
+		.dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev),
+		.ino = BPF_CORE_READ(file, f_inode, i_ino),
+	};
+	if (bpf_map_lookup_elem(&lib_files_seen, &key))
+		return;
+	struct cw_lib_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e)
+		return; /* ring full: the periodic rescan finds a library (not a static program) */
+	e->kind = CW_KIND_LIB;
+	e->library = lib;
+	e->pad = 0;
+	e->pid = tgid;
+	e->ts = bpf_ktime_get_ns();
+	e->file = key;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+}
+
 /* Reports a CUDA library mapped by the mmap(2) that is returning (caller checked the number).
  * At exit the registers hold the arguments: mmap(addr, len, prot, flags, fd, off). */
 static __always_inline void cw_lib_mapped(struct pt_regs *regs, long ret)
@@ -90,25 +113,21 @@ static __always_inline void cw_lib_mapped(struct pt_regs *regs, long ret)
 	if (!n || bpf_probe_read_kernel_str(name, sizeof(name), n) < 0)
 		return;
 	__u8 lib = cw_lib_of(name);
-	if (!lib)
+	if (lib)
+		cw_report_file(tgid, lib, file);
+}
+
+/* All-process mode: a process that is not traced exec'd `bprm`'s program. A program with the
+ * CUDA runtime linked statically (nvcc's default) maps no CUDA library, so the hook above never
+ * sees it; user space checks each program file once (one hash lookup per exec after that).
+ * Traced processes report their execs as events (proc.h), which user space checks the same way. */
+static __always_inline void cw_program_execd(__u32 tgid, struct linux_binprm *bprm)
+{
+	if (!uprobes_enrol || tgid == self_tgid || tgid == 0)
 		return;
-	struct cw_file_key key = {
-		.dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev),
-		.ino = BPF_CORE_READ(file, f_inode, i_ino),
-	};
-	if (bpf_map_lookup_elem(&lib_files_seen, &key))
-		return;
-	struct cw_lib_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e)
-		return; /* ring full: the periodic rescan finds the library */
-	e->kind = CW_KIND_LIB;
-	e->library = lib;
-	e->pad = 0;
-	e->pid = tgid;
-	e->ts = bpf_ktime_get_ns();
-	e->file = key;
-	/* Wake the consumer now: the process may call the library within milliseconds. */
-	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	struct file *file = BPF_CORE_READ(bprm, file);
+	if (file)
+		cw_report_file(tgid, CW_LIB_EXEC, file);
 }
 
 /* The hook on its own, for traces without the host programs (--no-host). */

@@ -4,6 +4,7 @@
 #define CAUSEWAY_PROC_H
 
 #include "common.h"
+#include "mmap.h" /* all-process mode: program files exec'd are reported like library files */
 
 static __always_inline void cw_emit_proc(__u16 op, __u8 kind, __u32 pid, __u32 tid, __u64 ts,
 					 __u64 dur, __s64 a0, __s64 a1, struct task_struct *t)
@@ -48,11 +49,13 @@ int BPF_PROG(cw_process_fork, struct task_struct *parent, struct task_struct *ch
 }
 
 SEC("tp_btf/sched_process_exec")
-int BPF_PROG(cw_process_exec, struct task_struct *p, pid_t old_pid, void *bprm)
+int BPF_PROG(cw_process_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
 	__u32 tgid = p->tgid;
-	if (!cw_is_target(tgid))
+	if (!cw_is_target(tgid)) {
+		cw_program_execd(tgid, bprm);
 		return 0;
+	}
 	cw_emit_proc(OP_PROCESS_EXEC, CW_KIND_PROC, tgid, p->pid, bpf_ktime_get_ns(), 0,
 		     p->real_parent->tgid, 0, p);
 	return 0;

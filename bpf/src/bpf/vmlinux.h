@@ -195,6 +195,10 @@ struct files_struct {
 	struct fdtable *fdt;
 };
 
+struct linux_binprm {
+	struct file *file;
+};
+
 #pragma clang attribute pop
 
 #endif

@@ -1,11 +1,16 @@
 //! Libraries a traced process maps after the trace started (dlopen, a program exec'd by a
 //! wrapper) are attached when the library-load hook reports the mapping, and a program with the
-//! runtime linked statically when it is exec'd, before the program's first call 100 ms later: exact counts, where the periodic rescan (1 s) misses them all. (The
+//! runtime linked statically when it is exec'd (by a traced process, or by any process when
+//! tracing all of them), before the program's first call 100 ms later: exact counts, where the
+//! periodic rescan (1 s) misses them all. (The
 //! attach took 8-26 ms in debug builds on the shared 2-core VM: 30 ms was too close.)
 
 use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use causeway_collector::TraceSummary;
+use causeway_collector::{TraceHooks, TraceSummary, run_trace_with};
 
 use crate::{args, bpf_test, db_path, op_totals, standin, trace};
 
@@ -116,4 +121,79 @@ fn without_the_hook_a_library_loaded_later_waits_for_the_rescan() {
     eprintln!("without the hook, (op, events, kernel calls): {got:?}");
     let launches = got.iter().find(|c| c.0 == "cudaLaunchKernel").unwrap();
     assert!(launches.1 < 200 && launches.2 < 200, "{got:?}");
+}
+
+/// Traces all processes until `during` returns (called once the probes are attached).
+fn trace_all_during(db: &Path, during: impl FnOnce()) -> TraceSummary {
+    let mut a = args(db, &[]);
+    a.duration = Some(std::time::Duration::from_secs(120));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let hooks = TraceHooks {
+        stop: Some(stop.clone()),
+        on_ready: Some(Box::new(move || ready_tx.send(()).unwrap())),
+        ..TraceHooks::default()
+    };
+    let tracer = std::thread::spawn(move || run_trace_with(&a, hooks));
+    ready_rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the trace became ready");
+    during();
+    stop.store(true, Ordering::Relaxed);
+    let summary = tracer.join().unwrap().expect("trace");
+    eprintln!("summary: {}", serde_json::to_string(&summary).unwrap());
+    summary
+}
+
+/// All-process mode: a program with the runtime linked statically, started by no traced
+/// process after the trace began (and with no CUDA library anywhere at the start), is checked
+/// when it is exec'd and attached before its first call.
+#[test]
+fn tracing_all_processes_finds_a_static_program_started_later() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let summary = trace_all_during(&db, || {
+        let status = Command::new(&s.static_workload)
+            .args(["late", "100"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    });
+    let want: Vec<(&str, i64, i64)> = MIX.iter().map(|&(op, n)| (op, n, n)).collect();
+    assert_eq!(counts(&db), want, "(op, events, kernel calls)");
+    let attached: Vec<_> = summary
+        .map_hook
+        .attached
+        .iter()
+        .filter(|a| {
+            a.library
+                .file_name()
+                .is_some_and(|n| n == "workload-static")
+        })
+        .collect();
+    assert_eq!(attached.len(), 1, "{:?}", summary.map_hook);
+    eprintln!("exec to probes attached: {} us", attached[0].latency_us);
+}
+
+/// All-process mode: a program with the runtime linked statically that is already running
+/// when the trace starts is attached at the start (its calls come 4 s after it started).
+#[test]
+fn tracing_all_processes_finds_a_running_static_program() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let mut child = Command::new(&s.static_workload)
+        .args(["late", "4000"])
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    trace_all_during(&db, || {
+        eprintln!("ready {:?} after the program started", started.elapsed());
+        assert!(child.wait().unwrap().success());
+    });
+    let want: Vec<(&str, i64, i64)> = MIX.iter().map(|&(op, n)| (op, n, n)).collect();
+    assert_eq!(counts(&db), want, "(op, events, kernel calls)");
 }

@@ -12,7 +12,8 @@
 //!    its own program (`--no-host`), and inside the host programs (the default), and untraced.
 //! 3. Sustained recording: calls paced to CAUSEWAY_BENCH_RATE per second (default 100,000) on
 //!    two threads for a few seconds, in full mode: events/s stored, drops, the collector's CPU
-//!    (share of one core, sampled while the workload runs, calibration excluded) and RSS.
+//!    (share of one core, sampled while the workload runs, calibration excluded), RSS, and the
+//!    size of the store file it wrote.
 //!
 //! Environment: CAUSEWAY_BENCH_CALLS (default 200,000 per measurement), CAUSEWAY_BENCH_ROUNDS (3),
 //! CAUSEWAY_BENCH_ONLY_SUSTAINED / CAUSEWAY_BENCH_SKIP_SUSTAINED (set: only / skip part 3).
@@ -352,6 +353,11 @@ fn sustained(s: &standin::Standin, dir: &Path, per_s: u64, seconds: u64) {
     );
     println!(
         "  collector CPU {cpu_pct:.1}% of one core (poll + writer + DuckDB, while recording); peak RSS {peak_rss_mib:.1} MiB (this whole process; {rss_before:.1} MiB before the trace)"
+    );
+    let file_mib = std::fs::metadata(&db).map_or(0, |m| m.len()) as f64 / (1024.0 * 1024.0);
+    println!(
+        "  store file {file_mib:.1} MiB ({:.1} bytes per event written)",
+        file_mib * 1024.0 * 1024.0 / summary.events_written.max(1) as f64
     );
 }
 

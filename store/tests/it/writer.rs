@@ -188,18 +188,19 @@ fn chunks_are_committed_per_batch() {
             visible.push((w.written(), seen(&live)));
         }
     }
-    // Chunks of 30 reach DuckDB; the transaction commits once it holds >= 100 events.
+    // Chunks of 30 reach DuckDB, the last of a batch only what fills it (10): the transaction
+    // commits at exactly 100 events.
     assert_eq!(
         visible,
         [
             (0, 0),
             (0, 0),
             (0, 0),
-            (120, 120),
-            (120, 120),
-            (120, 120),
-            (120, 120),
-            (240, 240)
+            (100, 100),
+            (100, 100),
+            (100, 100),
+            (200, 200),
+            (200, 200)
         ]
     );
     std::thread::sleep(Duration::from_millis(30));

@@ -29,11 +29,11 @@ use crate::sink::Sink;
 /// DuckDB memory limit of the recording's writer. DuckDB's default (80% of RAM) lets its cache of
 /// written blocks grow with the recording: at 100k events/s the collector's RSS passed 210 MiB in
 /// 20 s; with 48 MB it peaked at 175 MiB over 30 s (docs/benchmarks.md). 16 MB is too little
-/// for DuckDB to create the schema. With the writer handing DuckDB 16k-event chunks
-/// (`WRITER_CHUNK`), 100k events/s peaked at 103.7 MiB with 48 MB, 103.5-103.9 MiB with 40 MB,
-/// 96.7 MiB with 32 MB, and 24 MB failed 82,498 appends: 48 MB keeps room for what else DuckDB
-/// holds in a long recording (the stack table's index, processes).
-const WRITER_MEMORY: &str = "48MB";
+/// for DuckDB to create the schema. Since commits hold exactly one row group and a new store's
+/// indexes load on demand, 24 MB also records 100k events/s without a failed append, but a
+/// long recording's own growth (the stack table's index, processes) needs room that DuckDB
+/// cannot spill: 32 MB (peak RSS of probe_cost's sustained run: docs/benchmarks.md).
+const WRITER_MEMORY: &str = "32MB";
 
 /// Longest time an event waits in the recording's writer before it is stored (and visible to
 /// live readers). The writer also stores a batch as soon as it holds one DuckDB row group

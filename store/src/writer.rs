@@ -441,8 +441,7 @@ impl Writer {
         // A chunk never crosses the commit boundary, so every commit holds exactly `batch_rows`
         // events (one row group) whatever `chunk_rows` is: with 16,384-event chunks the commit
         // came at 131,072 events, one row group plus 8,192 rows that DuckDB kept in memory and
-        // logged to the WAL, and a 100k events/s recording made a 16.3 MiB file instead of
-        // 11.8-13.3 MiB (`store file` line of the probe_cost bench's sustained run).
+        // logged to the WAL (probe_cost's sustained run: docs/benchmarks.md, third pass).
         let room = self.opts.batch_rows.max(1).saturating_sub(self.pending);
         if self.buf.len() >= self.opts.chunk_rows.clamp(1, room.max(1)) {
             self.write_chunk()?;

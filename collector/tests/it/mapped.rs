@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use causeway_collector::{TraceHooks, TraceSummary, run_trace_with};
 
-use crate::{args, bpf_test, db_path, op_totals, standin, trace};
+use crate::{args, bpf_test, db_path, op_totals, q, standin, trace};
 
 /// The call mix of `loader` and `workload late`.
 const MIX: [(&str, i64); 3] = [
@@ -26,6 +26,27 @@ fn counts(db: &Path) -> Vec<(&'static str, i64, i64)> {
     MIX.iter()
         .map(|&(op, _)| {
             let (events, kernel) = op_totals(db, op);
+            (op, events, kernel)
+        })
+        .collect()
+}
+
+/// Events of `pid` per op, and the kernel's count of its calls (tracing all processes records
+/// other tests' stand-in processes too).
+fn counts_of(db: &Path, pid: u32) -> Vec<(&'static str, i64, i64)> {
+    MIX.iter()
+        .map(|&(op, _)| {
+            let events = q(
+                db,
+                &format!("SELECT count(*) FROM events WHERE op = '{op}' AND pid = {pid}"),
+            );
+            let kernel = q(
+                db,
+                &format!(
+                    "SELECT coalesce(sum(calls), 0)::BIGINT FROM op_counts JOIN ops USING (op_id) \
+                     WHERE ops.op = '{op}' AND pid = {pid}"
+                ),
+            );
             (op, events, kernel)
         })
         .collect()
@@ -124,7 +145,7 @@ fn without_the_hook_a_library_loaded_later_waits_for_the_rescan() {
 }
 
 /// Traces all processes until `during` returns (called once the probes are attached).
-fn trace_all_during(db: &Path, during: impl FnOnce()) -> TraceSummary {
+fn trace_all_during<T>(db: &Path, during: impl FnOnce() -> T) -> (TraceSummary, T) {
     let mut a = args(db, &[]);
     a.duration = Some(std::time::Duration::from_secs(120));
     let stop = Arc::new(AtomicBool::new(false));
@@ -138,11 +159,11 @@ fn trace_all_during(db: &Path, during: impl FnOnce()) -> TraceSummary {
     ready_rx
         .recv_timeout(std::time::Duration::from_secs(60))
         .expect("the trace became ready");
-    during();
+    let got = during();
     stop.store(true, Ordering::Relaxed);
     let summary = tracer.join().unwrap().expect("trace");
     eprintln!("summary: {}", serde_json::to_string(&summary).unwrap());
-    summary
+    (summary, got)
 }
 
 /// All-process mode: a program with the runtime linked statically, started by no traced
@@ -154,15 +175,16 @@ fn tracing_all_processes_finds_a_static_program_started_later() {
     let s = standin::get();
     let dir = tempfile::tempdir().unwrap();
     let db = db_path(&dir);
-    let summary = trace_all_during(&db, || {
-        let status = Command::new(&s.static_workload)
+    let (summary, pid) = trace_all_during(&db, || {
+        let mut child = Command::new(&s.static_workload)
             .args(["late", "100"])
-            .status()
+            .spawn()
             .unwrap();
-        assert!(status.success());
+        assert!(child.wait().unwrap().success());
+        child.id()
     });
     let want: Vec<(&str, i64, i64)> = MIX.iter().map(|&(op, n)| (op, n, n)).collect();
-    assert_eq!(counts(&db), want, "(op, events, kernel calls)");
+    assert_eq!(counts_of(&db, pid), want, "(op, events, kernel calls)");
     let attached: Vec<_> = summary
         .map_hook
         .attached
@@ -195,5 +217,9 @@ fn tracing_all_processes_finds_a_running_static_program() {
         assert!(child.wait().unwrap().success());
     });
     let want: Vec<(&str, i64, i64)> = MIX.iter().map(|&(op, n)| (op, n, n)).collect();
-    assert_eq!(counts(&db), want, "(op, events, kernel calls)");
+    assert_eq!(
+        counts_of(&db, child.id()),
+        want,
+        "(op, events, kernel calls)"
+    );
 }

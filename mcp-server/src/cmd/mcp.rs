@@ -181,6 +181,7 @@ pub fn start_live_recording(
             live_ctx.insert_reader(reader);
             let _ = ready_tx.send(());
         })),
+        on_ready: None,
     };
     let recorder = std::thread::Builder::new()
         .name("causeway-recorder".into())

@@ -90,15 +90,21 @@ pub fn rows(db: &Path, sql: &str, cols: usize) -> Vec<Vec<i64>> {
 
 /// Events stored for `op` (by name) and the kernel's count of its calls.
 pub fn op_totals(db: &Path, op: &str) -> (i64, i64) {
+    op_totals_of(db, op, None)
+}
+
+/// `op_totals` of one process (`Some(pid)`) or of all of them.
+pub fn op_totals_of(db: &Path, op: &str, pid: Option<u32>) -> (i64, i64) {
+    let only = pid.map(|p| format!(" AND pid = {p}")).unwrap_or_default();
     let events = q(
         db,
-        &format!("SELECT count(*) FROM events WHERE op = '{op}'"),
+        &format!("SELECT count(*) FROM events WHERE op = '{op}'{only}"),
     );
     let counted = q(
         db,
         &format!(
             "SELECT coalesce(sum(calls), 0)::BIGINT FROM op_counts JOIN ops USING (op_id) \
-             WHERE ops.op = '{op}'"
+             WHERE ops.op = '{op}'{only}"
         ),
     );
     (events, counted)

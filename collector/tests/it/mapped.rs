@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use causeway_collector::{TraceHooks, TraceSummary, run_trace_with};
 
-use crate::{args, bpf_test, db_path, op_totals, q, standin, trace};
+use crate::{args, bpf_test, db_path, op_totals_of, standin, trace};
 
 /// The call mix of `loader` and `workload late`.
 const MIX: [(&str, i64); 3] = [
@@ -21,47 +21,25 @@ const MIX: [(&str, i64); 3] = [
     ("cudaLaunchKernel", 200),
 ];
 
-/// Events per op in the store, and the kernel's own count of each.
-fn counts(db: &Path) -> Vec<(&'static str, i64, i64)> {
+/// Events per op in the store, and the kernel's own count of each: of one process, or of all
+/// (tracing all processes records other tests' stand-in processes too).
+fn counts(db: &Path, pid: Option<u32>) -> Vec<(&'static str, i64, i64)> {
     MIX.iter()
         .map(|&(op, _)| {
-            let (events, kernel) = op_totals(db, op);
+            let (events, kernel) = op_totals_of(db, op, pid);
             (op, events, kernel)
         })
         .collect()
 }
 
-/// Events of `pid` per op, and the kernel's count of its calls (tracing all processes records
-/// other tests' stand-in processes too).
-fn counts_of(db: &Path, pid: u32) -> Vec<(&'static str, i64, i64)> {
-    MIX.iter()
-        .map(|&(op, _)| {
-            let events = q(
-                db,
-                &format!("SELECT count(*) FROM events WHERE op = '{op}' AND pid = {pid}"),
-            );
-            let kernel = q(
-                db,
-                &format!(
-                    "SELECT coalesce(sum(calls), 0)::BIGINT FROM op_counts JOIN ops USING (op_id) \
-                     WHERE ops.op = '{op}' AND pid = {pid}"
-                ),
-            );
-            (op, events, kernel)
-        })
-        .collect()
-}
-
-fn assert_every_call_recorded(db: &Path, summary: &TraceSummary) {
-    assert_recorded_with(db, summary, |n| n.starts_with("libcudart.so"));
-}
-
-/// Every call recorded, and exactly one attach (of a file whose name passes `runtime`)
-/// reported with its latency.
-fn assert_recorded_with(db: &Path, summary: &TraceSummary, runtime: impl Fn(&str) -> bool) {
-    assert_eq!(summary.command_exit, Some(0));
+/// Every call of the mix recorded (of `pid`, or of any process) and counted in the kernel.
+fn assert_mix_recorded(db: &Path, pid: Option<u32>) {
     let want: Vec<(&str, i64, i64)> = MIX.iter().map(|&(op, n)| (op, n, n)).collect();
-    assert_eq!(counts(db), want, "(op, events, kernel calls)");
+    assert_eq!(counts(db, pid), want, "(op, events, kernel calls)");
+}
+
+/// Exactly one attach of a file whose name passes `runtime` reported, with its latency.
+fn assert_attached_once(summary: &TraceSummary, runtime: impl Fn(&str) -> bool) {
     assert!(summary.map_hook.active, "{:?}", summary.map_hook);
     let cudart: Vec<_> = summary
         .map_hook
@@ -79,6 +57,18 @@ fn assert_recorded_with(db: &Path, summary: &TraceSummary, runtime: impl Fn(&str
         cudart[0].latency_us,
         cudart[0].library.display()
     );
+}
+
+fn assert_every_call_recorded(db: &Path, summary: &TraceSummary) {
+    assert_recorded_with(db, summary, |n| n.starts_with("libcudart.so"));
+}
+
+/// Every call recorded, and exactly one attach (of a file whose name passes `runtime`)
+/// reported with its latency.
+fn assert_recorded_with(db: &Path, summary: &TraceSummary, runtime: impl Fn(&str) -> bool) {
+    assert_eq!(summary.command_exit, Some(0));
+    assert_mix_recorded(db, None);
+    assert_attached_once(summary, runtime);
 }
 
 #[test]
@@ -138,7 +128,7 @@ fn without_the_hook_a_library_loaded_later_waits_for_the_rescan() {
     let summary = trace(&a);
     assert_eq!(summary.command_exit, Some(0));
     assert!(!summary.map_hook.active);
-    let got = counts(&db);
+    let got = counts(&db, None);
     eprintln!("without the hook, (op, events, kernel calls): {got:?}");
     let launches = got.iter().find(|c| c.0 == "cudaLaunchKernel").unwrap();
     assert!(launches.1 < 200 && launches.2 < 200, "{got:?}");
@@ -183,20 +173,8 @@ fn tracing_all_processes_finds_a_static_program_started_later() {
         assert!(child.wait().unwrap().success());
         child.id()
     });
-    let want: Vec<(&str, i64, i64)> = MIX.iter().map(|&(op, n)| (op, n, n)).collect();
-    assert_eq!(counts_of(&db, pid), want, "(op, events, kernel calls)");
-    let attached: Vec<_> = summary
-        .map_hook
-        .attached
-        .iter()
-        .filter(|a| {
-            a.library
-                .file_name()
-                .is_some_and(|n| n == "workload-static")
-        })
-        .collect();
-    assert_eq!(attached.len(), 1, "{:?}", summary.map_hook);
-    eprintln!("exec to probes attached: {} us", attached[0].latency_us);
+    assert_mix_recorded(&db, Some(pid));
+    assert_attached_once(&summary, |n| n == "workload-static");
 }
 
 /// All-process mode: a program with the runtime linked statically that is already running
@@ -216,10 +194,5 @@ fn tracing_all_processes_finds_a_running_static_program() {
         eprintln!("ready {:?} after the program started", started.elapsed());
         assert!(child.wait().unwrap().success());
     });
-    let want: Vec<(&str, i64, i64)> = MIX.iter().map(|&(op, n)| (op, n, n)).collect();
-    assert_eq!(
-        counts_of(&db, child.id()),
-        want,
-        "(op, events, kernel calls)"
-    );
+    assert_mix_recorded(&db, Some(child.id()));
 }

@@ -2,6 +2,7 @@
 //! store's writer thread around the recording loop (recorder.rs), which runs on this thread and
 //! ends cleanly on --duration, SIGINT/SIGTERM, or the command's exit.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -18,8 +19,8 @@ use tracing::{debug, info};
 
 use crate::cost::CostModel;
 use crate::discover::{
-    LibFile, command_libs, cuda_processes, find_in_path, libs_in_maps, links_cudart_statically,
-    standard_libs, static_runtime_programs,
+    LibFile, command_libs, cuda_processes, find_in_path, libs_in_maps, standard_libs,
+    static_runtime_of, static_runtime_programs,
 };
 use crate::error::CollectorError;
 use crate::host;
@@ -246,13 +247,7 @@ fn initial_libs(mode: &Mode) -> Result<Vec<LibFile>, CollectorError> {
                 return Err(CollectorError::NoSuchProcess(*pid));
             }
             let mut libs = libs_in_maps(*pid);
-            let exe = PathBuf::from(format!("/proc/{pid}/exe"));
-            if links_cudart_statically(&exe) {
-                libs.push(LibFile {
-                    library: causeway_bpf::probes::Library::Cudart,
-                    path: exe,
-                });
-            }
+            libs.extend(static_runtime_of(*pid, &mut HashSet::new()).flatten());
             libs
         }
         Mode::Command(cmd) => {

@@ -394,6 +394,9 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
         threads: Some(1),
         flush_interval: WRITER_FLUSH,
         chunk_rows: WRITER_CHUNK,
+        // Live readers' queries share the writer's database and may need its cache and its
+        // temporary directory; a recording nobody reads until it ends needs neither.
+        trim_cache: hooks.on_store.is_none(),
         ..WriterOptions::default()
     };
     if let Some(n) = &args.node {

@@ -58,11 +58,24 @@ pub fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-/// Opens a read-write connection with autoloading and external access off, and the DuckDB
-/// settings of `opts` (memory limit, threads).
+/// Block size of new store files, in bytes (DuckDB's default is 256 KiB). Row groups leave
+/// blocks partly filled, and an index takes at least a block per node type: with 64 KiB blocks
+/// the benchmarks' files are 12-45% smaller, the open indexes take a quarter of the memory, and
+/// queries are no slower (docs/benchmarks.md). Files keep the block size they were made with.
+const BLOCK_SIZE: &str = "65536";
+
+/// Opens a read-write connection with autoloading and external access off, new files in
+/// [`BLOCK_SIZE`] blocks, and the DuckDB settings of `opts` (memory limit, threads, no
+/// temporary directory when the writer trims its cache).
 pub(crate) fn open_rw(path: &Path, opts: &WriterOptions) -> Result<duckdb::Connection> {
     let config = duckdb::Config::default()
-        .enable_autoload_extension(false)
+        .with("default_block_size", BLOCK_SIZE)
+        // Before external access is off, which refuses to change the temporary directory.
+        .and_then(|c| match opts.trim_cache {
+            true => c.with("temp_directory", ""),
+            false => Ok(c),
+        })
+        .and_then(|c| c.enable_autoload_extension(false))
         .and_then(|c| c.with("autoinstall_known_extensions", "false"))
         .and_then(|c| c.enable_external_access(false))
         .and_then(|c| match &opts.memory_limit {

@@ -13,6 +13,11 @@ use crate::schema;
 /// Rows in one DuckDB row group (its default `row_group_size`), the writer's batch size.
 const ROW_GROUP_ROWS: usize = 122_880;
 
+/// DuckDB memory limit the writer's block cache is trimmed to after each commit
+/// ([`WriterOptions::trim_cache`]): above what the open schema's indexes and the small tables'
+/// uncommitted rows hold (about 6 MB with 64 KiB blocks).
+const TRIMMED_CACHE: &str = "8MB";
+
 /// Tries of the final checkpoint, 20 ms apart, while a live reader's query holds it up (10 s).
 const CHECKPOINT_WAITS: u32 = 500;
 
@@ -37,6 +42,13 @@ pub struct WriterOptions {
     /// A recording appends from one thread and its batches are one row group each, so one
     /// thread does the same work without a second thread's wakeups and memory.
     pub threads: Option<u32>,
+    /// After each commit, drop the blocks DuckDB keeps cached of the rows just written (a
+    /// recording never reads them back): with `memory_limit` set, the limit is lowered to
+    /// [`TRIMMED_CACHE`] and set back. The database then has no temporary directory, so the
+    /// lowering evicts only blocks already in the file and never spills to disk. Without it
+    /// the cache grows toward `memory_limit` over a long recording (docs/benchmarks.md). A
+    /// live reader locks the settings, so a writer with live readers cannot trim.
+    pub trim_cache: bool,
 }
 
 impl Default for WriterOptions {
@@ -52,6 +64,7 @@ impl Default for WriterOptions {
             flush_interval: Duration::from_secs(1),
             memory_limit: None,
             threads: None,
+            trim_cache: false,
         }
     }
 }
@@ -477,6 +490,7 @@ impl Writer {
         match self.events_conn.execute_batch("COMMIT") {
             Ok(()) => {
                 self.written += n;
+                self.trim_cache();
                 Ok(())
             }
             Err(e) => {
@@ -484,6 +498,41 @@ impl Writer {
                 let _ = self.events_conn.execute_batch("ROLLBACK");
                 Err(e).ctx(&self.path, "committing events")
             }
+        }
+    }
+
+    /// Bytes of written blocks DuckDB holds in memory (`BASE_TABLE` in duckdb_memory()).
+    pub fn cached_block_bytes(&self) -> Result<i64> {
+        self.conn
+            .query_row(
+                "SELECT coalesce(sum(memory_usage_bytes), 0)::BIGINT FROM duckdb_memory() \
+                 WHERE tag = 'BASE_TABLE'",
+                [],
+                |r| r.get(0),
+            )
+            .ctx(&self.path, "reading DuckDB's memory use")
+    }
+
+    /// Evicts the cached blocks of committed rows by lowering the memory limit and setting it
+    /// back ([`WriterOptions::trim_cache`]). A failure only costs memory, so it is logged.
+    fn trim_cache(&self) {
+        let Some(limit) = self
+            .opts
+            .memory_limit
+            .as_deref()
+            .filter(|_| self.opts.trim_cache)
+        else {
+            return;
+        };
+        if let Err(e) = self
+            .events_conn
+            .execute_batch(&format!("SET memory_limit = '{TRIMMED_CACHE}'"))
+        {
+            tracing::debug!(path = %self.path.display(), "trimming the block cache: {e}");
+        }
+        let restore = format!("SET memory_limit = '{}'", limit.replace('\'', "''"));
+        if let Err(e) = self.events_conn.execute_batch(&restore) {
+            tracing::warn!(path = %self.path.display(), "restoring the memory limit {limit}: {e}");
         }
     }
 

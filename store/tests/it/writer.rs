@@ -132,10 +132,11 @@ fn batches_flush_by_size_and_by_time() {
             batch_rows: 100,
             chunk_rows: 100,
             flush_interval: Duration::from_millis(20),
-            // A capped DuckDB on one thread (as the collector's writer runs) still writes
-            // every batch.
-            memory_limit: Some("48MB".into()),
+            // A capped DuckDB on one thread that trims its cache after each commit (as the
+            // collector's writer runs) still writes every batch.
+            memory_limit: Some("32MB".into()),
             threads: Some(1),
+            trim_cache: true,
         },
     )
     .unwrap();
@@ -428,5 +429,80 @@ fn overhead_controller_rows_round_trip() {
             "SELECT count(*) FROM schema_columns WHERE table_name = 'probe_overhead' AND unit = 'ns'"
         ),
         2
+    );
+}
+
+/// DuckDB's cache of written blocks after 1M events with incompressible arguments (~16 MB of
+/// blocks), with or without trimming after each commit, and the events stored.
+fn cached_after_a_million(trim_cache: bool) -> (i64, i64) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trim.duckdb");
+    let mut w = Writer::create(
+        &path,
+        WriterOptions {
+            node: "n".into(),
+            memory_limit: Some("64MB".into()),
+            threads: Some(1),
+            chunk_rows: 16_384,
+            trim_cache,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // A 64-bit mix (splitmix64's finaliser): arguments no compression shrinks.
+    let mix = |i: u64| {
+        let z = (i ^ (i >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) as i64
+    };
+    for i in 0..1_000_000u64 {
+        w.append(&Event {
+            timestamp: i as i64,
+            op_id: 3,
+            arg0: mix(i),
+            arg1: mix(!i),
+            comm: "t".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    w.flush().unwrap();
+    let cached = w.cached_block_bytes().unwrap();
+    w.finish().unwrap();
+    assert!(
+        !dir.path().join("trim.duckdb.tmp").exists(),
+        "no temporary directory"
+    );
+    let r = Reader::open(&path).unwrap();
+    (cached, count(&r, "SELECT count(*) FROM events"))
+}
+
+#[test]
+fn a_trimmed_writer_drops_its_cache_of_written_blocks_and_keeps_every_event() {
+    let (untrimmed, n_untrimmed) = cached_after_a_million(false);
+    let (trimmed, n_trimmed) = cached_after_a_million(true);
+    assert_eq!((n_untrimmed, n_trimmed), (1_000_000, 1_000_000));
+    assert!(
+        untrimmed > 12 << 20,
+        "without trimming the written blocks stay cached: {untrimmed} bytes"
+    );
+    assert!(
+        trimmed <= 8 << 20,
+        "trimmed to the 8 MB limit: {trimmed} bytes (untrimmed {untrimmed})"
+    );
+}
+
+#[test]
+fn new_stores_use_64_kib_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("blocks.duckdb");
+    Writer::create(&path, WriterOptions::default())
+        .unwrap()
+        .finish()
+        .unwrap();
+    let r = Reader::open(&path).unwrap();
+    assert_eq!(
+        count(&r, "SELECT block_size FROM pragma_database_size()"),
+        65_536
     );
 }

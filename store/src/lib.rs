@@ -59,9 +59,9 @@ pub fn now_ns() -> i64 {
 }
 
 /// Block size of new store files, in bytes (DuckDB's default is 256 KiB). Row groups leave
-/// blocks partly filled, and an index takes at least a block per node type: with 64 KiB blocks
-/// the benchmarks' files are 12-45% smaller, the open indexes take a quarter of the memory, and
-/// queries are no slower (docs/benchmarks.md). Files keep the block size they were made with.
+/// blocks partly filled, and an open index holds a block-sized buffer per node type: with
+/// 64 KiB blocks the benchmarks' files are 12-45% smaller, and queries are no slower
+/// (docs/benchmarks.md). Files keep the block size they were made with.
 const BLOCK_SIZE: &str = "65536";
 
 /// Opens a read-write connection with autoloading and external access off, new files in

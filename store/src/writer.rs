@@ -14,8 +14,8 @@ use crate::schema;
 const ROW_GROUP_ROWS: usize = 122_880;
 
 /// DuckDB memory limit the writer's block cache is trimmed to after each commit
-/// ([`WriterOptions::trim_cache`]): above what the open schema's indexes and the small tables'
-/// uncommitted rows hold (about 6 MB with 64 KiB blocks).
+/// ([`WriterOptions::trim_cache`]): above what stays in memory after a commit (the open
+/// indexes and the small tables' rows not yet checkpointed), so only written blocks go.
 const TRIMMED_CACHE: &str = "8MB";
 
 /// Tries of the final checkpoint, 20 ms apart, while a live reader's query holds it up (10 s).

@@ -29,6 +29,9 @@ pub const STAT_KEY_SIZE: usize = 8;
 pub const MAX_OPS: u32 = 256;
 /// Op id of the collector's own calibration probe (`OP_CALIBRATE`): never recorded.
 pub const OP_CALIBRATE: u16 = 255;
+/// Slots of the call probes' `threads` array (`CW_THREAD_SLOTS`): a traced thread keeps its
+/// in-flight calls in slot `tid % THREAD_SLOTS` unless another live thread holds it.
+pub const THREAD_SLOTS: u32 = 4096;
 /// Slot of the `drops` array that counts lost stack records (`CW_DROP_STACK`).
 pub const DROP_STACK: u32 = 0;
 

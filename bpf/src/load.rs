@@ -153,3 +153,15 @@ pub fn open_and_load<'obj>(
     progs.cw_lib_mmap.set_autoload(cfg.map_hook && !cfg.host);
     open.load().map_err(LoadError::Load)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_slots_match_the_compiled_map() {
+        let mut storage = MaybeUninit::uninit();
+        let open = CausewaySkelBuilder::default().open(&mut storage).unwrap();
+        assert_eq!(open.maps.threads.max_entries(), crate::abi::THREAD_SLOTS);
+    }
+}

@@ -9,9 +9,11 @@
 // histogram, and in full mode emits one CW_KIND_CALL event.
 //
 // Per call, the work that does not change between calls of a thread is done once per thread:
-// whether its process is traced and its statistics slots are kept in its task-local storage,
-// and the thread's ids, name and cgroup are read through the task pointer (no helper calls).
-// Measured per probe hit (docs/benchmarks.md), a hash lookup or helper call costs 20-60 ns here.
+// whether its process is traced and its statistics slots are kept in the thread's in-flight
+// state, and the thread's ids, name and cgroup are read through the task pointer (no helper
+// calls). Measured per probe hit (docs/benchmarks.md), a hash lookup or helper call costs 20-60 ns
+// here; the in-flight state is therefore found in an array indexed by thread id (a lookup the
+// verifier inlines), with task-local storage only for threads whose array slot is taken.
 //
 // Each program exists twice: as uprobe.multi (one link per library file; detaching it waits for
 // one RCU grace period instead of one per probe, kernels >= 6.6) and as a classic uprobe (older
@@ -33,6 +35,7 @@
 #define CW_WAKE_CHECK_EVERY 32
 
 struct inflight {
+	__u64 owner;     /* `threads` slots: tgid << 32 | tid of the thread using it, 0 = free */
 	struct call_state calls[CW_MAX_NESTED];
 	__u32 depth;
 	__u32 target;    /* 1: the thread's process is traced (targets are removed only at exit) */
@@ -42,12 +45,67 @@ struct inflight {
 	__u32 cached_slot[CW_SLOT_CACHE];
 };
 
+/* In-flight state of traced threads, slot `tid % CW_THREAD_SLOTS`: an array lookup costs no
+ * helper call, where task-local storage cost ~25 ns per probe hit (docs/benchmarks.md). A slot
+ * belongs to the first traced thread that maps to it until that thread exits; a second thread
+ * mapping to a taken slot keeps its state in task-local storage (`inflight`). */
+#define CW_THREAD_SLOTS 4096
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CW_THREAD_SLOTS);
+	__type(key, __u32);
+	__type(value, struct inflight);
+} threads SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct inflight);
 } inflight SEC(".maps");
+
+static __always_inline struct inflight *cw_thread_slot(__u32 tid)
+{
+	__u32 k = tid % CW_THREAD_SLOTS;
+	return bpf_map_lookup_elem(&threads, &k);
+}
+
+/* The in-flight state of the current thread (`id` = tgid << 32 | tid); NULL when it has none. */
+static __always_inline struct inflight *cw_inflight(struct task_struct *task, __u64 id)
+{
+	struct inflight *fl = cw_thread_slot((__u32)id);
+	if (fl && fl->owner == id)
+		return fl;
+	fl = bpf_task_storage_get(&inflight, task, 0, 0);
+	return fl && fl->target ? fl : NULL;
+}
+
+/* Creates the in-flight state of a traced thread: its array slot when free, else task storage. */
+static __always_inline struct inflight *cw_inflight_new(struct task_struct *task, __u64 id)
+{
+	struct inflight *fl = cw_thread_slot((__u32)id);
+	if (fl && __sync_val_compare_and_swap(&fl->owner, 0, id) == 0) {
+		/* Forget what an earlier owner left: its frames and cached statistics slots. */
+		fl->depth = 0;
+		fl->next_cached = 0;
+		fl->since_check = 0;
+		for (int i = 0; i < CW_SLOT_CACHE; i++)
+			fl->cached_slot[i] = 0;
+	} else {
+		fl = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	}
+	if (fl)
+		fl->target = 1;
+	return fl;
+}
+
+/* Frees the array slot of an exiting thread (proc.h's exit program, every thread). */
+static __always_inline void cw_inflight_exit(__u32 tgid, __u32 tid)
+{
+	struct inflight *fl = cw_thread_slot(tid);
+	if (fl && fl->owner == ((__u64)tgid << 32 | tid))
+		fl->owner = 0;
+}
 
 static __always_inline bool cw_uprobe_target(__u32 tgid, __u32 tid)
 {
@@ -83,13 +141,12 @@ static __always_inline int cw_entry(struct pt_regs *ctx)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	__u32 tgid = task->tgid;
-	struct inflight *fl = bpf_task_storage_get(&inflight, task, 0, 0);
-	if (!fl || !fl->target) {
+	__u64 id = (__u64)tgid << 32 | (__u32)task->pid;
+	struct inflight *fl = cw_inflight(task, id);
+	if (!fl) {
 		if (!cw_uprobe_target(tgid, task->pid))
 			return 0;
-		fl = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (fl)
-			fl->target = 1;
+		fl = cw_inflight_new(task, id);
 	}
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u16 op = cookie & 0xffff;
@@ -126,7 +183,7 @@ static __always_inline int cw_exit(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct inflight *fl = bpf_task_storage_get(&inflight, task, 0, 0);
+	struct inflight *fl = cw_inflight(task, (__u64)task->tgid << 32 | (__u32)task->pid);
 	if (!fl)
 		return 0;
 	/* The returning call's frame: entered with the stack pointer at its return address, so

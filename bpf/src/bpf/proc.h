@@ -4,6 +4,7 @@
 #define CAUSEWAY_PROC_H
 
 #include "common.h"
+#include "calls.h" /* cw_inflight_exit */
 #include "mmap.h" /* all-process mode: program files exec'd are reported like library files */
 
 static __always_inline void cw_emit_proc(__u16 op, __u8 kind, __u32 pid, __u32 tid, __u64 ts,
@@ -65,6 +66,7 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(cw_process_exit, struct task_struct *p, bool group_dead)
 {
 	__u32 tgid = p->tgid, tid = p->pid;
+	cw_inflight_exit(tgid, tid);
 	if (!cw_is_target(tgid))
 		return 0;
 	if (!group_dead)

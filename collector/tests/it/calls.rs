@@ -144,6 +144,54 @@ fn runtime_and_driver_calls_are_counted_exactly_with_their_arguments() {
 }
 
 #[test]
+fn threads_sharing_an_in_flight_slot_are_each_timed_exactly() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let out = dir.path().join("tids.txt");
+    let slots = causeway_bpf::abi::THREAD_SLOTS;
+    let summary = trace(&args(
+        &db,
+        &[
+            s.exe(),
+            "collide",
+            "50",
+            &slots.to_string(),
+            "20",
+            out.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(summary.command_exit, Some(0));
+    let tids: Vec<i64> = std::fs::read_to_string(&out)
+        .unwrap()
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    let (first, second) = (tids[0], tids[1]);
+    assert!(first != second && first % i64::from(slots) == second % i64::from(slots));
+    // The first thread holds the array slot; the second keeps its calls in task storage.
+    for (tid, launches, syncs) in [(first, 100, 2), (second, 50, 1)] {
+        assert_eq!(
+            q(
+                &db,
+                &format!("SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel' AND tid = {tid}")
+            ),
+            launches
+        );
+        let d = rows(
+            &db,
+            &format!("SELECT duration FROM events WHERE op = 'cudaStreamSynchronize' AND tid = {tid}"),
+            1,
+        );
+        assert_eq!(d.len(), syncs, "thread {tid}: {d:?}");
+        for ms in d.iter().map(|r| r[0] as f64 / 1e6) {
+            assert!((19.5..30.0).contains(&ms), "thread {tid}: sync lasted {ms} ms, expected 20");
+        }
+    }
+}
+
+#[test]
 fn synchronize_durations_match_the_sleep() {
     let Some(_g) = bpf_test() else { return };
     let s = standin::get();

@@ -14,6 +14,10 @@
 //   late MS            wait MS from the start, then 3 cudaMalloc, 2 cudaMemcpy, 200 cudaLaunchKernel
 //                      (the mix of loader.c), for a wrapper that execs this program
 //   syscalls N OUT     N getppid system calls back to back; "N ns cpu" in OUT as for rate
+//   collide N SLOTS MS OUT  the main thread and a second thread whose tid equals it modulo SLOTS
+//                      (threads are created and joined until one does) each make N launches
+//                      and one cudaStreamSynchronize sleeping MS, the second while the first is
+//                      alive; OUT gets both tids
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -296,6 +300,53 @@ static int mode_late(int ms)
 	return 0;
 }
 
+static long collide_slots, collide_tid;
+static int collide_n;
+
+static void collide_calls(void)
+{
+	launch(collide_n);
+	cudaStreamSynchronize((void *)0x7);
+}
+
+/* A thread that does the calls only if its tid collides with the main thread's. */
+static void *collide_thread(void *arg)
+{
+	long tid = syscall(SYS_gettid);
+	if (tid % collide_slots != collide_tid % collide_slots)
+		return NULL;
+	*(long *)arg = tid;
+	collide_calls();
+	return NULL;
+}
+
+static int mode_collide(int n, long slots, int ms, const char *out)
+{
+	collide_slots = slots;
+	collide_tid = syscall(SYS_gettid);
+	collide_n = n;
+	standinSetSyncDelayMs(ms);
+	collide_calls();
+	long other = 0;
+	/* Thread ids are handed out in order: one in SLOTS (and a few more for other processes'
+	 * new tasks) collides. */
+	for (long i = 0; i < 100 * slots && !other; i++) {
+		pthread_t t;
+		if (pthread_create(&t, NULL, collide_thread, &other))
+			return 1;
+		pthread_join(t, NULL);
+	}
+	if (!other)
+		return 3;
+	collide_calls();
+	FILE *f = fopen(out, "w");
+	if (!f)
+		return 1;
+	fprintf(f, "%ld %ld\n", collide_tid, other);
+	fclose(f);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -320,6 +371,8 @@ int main(int argc, char **argv)
 		return mode_hold(atoi(argv[2]));
 	if (!strcmp(m, "late") && argc > 2)
 		return mode_late(atoi(argv[2]));
+	if (!strcmp(m, "collide") && argc > 5)
+		return mode_collide(atoi(argv[2]), atol(argv[3]), atoi(argv[4]), argv[5]);
 	if (!strcmp(m, "syscalls") && argc > 3)
 		return mode_syscalls(atol(argv[2]), argv[3]);
 	return 2;

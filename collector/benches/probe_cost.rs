@@ -2,8 +2,8 @@
 //!
 //! 1. CPU time per call (of the workload process) on the stand-in `cudaLaunchKernel`,
 //!    interleaved in the same run: no probe, the bare empty uprobe+uretprobe pair (and the bare
-//!    uprobe alone), and causeway's probes through a full `run_trace` in full mode and in
-//!    entry-only mode. Twice: the stand-in as the tests
+//!    uprobe alone), and causeway's probes through a full `run_trace` in full, entry-only and
+//!    aggregate mode (`--no-host`). Twice: the stand-in as the tests
 //!    build it (its first instruction, a `mov`, is single-stepped by the kernel) and built with
 //!    frame pointers (a `push rbp`, which the kernel emulates).
 //! 2. The calibration every trace makes, per kind of first instruction (ours vs bare).
@@ -16,7 +16,8 @@
 //!    size of the store file it wrote.
 //!
 //! Environment: CAUSEWAY_BENCH_CALLS (default 200,000 per measurement), CAUSEWAY_BENCH_ROUNDS (3),
-//! CAUSEWAY_BENCH_ONLY_SUSTAINED / CAUSEWAY_BENCH_SKIP_SUSTAINED (set: only / skip part 3).
+//! CAUSEWAY_BENCH_ONLY_SUSTAINED / CAUSEWAY_BENCH_SKIP_SUSTAINED (set: only / skip part 3),
+//! CAUSEWAY_BENCH_NO_MAP_HOOK (set: traces without the library-load hook on sys_exit).
 //! Part 3 runs first, so that the process's RSS is the collector's.
 
 #![allow(clippy::print_stdout)]
@@ -123,6 +124,9 @@ fn args(db: &Path, command: Vec<String>, mode: Option<ProbeMode>) -> TraceArgs {
     a.duration = Some(Duration::from_secs(300));
     a.node = Some("bench".into());
     a.no_host = true;
+    // Set: no library-load hook on sys_exit. On kernels whose uretprobes return through a
+    // system call (x86-64, Linux >= 6.11), anything on sys_exit also runs at every probed return.
+    a.no_map_hook = std::env::var("CAUSEWAY_BENCH_NO_MAP_HOOK").is_ok();
     a.ringbuf_size = env_u64(
         "CAUSEWAY_BENCH_RINGBUF",
         u64::from(causeway_bpf::load::DEFAULT_RINGBUF_BYTES),
@@ -208,7 +212,7 @@ fn per_call_table(
     let (exe, lib) = (s.exe(), s.dir.join("libcudart.so.12"));
     let out = dir.join("rate.txt");
     let db = dir.join("per-call.duckdb");
-    let mut m: [Vec<f64>; 5] = Default::default();
+    let mut m: [Vec<f64>; 6] = Default::default();
     let mut last = None;
     // A full ring makes a call cheaper (the event is dropped, not written): shown with the table.
     let mut full_drops = 0;
@@ -220,9 +224,10 @@ fn per_call_table(
         m[3].push(full);
         full_drops += summary.ringbuf_drops;
         m[4].push(ours(exe, calls, &out, &db, ProbeMode::EntryOnly).0);
+        m[5].push(ours(exe, calls, &out, &db, ProbeMode::Aggregate).0);
         last = Some(summary);
     }
-    let [none, pair, entry, full, entry_only] = m.map(median);
+    let [none, pair, entry, full, entry_only, aggregate] = m.map(median);
     let first = Command::new("objdump")
         .args(["-d", "--no-show-raw-insn"])
         .arg(&lib)
@@ -256,6 +261,12 @@ fn per_call_table(
         full,
         full - none,
         (full - none) / (pair - none)
+    );
+    println!(
+        "  causeway, aggregate mode     {:>10.1}  (probe cost {:.1}; ours/bare pair = {:.2}; no events)",
+        aggregate,
+        aggregate - none,
+        (aggregate - none) / (pair - none)
     );
     println!(
         "  causeway, entry-only mode    {:>10.1}  (probe cost {:.1}; ours/bare uprobe = {:.2}; vs full = {:.2})",

@@ -5,7 +5,7 @@
 // Accounting: every call/event is counted per (pid, op) with a log2 duration histogram before the
 // ring buffer is tried, so statistics stay exact when events are dropped or not emitted. The
 // counters live in the `stats` array, one slot per (pid, op); `stat_slots` maps a key to its slot.
-// The call probes cache their thread's slots in task-local storage (calls.h): an array slot is
+// The call probes cache their thread's slots in its in-flight state (calls.h): an array slot is
 // found without hashing, where a hash lookup per probe hit was a tenth of their cost.
 #ifndef CAUSEWAY_COMMON_H
 #define CAUSEWAY_COMMON_H

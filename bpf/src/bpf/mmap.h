@@ -12,7 +12,9 @@
 // enters: one comparison of the syscall number more, no second program. With --no-host the
 // standalone program below is the only one on sys_exit, and every system call of every process
 // takes the kernel's traced exit path to reach its first check: a getppid() took 344 ns instead
-// of 229 ns on the 2-core development VM (probe_cost bench, system call table).
+// of 229 ns on the 2-core development VM (probe_cost bench, system call table). Where uretprobes
+// return through the uretprobe system call (x86-64, Linux >= 6.11), that includes every probed
+// call's return: the bench's per-call table with CAUSEWAY_BENCH_NO_MAP_HOOK shows the difference.
 //
 // Only PROT_EXEC file mappings named libcudart.so*, libcuda.so* or libnccl.so*
 // (bpf/src/probes.rs `Library::stem`) by a traced process (any process in all-process mode) are

@@ -175,18 +175,25 @@ fn threads_sharing_an_in_flight_slot_are_each_timed_exactly() {
         assert_eq!(
             q(
                 &db,
-                &format!("SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel' AND tid = {tid}")
+                &format!(
+                    "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel' AND tid = {tid}"
+                )
             ),
             launches
         );
         let d = rows(
             &db,
-            &format!("SELECT duration FROM events WHERE op = 'cudaStreamSynchronize' AND tid = {tid}"),
+            &format!(
+                "SELECT duration FROM events WHERE op = 'cudaStreamSynchronize' AND tid = {tid}"
+            ),
             1,
         );
         assert_eq!(d.len(), syncs, "thread {tid}: {d:?}");
         for ms in d.iter().map(|r| r[0] as f64 / 1e6) {
-            assert!((19.5..30.0).contains(&ms), "thread {tid}: sync lasted {ms} ms, expected 20");
+            assert!(
+                (19.5..30.0).contains(&ms),
+                "thread {tid}: sync lasted {ms} ms, expected 20"
+            );
         }
     }
 }

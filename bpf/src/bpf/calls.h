@@ -26,7 +26,8 @@
 
 /* Calls in flight on one thread, innermost last: the runtime calls the driver, so a thread can
  * be inside several probed functions at once; returns come in reverse order of entries. Kept
- * in task-local storage: no hashing, no LRU bookkeeping, freed with the thread. */
+ * in the thread's `threads` slot (or its task-local storage): no hashing, no LRU bookkeeping,
+ * freed with the thread. */
 #define CW_MAX_NESTED 4
 /* Statistics slots of the ops a thread called last (a thread calls a handful of ops). */
 #define CW_SLOT_CACHE 8

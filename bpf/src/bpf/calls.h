@@ -47,9 +47,9 @@ struct inflight {
 };
 
 /* In-flight state of traced threads, slot `tid % CW_THREAD_SLOTS`: an array lookup costs no
- * helper call, where task-local storage cost 23-40 ns more per probe hit (docs/benchmarks.md). A slot
- * belongs to the first traced thread that maps to it until that thread exits; a second thread
- * mapping to a taken slot keeps its state in task-local storage (`inflight`). */
+ * helper call, where task-local storage cost 23-40 ns more per probe hit (docs/benchmarks.md).
+ * A slot belongs to the first traced thread that maps to it until that thread exits; a second
+ * thread mapping to a taken slot keeps its state in task-local storage (`inflight`). */
 #define CW_THREAD_SLOTS 4096
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

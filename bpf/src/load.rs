@@ -9,8 +9,8 @@ use thiserror::Error;
 use crate::skel::{CausewaySkel, CausewaySkelBuilder};
 
 /// Default ring-buffer size: 2 MiB (about 23k events of 80 bytes plus an 8-byte header). The
-/// consumer maps it twice, so it counts twice in the collector's RSS (4 MiB, where 4 MiB took
-/// 8); the consumer is woken at a quarter full, and 2 MiB recorded 400k events/s asked with no
+/// consumer maps it twice, so it counts twice in the collector's RSS (4 MiB; the earlier 4 MiB
+/// ring counted 8); the consumer is woken at a quarter full, and 2 MiB recorded 400k events/s asked with no
 /// drops (probe_cost's sustained run with CAUSEWAY_BENCH_RATE=400000: docs/benchmarks.md).
 pub const DEFAULT_RINGBUF_BYTES: u32 = 2 << 20;
 

@@ -32,6 +32,28 @@ fn cc(args: &[&str]) {
     );
 }
 
+/// A new directory for a stand-in, under Cargo's temporary directory for tests: the stand-in
+/// lives as long as the process (a static), so nothing removes it at the end; instead the
+/// directories of processes that are gone are removed here.
+fn fresh_dir() -> PathBuf {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("causeway-standin-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+    tempfile::Builder::new()
+        .prefix(&format!("causeway-standin-{}-", std::process::id()))
+        .tempdir_in(root)
+        .unwrap()
+        .keep()
+}
+
 /// Builds (once) and returns the stand-in.
 pub fn get() -> &'static Standin {
     static S: OnceLock<Standin> = OnceLock::new();
@@ -43,11 +65,7 @@ pub fn get() -> &'static Standin {
 pub fn build(lib_flags: &[&str]) -> Standin {
     // Also included by the causeway binary's tests: a path that holds from either crate.
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/tests/standin");
-    let dir = tempfile::Builder::new()
-        .prefix("causeway-standin")
-        .tempdir()
-        .unwrap()
-        .keep();
+    let dir = fresh_dir();
     let s = |n: &str| src.join(n).to_string_lossy().into_owned();
     let o = |n: &str| dir.join(n).to_string_lossy().into_owned();
     let lib = |soname: &str, map: &str, c: &str| {

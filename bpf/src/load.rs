@@ -36,9 +36,8 @@ pub struct LoadConfig {
     /// Load the uprobe.multi variants of the call programs (kernels >= 6.6) instead of the
     /// classic uprobe ones; see [`uprobe_multi_supported`].
     pub multi: bool,
-    /// Report CUDA libraries mapped by traced processes (mmap.h): inside the host programs'
-    /// `tp_btf/sys_exit` program when `host` is set, else as its own program (`cw_lib_mmap`).
-    /// Where it fails to load, load again without it: the collector then finds new libraries
+    /// Report CUDA libraries mapped by traced processes (mmap.h, `cw_lib_mmap` on
+    /// `tp_btf/mmap_lock_released`). Where it fails to load, load again without it: the collector then finds new libraries
     /// by its periodic rescan only.
     pub map_hook: bool,
 }
@@ -112,7 +111,6 @@ pub fn open_and_load<'obj>(
         ro.stacks_enabled = u8::from(cfg.stacks);
         ro.calib_tid = cfg.calib_tid;
         ro.ringbuf_bytes = u64::from(cfg.ringbuf_bytes);
-        ro.lib_hook_in_host = u8::from(cfg.map_hook && cfg.host);
     }
     open.maps
         .events
@@ -150,7 +148,7 @@ pub fn open_and_load<'obj>(
     ] {
         prog.set_autoload(cfg.host);
     }
-    progs.cw_lib_mmap.set_autoload(cfg.map_hook && !cfg.host);
+    progs.cw_lib_mmap.set_autoload(cfg.map_hook);
     open.load().map_err(LoadError::Load)
 }
 

@@ -7,9 +7,10 @@
 //!    build it (its first instruction, a `mov`, is single-stepped by the kernel) and built with
 //!    frame pointers (a `push rbp`, which the kernel emulates).
 //! 2. The calibration every trace makes, per kind of first instruction (ours vs bare).
-//! 4. (after 1 and 2) The library-load hook's cost per system call: CPU ns per `getppid` of a
-//!    traced workload with nothing on the syscall exit (`--no-host --no-map-hook`), the hook as
-//!    its own program (`--no-host`), and inside the host programs (the default), and untraced.
+//! 4. (after 1 and 2) What system calls cost under a trace: CPU ns per `getppid` and per
+//!    anonymous mmap + munmap pair of a workload traced with `--no-host --no-map-hook`, with
+//!    `--no-host` (the library-load hook on the mmap lock's release), by default (the host
+//!    programs, sys_enter/sys_exit among them), and untraced.
 //! 3. Sustained recording: calls paced to CAUSEWAY_BENCH_RATE per second (default 100,000) on
 //!    two threads for a few seconds, in full mode: events/s stored, drops, the collector's CPU
 //!    (share of one core, sampled while the workload runs, calibration excluded), RSS, and the
@@ -17,7 +18,7 @@
 //!
 //! Environment: CAUSEWAY_BENCH_CALLS (default 200,000 per measurement), CAUSEWAY_BENCH_ROUNDS (3),
 //! CAUSEWAY_BENCH_ONLY_SUSTAINED / CAUSEWAY_BENCH_SKIP_SUSTAINED (set: only / skip part 3),
-//! CAUSEWAY_BENCH_NO_MAP_HOOK (set: traces without the library-load hook on sys_exit).
+//! CAUSEWAY_BENCH_NO_MAP_HOOK (set: traces without the library-load hook).
 //! Part 3 runs first, so that the process's RSS is the collector's.
 
 #![allow(clippy::print_stdout)]
@@ -124,8 +125,7 @@ fn args(db: &Path, command: Vec<String>, mode: Option<ProbeMode>) -> TraceArgs {
     a.duration = Some(Duration::from_secs(300));
     a.node = Some("bench".into());
     a.no_host = true;
-    // Set: no library-load hook on sys_exit. On kernels whose uretprobes return through a
-    // system call (x86-64, Linux >= 6.11), anything on sys_exit also runs at every probed return.
+    // Set: no library-load hook (mmap.h), to see what it costs.
     a.no_map_hook = std::env::var("CAUSEWAY_BENCH_NO_MAP_HOOK").is_ok();
     a.ringbuf_size = env_u64(
         "CAUSEWAY_BENCH_RINGBUF",
@@ -151,48 +151,57 @@ fn ours(exe: &str, calls: u64, out: &Path, db: &Path, mode: ProbeMode) -> (f64, 
     (per_call(out), s)
 }
 
-/// CPU ns per system call of the workload (part 4), medians over `rounds`.
+/// CPU ns per system call of the workload (part 4), medians over `rounds`: getppid (the cost
+/// of a program on sys_enter/sys_exit, which every system call and, where uretprobes return
+/// through a system call, every probed return pays) and an anonymous mmap + munmap pair (the
+/// path the library-load hook sits on).
 fn syscall_table(s: &standin::Standin, dir: &Path, rounds: usize) {
     let calls = env_u64("CAUSEWAY_BENCH_SYSCALLS", 1_000_000);
     let out = dir.join("syscalls.txt");
     let db = dir.join("syscalls.duckdb");
-    let cmd = vec![
-        s.exe().to_string(),
-        "syscalls".into(),
-        calls.to_string(),
-        out.display().to_string(),
-    ];
     // (label, no_host, no_map_hook); None: untraced.
     let setups: [(&str, Option<(bool, bool)>); 4] = [
         ("untraced", None),
-        ("traced, nothing on sys_exit", Some((true, true))),
-        ("traced, hook as its own program", Some((true, false))),
-        ("traced, hook in the host programs", Some((false, false))),
+        ("traced --no-host, no hook", Some((true, true))),
+        ("traced --no-host, library-load hook", Some((true, false))),
+        ("traced, host programs and hook", Some((false, false))),
     ];
-    let mut m: [Vec<f64>; 4] = Default::default();
+    // (workload mode, calls): mmap pairs cost ~10x a getppid.
+    let workloads = [("syscalls", calls), ("mmaps", calls / 10)];
+    let mut m: [[Vec<f64>; 2]; 4] = Default::default();
     for _ in 0..rounds {
         for (i, (_, setup)) in setups.iter().enumerate() {
-            match setup {
-                None => {
-                    let st = Command::new(&cmd[0]).args(&cmd[1..]).status().unwrap();
-                    assert!(st.success());
+            for (w, (mode, n)) in workloads.iter().enumerate() {
+                let cmd = vec![
+                    s.exe().to_string(),
+                    mode.to_string(),
+                    n.to_string(),
+                    out.display().to_string(),
+                ];
+                match setup {
+                    None => {
+                        let st = Command::new(&cmd[0]).args(&cmd[1..]).status().unwrap();
+                        assert!(st.success());
+                    }
+                    Some((no_host, no_map_hook)) => {
+                        let _ = std::fs::remove_file(&db);
+                        let mut a = args(&db, cmd, None);
+                        a.no_host = *no_host;
+                        a.no_map_hook = *no_map_hook;
+                        run_trace(&a).expect("trace (run as root)");
+                    }
                 }
-                Some((no_host, no_map_hook)) => {
-                    let _ = std::fs::remove_file(&db);
-                    let mut a = args(&db, cmd.clone(), None);
-                    a.no_host = *no_host;
-                    a.no_map_hook = *no_map_hook;
-                    run_trace(&a).expect("trace (run as root)");
-                }
+                m[i][w].push(per_call(&out));
             }
-            m[i].push(per_call(&out));
         }
     }
     println!(
-        "\nsystem call cost ({calls} getppid x {rounds} rounds, medians, CPU ns per call of the workload)"
+        "\nsystem call cost ({calls} getppid, {} anonymous mmap+munmap pairs x {rounds} rounds, medians, CPU ns per call of the workload)",
+        calls / 10
     );
-    for ((label, _), v) in setups.iter().zip(m) {
-        println!("  {label:<36} {:>8.1}", median(v));
+    println!("  {:<38} {:>8} {:>12}", "", "getppid", "mmap+munmap");
+    for ((label, _), [g, mm]) in setups.iter().zip(m) {
+        println!("  {label:<38} {:>8.1} {:>12.1}", median(g), median(mm));
     }
 }
 

@@ -114,20 +114,18 @@ pub(crate) fn record(
     };
     let (boot_start_ns, start_ns) = (host::boottime_ns(), causeway_store::now_ns());
     let (mut storage, mut retry) = (MaybeUninit::uninit(), MaybeUninit::uninit());
-    // Whether the library-load hook is in the loaded object.
-    let (skel, hook_loaded) = match open_and_load(&mut storage, &cfg) {
-        Ok(skel) => (skel, cfg.map_hook),
+    let skel = match open_and_load(&mut storage, &cfg) {
+        Ok(skel) => skel,
         Err(err) if cfg.map_hook => {
             // The hook is an optimisation: load everything else and rescan.
             info!(%err, "loading with the library-load hook failed; loading without it (libraries mapped later are found by the periodic rescan)");
-            let skel = open_and_load(
+            open_and_load(
                 &mut retry,
                 &LoadConfig {
                     map_hook: false,
                     ..cfg.clone()
                 },
-            )?;
-            (skel, false)
+            )?
         }
         Err(err) => return Err(err.into()),
     };
@@ -161,10 +159,7 @@ pub(crate) fn record(
         links.extend(attach_host(&skel)?);
     }
     let mut map_hook = MapHookSummary::default();
-    if hook_loaded && !args.no_host {
-        // Inside the host programs' sys_exit program, attached above.
-        map_hook.active = true;
-    } else if let Some(link) = attach_map_hook(&skel) {
+    if let Some(link) = attach_map_hook(&skel) {
         links.push(link);
         map_hook.active = true;
     }
@@ -470,7 +465,7 @@ fn attach_map_hook(skel: &CausewaySkel<'_>) -> Option<Link> {
     match prog.attach() {
         Ok(link) => Some(link),
         Err(err) => {
-            info!(%err, "library-load hook (tp_btf/sys_exit) not attached; libraries mapped later are found by the periodic rescan");
+            info!(%err, "library-load hook (tp_btf/mmap_lock_released) not attached; libraries mapped later are found by the periodic rescan");
             None
         }
     }

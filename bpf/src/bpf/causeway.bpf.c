@@ -6,6 +6,6 @@
 #include "sched.h"
 #include "proc.h"
 #include "block.h"
-#include "net.h" /* includes mmap.h */
+#include "net.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -26,7 +26,6 @@ const volatile __u8 uprobes_enrol = 0;    /* 1: any process calling a probed lib
 const volatile __u8 stacks_enabled = 0;   /* 1: record the user stack of every call in full mode */
 const volatile __u32 calib_tid = 0;       /* the collector's calibration thread: probes fire for it */
 const volatile __u64 ringbuf_bytes = 8 << 20; /* size of `events` (set with its max_entries) */
-const volatile __u8 lib_hook_in_host = 0; /* 1: net.h's sys_exit program runs mmap.h's library-load check */
 
 /* Dummies so libbpf-cargo emits Rust types for the ABI structs (abi.rs checks the layout). */
 struct cw_event cw_event_abi = {};

@@ -1,20 +1,24 @@
-// Library-load hook (tp_btf/sys_exit of mmap): tells the collector at once when a traced process
-// maps a CUDA library executable, so its probes are attached before the first call instead of at
-// the next periodic rescan of /proc/PID/maps (which stays as the fallback: kernels where this
-// program does not load, statically linked runtimes, a full ring buffer).
+// Library-load hook (tp_btf/mmap_lock_released): tells the collector at once when a traced
+// process maps a CUDA library executable, so its probes are attached before the first call
+// instead of at the next periodic rescan of /proc/PID/maps (which stays as the fallback: kernels
+// where this program does not load, statically linked runtimes, a full ring buffer).
 //
 // The dynamic loader maps a library's code with mmap(2) (PROT_EXEC, from a file descriptor), for
-// the libraries a program links and for dlopen alike. At syscall exit the mapping exists, so
-// /proc/PID/maps shows it when user space reads it. fexit/vm_mmap_pgoff would fire for mmaps only,
-// but fentry/fexit programs fail to load (EPERM) on the kernels causeway is tested on, and a
-// raw syscall tracepoint needs nothing but BTF. With the host programs on (the default), the
-// check runs inside net.h's sys_exit program, which every system call of the machine already
-// enters: one comparison of the syscall number more, no second program. With --no-host the
-// standalone program below is the only one on sys_exit, and every system call of every process
-// takes the kernel's traced exit path to reach its first check: a getppid() took 344 ns instead
-// of 229 ns on the 2-core development VM (probe_cost bench, system call table). Where uretprobes
-// return through the uretprobe system call (x86-64, Linux >= 6.11), that includes every probed
-// call's return: the bench's per-call table with CAUSEWAY_BENCH_NO_MAP_HOOK shows the difference.
+// the libraries a program links and for dlopen alike. mmap(2) creates the mapping with the
+// process's mmap lock held for writing and releases it before returning, so when this tracepoint
+// fires inside that system call the mapping exists and /proc/PID/maps shows it to user space.
+// The system call's arguments are in the task's saved user registers.
+//
+// Why this tracepoint and not the mmap system call's exit: a program on sys_exit (raw or
+// per-syscall tracepoint) sends every system call of every process through the kernel's traced
+// exit path, and where uretprobes return through the uretprobe system call (x86-64, Linux
+// >= 6.11) that includes every probed call's return. The probe_cost bench measured a getppid()
+// at 309-361 ns with such a hook against 225-280 ns untraced on the 2-core development VM.
+// The mmap lock is released by far fewer paths (mmap, munmap, mprotect, brk and the page
+// faults that fall back to the lock), each of which costs microseconds itself. fentry/fexit on
+// the kernel's mmap functions would be narrower still, but fail to load (EPERM) on the kernels
+// causeway is tested on. The program reads no tracepoint argument: their list changed across
+// kernels (a memcg path was dropped in 6.x).
 //
 // Only PROT_EXEC file mappings named libcudart.so*, libcuda.so* or libnccl.so*
 // (bpf/src/probes.rs `Library::stem`) by a traced process (any process in all-process mode) are
@@ -97,17 +101,20 @@ static __always_inline void cw_report_file(__u32 tgid, __u8 lib, struct file *fi
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 }
 
-/* Reports a CUDA library mapped by the mmap(2) that is returning (caller checked the number).
- * At exit the registers hold the arguments: mmap(addr, len, prot, flags, fd, off). */
-static __always_inline void cw_lib_mapped(struct pt_regs *regs, long ret)
+/* Reports a CUDA library mapped by the mmap(2) the current thread is in, if any. The saved user
+ * registers hold the system call's number and arguments: mmap(addr, len, prot, flags, fd, off).
+ * A failed mmap is reported too (its result is not known yet): user space then finds nothing. */
+static __always_inline void cw_lib_mapped(void)
 {
-	if ((unsigned long)ret >= (unsigned long)-4095 || !(regs->dx & CW_PROT_EXEC) ||
-	    (regs->r10 & CW_MAP_ANONYMOUS))
-		return;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (uprobes_enrol ? (tgid == self_tgid || tgid == 0) : !cw_is_target(tgid))
 		return;
-	struct file *file = cw_fd_file(bpf_get_current_task_btf(), regs->r8);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs || regs->orig_ax != CW_NR_MMAP || !(regs->dx & CW_PROT_EXEC) ||
+	    (regs->r10 & CW_MAP_ANONYMOUS))
+		return;
+	struct file *file = cw_fd_file(task, regs->r8);
 	if (!file)
 		return;
 	char name[CW_LIB_NAME] = {};
@@ -132,12 +139,10 @@ static __always_inline void cw_program_execd(__u32 tgid, struct linux_binprm *bp
 		cw_report_file(tgid, CW_LIB_EXEC, file);
 }
 
-/* The hook on its own, for traces without the host programs (--no-host). */
-SEC("tp_btf/sys_exit")
-int BPF_PROG(cw_lib_mmap, struct pt_regs *regs, long ret)
+SEC("tp_btf/mmap_lock_released")
+int cw_lib_mmap(void *ctx)
 {
-	if (regs->orig_ax == CW_NR_MMAP)
-		cw_lib_mapped(regs, ret);
+	cw_lib_mapped();
 	return 0;
 }
 

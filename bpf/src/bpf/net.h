@@ -6,7 +6,6 @@
 #define CAUSEWAY_NET_H
 
 #include "common.h"
-#include "mmap.h"
 
 #define CW_NR_SENDTO 44
 #define CW_NR_RECVFROM 45
@@ -78,10 +77,6 @@ int BPF_PROG(cw_sys_enter, struct pt_regs *regs, long id)
 SEC("tp_btf/sys_exit")
 int BPF_PROG(cw_sys_exit, struct pt_regs *regs, long ret)
 {
-	if (lib_hook_in_host && regs->orig_ax == CW_NR_MMAP) {
-		cw_lib_mapped(regs, ret); /* mmap.h: no network syscall, nothing more to do */
-		return 0;
-	}
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid;
 	struct net_start *sp = bpf_map_lookup_elem(&net_start, &tid);

@@ -14,6 +14,8 @@
 //   late MS            wait MS from the start, then 3 cudaMalloc, 2 cudaMemcpy, 200 cudaLaunchKernel
 //                      (the mix of loader.c), for a wrapper that execs this program
 //   syscalls N OUT     N getppid system calls back to back; "N ns cpu" in OUT as for rate
+//   mmaps N OUT        N anonymous one-page mmap + munmap pairs (each takes and releases the
+//                      process's mmap lock); "N ns cpu" in OUT as for rate
 //   collide N SLOTS MS OUT  the main thread and a second thread whose tid equals it modulo SLOTS
 //                      (threads are created and joined until one does) each make N launches
 //                      and one cudaStreamSynchronize sleeping MS, the second while the first is
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -210,6 +213,19 @@ static int mode_syscalls(long n, const char *out)
 	return 0;
 }
 
+static int mode_mmaps(long n, const char *out)
+{
+	long t0 = now_ns();
+	for (long i = 0; i < n; i++) {
+		void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return 1;
+		munmap(p, 4096);
+	}
+	write_rate(out, n, now_ns() - t0);
+	return 0;
+}
+
 static int mode_rate(long n, const char *out, int threads, long per_s)
 {
 	pthread_t t[64];
@@ -375,5 +391,7 @@ int main(int argc, char **argv)
 		return mode_collide(atoi(argv[2]), atol(argv[3]), atoi(argv[4]), argv[5]);
 	if (!strcmp(m, "syscalls") && argc > 3)
 		return mode_syscalls(atol(argv[2]), argv[3]);
+	if (!strcmp(m, "mmaps") && argc > 3)
+		return mode_mmaps(atol(argv[2]), argv[3]);
 	return 2;
 }

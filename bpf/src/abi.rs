@@ -32,6 +32,15 @@ pub const OP_CALIBRATE: u16 = 255;
 /// Slots of the call probes' `threads` array (`CW_THREAD_SLOTS`): a traced thread keeps its
 /// in-flight calls in slot `tid % THREAD_SLOTS` unless another live thread holds it.
 pub const THREAD_SLOTS: u32 = 4096;
+/// Full-mode call events per batch (`CW_BATCH`): a ring record of a thread's batch holds up to
+/// this many events back to back.
+pub const BATCH: usize = 8;
+/// Size in bytes of one `struct cw_batch` (a `batches` map value).
+pub const BATCH_SIZE: usize = 48 + EVENT_SIZE * BATCH;
+/// Kind tag of a call event (`CW_KIND_CALL`).
+const KIND_CALL: u8 = 1;
+/// Offset of the events in a `struct cw_batch`.
+const BATCH_EVENTS: usize = 48;
 /// Slot of the `drops` array that counts lost stack records (`CW_DROP_STACK`).
 pub const DROP_STACK: u32 = 0;
 
@@ -247,6 +256,28 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
+/// Decodes one ring-buffer record: a single event, stack or library record, or a thread's batch
+/// of call events back to back (calls.h `cw_flush`).
+pub fn decode_records(b: &[u8]) -> Vec<Result<Record, DecodeError>> {
+    if b.first() == Some(&KIND_CALL) && b.len() > EVENT_SIZE && b.len() % EVENT_SIZE == 0 {
+        return b.chunks(EVENT_SIZE).map(decode_record).collect();
+    }
+    vec![decode_record(b)]
+}
+
+/// The events left in one `batches` map value (read at the end of a trace, when no program
+/// runs any more): its count, bounded by [`BATCH`], then as many events.
+pub fn decode_batch(b: &[u8]) -> Result<Vec<RawEvent>, DecodeError> {
+    if b.len() < BATCH_SIZE {
+        return Err(DecodeError::Short(b.len()));
+    }
+    let n = (u32_at(b, 0) as usize).min(BATCH);
+    b[BATCH_EVENTS..BATCH_EVENTS + n * EVENT_SIZE]
+        .chunks(EVENT_SIZE)
+        .map(decode_event)
+        .collect()
+}
+
 /// Decodes one ring-buffer record of either kind.
 pub fn decode_record(b: &[u8]) -> Result<Record, DecodeError> {
     match b.first() {
@@ -416,6 +447,8 @@ mod tests {
         assert_eq!(offset_of!(types::cw_stack_event, pid), 4);
         assert_eq!(offset_of!(types::cw_stack_event, hash), 8);
         assert_eq!(offset_of!(types::cw_stack_event, ips), 16);
+        assert_eq!(size_of::<types::cw_batch>(), BATCH_SIZE);
+        assert_eq!(offset_of!(types::cw_batch, ev), BATCH_EVENTS);
         assert_eq!(size_of::<types::cw_lib_event>(), LIB_EVENT_SIZE);
         assert_eq!(size_of::<types::cw_file_key>(), FILE_KEY_SIZE);
         assert_eq!(offset_of!(types::cw_lib_event, library), 1);
@@ -481,6 +514,55 @@ mod tests {
             (1_000, 50, -7, 9)
         );
         assert_eq!(e.comm, "work");
+    }
+
+    /// A call event record with `tid` (and kind, op, pid set).
+    fn call_event(tid: u32) -> Vec<u8> {
+        let mut b = vec![0u8; EVENT_SIZE];
+        b[0] = KIND_CALL;
+        b[2..4].copy_from_slice(&3u16.to_le_bytes());
+        b[4..8].copy_from_slice(&42u32.to_le_bytes());
+        b[8..12].copy_from_slice(&tid.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn decodes_a_batch_record_into_its_events() {
+        let one = call_event(7);
+        assert_eq!(decode_records(&one), vec![decode_record(&one)]);
+        let three: Vec<u8> = [7, 8, 9].iter().flat_map(|&t| call_event(t)).collect();
+        let tids: Vec<u32> = decode_records(&three)
+            .into_iter()
+            .map(|r| match r {
+                Ok(Record::Event(e)) => e.tid,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(tids, [7, 8, 9]);
+        // Not a whole number of events: one record, decoded (and rejected) as before.
+        assert_eq!(decode_records(&three[..EVENT_SIZE + 8]).len(), 1);
+        assert_eq!(decode_records(&[]), vec![Err(DecodeError::Short(0))]);
+    }
+
+    #[test]
+    fn decodes_the_events_left_in_a_batch() {
+        let mut v = vec![0u8; BATCH_SIZE];
+        v[0..4].copy_from_slice(&2u32.to_le_bytes());
+        for (i, tid) in [5u32, 6, 99].iter().enumerate() {
+            let at = BATCH_EVENTS + i * EVENT_SIZE;
+            v[at..at + EVENT_SIZE].copy_from_slice(&call_event(*tid));
+        }
+        let tids: Vec<u32> = decode_batch(&v).unwrap().iter().map(|e| e.tid).collect();
+        assert_eq!(tids, [5, 6], "only the first n");
+        // A count beyond the batch is bounded by it.
+        v[0..4].copy_from_slice(&1000u32.to_le_bytes());
+        assert_eq!(
+            decode_batch(&v).map(|e| e.len()),
+            Err(DecodeError::UnknownKind(0))
+        );
+        assert_eq!(decode_batch(&v[..10]), Err(DecodeError::Short(10)));
+        v[0..4].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(decode_batch(&v), Ok(Vec::new()));
     }
 
     #[test]

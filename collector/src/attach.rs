@@ -379,13 +379,16 @@ pub fn attach_host(skel: &CausewaySkel<'_>) -> Result<Vec<Link>, CollectorError>
     Ok(links)
 }
 
-/// Process lifecycle links: always attached (forks must be followed even with --no-host).
+/// Process lifecycle links and the batch flush at switch-out: always attached (forks must be
+/// followed even with --no-host).
 pub fn attach_process(skel: &CausewaySkel<'_>) -> Result<Vec<Link>, CollectorError> {
     let p = &skel.progs;
     [
         ("sched_process_fork", &p.cw_process_fork),
         ("sched_process_exec", &p.cw_process_exec),
         ("sched_process_exit", &p.cw_process_exit),
+        // Flushes the full-mode event batch of a traced thread leaving the CPU (calls.h).
+        ("sched_switch", &p.cw_calls_switch),
     ]
     .into_iter()
     .map(|(name, prog)| {

@@ -13,7 +13,9 @@ use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use causeway_bpf::abi::{ProbeMode, RawLib, Stat, StatKey, decode_record};
+use causeway_bpf::abi::{
+    ProbeMode, RawEvent, RawLib, Record, Stat, StatKey, THREAD_SLOTS, decode_batch, decode_records,
+};
 use causeway_bpf::libbpf_rs::{Link, MapCore, MapFlags, RingBufferBuilder};
 use causeway_bpf::load::{LoadConfig, open_and_load, uprobe_multi_supported};
 use causeway_bpf::skel::CausewaySkel;
@@ -230,11 +232,13 @@ pub(crate) fn record(
     let mut rb = RingBufferBuilder::new();
     rb.add(&skel.maps.events, |data: &[u8]| {
         let mut st = state.borrow_mut();
-        match decode_record(data) {
-            Ok(rec) => st.push_record(rec, sink),
-            Err(e) => {
-                st.undecodable += 1;
-                debug!(error = %e, "undecodable record");
+        for rec in decode_records(data) {
+            match rec {
+                Ok(rec) => st.push_record(rec, sink),
+                Err(e) => {
+                    st.undecodable += 1;
+                    debug!(error = %e, "undecodable record");
+                }
             }
         }
         0
@@ -383,7 +387,18 @@ pub(crate) fn record(
             break;
         }
     }
+    // Detach every program before the last read: a thread's last full-mode events can still be
+    // in its batch (calls.h), read below once nothing appends to it or flushes it any more.
+    let libraries = attached.libs().into_iter().map(|l| l.path).collect();
+    drop(attached);
+    drop_links(links);
     let _ = rb.consume();
+    {
+        let mut st = state.borrow_mut();
+        for e in unflushed_events(&skel) {
+            st.push_record(Record::Event(e), sink);
+        }
+    }
     drop(rb);
     live.finish();
     let mut st = state.into_inner();
@@ -397,9 +412,6 @@ pub(crate) fn record(
     }
     st.snapshot(&stats, &skel, sink);
     st.close_processes(sink);
-    let libraries = attached.libs().into_iter().map(|l| l.path).collect();
-    drop_links(links);
-    drop(attached);
     let distinct_stacks = st.stacks.take().map_or(0, |s| {
         let n = s.distinct;
         s.finish();
@@ -450,6 +462,21 @@ pub(crate) fn record(
         map_hook,
     };
     Ok((summary, st.sent))
+}
+
+/// The full-mode events still in the threads' batches (read when no program runs any more).
+fn unflushed_events(skel: &CausewaySkel<'_>) -> Vec<RawEvent> {
+    let mut out = Vec::new();
+    for slot in 0..THREAD_SLOTS {
+        let Ok(Some(v)) = skel.maps.batches.lookup(&slot.to_ne_bytes(), MapFlags::ANY) else {
+            continue;
+        };
+        match decode_batch(&v) {
+            Ok(events) => out.extend(events),
+            Err(e) => debug!(error = %e, slot, "undecodable batch"),
+        }
+    }
+    out
 }
 
 /// Attaches the library-load hook; `None` (logged once) where it was not loaded or does not

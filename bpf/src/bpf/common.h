@@ -19,6 +19,13 @@
 
 #define BPF_MAP_TYPE_LRU_HASH_ 9
 
+/* Accesses the compiler neither drops nor reorders against each other, and a compiler barrier:
+ * for state one thread's programs share with a program that can preempt them on the same CPU
+ * (calls.h's batches). */
+#define READ_ONCE(x) (*(volatile typeof(x) *)&(x))
+#define WRITE_ONCE(x, v) (*(volatile typeof(x) *)&(x) = (v))
+#define cw_barrier() asm volatile("" ::: "memory")
+
 /* Load-time configuration (set from user space before load). */
 const volatile __u32 self_tgid = 0;       /* the collector itself: never traced (wakeup storm) */
 const volatile __u32 spawner_tid = 0;     /* thread that forks `-- COMMAND`: its children are enrolled */

@@ -1,6 +1,6 @@
 //! CUDA runtime and driver calls: exact counts, argument values, return codes and durations.
 
-use crate::{args, bpf_test, command_pid, db_path, q, rows, standin, trace};
+use crate::{args, bpf_test, command_pid, db_path, op_totals, q, rows, standin, trace};
 
 #[test]
 fn runtime_and_driver_calls_are_counted_exactly_with_their_arguments() {
@@ -196,6 +196,33 @@ fn threads_sharing_an_in_flight_slot_are_each_timed_exactly() {
             );
         }
     }
+}
+
+/// Full-mode events wait in their thread's batch (calls.h) until it fills or the thread leaves
+/// the CPU: a trace ending while a thread that made fewer calls than a batch holds is still
+/// running on the CPU stores them all (read from the batch after the programs are detached).
+#[test]
+fn events_still_batched_when_the_trace_ends_are_stored() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let calls = causeway_bpf::abi::BATCH - 3;
+    let mut a = args(&db, &[s.exe(), "spin", &calls.to_string(), "8000"]);
+    a.duration = Some(std::time::Duration::from_millis(1500));
+    let summary = trace(&a);
+    let pid = command_pid(&db);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert_eq!(summary.command_exit, None, "the command was still running");
+    assert_eq!(
+        op_totals(&db, "cudaLaunchKernel"),
+        (calls as i64, calls as i64),
+        "(events, kernel calls)"
+    );
+    assert_eq!(summary.ringbuf_drops, 0);
 }
 
 #[test]

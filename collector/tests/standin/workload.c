@@ -11,6 +11,7 @@
 //   stacks N           N launches from each of two call paths (stack_root -> stack_mid ->
 //                      stack_leaf, and stack_root -> stack_leaf), then lives on for 100 ms
 //   phases HOT IDLE N  back-to-back launches for HOT ms, idle for IDLE ms, then N launches 1 ms apart
+//   spin N MS          N cudaLaunchKernel calls, then MS ms on the CPU without a system call
 //   late MS            wait MS from the start, then 3 cudaMalloc, 2 cudaMemcpy, 200 cudaLaunchKernel
 //                      (the mix of loader.c), for a wrapper that execs this program
 //   syscalls N OUT     N getppid system calls back to back; "N ns cpu" in OUT as for rate
@@ -301,6 +302,15 @@ static int mode_hold(int ms)
 	return 0;
 }
 
+static int mode_spin(int n, int ms)
+{
+	launch(n);
+	long end = now_ns() + (long)ms * 1000000L;
+	while (now_ns() < end)
+		;
+	return 0;
+}
+
 static int mode_late(int ms)
 {
 	usleep((useconds_t)ms * 1000);
@@ -385,6 +395,8 @@ int main(int argc, char **argv)
 		return mode_phases(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
 	if (!strcmp(m, "hold") && argc > 2)
 		return mode_hold(atoi(argv[2]));
+	if (!strcmp(m, "spin") && argc > 3)
+		return mode_spin(atoi(argv[2]), atoi(argv[3]));
 	if (!strcmp(m, "late") && argc > 2)
 		return mode_late(atoi(argv[2]));
 	if (!strcmp(m, "collide") && argc > 5)

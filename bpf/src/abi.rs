@@ -259,7 +259,7 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 /// Decodes one ring-buffer record: a single event, stack or library record, or a thread's batch
 /// of call events back to back (calls.h `cw_flush`).
 pub fn decode_records(b: &[u8]) -> Vec<Result<Record, DecodeError>> {
-    if b.first() == Some(&KIND_CALL) && b.len() > EVENT_SIZE && b.len() % EVENT_SIZE == 0 {
+    if b.first() == Some(&KIND_CALL) && b.len() > EVENT_SIZE && b.len().is_multiple_of(EVENT_SIZE) {
         return b.chunks(EVENT_SIZE).map(decode_record).collect();
     }
     vec![decode_record(b)]

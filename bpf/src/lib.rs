@@ -34,7 +34,9 @@ mod tests {
 
     /// Loads every program into the running kernel (verifier + CO-RE relocations), with the
     /// optional paths (stacks, calibration, all-process enrolment) both off and on and both
-    /// attach variants (classic uprobes, uprobe.multi where the kernel has it): `const volatile`
+    /// attach variants (classic uprobes, uprobe.multi where the kernel has it), socket calls
+    /// from their tracepoints (where the kernel has them) and from sys_enter/sys_exit (the
+    /// fallback): `const volatile`
     /// switches let the verifier skip dead branches, so each configuration is verified on its
     /// own. Needs root.
     #[test]
@@ -42,10 +44,11 @@ mod tests {
         if std::env::var_os("CAUSEWAY_SKIP_BPF_TESTS").is_some() {
             return;
         }
-        for (stacks, calib_tid, multi, enrol) in [
-            (false, 0, false, false),
-            (true, 1, false, true),
-            (true, 1, true, false),
+        let sock = super::load::sock_tracepoints_supported();
+        for (stacks, calib_tid, multi, enrol, sock_tracepoints) in [
+            (false, 0, false, false, false),
+            (true, 1, false, true, sock),
+            (true, 1, true, false, sock),
         ] {
             if multi && !super::load::uprobe_multi_supported() {
                 continue;
@@ -57,6 +60,7 @@ mod tests {
                 calib_tid,
                 multi,
                 uprobes_enrol: enrol,
+                sock_tracepoints,
                 ..LoadConfig::default()
             };
             let skel = open_and_load(&mut storage, &cfg);

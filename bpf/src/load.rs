@@ -40,6 +40,21 @@ pub struct LoadConfig {
     /// `tp_btf/mmap_lock_released`). Where it fails to load, load again without it: the collector then finds new libraries
     /// by its periodic rescan only.
     pub map_hook: bool,
+    /// Time socket calls at the sock_send_length/sock_recv_length tracepoints (net.h) rather
+    /// than at sys_enter/sys_exit; see [`sock_tracepoints_supported`].
+    pub sock_tracepoints: bool,
+}
+
+/// Whether this kernel has the sock_send_length/sock_recv_length tracepoints (Linux >= 6.3).
+pub fn sock_tracepoints_supported() -> bool {
+    libbpf_rs::btf::Btf::from_vmlinux().is_ok_and(|btf| {
+        ["btf_trace_sock_send_length", "btf_trace_sock_recv_length"]
+            .iter()
+            .all(|name| {
+                btf.type_by_name::<libbpf_rs::btf::BtfType<'_>>(name)
+                    .is_some()
+            })
+    })
 }
 
 /// Whether this kernel attaches uprobe.multi links (Linux >= 6.6).
@@ -66,6 +81,7 @@ impl Default for LoadConfig {
             calib_tid: 0,
             multi: uprobe_multi_supported(),
             map_hook: true,
+            sock_tracepoints: sock_tracepoints_supported(),
         }
     }
 }
@@ -111,6 +127,7 @@ pub fn open_and_load<'obj>(
         ro.stacks_enabled = u8::from(cfg.stacks);
         ro.calib_tid = cfg.calib_tid;
         ro.ringbuf_bytes = u64::from(cfg.ringbuf_bytes);
+        ro.net_sock_tps = u8::from(cfg.sock_tracepoints);
     }
     open.maps
         .events
@@ -143,10 +160,14 @@ pub fn open_and_load<'obj>(
         &mut progs.cw_block_rq_issue,
         &mut progs.cw_block_rq_complete,
         &mut progs.cw_tcp_retransmit,
-        &mut progs.cw_sys_enter,
-        &mut progs.cw_sys_exit,
     ] {
         prog.set_autoload(cfg.host);
+    }
+    for prog in [&mut progs.cw_sock_send, &mut progs.cw_sock_recv] {
+        prog.set_autoload(cfg.host && cfg.sock_tracepoints);
+    }
+    for prog in [&mut progs.cw_sys_enter, &mut progs.cw_sys_exit] {
+        prog.set_autoload(cfg.host && !cfg.sock_tracepoints);
     }
     progs.cw_lib_mmap.set_autoload(cfg.map_hook);
     open.load().map_err(LoadError::Load)

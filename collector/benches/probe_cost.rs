@@ -3,7 +3,7 @@
 //! 1. CPU time per call (of the workload process) on the stand-in `cudaLaunchKernel`,
 //!    interleaved in the same run: no probe, the bare empty uprobe+uretprobe pair (and the bare
 //!    uprobe alone), and causeway's probes through a full `run_trace` in full, entry-only and
-//!    aggregate mode (`--no-host`). Twice: the stand-in as the tests
+//!    aggregate mode (`--no-host`), and in full mode with the host programs (the default). Twice: the stand-in as the tests
 //!    build it (its first instruction, a `mov`, is single-stepped by the kernel) and built with
 //!    frame pointers (a `push rbp`, which the kernel emulates).
 //! 2. The calibration every trace makes, per kind of first instruction (ours vs bare).
@@ -139,7 +139,15 @@ fn args(db: &Path, command: Vec<String>, mode: Option<ProbeMode>) -> TraceArgs {
 }
 
 /// ns per call under causeway's probes (a whole `run_trace` around the workload).
-fn ours(exe: &str, calls: u64, out: &Path, db: &Path, mode: ProbeMode) -> (f64, TraceSummary) {
+/// `host`: with the host programs (the default of `causeway trace`), else `--no-host`.
+fn ours(
+    exe: &str,
+    calls: u64,
+    out: &Path,
+    db: &Path,
+    mode: ProbeMode,
+    host: bool,
+) -> (f64, TraceSummary) {
     let _ = std::fs::remove_file(db);
     let cmd = vec![
         exe.to_string(),
@@ -147,7 +155,9 @@ fn ours(exe: &str, calls: u64, out: &Path, db: &Path, mode: ProbeMode) -> (f64, 
         calls.to_string(),
         out.display().to_string(),
     ];
-    let s = run_trace(&args(db, cmd, Some(mode))).expect("trace (run as root)");
+    let mut a = args(db, cmd, Some(mode));
+    a.no_host = !host;
+    let s = run_trace(&a).expect("trace (run as root)");
     (per_call(out), s)
 }
 
@@ -221,7 +231,7 @@ fn per_call_table(
     let (exe, lib) = (s.exe(), s.dir.join("libcudart.so.12"));
     let out = dir.join("rate.txt");
     let db = dir.join("per-call.duckdb");
-    let mut m: [Vec<f64>; 6] = Default::default();
+    let mut m: [Vec<f64>; 7] = Default::default();
     let mut last = None;
     // A full ring makes a call cheaper (the event is dropped, not written): shown with the table.
     let mut full_drops = 0;
@@ -229,14 +239,15 @@ fn per_call_table(
         m[0].push(rate(exe, calls, &out, &[]));
         m[1].push(bare(exe, &lib, calls, &out, true));
         m[2].push(bare(exe, &lib, calls, &out, false));
-        let (full, summary) = ours(exe, calls, &out, &db, ProbeMode::Full);
+        let (full, summary) = ours(exe, calls, &out, &db, ProbeMode::Full, false);
         m[3].push(full);
         full_drops += summary.ringbuf_drops;
-        m[4].push(ours(exe, calls, &out, &db, ProbeMode::EntryOnly).0);
-        m[5].push(ours(exe, calls, &out, &db, ProbeMode::Aggregate).0);
+        m[4].push(ours(exe, calls, &out, &db, ProbeMode::EntryOnly, false).0);
+        m[5].push(ours(exe, calls, &out, &db, ProbeMode::Aggregate, false).0);
+        m[6].push(ours(exe, calls, &out, &db, ProbeMode::Full, true).0);
         last = Some(summary);
     }
-    let [none, pair, entry, full, entry_only, aggregate] = m.map(median);
+    let [none, pair, entry, full, entry_only, aggregate, full_host] = m.map(median);
     let first = Command::new("objdump")
         .args(["-d", "--no-show-raw-insn"])
         .arg(&lib)
@@ -270,6 +281,12 @@ fn per_call_table(
         full,
         full - none,
         (full - none) / (pair - none)
+    );
+    println!(
+        "  causeway, full, host programs{:>10.1}  (probe cost {:.1}; ours/bare pair = {:.2}; the default trace)",
+        full_host,
+        full_host - none,
+        (full_host - none) / (pair - none)
     );
     println!(
         "  causeway, aggregate mode     {:>10.1}  (probe cost {:.1}; ours/bare pair = {:.2}; no events)",

@@ -358,6 +358,8 @@ pub fn attach_host(skel: &CausewaySkel<'_>) -> Result<Vec<Link>, CollectorError>
         ("block_rq_issue", &p.cw_block_rq_issue),
         ("block_rq_complete", &p.cw_block_rq_complete),
         ("tcp_retransmit_skb", &p.cw_tcp_retransmit),
+        ("sock_send_length", &p.cw_sock_send),
+        ("sock_recv_length", &p.cw_sock_recv),
         ("sys_enter", &p.cw_sys_enter),
         ("sys_exit", &p.cw_sys_exit),
     ];
@@ -368,7 +370,8 @@ pub fn attach_host(skel: &CausewaySkel<'_>) -> Result<Vec<Link>, CollectorError>
             source,
         })?);
     }
-    for (name, prog) in optional {
+    // Socket calls come from one pair or the other (LoadConfig::sock_tracepoints).
+    for (name, prog) in optional.into_iter().filter(|(_, p)| p.autoload()) {
         match prog.attach() {
             Ok(l) => links.push(l),
             Err(err) => {

@@ -17,7 +17,9 @@ use causeway_bpf::abi::{
     ProbeMode, RawEvent, RawLib, Record, Stat, StatKey, THREAD_SLOTS, decode_batch, decode_records,
 };
 use causeway_bpf::libbpf_rs::{Link, MapCore, MapFlags, RingBufferBuilder};
-use causeway_bpf::load::{LoadConfig, open_and_load, uprobe_multi_supported};
+use causeway_bpf::load::{
+    LoadConfig, open_and_load, sock_tracepoints_supported, uprobe_multi_supported,
+};
 use causeway_bpf::skel::CausewaySkel;
 use causeway_store::ModeSwitch;
 use causeway_store::catalog::op_by_id;
@@ -113,6 +115,7 @@ pub(crate) fn record(
         calib_tid: me,
         multi: uprobe_multi_supported() && !args.classic_uprobes,
         map_hook: !args.no_map_hook,
+        sock_tracepoints: !args.no_host && sock_tracepoints_supported(),
     };
     let (boot_start_ns, start_ns) = (host::boottime_ns(), causeway_store::now_ns());
     let (mut storage, mut retry) = (MaybeUninit::uninit(), MaybeUninit::uninit());

@@ -113,6 +113,10 @@ pub struct OpInfo {
 
 const CALL: &str = "time from entry to return of the call (ns)";
 const UNUSED: &str = "unused (0)";
+/// Live traces see socket calls at the kernel's socket tracepoints where it has them (Linux
+/// >= 6.3), which do not show a call's start (bpf net.h); older kernels and imports time the
+/// whole system call.
+const SOCKET: &str = "time blocked in the call (ns): from its first block to its return, 0 if it did not block (on kernels < 6.3 and in imports: entry to return)";
 
 macro_rules! ops {
     ($( $id:literal $src:ident $name:literal $ref:literal : $desc:literal ; dur $dur:expr ; a0 $a0:expr ; a1 $a1:expr ;)*) => {
@@ -168,8 +172,8 @@ ops! {
     131 Io "block_write" "" : "Block device write request"; dur "issue to completion (ns)"; a0 "bytes"; a1 "device number (major << 20 | minor)";
     132 Io "block_discard" "" : "Block device discard/trim request"; dur "issue to completion (ns)"; a0 "bytes"; a1 "device number (major << 20 | minor)";
     150 Tcp "tcp_retransmit" "" : "TCP segment retransmitted (host-wide: pid is whichever task was current)"; dur "0"; a0 "remote port"; a1 "address family (2 = IPv4, 10 = IPv6)";
-    170 Net "net_send" "" : "Socket send family syscall (send, sendto, sendmsg, write on a socket)"; dur CALL; a0 "bytes sent (negative = error)"; a1 "file descriptor";
-    171 Net "net_recv" "" : "Socket receive family syscall (recv, recvfrom, recvmsg, read on a socket)"; dur CALL; a0 "bytes received (negative = error)"; a1 "file descriptor";
+    170 Net "net_send" "" : "Socket send family call (send, sendto, sendmsg, write on a socket)"; dur SOCKET; a0 "bytes sent (negative = error)"; a1 "file descriptor";
+    171 Net "net_recv" "" : "Socket receive family call (recv, recvfrom, recvmsg, read on a socket)"; dur SOCKET; a0 "bytes received (negative = error)"; a1 "file descriptor";
     200 Nccl "ncclAllReduce" "" : "NCCL all-reduce (enqueue)"; dur CALL; a0 "bytes"; a1 "communicator handle";
     201 Nccl "ncclBroadcast" "" : "NCCL broadcast (enqueue)"; dur CALL; a0 "bytes"; a1 "communicator handle";
     202 Nccl "ncclReduce" "" : "NCCL reduce (enqueue)"; dur CALL; a0 "bytes"; a1 "communicator handle";

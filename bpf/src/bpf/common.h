@@ -33,6 +33,7 @@ const volatile __u8 uprobes_enrol = 0;    /* 1: any process calling a probed lib
 const volatile __u8 stacks_enabled = 0;   /* 1: record the user stack of every call in full mode */
 const volatile __u32 calib_tid = 0;       /* the collector's calibration thread: probes fire for it */
 const volatile __u64 ringbuf_bytes = 8 << 20; /* size of `events` (set with its max_entries) */
+const volatile __u8 net_sock_tps = 0;     /* 1: socket calls from sock_{send,recv}_length (net.h) */
 
 /* Dummies so libbpf-cargo emits Rust types for the ABI structs (abi.rs checks the layout). */
 struct cw_event cw_event_abi = {};

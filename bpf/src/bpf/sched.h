@@ -10,6 +10,7 @@
 #define CAUSEWAY_SCHED_H
 
 #include "common.h"
+#include "net.h" /* cw_net_blocking */
 
 struct offcpu {
 	__u64 ts;
@@ -53,6 +54,8 @@ int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct tas
 		o.cgroup_id = bpf_get_current_cgroup_id();
 		bpf_get_current_comm(o.comm, sizeof(o.comm));
 		bpf_map_update_elem(&offcpu, &ptid, &o, BPF_ANY);
+		if (o.state == 1)
+			cw_net_blocking(prev, ptid, now);
 	}
 
 	__u32 ntid = next->pid, ntgid = next->tgid;

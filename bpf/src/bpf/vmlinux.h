@@ -177,6 +177,7 @@ struct super_block {
 };
 
 struct inode {
+	unsigned short i_mode;
 	unsigned long i_ino;
 	struct super_block *i_sb;
 };

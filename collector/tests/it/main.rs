@@ -8,6 +8,7 @@ mod calls;
 mod discovery;
 mod lifecycle;
 mod mapped;
+mod net;
 mod overhead;
 mod overrun;
 mod real_runtime;

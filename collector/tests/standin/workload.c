@@ -12,6 +12,8 @@
 //                      stack_leaf, and stack_root -> stack_leaf), then lives on for 100 ms
 //   phases HOT IDLE N  back-to-back launches for HOT ms, idle for IDLE ms, then N launches 1 ms apart
 //   spin N MS          N cudaLaunchKernel calls, then MS ms on the CPU without a system call
+//   net MS OUT         socket calls in a known pattern (see mode_net); OUT gets the main thread's
+//                      tid, the helper's tid and the socket pair's descriptors
 //   late MS            wait MS from the start, then 3 cudaMalloc, 2 cudaMemcpy, 200 cudaLaunchKernel
 //                      (the mix of loader.c), for a wrapper that execs this program
 //   syscalls N OUT     N getppid system calls back to back; "N ns cpu" in OUT as for rate
@@ -27,7 +29,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -311,6 +316,75 @@ static int mode_spin(int n, int ms)
 	return 0;
 }
 
+static int net_fd[2];
+static int net_ms;
+static pid_t net_helper_tid;
+
+static void *net_helper(void *arg)
+{
+	(void)arg;
+	char buf[1000];
+	memset(buf, 'x', sizeof(buf));
+	net_helper_tid = (pid_t)syscall(SYS_gettid);
+	usleep((useconds_t)net_ms * 1000);
+	send(net_fd[1], buf, sizeof(buf), 0);   /* wakes the main thread's recv after net_ms */
+	char in[300];
+	long got = 0;
+	while (got < (long)sizeof(in)) {        /* read(2) on a socket: a receive */
+		long r = read(net_fd[1], in + got, sizeof(in) - got);
+		if (r <= 0)
+			break;
+		got += r;
+	}
+	return NULL;
+}
+
+/* A socket pair: the main thread blocks in recv(2) for net_ms until the helper sends 1000
+ * bytes, then write(2)s 300 bytes the helper read(2)s; a UDP datagram of 64 bytes goes out with
+ * sendto(2) and comes back with recvfrom(2); a pipe carries bytes too (not a socket: not
+ * counted). Socket calls: 3 sends (1000, 300, 64 bytes), receives of 1000, 300 and 64 bytes. */
+static int mode_net(int ms, const char *out)
+{
+	net_ms = ms;
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, net_fd))
+		return 1;
+	pthread_t t;
+	pthread_create(&t, NULL, net_helper, NULL);
+	char buf[1000];
+	long got = 0;
+	while (got < (long)sizeof(buf)) {
+		long r = recv(net_fd[0], buf + got, sizeof(buf) - got, 0);
+		if (r <= 0)
+			return 1;
+		got += r;
+	}
+	char reply[300];
+	memset(reply, 'y', sizeof(reply));
+	if (write(net_fd[0], reply, sizeof(reply)) != (long)sizeof(reply))
+		return 1;
+	pthread_join(t, NULL);
+
+	int u = socket(AF_INET, SOCK_DGRAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	if (u < 0 || bind(u, (struct sockaddr *)&a, sizeof(a)) || getsockname(u, (struct sockaddr *)&a, &len))
+		return 1;
+	char dgram[64] = { 0 };
+	if (sendto(u, dgram, sizeof(dgram), 0, (struct sockaddr *)&a, sizeof(a)) != (long)sizeof(dgram) ||
+	    recvfrom(u, dgram, sizeof(dgram), 0, NULL, NULL) != (long)sizeof(dgram))
+		return 1;
+
+	int p[2];
+	if (pipe(p) || write(p[1], dgram, 8) != 8 || read(p[0], dgram, 8) != 8)
+		return 1;
+	FILE *f = fopen(out, "w");
+	if (!f)
+		return 1;
+	fprintf(f, "%ld %d %d %d\n", (long)syscall(SYS_gettid), (int)net_helper_tid, net_fd[0], net_fd[1]);
+	fclose(f);
+	return 0;
+}
+
 static int mode_late(int ms)
 {
 	usleep((useconds_t)ms * 1000);
@@ -397,6 +471,8 @@ int main(int argc, char **argv)
 		return mode_hold(atoi(argv[2]));
 	if (!strcmp(m, "spin") && argc > 3)
 		return mode_spin(atoi(argv[2]), atoi(argv[3]));
+	if (!strcmp(m, "net") && argc > 3)
+		return mode_net(atoi(argv[2]), argv[3]);
 	if (!strcmp(m, "late") && argc > 2)
 		return mode_late(atoi(argv[2]));
 	if (!strcmp(m, "collide") && argc > 5)

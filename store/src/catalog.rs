@@ -113,8 +113,8 @@ pub struct OpInfo {
 
 const CALL: &str = "time from entry to return of the call (ns)";
 const UNUSED: &str = "unused (0)";
-/// Live traces see socket calls at the kernel's socket tracepoints where it has them (Linux
-/// >= 6.3), which do not show a call's start (bpf net.h); older kernels and imports time the
+/// Live traces see socket calls at the kernel's socket tracepoints where it has them (Linux 6.3
+/// and later), which do not show a call's start (bpf net.h); older kernels and imports time the
 /// whole system call.
 const SOCKET: &str = "time blocked in the call (ns): from its first block to its return, 0 if it did not block (on kernels < 6.3 and in imports: entry to return)";
 

@@ -47,14 +47,16 @@ struct {
 } net_start SEC(".maps");
 
 /* Send (OP_NET_SEND) or receive (OP_NET_RECV) for the socket system call `nr`, 0 for other
- * calls; read/write/readv/writev count when `fd` of `t` is a socket. */
+ * calls; read/write/readv/writev/sendfile count when `fd` (their first argument) of `t` is a
+ * socket. */
 static __always_inline __u16 cw_sock_op(struct task_struct *t, long nr, __u64 fd)
 {
 	if (nr == CW_NR_SENDTO || nr == CW_NR_SENDMSG || nr == CW_NR_SENDMMSG)
 		return OP_NET_SEND;
 	if (nr == CW_NR_RECVFROM || nr == CW_NR_RECVMSG || nr == CW_NR_RECVMMSG)
 		return OP_NET_RECV;
-	if (nr != CW_NR_READ && nr != CW_NR_WRITE && nr != CW_NR_READV && nr != CW_NR_WRITEV)
+	if (nr != CW_NR_READ && nr != CW_NR_WRITE && nr != CW_NR_READV && nr != CW_NR_WRITEV &&
+	    nr != CW_NR_SENDFILE)
 		return 0;
 	struct file *f = cw_fd_file(t, fd);
 	if (!f || (BPF_CORE_READ(f, f_inode, i_mode) & 0170000) != 0140000) /* S_ISSOCK */
@@ -99,8 +101,7 @@ static __always_inline void cw_sock_done(__u16 op, int ret)
 	if (fd < 0) {
 		struct task_struct *t = bpf_get_current_task_btf();
 		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
-		long nr = regs ? regs->orig_ax : -1;
-		if (nr == CW_NR_SENDFILE || cw_sock_op(t, nr, regs ? regs->di : 0))
+		if (regs && cw_sock_op(t, regs->orig_ax, regs->di))
 			fd = regs->di;
 	}
 	__u64 dur = now - ts;

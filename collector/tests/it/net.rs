@@ -19,8 +19,8 @@ fn socket_calls_are_recorded_with_bytes_descriptor_and_blocked_time() {
         .collect();
     let (main, helper, fd0, fd1) = (ids[0], ids[1], ids[2], ids[3]);
     // Every socket call, and nothing for the pipe: events and the kernel's counts agree.
-    assert_eq!(op_totals(&db, "net_send"), (3, 3), "(events, kernel calls)");
-    assert_eq!(op_totals(&db, "net_recv"), (3, 3), "(events, kernel calls)");
+    assert_eq!(op_totals(&db, "net_send"), (4, 4), "(events, kernel calls)");
+    assert_eq!(op_totals(&db, "net_recv"), (4, 4), "(events, kernel calls)");
     let calls = |op: &str| {
         rows(
             &db,
@@ -32,10 +32,16 @@ fn socket_calls_are_recorded_with_bytes_descriptor_and_blocked_time() {
     };
     let sends = calls("net_send");
     let recvs = calls("net_recv");
-    // (tid, bytes, descriptor) of each, in order: send(2) and write(2) on the pair, then UDP.
+    // (tid, bytes) of each, in order: send(2) and write(2) on the pair, UDP, sendfile(2).
     let who = |v: &[Vec<i64>]| v.iter().map(|r| (r[0], r[1])).collect::<Vec<_>>();
-    assert_eq!(who(&sends), [(helper, 1000), (main, 300), (main, 64)]);
-    assert_eq!(who(&recvs), [(main, 1000), (helper, 300), (main, 64)]);
+    assert_eq!(
+        who(&sends),
+        [(helper, 1000), (main, 300), (main, 64), (main, 512)]
+    );
+    assert_eq!(
+        who(&recvs),
+        [(main, 1000), (helper, 300), (main, 64), (main, 512)]
+    );
     assert_eq!(
         (sends[0][2], sends[1][2]),
         (fd1, fd0),
@@ -54,4 +60,10 @@ fn socket_calls_are_recorded_with_bytes_descriptor_and_blocked_time() {
     );
     // The datagram was waiting: its receive did not block.
     assert!(recvs[2][3] < 5_000_000, "recvfrom took {} ns", recvs[2][3]);
+    // sendfile(2)'s descriptor is its socket (its first argument).
+    assert_eq!(
+        sends[3][2],
+        recvs[3][2] - 1,
+        "sendfile on one end, recv on the other"
+    );
 }

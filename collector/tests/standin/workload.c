@@ -32,6 +32,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -341,8 +342,9 @@ static void *net_helper(void *arg)
 
 /* A socket pair: the main thread blocks in recv(2) for net_ms until the helper sends 1000
  * bytes, then write(2)s 300 bytes the helper read(2)s; a UDP datagram of 64 bytes goes out with
- * sendto(2) and comes back with recvfrom(2); a pipe carries bytes too (not a socket: not
- * counted). Socket calls: 3 sends (1000, 300, 64 bytes), receives of 1000, 300 and 64 bytes. */
+ * sendto(2) and comes back with recvfrom(2); 512 bytes of a file go out on a second pair with
+ * sendfile(2) and are recv(2)'d; a pipe carries bytes too (not a socket: not counted). Socket
+ * calls: 4 sends (1000, 300, 64, 512 bytes), receives of 1000, 300, 64 and 512 bytes. */
 static int mode_net(int ms, const char *out)
 {
 	net_ms = ms;
@@ -372,6 +374,14 @@ static int mode_net(int ms, const char *out)
 	char dgram[64] = { 0 };
 	if (sendto(u, dgram, sizeof(dgram), 0, (struct sockaddr *)&a, sizeof(a)) != (long)sizeof(dgram) ||
 	    recvfrom(u, dgram, sizeof(dgram), 0, NULL, NULL) != (long)sizeof(dgram))
+		return 1;
+
+	int sp[2];
+	FILE *tmp = tmpfile();
+	char chunk[512] = { 0 };
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) || !tmp || fwrite(chunk, 1, sizeof(chunk), tmp) != sizeof(chunk) ||
+	    fflush(tmp) || sendfile(sp[0], fileno(tmp), &(off_t){ 0 }, sizeof(chunk)) != (long)sizeof(chunk) ||
+	    recv(sp[1], chunk, sizeof(chunk), MSG_WAITALL) != (long)sizeof(chunk))
 		return 1;
 
 	int p[2];

@@ -44,9 +44,12 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	__u64 now = bpf_ktime_get_ns();
+	/* The clock is read only for a traced thread: this runs at every context switch of the
+	 * machine, and a clock read costs ~55 ns on the development VM (docs/benchmarks.md). */
+	__u64 now = 0;
 	__u32 ptid = prev->pid, ptgid = prev->tgid;
 	if (ptid && cw_is_target(ptgid)) {
+		now = bpf_ktime_get_ns();
 		struct offcpu o = {};
 		o.ts = now;
 		o.next_pid = next->pid;
@@ -61,6 +64,8 @@ int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	__u32 ntid = next->pid, ntgid = next->tgid;
 	if (!ntid || !cw_is_target(ntgid))
 		return 0;
+	if (!now)
+		now = bpf_ktime_get_ns();
 
 	struct offcpu *op = bpf_map_lookup_elem(&offcpu, &ntid);
 	if (op) {

@@ -115,7 +115,7 @@ pub(crate) fn record(
         calib_tid: me,
         multi: uprobe_multi_supported() && !args.classic_uprobes,
         map_hook: !args.no_map_hook,
-        sock_tracepoints: !args.no_host && sock_tracepoints_supported(),
+        sock_tracepoints: !args.no_host && !args.net_syscalls && sock_tracepoints_supported(),
     };
     let (boot_start_ns, start_ns) = (host::boottime_ns(), causeway_store::now_ns());
     let (mut storage, mut retry) = (MaybeUninit::uninit(), MaybeUninit::uninit());

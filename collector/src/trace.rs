@@ -126,6 +126,13 @@ pub struct TraceArgs {
     /// the periodic rescan of /proc/PID/maps only (every 1 s, 2 s for all processes).
     #[arg(long, hide = true)]
     pub no_map_hook: bool,
+    /// Time socket calls from system call entry to exit (whole-call durations, the send/recv
+    /// family only; the path used on kernels before 6.3) instead of from their first block to
+    /// their return; every system call on the machine pays for it (~170 ns each on the
+    /// development VM), and every probed call's return where uretprobes return through a
+    /// system call
+    #[arg(long)]
+    pub net_syscalls: bool,
     /// Command to start and trace with its process tree until it exits (after `--`).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,

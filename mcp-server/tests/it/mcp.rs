@@ -201,7 +201,17 @@ fn get_check_is_what_causeway_check_prints() {
         .iter()
         .map(|i| i["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["kernel", "btf", "privileges", "uprobes", "tracefs"]);
+    assert_eq!(
+        names,
+        [
+            "kernel",
+            "btf",
+            "privileges",
+            "uprobes",
+            "tracefs",
+            "sockets"
+        ]
+    );
 }
 
 /// 2026-07-28 is stateless (`server/discover`, exercised by conformance/run-e2e.sh with the

@@ -37,8 +37,8 @@ pub struct LoadConfig {
     /// classic uprobe ones; see [`uprobe_multi_supported`].
     pub multi: bool,
     /// Report CUDA libraries mapped by traced processes (mmap.h, `cw_lib_mmap` on
-    /// `tp_btf/mmap_lock_released`). Where it fails to load, load again without it: the collector then finds new libraries
-    /// by its periodic rescan only.
+    /// `tp_btf/mmap_lock_released`). Where it fails to load, load again without it: the
+    /// collector then finds new libraries by its periodic rescan only.
     pub map_hook: bool,
     /// Time socket calls at the sock_send_length/sock_recv_length tracepoints (net.h) rather
     /// than at sys_enter/sys_exit; see [`sock_tracepoints_supported`].

@@ -17,9 +17,10 @@
 //
 // Full-mode events of a thread with an array slot are not reserved in the ring one by one: they
 // are written to the thread's batch (`batches`, same slot) and copied into the ring CW_BATCH at a
-// time, as one record of CW_BATCH events back to back. A reserve and submit pair costs 40-80 ns
-// on the development VM (the ring's lock and the producer position shared with the consumer's
-// CPU); one per call was most of what full mode cost above aggregate mode. A batch is flushed
+// time, as one record of CW_BATCH events back to back. A reserve and submit pair cost about
+// 80 ns of BPF time on the development VM (the ring's lock and the producer position shared with
+// the consumer's CPU; docs/benchmarks.md); one per call was most of what full mode cost above
+// aggregate mode. A batch is flushed
 // when it is full, at a call whose batch is older than CW_BATCH_AGE_NS, when its thread leaves
 // the CPU (`cw_calls_switch`), when the thread exits (proc.h), and by user space at the end of
 // the trace, after the programs are detached. A thread keeping its state in task storage submits

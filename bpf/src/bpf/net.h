@@ -46,15 +46,24 @@ struct {
 	__type(value, struct net_start);
 } net_start SEC(".maps");
 
-/* Send (OP_NET_SEND) or receive (OP_NET_RECV) for the socket system call `nr`, 0 for other
- * calls; read/write/readv/writev/sendfile count when `fd` (their first argument) of `t` is a
- * socket. */
-static __always_inline __u16 cw_sock_op(struct task_struct *t, long nr, __u64 fd)
+/* Send (OP_NET_SEND) or receive (OP_NET_RECV) for a send/recv family system call `nr`, else 0. */
+static __always_inline __u16 cw_sock_family_op(long nr)
 {
 	if (nr == CW_NR_SENDTO || nr == CW_NR_SENDMSG || nr == CW_NR_SENDMMSG)
 		return OP_NET_SEND;
 	if (nr == CW_NR_RECVFROM || nr == CW_NR_RECVMSG || nr == CW_NR_RECVMMSG)
 		return OP_NET_RECV;
+	return 0;
+}
+
+/* Send (OP_NET_SEND) or receive (OP_NET_RECV) for the socket system call `nr`, 0 for other
+ * calls; read/write/readv/writev/sendfile count when `fd` (their first argument) of `t` is a
+ * socket. */
+static __always_inline __u16 cw_sock_op(struct task_struct *t, long nr, __u64 fd)
+{
+	__u16 op = cw_sock_family_op(nr);
+	if (op)
+		return op;
 	if (nr != CW_NR_READ && nr != CW_NR_WRITE && nr != CW_NR_READV && nr != CW_NR_WRITEV &&
 	    nr != CW_NR_SENDFILE)
 		return 0;
@@ -81,6 +90,30 @@ static __always_inline void cw_net_blocking(struct task_struct *t, __u32 tid, __
 	bpf_map_update_elem(&net_start, &tid, &s, BPF_NOEXIST);
 }
 
+/* Counts one socket call of thread `tid` of `tgid` (started at `ts`, `dur` ns, returned `ret`,
+ * on descriptor `fd`) and emits its event. */
+static __always_inline void cw_emit_net(__u32 tgid, __u32 tid, __u16 op, __u64 ts, __u64 dur,
+					long ret, __s64 fd)
+{
+	if (!cw_account(tgid, op, dur, ret > 0 ? ret : 0))
+		return;
+	struct cw_event *e = cw_reserve(op);
+	if (!e)
+		return;
+	e->kind = CW_KIND_NET;
+	e->op = op;
+	e->pid = tgid;
+	e->tid = tid;
+	e->ret = ret < 0 ? ret : 0;
+	e->ts = ts;
+	e->duration = dur;
+	e->arg0 = ret;
+	e->arg1 = fd;
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	cw_commit(e);
+}
+
 /* A socket send or receive of the current thread returned `ret`. */
 static __always_inline void cw_sock_done(__u16 op, int ret)
 {
@@ -104,24 +137,7 @@ static __always_inline void cw_sock_done(__u16 op, int ret)
 		if (regs && cw_sock_op(t, regs->orig_ax, regs->di))
 			fd = regs->di;
 	}
-	__u64 dur = now - ts;
-	if (!cw_account(tgid, op, dur, ret > 0 ? ret : 0))
-		return;
-	struct cw_event *e = cw_reserve(op);
-	if (!e)
-		return;
-	e->kind = CW_KIND_NET;
-	e->op = op;
-	e->pid = tgid;
-	e->tid = tid;
-	e->ret = ret < 0 ? ret : 0;
-	e->ts = ts;
-	e->duration = dur;
-	e->arg0 = ret;
-	e->arg1 = fd;
-	e->cgroup_id = bpf_get_current_cgroup_id();
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	cw_commit(e);
+	cw_emit_net(tgid, tid, op, ts, now - ts, ret, fd);
 }
 
 SEC("tp_btf/sock_send_length")
@@ -168,12 +184,8 @@ int BPF_PROG(cw_tcp_retransmit, const struct sock *sk, const struct sk_buff *skb
 SEC("tp_btf/sys_enter")
 int BPF_PROG(cw_sys_enter, struct pt_regs *regs, long id)
 {
-	__u16 op;
-	if (id == CW_NR_SENDTO || id == CW_NR_SENDMSG || id == CW_NR_SENDMMSG)
-		op = OP_NET_SEND;
-	else if (id == CW_NR_RECVFROM || id == CW_NR_RECVMSG || id == CW_NR_RECVMMSG)
-		op = OP_NET_RECV;
-	else
+	__u16 op = cw_sock_family_op(id);
+	if (!op)
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!cw_is_target(pid_tgid >> 32))
@@ -197,25 +209,7 @@ int BPF_PROG(cw_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	struct net_start s = *sp;
 	bpf_map_delete_elem(&net_start, &tid);
-	__u32 tgid = pid_tgid >> 32;
-	__u64 dur = bpf_ktime_get_ns() - s.ts;
-	if (!cw_account(tgid, s.op, dur, ret > 0 ? ret : 0))
-		return 0;
-	struct cw_event *e = cw_reserve(s.op);
-	if (!e)
-		return 0;
-	e->kind = CW_KIND_NET;
-	e->op = s.op;
-	e->pid = tgid;
-	e->tid = tid;
-	e->ret = ret < 0 ? ret : 0;
-	e->ts = s.ts;
-	e->duration = dur;
-	e->arg0 = ret;
-	e->arg1 = s.fd;
-	e->cgroup_id = bpf_get_current_cgroup_id();
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	cw_commit(e);
+	cw_emit_net(pid_tgid >> 32, tid, s.op, s.ts, bpf_ktime_get_ns() - s.ts, ret, s.fd);
 	return 0;
 }
 

@@ -36,11 +36,11 @@ pub const THREAD_SLOTS: u32 = 4096;
 /// this many events back to back.
 pub const BATCH: usize = 8;
 /// Size in bytes of one `struct cw_batch` (a `batches` map value).
-pub const BATCH_SIZE: usize = 48 + EVENT_SIZE * BATCH;
+pub const BATCH_SIZE: usize = BATCH_EVENTS + EVENT_SIZE * BATCH;
 /// Kind tag of a call event (`CW_KIND_CALL`).
 const KIND_CALL: u8 = 1;
 /// Offset of the events in a `struct cw_batch`.
-const BATCH_EVENTS: usize = 48;
+pub const BATCH_EVENTS: usize = 48;
 /// Slot of the `drops` array that counts lost stack records (`CW_DROP_STACK`).
 pub const DROP_STACK: u32 = 0;
 

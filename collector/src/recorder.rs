@@ -624,3 +624,49 @@ fn rescan(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use causeway_bpf::abi::{BATCH_EVENTS, BATCH_SIZE, EVENT_SIZE};
+
+    /// A `batches` value holding call events of `tids` (kind, op and pid set).
+    fn batch(tids: &[u32]) -> Vec<u8> {
+        let mut v = vec![0u8; BATCH_SIZE];
+        v[0..4].copy_from_slice(&(tids.len() as u32).to_le_bytes());
+        for (i, tid) in tids.iter().enumerate() {
+            let e = &mut v[BATCH_EVENTS + i * EVENT_SIZE..][..EVENT_SIZE];
+            e[0] = 1; // CW_KIND_CALL
+            e[2..4].copy_from_slice(&3u16.to_le_bytes());
+            e[4..8].copy_from_slice(&4242u32.to_le_bytes());
+            e[8..12].copy_from_slice(&tid.to_le_bytes());
+        }
+        v
+    }
+
+    /// The end-of-trace read of the events left in the threads' batches, on the real map of a
+    /// loaded object: every event of every slot that has some, in slot order. (Whether a thread
+    /// still has events there when a trace ends depends on the scheduler, so the integration test
+    /// `calls::events_still_batched_when_the_trace_ends_are_stored` cannot force this path.)
+    #[test]
+    fn events_left_in_the_batches_are_read_at_the_end() {
+        if std::env::var_os("CAUSEWAY_SKIP_BPF_TESTS").is_some() {
+            return;
+        }
+        let mut storage = MaybeUninit::uninit();
+        let cfg = LoadConfig {
+            host: false,
+            ..LoadConfig::default()
+        };
+        let skel = open_and_load(&mut storage, &cfg)
+            .expect("load (needs root; CAUSEWAY_SKIP_BPF_TESTS=1 skips)");
+        for (slot, tids) in [(7u32, &[70u32, 71][..]), (THREAD_SLOTS - 1, &[4095][..])] {
+            skel.maps
+                .batches
+                .update(&slot.to_ne_bytes(), &batch(tids), MapFlags::ANY)
+                .unwrap();
+        }
+        let tids: Vec<u32> = unflushed_events(&skel).iter().map(|e| e.tid).collect();
+        assert_eq!(tids, [70, 71, 4095]);
+    }
+}

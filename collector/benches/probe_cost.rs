@@ -3,14 +3,16 @@
 //! 1. CPU time per call (of the workload process) on the stand-in `cudaLaunchKernel`,
 //!    interleaved in the same run: no probe, the bare empty uprobe+uretprobe pair (and the bare
 //!    uprobe alone), and causeway's probes through a full `run_trace` in full, entry-only and
-//!    aggregate mode (`--no-host`), and in full mode with the host programs (the default). Twice: the stand-in as the tests
-//!    build it (its first instruction, a `mov`, is single-stepped by the kernel) and built with
-//!    frame pointers (a `push rbp`, which the kernel emulates).
+//!    aggregate mode (`--no-host`), and in full mode with the host programs (the default).
+//!    Twice: the stand-in as the tests build it (its first instruction, a `mov`, is
+//!    single-stepped by the kernel) and built with frame pointers (a `push rbp`, which the
+//!    kernel emulates).
 //! 2. The calibration every trace makes, per kind of first instruction (ours vs bare).
 //! 4. (after 1 and 2) What system calls cost under a trace: CPU ns per `getppid` and per
 //!    anonymous mmap + munmap pair of a workload traced with `--no-host --no-map-hook`, with
 //!    `--no-host` (the library-load hook on the mmap lock's release), by default (the host
-//!    programs, sys_enter/sys_exit among them), and untraced.
+//!    programs too; sys_enter/sys_exit only on kernels without the socket tracepoints), and
+//!    untraced.
 //! 3. Sustained recording: calls paced to CAUSEWAY_BENCH_RATE per second (default 100,000) on
 //!    two threads for a few seconds, in full mode: events/s stored, drops, the collector's CPU
 //!    (share of one core, sampled while the workload runs, calibration excluded), RSS, and the
@@ -161,10 +163,10 @@ fn ours(
     (per_call(out), s)
 }
 
-/// CPU ns per system call of the workload (part 4), medians over `rounds`: getppid (the cost
-/// of a program on sys_enter/sys_exit, which every system call and, where uretprobes return
-/// through a system call, every probed return pays) and an anonymous mmap + munmap pair (the
-/// path the library-load hook sits on).
+/// CPU ns per system call of the workload (part 4), medians over `rounds`: getppid (shows any
+/// program on sys_enter/sys_exit, which every system call and, where uretprobes return through
+/// a system call, every probed return would pay) and an anonymous mmap + munmap pair (the path
+/// the library-load hook sits on).
 fn syscall_table(s: &standin::Standin, dir: &Path, rounds: usize) {
     let calls = env_u64("CAUSEWAY_BENCH_SYSCALLS", 1_000_000);
     let out = dir.join("syscalls.txt");

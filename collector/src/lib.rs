@@ -19,6 +19,7 @@ mod recorder;
 mod sink;
 mod stacks;
 mod trace;
+mod trim;
 
 pub use check::{CheckReport, check};
 pub use error::CollectorError;

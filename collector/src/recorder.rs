@@ -217,6 +217,9 @@ pub(crate) fn record(
     } else {
         None
     };
+    // Set up: what start-up alone touched is given back before recording (trim.rs).
+    let released = crate::trim::release_startup_pages();
+    debug!(mib = released >> 20, "start-up pages released");
     if let Some(f) = on_ready {
         f();
     }

@@ -1,0 +1,200 @@
+//! Gives back the memory that only the tracer's start-up used, once it is recording.
+//!
+//! Start-up touches far more than recording needs: the dynamic linker reads libduckdb.so's
+//! symbol and string tables whole while it relocates the library, DuckDB runs the start-up code
+//! of every extension the prebuilt library carries, and libbpf parses the kernel's BTF on the
+//! heap. Those pages stay counted in the process's RSS until something unmaps them
+//! (docs/benchmarks.md, seventh pass: about 17 MiB of libduckdb.so's 31 MiB resident were
+//! start-up only). So once the trace is set up:
+//!
+//! - every read-only, file-backed mapping holding no private (copied-on-write) page is dropped
+//!   from the page tables with `MADV_DONTNEED`: the pages stay in the page cache, and those
+//!   recording uses come back at their next touch as minor faults. Mappings with private pages
+//!   (the relocated read-only-after-relocation part of a library) are left alone, since
+//!   `MADV_DONTNEED` would discard their contents.
+//! - glibc's allocator returns its free pages (`malloc_trim`).
+//!
+//! No crate does this; the two calls are a few lines over `nix` and `libc`.
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+use nix::sys::mman::{MmapAdvise, madvise};
+use tracing::debug;
+
+/// A mapping of /proc/self/smaps that may be dropped: its range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Droppable {
+    pub start: usize,
+    pub len: usize,
+}
+
+/// The read-only, file-backed mappings of an smaps text with no anonymous (private copy) page.
+/// The vdso, the ring buffer's `anon_inode` and other pseudo-files are not files: skipped.
+pub(crate) fn droppable(smaps: &str) -> Vec<Droppable> {
+    let mut out = Vec::new();
+    let mut cur: Option<Droppable> = None;
+    let mut close = |cur: &mut Option<Droppable>, anonymous_kb: Option<u64>| {
+        if let (Some(d), Some(0)) = (cur.take(), anonymous_kb) {
+            out.push(d);
+        }
+    };
+    let mut anonymous = None;
+    for line in smaps.lines() {
+        if let Some(m) = parse_header(line) {
+            close(&mut cur, anonymous);
+            anonymous = None;
+            cur = m;
+        } else if let Some(v) = line.strip_prefix("Anonymous:") {
+            anonymous = v.trim().trim_end_matches("kB").trim().parse().ok();
+        }
+    }
+    close(&mut cur, anonymous);
+    out
+}
+
+/// `Some(None)` for a header line of a mapping not to drop, `Some(Some(..))` for one to drop,
+/// `None` for a line that is not a header.
+fn parse_header(line: &str) -> Option<Option<Droppable>> {
+    let mut f = line.split_ascii_whitespace();
+    let range = f.next()?;
+    let (a, b) = range.split_once('-')?;
+    let (start, end) = (
+        usize::from_str_radix(a, 16).ok()?,
+        usize::from_str_radix(b, 16).ok()?,
+    );
+    let perms = f.next()?;
+    if perms.len() != 4 {
+        return None;
+    }
+    let (_offset, _dev, inode) = (f.next()?, f.next()?, f.next()?);
+    let path = f.collect::<Vec<_>>().join(" ");
+    let file = inode != "0" && path.starts_with('/');
+    let read_only = perms.starts_with('r') && &perms[1..2] == "-";
+    Some((file && read_only && end > start).then_some(Droppable {
+        start,
+        len: end - start,
+    }))
+}
+
+/// Drops start-up pages (module comment); returns the bytes of mappings advised. Best effort:
+/// a failure costs memory, never correctness, so it is logged and ignored.
+pub(crate) fn release_startup_pages() -> usize {
+    let mut advised = 0;
+    match std::fs::read_to_string("/proc/self/smaps") {
+        Ok(smaps) => {
+            for d in droppable(&smaps) {
+                let Some(addr) = NonNull::new(d.start as *mut c_void) else {
+                    continue;
+                };
+                #[allow(unsafe_code)]
+                // SAFETY (unsafe_code allowed for this call only): the range is one whole
+                // mapping that is read-only and backed by a file, and held no private page
+                // when smaps was read. Nothing in this process can write to it
+                // (that would take an mprotect, which none of our code or libraries does
+                // after start-up), so every page dropped is an unmodified page of the file and
+                // reads back identical from it at the next touch.
+                let r = unsafe { madvise(addr, d.len, MmapAdvise::MADV_DONTNEED) };
+                match r {
+                    Ok(()) => advised += d.len,
+                    Err(e) => debug!(start = d.start, len = d.len, %e, "madvise"),
+                }
+            }
+        }
+        Err(e) => debug!(%e, "reading /proc/self/smaps"),
+    }
+    #[allow(unsafe_code)]
+    // SAFETY (unsafe_code allowed for this call only): malloc_trim takes no pointer and only
+    // returns free memory of glibc's allocator to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    advised
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMAPS: &str = "\
+5555d000-5555e000 r--p 00000000 08:01 1234 /usr/lib/libduckdb.so
+Rss:                   4 kB
+Anonymous:             0 kB
+5555e000-55560000 r-xp 00001000 08:01 1234 /usr/lib/libduckdb.so
+Anonymous:             0 kB
+55560000-55561000 r--p 00003000 08:01 1234 /usr/lib/libduckdb.so
+Anonymous:             4 kB
+55561000-55562000 rw-p 00004000 08:01 1234 /usr/lib/libduckdb.so
+Anonymous:             0 kB
+55562000-55563000 r--s 00000000 00:0e 99 anon_inode:bpf-map
+Anonymous:             0 kB
+7ffd0000-7ffd2000 r-xp 00000000 00:00 0 [vdso]
+Anonymous:             0 kB
+7f000000-7f001000 r--p 00000000 08:01 77 /opt/with space/lib.so
+Anonymous:             0 kB
+7f100000-7f102000 r--s 00000000 08:01 78 /usr/lib/libcuda.so.1
+Anonymous:             0 kB
+";
+
+    #[test]
+    fn only_read_only_file_mappings_without_private_copies_are_dropped() {
+        assert_eq!(
+            droppable(SMAPS),
+            vec![
+                Droppable {
+                    start: 0x5555d000,
+                    len: 0x1000
+                },
+                Droppable {
+                    start: 0x5555e000,
+                    len: 0x2000
+                },
+                Droppable {
+                    start: 0x7f000000,
+                    len: 0x1000
+                },
+                Droppable {
+                    start: 0x7f100000,
+                    len: 0x2000
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_mapping_without_an_anonymous_line_is_kept() {
+        assert!(droppable("5555d000-5555e000 r--p 00000000 08:01 1234 /lib/x.so\n").is_empty());
+    }
+
+    /// The Rss of the mapping starting at `start`, in kB.
+    fn rss_kb_at(start: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let head = format!("{start:x}-");
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
+        assert!(lines.next().is_some(), "mapping {head} not in smaps");
+        let rss = lines.find(|l| l.starts_with("Rss:")).unwrap();
+        rss[4..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn dropped_pages_leave_rss_and_read_back_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data");
+        let bytes: Vec<u8> = (0..256 * 1024).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let map = crate::elfsyms::map_elf(&path).unwrap();
+        let start = map.as_ptr() as usize;
+        assert_eq!(&map[..], &bytes[..]);
+        assert_eq!(rss_kb_at(start), 256);
+
+        assert!(release_startup_pages() >= bytes.len());
+        assert_eq!(rss_kb_at(start), 0);
+        assert_eq!(&map[..], &bytes[..]);
+        assert_eq!(rss_kb_at(start), 256);
+    }
+}

@@ -93,7 +93,10 @@ pub(crate) fn release_startup_pages() -> usize {
                 // when smaps was read. Nothing in this process can write to it
                 // (that would take an mprotect, which none of our code or libraries does
                 // after start-up), so every page dropped is an unmodified page of the file and
-                // reads back identical from it at the next touch.
+                // reads back identical from it at the next touch, as long as the file is not
+                // rewritten in place while we run: the same condition every page not yet
+                // faulted in already depends on (installers replace files by rename, which
+                // leaves the mapped file intact).
                 let r = unsafe { madvise(addr, d.len, MmapAdvise::MADV_DONTNEED) };
                 match r {
                     Ok(()) => advised += d.len,

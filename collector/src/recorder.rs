@@ -207,6 +207,10 @@ pub(crate) fn record(
             warn!(%target, "no CUDA library found yet; libraries the traced processes load later are found by a rescan every second (calls made before it are missed)");
         }
     }
+    // Set up: what start-up alone touched is given back before recording, and before the
+    // symboliser thread starts (trim.rs).
+    let released = crate::trim::release_startup_pages();
+    debug!(mib = released >> 20, "start-up pages released");
     let stacks = if args.stacks {
         Some(
             Stacks::start(sink.ctl.clone()).map_err(|source| CollectorError::Os {
@@ -217,9 +221,6 @@ pub(crate) fn record(
     } else {
         None
     };
-    // Set up: what start-up alone touched is given back before recording (trim.rs).
-    let released = crate::trim::release_startup_pages();
-    debug!(mib = released >> 20, "start-up pages released");
     if let Some(f) = on_ready {
         f();
     }

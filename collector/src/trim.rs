@@ -1,20 +1,17 @@
 //! Gives back the memory that only the tracer's start-up used, once it is recording.
 //!
 //! Start-up touches far more than recording needs: the dynamic linker reads libduckdb.so's
-//! symbol and string tables whole while it relocates the library, DuckDB runs the start-up code
-//! of every extension the prebuilt library carries, and libbpf parses the kernel's BTF on the
-//! heap. Those pages stay counted in the process's RSS until something unmaps them
-//! (docs/benchmarks.md, seventh pass: about 17 MiB of libduckdb.so's 31 MiB resident were
-//! start-up only). So once the trace is set up:
+//! symbol and string tables whole while it relocates the library, and DuckDB runs the start-up code
+//! of every extension the prebuilt library carries. Those pages stay counted in the process's
+//! RSS until something unmaps them (docs/benchmarks.md, seventh pass: libduckdb.so went from
+//! 31 to about 20 MiB resident at the peak). So once the trace is set up, every read-only,
+//! file-backed mapping holding no private (copied-on-write) page is dropped from the page
+//! tables with `MADV_DONTNEED`: the pages stay in the page cache, and those recording uses come
+//! back at their next touch as minor faults. Mappings with private pages (the relocated
+//! read-only-after-relocation part of a library) are left alone, since `MADV_DONTNEED` would
+//! discard their contents.
 //!
-//! - every read-only, file-backed mapping holding no private (copied-on-write) page is dropped
-//!   from the page tables with `MADV_DONTNEED`: the pages stay in the page cache, and those
-//!   recording uses come back at their next touch as minor faults. Mappings with private pages
-//!   (the relocated read-only-after-relocation part of a library) are left alone, since
-//!   `MADV_DONTNEED` would discard their contents.
-//! - glibc's allocator returns its free pages (`malloc_trim`).
-//!
-//! No crate does this; the two calls are a few lines over `nix` and `libc`.
+//! No crate does this; it is a few lines over `nix`'s `madvise`.
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
@@ -85,20 +82,13 @@ fn parse_header(line: &str) -> Option<Option<Droppable>> {
 /// replaced by a writable mapping at the same address. The writer thread and DuckDB read and
 /// write files with system calls and map anonymous memory only.
 pub(crate) fn release_startup_pages() -> usize {
-    let advised = match std::fs::read_to_string("/proc/self/smaps") {
+    match std::fs::read_to_string("/proc/self/smaps") {
         Ok(smaps) => drop_pages(&droppable(&smaps)),
         Err(e) => {
             debug!(%e, "reading /proc/self/smaps");
             0
         }
-    };
-    #[allow(unsafe_code)]
-    // SAFETY (unsafe_code allowed for this call only): malloc_trim takes no pointer and only
-    // returns free memory of glibc's allocator to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
     }
-    advised
 }
 
 /// `MADV_DONTNEED` on each range (mappings found by [`droppable`]); returns the bytes advised.

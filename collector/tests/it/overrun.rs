@@ -1,5 +1,7 @@
 //! Drops: none at a moderate rate; counted (never silent) when a tiny ring buffer is overrun.
-//! The overhead budget is lifted here (100%) so that every call stays in full mode.
+//! cudaLaunchKernel (op 3) is forced to full mode here: on a loaded machine the probes' estimated
+//! share of the workload's CPU can pass even a 100% budget, and the controller would then
+//! switch it to entry-only (whose calls are counted but not stored).
 
 use crate::{args, bpf_test, db_path, q, standin, trace};
 
@@ -10,7 +12,7 @@ fn moderate_rate_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = db_path(&dir);
     let mut a = args(&db, &[s.exe(), "rate", "20000"]);
-    a.overhead_budget = 100.0;
+    a.probe_modes = vec![(3, causeway_bpf::abi::ProbeMode::Full)];
     let summary = trace(&a);
     assert_eq!(summary.ringbuf_drops + summary.channel_drops, 0);
     assert_eq!(
@@ -31,7 +33,7 @@ fn overrun_ring_buffer_drops_are_counted() {
     let db = db_path(&dir);
     let mut a = args(&db, &[s.exe(), "rate", "200000"]);
     a.ringbuf_size = 4096;
-    a.overhead_budget = 100.0;
+    a.probe_modes = vec![(3, causeway_bpf::abi::ProbeMode::Full)];
     let summary = trace(&a);
     assert!(
         summary.ringbuf_drops > 0,
@@ -50,6 +52,14 @@ fn overrun_ring_buffer_drops_are_counted() {
         "SELECT coalesce(sum(count), 0) FROM drops WHERE kind = 'channel_full' AND op_id = 3",
     );
     assert!(summary.ringbuf_drops >= ring as u64);
+    // The forced mode held: no switch by the controller.
+    assert_eq!(
+        q(
+            &db,
+            "SELECT count(*) FROM probe_modes WHERE reason <> 'forced'"
+        ),
+        0
+    );
     // Every call is either stored or counted as dropped, and the kernel counted all of them.
     assert_eq!(
         stored + ring + channel,

@@ -398,8 +398,9 @@ fn sustained(s: &standin::Standin, dir: &Path, per_s: u64, seconds: u64) {
     );
     let file_mib = std::fs::metadata(&db).map_or(0, |m| m.len()) as f64 / (1024.0 * 1024.0);
     println!(
-        "  store file {file_mib:.1} MiB ({:.1} bytes per event written)",
-        file_mib * 1024.0 * 1024.0 / summary.events_written.max(1) as f64
+        "  store file {file_mib:.1} MiB ({:.1} bytes per event written); store reopened {} times",
+        file_mib * 1024.0 * 1024.0 / summary.events_written.max(1) as f64,
+        summary.store_reopens
     );
 }
 

@@ -453,6 +453,7 @@ pub(crate) fn record(
         ringbuf_drops: st.ring_drops.values().sum(),
         channel_drops: st.channel_drops.values().sum(),
         write_failed: 0,
+        store_reopens: 0,
         libraries,
         processes: st.pids.len(),
         command_exit,

@@ -12,7 +12,7 @@ use causeway_store::{
     SessionInfo, Writer, WriterOptions,
 };
 use crossbeam_channel::{Receiver, Sender, bounded, never, select, unbounded};
-use tracing::{error, warn};
+use tracing::{debug, error, warn};
 
 use crate::error::CollectorError;
 
@@ -59,6 +59,8 @@ pub struct SinkStats {
     pub written: u64,
     /// Events lost in batches the store could not append (stored as a `write_failed` drop).
     pub write_failed: u64,
+    /// Times the writer reopened the store ([`Writer::maybe_reopen`]).
+    pub reopens: u64,
 }
 
 /// The poll thread's handle on the writer thread.
@@ -165,6 +167,14 @@ fn run(
                             json_line(out, e);
                         }
                     }
+                    // Frees DuckDB's metadata of the row groups written so far, when due;
+                    // the start-up code the new database ran is given back too (trim.rs).
+                    let reopens = w.reopens();
+                    w = w.maybe_reopen().map_err(&err)?;
+                    if w.reopens() > reopens {
+                        let released = crate::trim::release_pages_of(causeway_store::duckdb_code_address());
+                        debug!(mib = released >> 20, "DuckDB pages released after reopening the store");
+                    }
                 }
                 Err(_) => { data_open = false; }
             },
@@ -198,6 +208,7 @@ fn run(
     }
     stats.written = w.written();
     stats.write_failed = w.lost();
+    stats.reopens = w.reopens();
     w.finish().map_err(&err)?;
     Ok(stats)
 }

@@ -50,6 +50,13 @@ const WRITER_FLUSH: Duration = Duration::from_secs(2);
 /// row group held ~11 MB in each (docs/benchmarks.md).
 const WRITER_CHUNK: usize = 16_384;
 
+/// Events after which the recording's writer closes the store and opens it again (when nobody
+/// reads it live): DuckDB keeps about 30 KB of metadata per row group written since the file was
+/// opened (the store's `reopen` bench: heap in use 5.4 -> 10.6 MiB over 180 row groups), and a
+/// reopened file loads it only on demand. Every 16 row groups (~20 s at 100k events/s) keeps the
+/// heap flat, for 21-31 ms per reopen (docs/benchmarks.md, eighth pass).
+const WRITER_REOPEN_ROWS: u64 = 16 * 122_880;
+
 /// Parses `--overhead-budget`: a percentage in (0, 100].
 fn parse_budget(s: &str) -> Result<f64, String> {
     let v: f64 = s
@@ -216,6 +223,9 @@ pub struct TraceSummary {
     pub channel_drops: u64,
     /// Events whose store append failed.
     pub write_failed: u64,
+    /// Times the writer closed the store and opened it again to free DuckDB's metadata of the
+    /// row groups written (recordings nobody reads live; `WRITER_REOPEN_ROWS`).
+    pub store_reopens: u64,
     /// Library files probed.
     pub libraries: Vec<PathBuf>,
     /// Processes that produced events.
@@ -404,6 +414,11 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
         // Live readers' queries share the writer's database and may need its cache and its
         // temporary directory; a recording nobody reads until it ends needs neither.
         trim_cache: hooks.on_store.is_none(),
+        reopen_rows: if hooks.on_store.is_none() {
+            WRITER_REOPEN_ROWS
+        } else {
+            0
+        },
         ..WriterOptions::default()
     };
     if let Some(n) = &args.node {
@@ -434,6 +449,7 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
     );
     summary.events_written = sink_stats.written;
     summary.write_failed = sink_stats.write_failed;
+    summary.store_reopens = sink_stats.reopens;
     summary.seconds = started.elapsed().as_secs_f64();
     info!(db = %summary.db.display(), events = summary.events_written, ringbuf_drops = summary.ringbuf_drops, channel_drops = summary.channel_drops, "trace complete");
     Ok(summary)

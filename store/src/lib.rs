@@ -64,6 +64,13 @@ pub fn now_ns() -> i64 {
 /// (docs/benchmarks.md). Files keep the block size they were made with.
 const BLOCK_SIZE: &str = "65536";
 
+/// An address in the code of the DuckDB library this build runs: in libduckdb.so, or in this
+/// executable when DuckDB is compiled in. The collector finds the library's mappings by it to
+/// give back the pages a database opening touched (collector/src/trim.rs).
+pub fn duckdb_code_address() -> usize {
+    duckdb::ffi::duckdb_open as *const () as usize
+}
+
 /// Opens a read-write connection with autoloading and external access off, new files in
 /// [`BLOCK_SIZE`] blocks, and the DuckDB settings of `opts` (memory limit, threads, no
 /// temporary directory when the writer trims its cache).

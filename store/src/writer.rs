@@ -2,6 +2,7 @@
 //! size and time, and records processes, stacks, sessions, counters, histograms and drops.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use duckdb::{Connection, OptionalExt, params};
@@ -49,6 +50,14 @@ pub struct WriterOptions {
     /// the cache grows toward `memory_limit` over a long recording (docs/benchmarks.md). A
     /// live reader locks the settings, so a writer with live readers cannot trim.
     pub trim_cache: bool,
+    /// [`Writer::maybe_reopen`] closes the database and opens it again once this many events
+    /// were committed since it was opened (0: never). DuckDB keeps the metadata of every row
+    /// group written since the file was opened in memory, about 30 KB per row group of
+    /// `event_rows` (15 columns), so a long recording's memory grows without bound; a file
+    /// opened again loads that metadata only when a query needs it (docs/benchmarks.md). Only
+    /// for a writer nobody reads while it records: a live reader shares the database, which
+    /// cannot be closed under it, so a writer that handed one out never reopens.
+    pub reopen_rows: u64,
 }
 
 impl Default for WriterOptions {
@@ -65,6 +74,7 @@ impl Default for WriterOptions {
             memory_limit: None,
             threads: None,
             trim_cache: false,
+            reopen_rows: 0,
         }
     }
 }
@@ -235,6 +245,13 @@ pub struct Writer {
     written: u64,
     /// Events in batches whose write failed; stored as a `write_failed` drop by `finish`.
     lost: u64,
+    /// `written` when the database was (re)opened.
+    written_at_open: u64,
+    /// Times the database was reopened ([`Writer::maybe_reopen`]).
+    reopens: u64,
+    /// A live reader shares the database: it is never reopened (an atomic so that handing
+    /// out a reader stays a `&self` method).
+    shared: AtomicBool,
 }
 
 impl std::fmt::Debug for Writer {
@@ -301,12 +318,16 @@ impl Writer {
             oldest: None,
             written: 0,
             lost: 0,
+            written_at_open: 0,
+            reopens: 0,
+            shared: AtomicBool::new(false),
         })
     }
 
     /// A reader that sees this writer's committed rows while it records (live serving). See
     /// [`Reader::from_writer_connection`] for how it stays read-only.
     pub fn live_reader(&self) -> Result<crate::Reader> {
+        self.shared.store(true, Ordering::Relaxed);
         let conn = self
             .conn
             .try_clone()
@@ -348,6 +369,9 @@ impl Writer {
             oldest: None,
             written: 0,
             lost: 0,
+            written_at_open: 0,
+            reopens: 0,
+            shared: AtomicBool::new(false),
         })
     }
 
@@ -387,6 +411,74 @@ impl Writer {
     /// Events written to the file so far (not counting the buffer).
     pub fn written(&self) -> u64 {
         self.written
+    }
+
+    /// Times the database was closed and opened again ([`Writer::maybe_reopen`]).
+    pub fn reopens(&self) -> u64 {
+        self.reopens
+    }
+
+    /// Closes the database and opens it again when [`WriterOptions::reopen_rows`] events were
+    /// committed since it was opened, no events transaction is open and no live reader shares
+    /// it; otherwise returns the writer as it is. Events buffered but not yet handed to DuckDB
+    /// stay buffered, in the returned writer. The file is checkpointed and closed first, so it
+    /// is complete at every reopen. On failure the writer is gone: the file holds everything
+    /// committed, and the buffered events are lost (logged with their count).
+    pub fn maybe_reopen(self) -> Result<Writer> {
+        let due = self.opts.reopen_rows > 0
+            && self.written - self.written_at_open >= self.opts.reopen_rows;
+        if !due || self.pending > 0 || self.shared.load(Ordering::Relaxed) {
+            return Ok(self);
+        }
+        let Writer {
+            conn,
+            events_conn,
+            path,
+            opts,
+            node_id,
+            next_seq,
+            buf,
+            oldest,
+            written,
+            lost,
+            reopens,
+            ..
+        } = self;
+        drop(events_conn);
+        let reopened = conn
+            .execute_batch("CHECKPOINT")
+            .ctx(&path, "checkpointing before reopening")
+            .and_then(|()| {
+                conn.close()
+                    .map_err(|(_, e)| e)
+                    .ctx(&path, "closing to reopen")
+            })
+            .and_then(|()| crate::open_rw(&path, &opts))
+            .and_then(|conn| {
+                let events_conn = conn
+                    .try_clone()
+                    .ctx(&path, "opening the events connection")?;
+                Ok((conn, events_conn))
+            });
+        let (conn, events_conn) = reopened.inspect_err(|e| {
+            tracing::error!(path = %path.display(), buffered = buf.len(), "reopening the store failed, buffered events are lost: {e}");
+        })?;
+        Ok(Writer {
+            conn,
+            events_conn,
+            pending: 0,
+            path,
+            opts,
+            node_id,
+            next_seq,
+            buf,
+            oldest,
+            written,
+            lost,
+            written_at_open: written,
+            reopens: reopens + 1,
+            shared: AtomicBool::new(false),
+        })
     }
 
     /// Records (or updates) the node row with its origin and cluster, giving a new node the

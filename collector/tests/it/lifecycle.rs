@@ -1,5 +1,6 @@
-//! Process lifecycle: forked children followed, and the store intact after SIGINT or SIGKILL
-//! of the tracer (the tracer runs in a child copy of this test binary).
+//! Process lifecycle: forked children followed, the store intact after SIGINT or SIGKILL of the
+//! tracer (the tracer runs in a child copy of this test binary), and a long recording's store
+//! closed and opened again on the way without losing an event.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -215,6 +216,49 @@ fn rank_and_cluster_come_from_the_traced_environment() {
             &db,
             "SELECT count(*) FROM nodes WHERE node = 'test' AND cluster = 'job-42'"
         ),
+        1
+    );
+}
+
+/// Past 16 row groups (1,966,080 events) the writer reopens the store to free DuckDB's metadata
+/// of the row groups written (and gives back the library pages the new database touched): every
+/// call is still either stored, once, or counted as dropped.
+#[test]
+fn a_long_recording_reopens_its_store_and_loses_nothing() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let calls = 2_200_000;
+    let mut a = args(&db, &[s.exe(), "rate", &calls.to_string()]);
+    a.probe_modes = vec![(3, causeway_bpf::abi::ProbeMode::Full)];
+    a.no_host = true;
+    let summary = trace(&a);
+    assert!(summary.store_reopens >= 1, "{summary:?}");
+    let stored = q(
+        &db,
+        "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'",
+    );
+    let dropped = q(
+        &db,
+        "SELECT coalesce(sum(count), 0) FROM drops WHERE op_id = 3",
+    );
+    assert_eq!(
+        stored + dropped,
+        calls,
+        "stored {stored} + dropped {dropped}"
+    );
+    assert_eq!(
+        q(&db, "SELECT count(DISTINCT seq) FROM events"),
+        q(&db, "SELECT count(*) FROM events")
+    );
+    assert_eq!(
+        summary.events_written as i64,
+        q(&db, "SELECT count(*) FROM events")
+    );
+    // The session written before the reopens was closed after them.
+    assert_eq!(
+        q(&db, "SELECT count(*) FROM sessions WHERE stopped_ns > 0"),
         1
     );
 }

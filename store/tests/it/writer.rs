@@ -1,6 +1,6 @@
 //! The writer: round trip of every column, sequence numbers, batching by size and time, node and
 //! thread names interned across nodes and appends, and a store that is readable after the
-//! writer is dropped without `finish`.
+//! writer is dropped without `finish`, and a writer that reopens its database to free memory.
 
 use std::time::Duration;
 
@@ -137,6 +137,7 @@ fn batches_flush_by_size_and_by_time() {
             memory_limit: Some("32MB".into()),
             threads: Some(1),
             trim_cache: true,
+            reopen_rows: 0,
         },
     )
     .unwrap();
@@ -506,4 +507,117 @@ fn new_stores_use_64_kib_blocks() {
         count(&r, "SELECT block_size FROM pragma_database_size()"),
         65_536
     );
+}
+
+fn reopening(reopen_rows: u64) -> WriterOptions {
+    WriterOptions {
+        node: "n".into(),
+        batch_rows: 100,
+        chunk_rows: 25,
+        flush_interval: Duration::from_secs(3600),
+        memory_limit: Some("32MB".into()),
+        threads: Some(1),
+        trim_cache: true,
+        reopen_rows,
+    }
+}
+
+fn numbered(i: i64) -> Event {
+    Event {
+        timestamp: 1_000 + i,
+        duration: i,
+        pid: 7,
+        tid: 8,
+        op_id: 3,
+        comm: format!("t{}", i / 70),
+        ..Default::default()
+    }
+}
+
+/// Reopening frees DuckDB's row-group metadata: it happens when due and only with no events
+/// transaction open, and loses nothing: events, their order, thread names interned before and
+/// after, processes and the node row all carry over.
+#[test]
+fn a_reopened_writer_keeps_every_event_and_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("re.duckdb");
+    let mut w = Writer::create(&path, reopening(250)).unwrap();
+    let mut reopened_at = Vec::new();
+    for i in 0..1000 {
+        w.append(&numbered(i)).unwrap();
+        if i == 400 {
+            w.upsert_process(&ProcessInfo {
+                pid: 7,
+                comm: "python3".into(),
+                first_seen_ns: 1,
+                last_seen_ns: 2,
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        if (i + 1) % 70 == 0 {
+            let before = w.reopens();
+            w = w.maybe_reopen().unwrap();
+            if w.reopens() > before {
+                reopened_at.push(i + 1);
+            }
+        }
+    }
+    // Commits come every 100 events, chunks of the next batch go into an open transaction
+    // every 25. Due from the commit at 300 (250 asked), but at the 350th event two chunks are
+    // in the open transaction: reopened at 420 (commit at 400, no chunk yet). Due again from
+    // 700 (300 after 400): reopened there. Due from 1000 on: the check at 980 finds three
+    // chunks open.
+    assert_eq!(reopened_at, [420, 700]);
+    assert_eq!(w.reopens(), 2);
+    w.finish().unwrap();
+    let r = Reader::open(&path).unwrap();
+    assert_eq!(count(&r, "SELECT count(*) FROM events"), 1000);
+    assert_eq!(count(&r, "SELECT count(DISTINCT seq) FROM events"), 1000);
+    // Every event kept its own number, sequence and name (t0..t14, 70 events each).
+    assert_eq!(
+        count(
+            &r,
+            "SELECT count(*) FROM events WHERE seq = duration AND timestamp = 1000 + duration \
+             AND comm = 't' || (duration // 70)"
+        ),
+        1000
+    );
+    // Each name interned once (comm_id 0 is the empty name).
+    assert_eq!(count(&r, "SELECT count(*) FROM comms WHERE comm <> ''"), 15);
+    assert_eq!(count(&r, "SELECT count(*) FROM nodes"), 1);
+    assert_eq!(
+        count(&r, "SELECT count(*) FROM processes WHERE comm = 'python3'"),
+        1
+    );
+}
+
+/// A writer that never reached `reopen_rows`, or has none, or handed out a live reader (which
+/// shares its database), keeps its database open.
+#[test]
+fn a_writer_reopens_only_when_due_and_unshared() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, rows, live) in [
+        ("never", 0, false),
+        ("late", 10_000, false),
+        ("live", 100, true),
+    ] {
+        let path = dir.path().join(format!("{name}.duckdb"));
+        let mut w = Writer::create(&path, reopening(rows)).unwrap();
+        let reader = live.then(|| w.live_reader().unwrap());
+        for i in 0..500 {
+            w.append(&numbered(i)).unwrap();
+            w = w.maybe_reopen().unwrap();
+        }
+        assert_eq!(w.reopens(), 0, "{name}");
+        if let Some(r) = &reader {
+            assert_eq!(count(r, "SELECT count(*) FROM events"), 500, "{name}");
+        }
+        drop(reader);
+        w.finish().unwrap();
+        assert_eq!(
+            count(&Reader::open(&path).unwrap(), "SELECT count(*) FROM events"),
+            500
+        );
+    }
 }

@@ -1,0 +1,107 @@
+//! Writer memory over a long recording, with and without reopening the database
+//! (`cargo bench -p causeway-store --bench reopen [-- ROW_GROUPS]`, default 200).
+//!
+//! Appends full row groups (122,880 events) of collector-like events with the collector's
+//! writer settings (32 MB, one thread, 16,384-event chunks, cache trimmed) and prints, every 20
+//! row groups, the process's RSS and glibc's heap in use (DuckDB allocates with malloc), in the
+//! same run: first never reopening, then reopening every 16 row groups (the collector's
+//! `WRITER_REOPEN_ROWS`), with the time each reopen took.
+
+#![allow(clippy::print_stdout)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use causeway_store::{Event, Writer, WriterOptions};
+
+const ROW_GROUP: u64 = 122_880;
+
+/// glibc heap in use (`uordblks`), MiB.
+fn heap_mib() -> f64 {
+    #[allow(unsafe_code)]
+    // SAFETY (unsafe_code allowed for this call only): mallinfo2 takes no argument and only
+    // reads the allocator's statistics.
+    let m = unsafe { libc::mallinfo2() };
+    m.uordblks as f64 / 1048576.0
+}
+
+/// Resident set size, MiB.
+fn rss_mib() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: f64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0.0);
+    pages * 4096.0 / 1048576.0
+}
+
+fn run(dir: &Path, row_groups: u64, reopen_rows: u64) {
+    let path = dir.join(format!("reopen-{reopen_rows}.duckdb"));
+    let opts = WriterOptions {
+        node: "bench".into(),
+        memory_limit: Some("32MB".into()),
+        threads: Some(1),
+        chunk_rows: 16_384,
+        trim_cache: true,
+        flush_interval: Duration::from_secs(3600),
+        reopen_rows,
+        ..Default::default()
+    };
+    let mut w = Writer::create(&path, opts).expect("creating the store");
+    let mut reopen_ms = Vec::new();
+    for i in 0..row_groups * ROW_GROUP {
+        let i = i as i64;
+        w.append(&Event {
+            timestamp: 1_700_000_000_000_000_000 + i * 10_000,
+            duration: 1_000 + (i * 7_919) % 5_000,
+            pid: 1_000 + (i % 2) as u32,
+            tid: 2_000 + (i % 2) as u32,
+            comm: "workload".into(),
+            op_id: 3,
+            arg0: 0x7f00_0000_0000 + (i % 64),
+            arg1: 256,
+            cgroup_id: 12_345,
+            ..Default::default()
+        })
+        .expect("appending");
+        if (i as u64 + 1) % ROW_GROUP == 0 {
+            let (before, t) = (w.reopens(), Instant::now());
+            w = w.maybe_reopen().expect("reopening");
+            if w.reopens() > before {
+                reopen_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            let rg = (i as u64 + 1) / ROW_GROUP;
+            if rg % 20 == 0 {
+                println!(
+                    "  {rg:4} row groups: RSS {:6.1} MiB, heap in use {:6.1} MiB",
+                    rss_mib(),
+                    heap_mib()
+                );
+            }
+        }
+    }
+    w.finish().expect("finishing");
+    if !reopen_ms.is_empty() {
+        reopen_ms.sort_by(f64::total_cmp);
+        println!(
+            "  {} reopens: {:.1} ms median, {:.1}-{:.1} ms",
+            reopen_ms.len(),
+            reopen_ms[reopen_ms.len() / 2],
+            reopen_ms[0],
+            reopen_ms[reopen_ms.len() - 1]
+        );
+    }
+}
+
+fn main() {
+    let row_groups = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(200);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    println!("never reopened:");
+    run(dir.path(), row_groups, 0);
+    println!("reopened every 16 row groups:");
+    run(dir.path(), row_groups, 16 * ROW_GROUP);
+}

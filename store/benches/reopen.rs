@@ -65,14 +65,14 @@ fn run(dir: &Path, row_groups: u64, reopen_rows: u64) {
             ..Default::default()
         })
         .expect("appending");
-        if (i as u64 + 1) % ROW_GROUP == 0 {
+        if (i as u64 + 1).is_multiple_of(ROW_GROUP) {
             let (before, t) = (w.reopens(), Instant::now());
             w = w.maybe_reopen().expect("reopening");
             if w.reopens() > before {
                 reopen_ms.push(t.elapsed().as_secs_f64() * 1e3);
             }
             let rg = (i as u64 + 1) / ROW_GROUP;
-            if rg % 20 == 0 {
+            if rg.is_multiple_of(20) {
                 println!(
                     "  {rg:4} row groups: RSS {:6.1} MiB, heap in use {:6.1} MiB",
                     rss_mib(),

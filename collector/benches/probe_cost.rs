@@ -6,7 +6,8 @@
 //!    aggregate mode (`--no-host`), and in full mode with the host programs (the default).
 //!    Twice: the stand-in as the tests build it (its first instruction, a `mov`, is
 //!    single-stepped by the kernel) and built with frame pointers (a `push rbp`, which the
-//!    kernel emulates).
+//!    kernel emulates, as it does for every probed function of NVIDIA's libcudart.so.12). The
+//!    bare pair runs before and after ours in each round; ratios are medians of the rounds'.
 //! 2. The calibration every trace makes, per kind of first instruction (ours vs bare).
 //! 4. (after 1 and 2) What system calls cost under a trace: CPU ns per `getppid` and per
 //!    anonymous mmap + munmap pair of a workload traced with `--no-host --no-map-hook`, with
@@ -18,7 +19,7 @@
 //!    (share of one core, sampled while the workload runs, calibration excluded), RSS, and the
 //!    size of the store file it wrote.
 //!
-//! Environment: CAUSEWAY_BENCH_CALLS (default 200,000 per measurement), CAUSEWAY_BENCH_ROUNDS (3),
+//! Environment: CAUSEWAY_BENCH_CALLS (default 200,000 per measurement), CAUSEWAY_BENCH_ROUNDS (5),
 //! CAUSEWAY_BENCH_ONLY_SUSTAINED / CAUSEWAY_BENCH_SKIP_SUSTAINED (set: only / skip part 3),
 //! CAUSEWAY_BENCH_NO_MAP_HOOK (set: traces without the library-load hook).
 //! Part 3 runs first, so that the process's RSS is the collector's.
@@ -234,22 +235,52 @@ fn per_call_table(
     let out = dir.join("rate.txt");
     let db = dir.join("per-call.duckdb");
     let mut m: [Vec<f64>; 7] = Default::default();
+    // Per round, the probe costs of ours over the bare ones measured around them: the bare pair
+    // before and after ours (their mean), so that a machine drifting within the round shifts
+    // both sides alike. Medians of these ratios are the table's ratios, with their range.
+    let mut ratios: [Vec<f64>; 4] = Default::default();
     let mut last = None;
     // A full ring makes a call cheaper (the event is dropped, not written): shown with the table.
     let mut full_drops = 0;
     for _ in 0..rounds {
-        m[0].push(rate(exe, calls, &out, &[]));
-        m[1].push(bare(exe, &lib, calls, &out, true));
-        m[2].push(bare(exe, &lib, calls, &out, false));
+        let none = rate(exe, calls, &out, &[]);
+        let pair_before = bare(exe, &lib, calls, &out, true);
+        let entry = bare(exe, &lib, calls, &out, false);
         let (full, summary) = ours(exe, calls, &out, &db, ProbeMode::Full, false);
-        m[3].push(full);
         full_drops += summary.ringbuf_drops;
-        m[4].push(ours(exe, calls, &out, &db, ProbeMode::EntryOnly, false).0);
-        m[5].push(ours(exe, calls, &out, &db, ProbeMode::Aggregate, false).0);
-        m[6].push(ours(exe, calls, &out, &db, ProbeMode::Full, true).0);
+        let entry_only = ours(exe, calls, &out, &db, ProbeMode::EntryOnly, false).0;
+        let aggregate = ours(exe, calls, &out, &db, ProbeMode::Aggregate, false).0;
+        let full_host = ours(exe, calls, &out, &db, ProbeMode::Full, true).0;
+        let pair_after = bare(exe, &lib, calls, &out, true);
+        let pair = (pair_before + pair_after) / 2.0;
+        for (i, v) in [none, pair, entry, full, entry_only, aggregate, full_host]
+            .into_iter()
+            .enumerate()
+        {
+            m[i].push(v);
+        }
+        let over = |v: f64, base: f64| (v - none) / (base - none);
+        for (i, r) in [
+            over(full, pair),
+            over(full_host, pair),
+            over(aggregate, pair),
+            over(entry_only, entry),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            ratios[i].push(r);
+        }
         last = Some(summary);
     }
     let [none, pair, entry, full, entry_only, aggregate, full_host] = m.map(median);
+    let [r_full, r_host, r_aggregate, r_entry] = ratios.map(|v| {
+        let (lo, hi) = (
+            v.iter().copied().fold(f64::INFINITY, f64::min),
+            v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        );
+        format!("{:.2}, rounds {lo:.2}-{hi:.2}", median(v))
+    });
     let first = Command::new("objdump")
         .args(["-d", "--no-show-raw-insn"])
         .arg(&lib)
@@ -265,11 +296,11 @@ fn per_call_table(
         })
         .unwrap_or_else(|| "?".into());
     println!(
-        "\n{label}: cudaLaunchKernel starts with `{first}` ({calls} calls x {rounds} rounds, medians, CPU ns per call of the workload)"
+        "\n{label}: cudaLaunchKernel starts with `{first}` ({calls} calls x {rounds} rounds, medians, CPU ns per call of the workload; ratios: medians of each round's ratio)"
     );
     println!("  no probe                     {none:>10.1}");
     println!(
-        "  bare uprobe + uretprobe      {:>10.1}  (probe cost {:.1})",
+        "  bare uprobe + uretprobe      {:>10.1}  (probe cost {:.1}; measured before and after ours)",
         pair,
         pair - none
     );
@@ -279,28 +310,24 @@ fn per_call_table(
         entry - none
     );
     println!(
-        "  causeway, full mode          {:>10.1}  (probe cost {:.1}; ours/bare pair = {:.2}; ring drops {full_drops})",
+        "  causeway, full mode          {:>10.1}  (probe cost {:.1}; ours/bare pair = {r_full}; ring drops {full_drops})",
         full,
         full - none,
-        (full - none) / (pair - none)
     );
     println!(
-        "  causeway, full, host programs{:>10.1}  (probe cost {:.1}; ours/bare pair = {:.2}; the default trace)",
+        "  causeway, full, host programs{:>10.1}  (probe cost {:.1}; ours/bare pair = {r_host}; the default trace)",
         full_host,
         full_host - none,
-        (full_host - none) / (pair - none)
     );
     println!(
-        "  causeway, aggregate mode     {:>10.1}  (probe cost {:.1}; ours/bare pair = {:.2}; no events)",
+        "  causeway, aggregate mode     {:>10.1}  (probe cost {:.1}; ours/bare pair = {r_aggregate}; no events)",
         aggregate,
         aggregate - none,
-        (aggregate - none) / (pair - none)
     );
     println!(
-        "  causeway, entry-only mode    {:>10.1}  (probe cost {:.1}; ours/bare uprobe = {:.2}; vs full = {:.2})",
+        "  causeway, entry-only mode    {:>10.1}  (probe cost {:.1}; ours/bare uprobe = {r_entry}; vs full = {:.2})",
         entry_only,
         entry_only - none,
-        (entry_only - none) / (entry - none),
         (entry_only - none) / (full - none)
     );
     last.expect("one round")
@@ -410,7 +437,7 @@ fn main() {
         std::process::exit(1);
     }
     let calls = env_u64("CAUSEWAY_BENCH_CALLS", 200_000);
-    let rounds = env_u64("CAUSEWAY_BENCH_ROUNDS", 3) as usize;
+    let rounds = env_u64("CAUSEWAY_BENCH_ROUNDS", 5) as usize;
     let per_s = env_u64("CAUSEWAY_BENCH_RATE", 100_000);
     let dir = tempfile::tempdir().unwrap();
     let stepped = standin::get();

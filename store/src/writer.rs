@@ -302,6 +302,12 @@ impl Writer {
             .ctx(path, "checkpointing the new schema")?;
         drop(conn);
         let conn = crate::open_rw(path, &opts)?;
+        Self::on(conn, path, opts)
+    }
+
+    /// A writer on an open database, with nothing written yet: the events connection beside
+    /// `conn`, and the thread names the file already holds.
+    fn on(conn: Connection, path: &Path, opts: WriterOptions) -> Result<Writer> {
         let known = load_comms(&conn, path)?;
         let events_conn = conn
             .try_clone()
@@ -353,26 +359,7 @@ impl Writer {
         let conn = crate::open_rw(path, &opts)?;
         let found = crate::check_schema(&conn, path)?;
         schema::upgrade(&conn, found).ctx(path, "upgrading the schema")?;
-        let known = load_comms(&conn, path)?;
-        let events_conn = conn
-            .try_clone()
-            .ctx(path, "opening the events connection")?;
-        Ok(Writer {
-            conn,
-            events_conn,
-            pending: 0,
-            path: path.to_path_buf(),
-            opts,
-            node_id: 0,
-            next_seq: 0,
-            buf: EventBuffer::new(known),
-            oldest: None,
-            written: 0,
-            lost: 0,
-            written_at_open: 0,
-            reopens: 0,
-            shared: AtomicBool::new(false),
-        })
+        Self::on(conn, path, opts)
     }
 
     /// Switches the node stamped on following rows (flushing first); sequence numbers continue
@@ -430,54 +417,33 @@ impl Writer {
         if !due || self.pending > 0 || self.shared.load(Ordering::Relaxed) {
             return Ok(self);
         }
-        let Writer {
-            conn,
-            events_conn,
-            path,
-            opts,
-            node_id,
-            next_seq,
-            buf,
-            oldest,
-            written,
-            lost,
-            reopens,
-            ..
-        } = self;
-        drop(events_conn);
+        drop(self.events_conn);
+        let (path, conn) = (&self.path, self.conn);
         let reopened = conn
             .execute_batch("CHECKPOINT")
-            .ctx(&path, "checkpointing before reopening")
+            .ctx(path, "checkpointing before reopening")
             .and_then(|()| {
                 conn.close()
                     .map_err(|(_, e)| e)
-                    .ctx(&path, "closing to reopen")
+                    .ctx(path, "closing to reopen")
             })
-            .and_then(|()| crate::open_rw(&path, &opts))
+            .and_then(|()| crate::open_rw(path, &self.opts))
             .and_then(|conn| {
                 let events_conn = conn
                     .try_clone()
-                    .ctx(&path, "opening the events connection")?;
+                    .ctx(path, "opening the events connection")?;
                 Ok((conn, events_conn))
             });
         let (conn, events_conn) = reopened.inspect_err(|e| {
-            tracing::error!(path = %path.display(), buffered = buf.len(), "reopening the store failed, buffered events are lost: {e}");
+            tracing::error!(path = %path.display(), buffered = self.buf.len(), "reopening the store failed, buffered events are lost: {e}");
         })?;
+        // Everything else carries over: buffered events, sequence numbers, names, counters.
         Ok(Writer {
             conn,
             events_conn,
-            pending: 0,
-            path,
-            opts,
-            node_id,
-            next_seq,
-            buf,
-            oldest,
-            written,
-            lost,
-            written_at_open: written,
-            reopens: reopens + 1,
-            shared: AtomicBool::new(false),
+            written_at_open: self.written,
+            reopens: self.reopens + 1,
+            ..self
         })
     }
 

@@ -11,7 +11,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
-use causeway_bpf::libbpf_rs::{Link, ProgramMut, UprobeMultiOpts, UprobeOpts};
+use causeway_bpf::libbpf_rs::{Link, MapCore, MapFlags, ProgramMut, UprobeMultiOpts, UprobeOpts};
 use causeway_bpf::probes::{Library, ProbeSpec, cookie, probes_for};
 use causeway_bpf::skel::CausewaySkel;
 use tracing::{debug, info, warn};
@@ -227,6 +227,17 @@ impl Attached {
         };
         if self.by_file.contains_key(&id) {
             return 0;
+        }
+        if lib.library == Library::Cudart {
+            // Driver calls that return into this file are the runtime's own (calls.h
+            // `cw_called_by_runtime`): listed before the probes exist, so none is counted twice.
+            if let Err(err) =
+                skel.maps
+                    .runtime_files
+                    .update(&id.1.to_ne_bytes(), &[1u8], MapFlags::ANY)
+            {
+                warn!(lib = %lib.path.display(), %err, "runtime file not listed: its driver calls are counted twice");
+            }
         }
         let specs: Vec<&'static ProbeSpec> = probes_for(lib.library).collect();
         let names: Vec<&str> = specs.iter().map(|s| s.symbol).collect();

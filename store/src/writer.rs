@@ -45,10 +45,11 @@ pub struct WriterOptions {
     pub threads: Option<u32>,
     /// After each commit, drop the blocks DuckDB keeps cached of the rows just written (a
     /// recording never reads them back): with `memory_limit` set, the limit is lowered to
-    /// [`TRIMMED_CACHE`] and set back. The database then has no temporary directory, so the
-    /// lowering evicts only blocks already in the file and never spills to disk. Without it
-    /// the cache grows toward `memory_limit` over a long recording (docs/benchmarks.md). A
-    /// live reader locks the settings, so a writer with live readers cannot trim.
+    /// [`TRIMMED_CACHE`] and set back. The lowering drops blocks already in the file and
+    /// moves committed rows not yet checkpointed (commits smaller than a row group) to the
+    /// temporary directory. Without it the cache grows toward `memory_limit` over a long
+    /// recording (docs/benchmarks.md). A live reader locks the settings, so a writer with
+    /// live readers cannot trim.
     pub trim_cache: bool,
     /// [`Writer::maybe_reopen`] closes the database and opens it again once this many events
     /// were committed since it was opened (0: never). DuckDB keeps the metadata of every row
@@ -631,9 +632,10 @@ impl Writer {
             Err(e) => {
                 self.lost += (self.pending + n) as u64;
                 self.pending = 0;
-                if !self.events_conn.is_autocommit() {
-                    let _ = self.events_conn.execute_batch("ROLLBACK");
-                }
+                // Unconditionally: a failed statement leaves DuckDB's transaction aborted, and
+                // every later BEGIN fails until it is rolled back (seen after an append ran
+                // out of memory; with no transaction open this is a harmless error).
+                let _ = self.events_conn.execute_batch("ROLLBACK");
                 Err(e)
             }
         }

@@ -216,6 +216,41 @@ static __always_inline __u32 cw_cached_slot(struct inflight *fl, __u32 tgid, __u
 	return slot;
 }
 
+/* Inode numbers of the CUDA runtime files attached (libcudart.so*, or a program with the runtime
+ * linked statically), filled by user space at attach (attach.rs). The inode number alone, not
+ * (dev, ino): a file in an overlay file system is attached and stat'ed through the overlay, while
+ * a mapping's file is the one underneath, with the same inode number and another device. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u8);
+} runtime_files SEC(".maps");
+
+static long cw_vma_in_runtime(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	__u64 ino = BPF_CORE_READ(vma, vm_file, f_inode, i_ino);
+	if (ino && bpf_map_lookup_elem(&runtime_files, &ino))
+		*(bool *)data = true;
+	return 0;
+}
+
+/* Whether a driver call was made by the CUDA runtime on behalf of a runtime call (cudaLaunchKernel
+ * calls cuLaunchKernel, cudaMemcpyAsync cuMemcpyAsync, ...: seen with NVIDIA's libcudart.so.13,
+ * every runtime call of PyTorch was counted twice). Such a call returns into the runtime's code:
+ * at entry the return address is on top of the user stack. Those calls are the runtime call's
+ * work, counted and stored once, under the runtime's op; the driver ops keep the calls made to
+ * the driver directly (cuBLAS, Triton, CuPy, a program's own). */
+static __always_inline bool cw_called_by_runtime(struct pt_regs *ctx, struct task_struct *task)
+{
+	__u64 ret = 0;
+	bool in_runtime = false;
+	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)ctx->sp) < 0)
+		return false;
+	bpf_find_vma(task, ret, cw_vma_in_runtime, &in_runtime, 0);
+	return in_runtime;
+}
+
 static __always_inline int cw_entry(struct pt_regs *ctx)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -229,6 +264,8 @@ static __always_inline int cw_entry(struct pt_regs *ctx)
 	}
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u16 op = cookie & 0xffff;
+	if (op >= OP_CU_LAUNCH_KERNEL && op <= OP_CU_STREAM_SYNC && cw_called_by_runtime(ctx, task))
+		return 0;
 	__u32 mode = cw_op_mode(op);
 	struct call_state st = {};
 	cw_read_args(ctx, op, cookie >> 32, &st);

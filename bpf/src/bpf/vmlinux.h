@@ -200,6 +200,11 @@ struct linux_binprm {
 	struct file *file;
 };
 
+/* A mapping of a process: the file behind the code a probed driver call returns into (calls.h). */
+struct vm_area_struct {
+	struct file *vm_file;
+};
+
 #pragma clang attribute pop
 
 #endif

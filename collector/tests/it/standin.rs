@@ -79,6 +79,8 @@ pub fn build(lib_flags: &[&str]) -> Standin {
             "-o".into(),
             o(soname),
             s(c),
+            // dlsym, for the runtime's calls into the driver (in libc itself from glibc 2.34).
+            "-ldl".into(),
         ]);
         cc(&args.iter().map(String::as_str).collect::<Vec<_>>());
     };

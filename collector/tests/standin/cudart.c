@@ -2,6 +2,8 @@
 //
 // "Device memory" is host memory; copies are memcpy; kernel launches do a little work; the
 // synchronize calls sleep for the delay set with standinSetSyncDelayMs (default 0).
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,7 +30,8 @@ static void sleep_ms(int ms)
 	}
 }
 
-/* Exported functions never call each other: a probe on one would count the other's calls. */
+/* Exported functions never call each other (a probe on one would count the other's calls),
+ * except cudaMalloc, which calls the driver as the real runtime does. */
 static cudaError_t do_malloc(void **devPtr, size_t size)
 {
 	if (size > ((size_t)1 << 40)) {
@@ -39,9 +42,24 @@ static cudaError_t do_malloc(void **devPtr, size_t size)
 	return 0;
 }
 
+/* Like NVIDIA's runtime, allocates through the driver when one is loaded (the real runtime
+ * loads libcuda.so.1 and asks it for its entry points): cuMemAlloc_v2, looked up at run time,
+ * is then called from here, a driver call made by the runtime, which causeway counts once,
+ * as the cudaMalloc. */
 cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
-	return do_malloc(devPtr, size);
+	static int (*cu_alloc)(unsigned long long *, size_t);
+	static int looked;
+	if (!looked) {
+		cu_alloc = (int (*)(unsigned long long *, size_t))dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
+		looked = 1;
+	}
+	if (!cu_alloc || size > ((size_t)1 << 40))
+		return do_malloc(devPtr, size);
+	unsigned long long p = 0;
+	int rc = cu_alloc(&p, size);
+	*devPtr = (void *)p;
+	return rc;
 }
 
 cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)

@@ -621,3 +621,70 @@ fn a_writer_reopens_only_when_due_and_unshared() {
         );
     }
 }
+
+/// Commits smaller than a row group (a moderate event rate: the flush interval comes first)
+/// must not fill the writer's memory limit: DuckDB keeps committed rows that are not yet
+/// checkpointed in memory until it can spill them. Seen on a 16-core GPU machine at ~25k
+/// events/s: "could not allocate block" after some 250k events, then every later commit and
+/// the final checkpoint failed. The temporary directory is gone once the writer finishes.
+#[test]
+fn small_commits_stay_under_the_memory_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    for every in [16_384, 50_000, 80_000] {
+        let path = dir.path().join(format!("small-{every}.duckdb"));
+        let mut w = Writer::create(
+            &path,
+            WriterOptions {
+                node: "n".into(),
+                chunk_rows: 16_384,
+                flush_interval: Duration::from_secs(3600),
+                memory_limit: Some("32MB".into()),
+                threads: Some(1),
+                trim_cache: true,
+                reopen_rows: 16 * 122_880,
+                ..WriterOptions::default()
+            },
+        )
+        .unwrap();
+        // Fields with the entropy of real calls (kernel addresses, durations, threads), so that
+        // compression does not shrink the rows to nothing.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let total = 800_000;
+        for i in 0..total {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            w.append(&Event {
+                timestamp: 1_700_000_000_000_000_000 + i * 40_000 + (x % 1000) as i64,
+                duration: (x % 100_000) as i64,
+                pid: 949,
+                tid: 949 + (x % 8) as u32,
+                op_id: 3,
+                arg0: (x >> 8) as i64,
+                arg1: (x % 4096) as i64,
+                comm: "python3".into(),
+                ..Default::default()
+            })
+            .unwrap();
+            if (i + 1) % every == 0 {
+                if let Err(e) = w.flush() {
+                    panic!("commits of {every}: the commit at event {i} failed: {e}");
+                }
+                w = w.maybe_reopen().unwrap();
+            }
+        }
+        assert_eq!(w.lost(), 0);
+        w.finish().unwrap();
+        assert!(
+            !dir.path()
+                .join(format!("small-{every}.duckdb.tmp"))
+                .exists()
+        );
+        let r = Reader::open(&path).unwrap();
+        assert_eq!(
+            count(&r, "SELECT count(*) FROM events"),
+            total,
+            "commits of {every}"
+        );
+    }
+}

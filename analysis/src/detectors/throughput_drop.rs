@@ -8,22 +8,50 @@
 //! the lower rate. Severity: the common rule.
 //! Recommendation depends on what the thread did meanwhile (on-CPU: host overhead; off-CPU:
 //! waits, see the other chains).
+//! Not a drop: the overhead controller moved a launch op to a mode that stores no event per
+//! call (aggregate, entry_only) between the series' start and one second after the change
+//! point. The stored launches then thin out while the calls go on (seen on every default-mode
+//! trace of a launch-bound PyTorch job); the kernel still counted each of them (op_counts).
 
-use causeway_store::StoreError;
+use causeway_store::{StoreError, duckdb};
 
 use super::{Finding, Input, d, lit, pct, severity, step};
 use crate::chains::Chain;
+use crate::facts::duck;
 
 /// Minimum launch rate before the drop.
 pub const MIN_BEFORE_PER_S: f64 = 20.0;
 
+/// When each node's launch ops stopped storing one event per call (probe-mode switches away
+/// from full), oldest first.
+const UNSTORED_SQL: &str = "
+SELECT m.node, m.ts_ns FROM probe_modes m JOIN ops o ON o.op_id = m.op_id
+WHERE o.op IN ('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx') AND m.mode <> 'full'
+ORDER BY m.ts_ns";
+
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
+    let unstored: Vec<(String, i64)> = if ctx.r.schema_version() >= 2 {
+        ctx.r
+            .prepare_trusted(UNSTORED_SQL)?
+            .query_map(duckdb::params![], causeway_store::row)
+            .and_then(|rows| rows.collect())
+            .map_err(duck(ctx.r, "reading probe-mode switches"))?
+    } else {
+        Vec::new()
+    };
     let mut out = Vec::new();
     for s in inp.rates {
         let Some(c) = s.change else { continue };
         if c.before_low < MIN_BEFORE_PER_S || c.after_median > 0.5 * c.before_median {
+            continue;
+        }
+        let at_ns = s.start_ns + c.at_second as i64 * 1_000_000_000;
+        if unstored
+            .iter()
+            .any(|(n, ts)| n == &s.node && (s.start_ns..=at_ns + 1_000_000_000).contains(ts))
+        {
             continue;
         }
         let after_s = s.per_second.len().saturating_sub(c.at_second) as i64;
@@ -36,7 +64,6 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         else {
             continue;
         };
-        let at_ns = s.start_ns + c.at_second as i64 * 1_000_000_000;
         let on_cpu = 1.0 - t.off_ns as f64 / (t.last_ns - t.first_ns).max(1) as f64;
         let host_bound = on_cpu >= 0.8;
         out.push(
@@ -85,8 +112,12 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::demo::Scenario;
+    use causeway_store::{ModeSwitch, Reader, Writer, WriterOptions};
+
+    use crate::chains::ChainQuery;
+    use crate::demo::{Scenario, write_scenario};
     use crate::detectors::testutil::chains_of;
+    use crate::engine::explain;
 
     #[test]
     fn fires_on_a_sustained_rate_drop() {
@@ -94,6 +125,57 @@ mod tests {
         assert_eq!(c.len(), 1, "{c:#?}");
         assert!(c[0].summary.contains("fell from"), "{}", c[0].summary);
         assert!(c[0].time_lost_ns > 3_000_000_000, "{}", c[0].time_lost_ns);
+    }
+
+    /// The controller moved cudaLaunchKernel to entry_only where the rate "fell": fewer events
+    /// were stored, not fewer launches made.
+    #[test]
+    fn a_switch_to_a_mode_that_stores_no_events_is_not_a_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.duckdb");
+        write_scenario(&p, Scenario::ThroughputDrop, false).unwrap();
+        let r = Reader::open(&p).unwrap();
+        let before = explain(&r, &ChainQuery::default()).unwrap().chains;
+        let before = before
+            .iter()
+            .find(|c| c.detector == "throughput_drop")
+            .unwrap();
+        let (node, at): (String, i64) = r
+            .prepare_trusted(
+                "SELECT node, min(timestamp) FROM events WHERE op = 'cudaLaunchKernel' GROUP BY 1",
+            )
+            .unwrap()
+            .query_row([], causeway_store::row)
+            .unwrap();
+        drop(r);
+        let mut w = Writer::open_append(
+            &p,
+            WriterOptions {
+                node,
+                ..WriterOptions::default()
+            },
+        )
+        .unwrap();
+        // The change point of the demo lies well after the first launch.
+        let switch = |ts_ns| ModeSwitch {
+            ts_ns,
+            op_id: 3,
+            mode: "entry_only".into(),
+            previous: "full".into(),
+            reason: "over_budget".into(),
+            overhead_pct: 4.5,
+        };
+        w.record_mode_switches(&[switch(at + 2_000_000_000)])
+            .unwrap();
+        w.finish().unwrap();
+        let r = Reader::open(&p).unwrap();
+        let chains = explain(&r, &ChainQuery::default()).unwrap().chains;
+        assert!(
+            chains.iter().all(|c| c.detector != "throughput_drop"),
+            "{:#?} (before the switch: {})",
+            chains,
+            before.summary
+        );
     }
 
     #[test]

@@ -245,6 +245,10 @@ static __always_inline bool cw_called_by_runtime(struct pt_regs *ctx, struct tas
 {
 	__u64 ret = 0;
 	bool in_runtime = false;
+	/* bpf_find_vma came with Linux 5.17: on 5.15 and 5.16 libbpf resolves this to false at load
+	 * and the verifier never sees the call; the runtime's driver calls are then counted too. */
+	if (!bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_find_vma))
+		return false;
 	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)ctx->sp) < 0)
 		return false;
 	bpf_find_vma(task, ret, cw_vma_in_runtime, &in_runtime, 0);

@@ -42,6 +42,11 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_TASK_STORAGE = 29,
 };
 
+/* Helpers whose presence the programs check at load time (bpf_core_enum_value_exists). */
+enum bpf_func_id {
+	BPF_FUNC_find_vma = 180,
+};
+
 enum {
 	BPF_F_NO_PREALLOC = 1,
 };

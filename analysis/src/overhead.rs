@@ -98,20 +98,7 @@ pub fn overhead(
             causeway_store::row,
         )
         .map_err(duck(r, "reading probe overhead"))?;
-    let switches: Vec<ModeSwitch> = r
-        .prepare_trusted(SWITCHES_SQL)?
-        .query_map(duckdb::params![window.until_ns, node, node], |row| {
-            Ok(ModeSwitch {
-                ts_ns: row.get(0)?,
-                op: row.get(1)?,
-                from: row.get(2)?,
-                to: row.get(3)?,
-                reason: row.get(4)?,
-                overhead_pct: row.get(5)?,
-            })
-        })
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading probe-mode switches"))?;
+    let switches = mode_switches(r, window.until_ns, node)?;
     let full_ns_per_call: BTreeMap<String, f64> = r
         .prepare_trusted(COSTS_SQL)?
         .query_map(
@@ -140,6 +127,27 @@ pub fn overhead(
         switches: switches.into_iter().take(MAX_SWITCHES).collect(),
         switches_total,
     }))
+}
+
+/// Every probe-mode switch up to `until_ns` (node '': every node), oldest first; none in traces
+/// older than the controller (schema 1).
+pub fn mode_switches(r: &Reader, until_ns: i64, node: &str) -> Result<Vec<ModeSwitch>, StoreError> {
+    if r.schema_version() < 2 {
+        return Ok(Vec::new());
+    }
+    r.prepare_trusted(SWITCHES_SQL)?
+        .query_map(duckdb::params![until_ns, node, node], |row| {
+            Ok(ModeSwitch {
+                ts_ns: row.get(0)?,
+                op: row.get(1)?,
+                from: row.get(2)?,
+                to: row.get(3)?,
+                reason: row.get(4)?,
+                overhead_pct: row.get(5)?,
+            })
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading probe-mode switches"))
 }
 
 /// The probe modes each op ran in during the window, from the switches (ops never switched ran

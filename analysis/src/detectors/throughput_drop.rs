@@ -13,34 +13,35 @@
 //! point. The stored launches then thin out while the calls go on (seen on every default-mode
 //! trace of a launch-bound PyTorch job); the kernel still counted each of them (op_counts).
 
-use causeway_store::{StoreError, duckdb};
+use std::collections::HashMap;
+
+use causeway_store::StoreError;
 
 use super::{Finding, Input, d, lit, pct, severity, step};
 use crate::chains::Chain;
-use crate::facts::duck;
+use crate::overhead::mode_switches;
 
 /// Minimum launch rate before the drop.
 pub const MIN_BEFORE_PER_S: f64 = 20.0;
 
-/// When each node's launch ops stopped storing one event per call (probe-mode switches away
-/// from full), oldest first.
-const UNSTORED_SQL: &str = "
-SELECT m.node, m.ts_ns FROM probe_modes m JOIN ops o ON o.op_id = m.op_id
-WHERE o.op IN ('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx') AND m.mode <> 'full'
-ORDER BY m.ts_ns";
+/// Ops whose stored events make the launch series.
+const LAUNCH_OPS: [&str; 3] = ["cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"];
 
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
-    let unstored: Vec<(String, i64)> = if ctx.r.schema_version() >= 2 {
-        ctx.r
-            .prepare_trusted(UNSTORED_SQL)?
-            .query_map(duckdb::params![], causeway_store::row)
-            .and_then(|rows| rows.collect())
-            .map_err(duck(ctx.r, "reading probe-mode switches"))?
-    } else {
-        Vec::new()
-    };
+    // Per node: when its launch ops stopped storing one event per call.
+    let mut unstored: HashMap<&str, Vec<i64>> = HashMap::new();
+    for s in inp.rates {
+        if !unstored.contains_key(s.node.as_str()) {
+            let at = mode_switches(ctx.r, ctx.window.until_ns, &s.node)?
+                .into_iter()
+                .filter(|m| LAUNCH_OPS.contains(&m.op.as_str()) && m.to != "full")
+                .map(|m| m.ts_ns)
+                .collect();
+            unstored.insert(&s.node, at);
+        }
+    }
     let mut out = Vec::new();
     for s in inp.rates {
         let Some(c) = s.change else { continue };
@@ -48,9 +49,9 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             continue;
         }
         let at_ns = s.start_ns + c.at_second as i64 * 1_000_000_000;
-        if unstored
+        if unstored[s.node.as_str()]
             .iter()
-            .any(|(n, ts)| n == &s.node && (s.start_ns..=at_ns + 1_000_000_000).contains(ts))
+            .any(|ts| (s.start_ns..=at_ns + 1_000_000_000).contains(ts))
         {
             continue;
         }

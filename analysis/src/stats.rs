@@ -57,6 +57,10 @@ pub struct OpStats {
     /// Probe modes the op ran in during the window, when not only `full`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe_modes: Option<Vec<String>>,
+    /// The counted calls include estimates: the op ran in sampled probe mode (its probes were
+    /// attached part of the time; `probe_sampling` has the attached time per window).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub calls_estimated: bool,
 }
 
 /// Off-CPU time of traced threads (sched_switch), split by why they were off the CPU.
@@ -276,6 +280,7 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
                 counted_calls: None,
                 untimed_calls: None,
                 probe_modes: None,
+                calls_estimated: false,
             });
         }
     }
@@ -338,6 +343,7 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
                         counted_calls: Some(calls),
                         untimed_calls: None,
                         probe_modes: None,
+                        calls_estimated: false,
                     });
                 }
                 None => {}
@@ -383,6 +389,10 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
         let modes = modes_in_window(&oh.switches, window.from_ns);
         for o in &mut ops {
             o.probe_modes = modes.get(&o.op).cloned();
+            o.calls_estimated = o
+                .probe_modes
+                .as_ref()
+                .is_some_and(|m| m.iter().any(|m| m == "sampled"));
         }
     }
 

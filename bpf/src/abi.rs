@@ -45,7 +45,8 @@ pub const BATCH_EVENTS: usize = 48;
 pub const DROP_STACK: u32 = 0;
 
 /// How an op is probed (the `op_mode` map values, `CW_MODE_*`). Calls are counted at entry in
-/// every mode, so counts stay exact across switches.
+/// every mode that keeps the probes attached, so counts stay exact across switches between
+/// them; `Sampled` detaches the probes for most of the time, and its counts are estimates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ProbeMode {
     /// Entry and return probes: duration histogram and one event per call.
@@ -54,27 +55,37 @@ pub enum ProbeMode {
     Aggregate,
     /// Entry probe only (the return probe is detached): calls and bytes counted, no durations.
     EntryOnly,
+    /// Duty-cycled: entry and return probes attached (as in full mode) for a share of the time,
+    /// detached otherwise. Calls made while detached are not seen: their count is estimated
+    /// from the share of the time the probes were attached (collector sampling.rs).
+    Sampled,
 }
 
 impl ProbeMode {
     /// Every mode, most detailed (and most costly) first.
-    pub const ALL: [ProbeMode; 3] = [ProbeMode::Full, ProbeMode::Aggregate, ProbeMode::EntryOnly];
+    pub const ALL: [ProbeMode; 4] = [
+        ProbeMode::Full,
+        ProbeMode::Aggregate,
+        ProbeMode::EntryOnly,
+        ProbeMode::Sampled,
+    ];
 
-    /// The `op_mode` map value.
+    /// The `op_mode` map value: a sampled op runs in full mode while its probes are attached.
     pub fn value(self) -> u32 {
         match self {
-            ProbeMode::Full => 0,
+            ProbeMode::Full | ProbeMode::Sampled => 0,
             ProbeMode::Aggregate => 1,
             ProbeMode::EntryOnly => 2,
         }
     }
 
-    /// The name used on the command line and in the store: full, aggregate, entry_only.
+    /// The name used on the command line and in the store: full, aggregate, entry_only, sampled.
     pub fn name(self) -> &'static str {
         match self {
             ProbeMode::Full => "full",
             ProbeMode::Aggregate => "aggregate",
             ProbeMode::EntryOnly => "entry_only",
+            ProbeMode::Sampled => "sampled",
         }
     }
 
@@ -592,6 +603,8 @@ mod tests {
         assert_eq!(ProbeMode::from_name("fast"), None);
         assert!(!ProbeMode::EntryOnly.needs_return_probe());
         assert_eq!(ProbeMode::Aggregate.value(), 1);
+        assert_eq!(ProbeMode::Sampled.value(), ProbeMode::Full.value());
+        assert!(ProbeMode::Sampled.needs_return_probe());
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! Attaching programs: the call programs on every probed symbol of a library file (with the op
-//! in the attach cookie), and the host tracepoint programs (tp_btf, no tracefs). Return probes
-//! are kept per op so that an op switched to entry-only mode loses them (their trap is most of a
-//! probed call's cost) and gets them back when it returns to a timed mode.
+//! in the attach cookie), and the host tracepoint programs (tp_btf, no tracefs). Links are kept
+//! per op and direction, so that an op switched to entry-only mode loses its return probes (their
+//! trap is most of a probed call's cost) and gets them back when it returns to a timed mode, and
+//! a sampled op loses all its probes between its attached slices (sampling.rs).
 //!
-//! On kernels with uprobe.multi (>= 6.6) a file gets one entry link and one return link covering
-//! all its symbols; otherwise one classic link per probe. Detaching a classic uprobe waits for
-//! RCU grace periods under a global mutex (about 0.1 s each: 60 probes took 7 s to tear down),
-//! a multi link waits once.
+//! On kernels with uprobe.multi (>= 6.6) an op gets one entry link and one return link per file,
+//! covering its functions there; otherwise one classic link per probe. Detaching a classic
+//! uprobe waits for RCU grace periods under a global mutex (about 0.1 s each: 60 probes took 7 s
+//! to tear down), a multi link waits once; `drop_links` detaches in parallel.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -78,16 +79,43 @@ struct Symbol {
     first: FirstInsn,
 }
 
-/// The links of one file.
+/// Which of an op's probes are attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpProbes {
+    /// None (a sampled op between its attached slices).
+    Detached,
+    /// The entry probe only (entry-only mode).
+    Entry,
+    /// Entry and return probes (the timed modes).
+    EntryAndReturn,
+}
+
+/// The links of one file, per op: an op's probes are attached and detached without touching
+/// the other ops' (one multi link per op and direction, or one classic link per function).
 struct FileProbes {
     lib: LibFile,
+    /// The probed symbols the file exports (those whose entry probe could not be attached at
+    /// all are left out).
     symbols: Vec<Symbol>,
-    /// Entry links (one multi link, or one per symbol).
-    entries: Vec<Link>,
-    /// Return links: multi: one link for all timed ops (key u16::MAX); classic: per op.
+    /// Entry links per op.
+    entries: HashMap<u16, Vec<Link>>,
+    /// Return links per op, for the ops whose calls are timed.
     exits: HashMap<u16, Vec<Link>>,
-    /// Ops whose return probes are attached.
-    timed: BTreeSet<u16>,
+}
+
+impl FileProbes {
+    fn ops(&self) -> BTreeSet<u16> {
+        self.symbols.iter().map(|s| s.spec.op).collect()
+    }
+
+    /// The (offset, cookie) of every function of `op`.
+    fn points(&self, op: u16) -> Vec<(usize, u64)> {
+        self.symbols
+            .iter()
+            .filter(|s| s.spec.op == op)
+            .map(|s| (s.offset, cookie(s.spec.op, s.spec.aux)))
+            .collect()
+    }
 }
 
 /// Attached probes, one entry per library file (keyed by inode so copies attach once).
@@ -104,9 +132,6 @@ impl std::fmt::Debug for Attached {
             .finish()
     }
 }
-
-/// Key of the one return link of a file in multi mode.
-const ALL: u16 = u16::MAX;
 
 impl Attached {
     /// Attachments for the loaded program variant (`LoadConfig::multi`).
@@ -131,22 +156,16 @@ impl Attached {
     pub fn probes(&self) -> usize {
         self.by_file
             .values()
-            .map(|f| {
-                let timed = f
-                    .symbols
-                    .iter()
-                    .filter(|s| f.timed.contains(&s.spec.op))
-                    .count();
-                if f.entries.is_empty() {
-                    0
-                } else {
-                    f.symbols.len() + timed
-                }
+            .flat_map(|f| {
+                f.symbols.iter().map(|s| {
+                    usize::from(f.entries.contains_key(&s.spec.op))
+                        + usize::from(f.exits.contains_key(&s.spec.op))
+                })
             })
             .sum()
     }
 
-    /// The kind of first instruction of every attached symbol, per op (all files).
+    /// The kind of first instruction of every probed symbol, per op (all files).
     pub fn first_insns(&self) -> Vec<(u16, FirstInsn)> {
         self.by_file
             .values()
@@ -159,65 +178,75 @@ impl Attached {
         self.by_file.values().map(|f| f.lib.clone()).collect()
     }
 
-    /// Attaches the return links of `ops` in a file; errors are logged and leave them out.
-    fn attach_exits(
+    /// Attaches the entry (`ret` false) or return links of `op` in a file: the links, and the
+    /// offsets that could not be attached. Errors are logged.
+    fn attach_op(
         &self,
         skel: &CausewaySkel<'_>,
         f: &FileProbes,
-        ops: &BTreeSet<u16>,
-    ) -> HashMap<u16, Vec<Link>> {
-        let exit = if self.multi {
-            &skel.progs.cw_call_exit_multi
-        } else {
-            &skel.progs.cw_call_exit
+        op: u16,
+        ret: bool,
+    ) -> (Vec<Link>, Vec<usize>) {
+        let prog = match (self.multi, ret) {
+            (true, false) => &skel.progs.cw_call_entry_multi,
+            (true, true) => &skel.progs.cw_call_exit_multi,
+            (false, false) => &skel.progs.cw_call_entry,
+            (false, true) => &skel.progs.cw_call_exit,
         };
-        let of = |op: Option<u16>| -> Vec<(usize, u64)> {
-            f.symbols
-                .iter()
-                .filter(|s| ops.contains(&s.spec.op) && op.is_none_or(|o| o == s.spec.op))
-                .map(|s| (s.offset, cookie(s.spec.op, s.spec.aux)))
-                .collect()
-        };
-        let mut out = HashMap::new();
+        let points = f.points(op);
+        let what = if ret { "return probe" } else { "probe" };
         if self.multi {
-            let offs = of(None);
-            if !offs.is_empty() {
-                match attach_at(exit, true, -1, &f.lib.path, &offs, true) {
-                    Ok(l) => {
-                        out.insert(ALL, vec![l]);
-                    }
-                    Err(err) => {
-                        warn!(lib = %f.lib.path.display(), %err, "return probes not attached")
-                    }
+            return match attach_at(prog, true, -1, &f.lib.path, &points, ret) {
+                Ok(l) => (vec![l], Vec::new()),
+                Err(err) => {
+                    debug!(op, lib = %f.lib.path.display(), %err, "{what} not attached");
+                    (Vec::new(), points.iter().map(|p| p.0).collect())
+                }
+            };
+        }
+        let (mut links, mut failed) = (Vec::new(), Vec::new());
+        for p in points {
+            match attach_at(prog, false, -1, &f.lib.path, &[p], ret) {
+                Ok(l) => links.push(l),
+                Err(err) => {
+                    debug!(op, offset = p.0, lib = %f.lib.path.display(), %err, "{what} not attached");
+                    failed.push(p.0);
                 }
             }
-            return out;
         }
-        for &op in ops {
-            let links: Vec<Link> = of(Some(op))
-                .into_iter()
-                .filter_map(|o| match attach_at(exit, false, -1, &f.lib.path, &[o], true) {
-                    Ok(l) => Some(l),
-                    Err(err) => {
-                        warn!(op, lib = %f.lib.path.display(), %err, "return probe not attached");
-                        None
-                    }
-                })
-                .collect();
-            out.insert(op, links);
+        (links, failed)
+    }
+
+    /// Attaches one op's probes in one file as `want` says (return links first, so that no
+    /// call entered with its entry probe misses its return), the links not already there.
+    fn attach_probes(&self, skel: &CausewaySkel<'_>, f: &mut FileProbes, op: u16, want: OpProbes) {
+        if want == OpProbes::EntryAndReturn && !f.exits.contains_key(&op) {
+            let (links, _) = self.attach_op(skel, f, op, true);
+            if links.is_empty() {
+                warn!(op, lib = %f.lib.path.display(), "return probes not attached: these calls are counted, not timed");
+            } else {
+                f.exits.insert(op, links);
+            }
         }
-        out
+        if want != OpProbes::Detached && !f.entries.contains_key(&op) {
+            let (links, failed) = self.attach_op(skel, f, op, false);
+            f.symbols
+                .retain(|s| s.spec.op != op || !failed.contains(&s.offset));
+            if !links.is_empty() {
+                f.entries.insert(op, links);
+            }
+        }
     }
 
     /// Attaches our entry program to every probed symbol the file exports, and the return
-    /// program where `timed(op)` says the op's mode needs it. Returns the number of functions
-    /// attached (0 when the file was already attached or exports none).
+    /// program, as `want(op)` says. Returns the number of functions with probes attached (0
+    /// when the file was already attached or exports none).
     pub fn attach_lib(
         &mut self,
         skel: &CausewaySkel<'_>,
         lib: &LibFile,
         nccl: bool,
-        timed: impl Fn(u16) -> bool,
+        want: impl Fn(u16) -> OpProbes,
     ) -> usize {
         if lib.library == Library::Nccl && !nccl {
             return 0;
@@ -242,106 +271,84 @@ impl Attached {
         let specs: Vec<&'static ProbeSpec> = probes_for(lib.library).collect();
         let names: Vec<&str> = specs.iter().map(|s| s.symbol).collect();
         let offsets = function_offsets(&lib.path, &names);
-        let symbols: Vec<Symbol> = specs
-            .iter()
-            .filter_map(|s| {
-                offsets.get(s.symbol).map(|&(offset, first)| Symbol {
-                    spec: s,
-                    offset,
-                    first,
-                })
-            })
-            .collect();
-        let entry = if self.multi {
-            &skel.progs.cw_call_entry_multi
-        } else {
-            &skel.progs.cw_call_entry
-        };
-        let points: Vec<(usize, u64)> = symbols
-            .iter()
-            .map(|s| (s.offset, cookie(s.spec.op, s.spec.aux)))
-            .collect();
-        let mut entries = Vec::new();
-        if self.multi && !points.is_empty() {
-            match attach_at(entry, true, -1, &lib.path, &points, false) {
-                Ok(l) => entries.push(l),
-                Err(err) => warn!(lib = %lib.path.display(), %err, "probes not attached"),
-            }
-        } else {
-            for (p, s) in points.iter().zip(&symbols) {
-                match attach_at(entry, false, -1, &lib.path, &[*p], false) {
-                    Ok(l) => entries.push(l),
-                    Err(err) => {
-                        debug!(symbol = s.spec.symbol, lib = %lib.path.display(), %err, "symbol not attached")
-                    }
-                }
-            }
-        }
         let mut f = FileProbes {
             lib: lib.clone(),
-            symbols: if entries.is_empty() {
-                Vec::new()
-            } else {
-                symbols
-            },
-            entries,
+            symbols: specs
+                .iter()
+                .filter_map(|s| {
+                    offsets.get(s.symbol).map(|&(offset, first)| Symbol {
+                        spec: s,
+                        offset,
+                        first,
+                    })
+                })
+                .collect(),
+            entries: HashMap::new(),
             exits: HashMap::new(),
-            timed: BTreeSet::new(),
         };
-        f.timed = f
+        for op in f.ops() {
+            self.attach_probes(skel, &mut f, op, want(op));
+        }
+        let functions = f
             .symbols
             .iter()
-            .map(|s| s.spec.op)
-            .filter(|&op| timed(op))
-            .collect();
-        f.exits = self.attach_exits(skel, &f, &f.timed);
-        let functions = f.symbols.len();
+            .filter(|s| f.entries.contains_key(&s.spec.op))
+            .count();
         if functions > 0 {
             info!(lib = %lib.path.display(), library = ?lib.library, functions, multi = self.multi, "attached");
+        } else if !f.symbols.is_empty() {
+            warn!(lib = %lib.path.display(), "probes not attached");
         }
         self.by_file.insert(id, f);
         functions
     }
 
-    /// Attaches (`on`) or detaches the return probes of every symbol recording `op`. Returns the
-    /// number of files changed. In multi mode a file's return link is replaced by one with the
-    /// new set of ops, the new one attached before the old one goes (a return seen by both
-    /// finds its entry state once: no call is counted twice).
+    /// Attaches (`on`) or detaches the return probes of every function recording `op` whose
+    /// entry probe is attached. Returns the number of files changed.
     pub fn set_return_probes(&mut self, skel: &CausewaySkel<'_>, op: u16, on: bool) -> usize {
         let mut old = Vec::new();
         let mut changed = 0;
         let ids: Vec<(u64, u64)> = self.by_file.keys().copied().collect();
         for id in ids {
-            let f = &self.by_file[&id];
-            if !f.symbols.iter().any(|s| s.spec.op == op) || f.timed.contains(&op) == on {
-                continue;
+            let mut f = self.by_file.remove(&id).expect("present");
+            if f.entries.contains_key(&op) && f.exits.contains_key(&op) != on {
+                if on {
+                    self.attach_probes(skel, &mut f, op, OpProbes::EntryAndReturn);
+                } else {
+                    old.extend(f.exits.remove(&op).unwrap_or_default());
+                }
+                changed += 1;
             }
-            let mut timed = f.timed.clone();
-            if on {
-                timed.insert(op);
-            } else {
-                timed.remove(&op);
-            }
-            let (new_exits, drop_keys): (HashMap<u16, Vec<Link>>, Vec<u16>) = if self.multi {
-                (self.attach_exits(skel, f, &timed), vec![ALL])
-            } else if on {
-                (
-                    self.attach_exits(skel, f, &BTreeSet::from([op])),
-                    Vec::new(),
-                )
-            } else {
-                (HashMap::new(), vec![op])
-            };
-            let f = self.by_file.get_mut(&id).expect("present");
-            for k in drop_keys {
-                old.extend(f.exits.remove(&k).unwrap_or_default());
-            }
-            f.exits.extend(new_exits);
-            f.timed = timed;
-            changed += 1;
+            self.by_file.insert(id, f);
         }
         drop_links(old);
         changed
+    }
+
+    /// Attaches the probes of `op` that `want` asks for (entry only, or entry and return) in
+    /// every file exporting it; probes already attached stay.
+    pub fn attach_op_probes(&mut self, skel: &CausewaySkel<'_>, op: u16, want: OpProbes) {
+        let ids: Vec<(u64, u64)> = self.by_file.keys().copied().collect();
+        for id in ids {
+            let mut f = self.by_file.remove(&id).expect("present");
+            if f.symbols.iter().any(|s| s.spec.op == op) {
+                self.attach_probes(skel, &mut f, op, want);
+            }
+            self.by_file.insert(id, f);
+        }
+    }
+
+    /// Takes every link of `op` out, to be detached by the caller: (entry links, return
+    /// links). Dropping waits for RCU grace periods, which the caller does off its loop, the
+    /// entry links first: a call entered before they go is still timed by its return probe, and
+    /// a call entered after is not counted at all, never counted without its return.
+    pub fn detach_op_probes(&mut self, op: u16) -> (Vec<Link>, Vec<Link>) {
+        let (mut entries, mut exits) = (Vec::new(), Vec::new());
+        for f in self.by_file.values_mut() {
+            entries.extend(f.entries.remove(&op).unwrap_or_default());
+            exits.extend(f.exits.remove(&op).unwrap_or_default());
+        }
+        (entries, exits)
     }
 }
 
@@ -350,7 +357,12 @@ impl Drop for Attached {
         let links = self
             .by_file
             .drain()
-            .flat_map(|(_, f)| f.entries.into_iter().chain(f.exits.into_values().flatten()))
+            .flat_map(|(_, f)| {
+                f.entries
+                    .into_values()
+                    .chain(f.exits.into_values())
+                    .flatten()
+            })
             .collect();
         drop_links(links);
     }

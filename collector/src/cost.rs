@@ -72,10 +72,10 @@ pub struct Costs {
 }
 
 impl Costs {
-    /// Cost per call of `mode`.
+    /// Cost per call of `mode` (sampled: per call made while the probes are attached).
     pub fn of(&self, mode: ProbeMode) -> f64 {
         match mode {
-            ProbeMode::Full => self.full_ns,
+            ProbeMode::Full | ProbeMode::Sampled => self.full_ns,
             ProbeMode::Aggregate => self.aggregate_ns,
             ProbeMode::EntryOnly => self.entry_only_ns,
         }

@@ -16,6 +16,7 @@ pub mod live;
 pub mod overhead;
 mod poll;
 mod recorder;
+mod sampling;
 mod sink;
 mod stacks;
 mod trace;

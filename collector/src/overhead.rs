@@ -1,8 +1,11 @@
 //! The overhead controller (`--overhead-budget`): every window it estimates what the probes cost
 //! each traced process (calls the kernel counted x calibrated cost of the op's probe mode) against
 //! the process's CPU time, and moves hot ops to cheaper probe modes when the worst process is
-//! over budget (full -> aggregate -> entry-only), and back, one op at a time, once the estimate
-//! stays well below it. Counts stay exact in every mode (the kernel counts calls at entry).
+//! over budget (full -> aggregate -> entry-only -> sampled, taking the least step that covers
+//! the excess), and back, one op at a time, once the estimate stays well below it. Counts stay
+//! exact in every mode but `sampled`, whose probes are attached for a share of the time (its
+//! duty, sampling.rs) and whose calls are estimated from what was counted then; `--exact-counts`
+//! keeps the controller from sampling.
 //!
 //! The decisions are pure functions of the window's numbers (unit-tested below); reading /proc
 //! and applying a switch to the BPF maps and links is the caller's (trace.rs) job.
@@ -13,6 +16,7 @@ use causeway_bpf::abi::{OP_CALIBRATE, ProbeMode};
 use causeway_store::{ModeSwitch, OverheadWindow};
 
 use crate::cost::{CostModel, FirstInsn};
+use crate::sampling::{DUTY_MAX, DUTY_MIN};
 
 /// Act only when the worst process is above the budget; aim this far below it.
 const MARGIN: f64 = 0.8;
@@ -94,6 +98,10 @@ pub struct Controller {
     kinds: HashMap<u16, FirstInsn>,
     modes: BTreeMap<u16, ProbeMode>,
     forced: BTreeSet<u16>,
+    /// Duty of the sampled ops.
+    duty: BTreeMap<u16, f64>,
+    /// Whether the controller may sample (no `--exact-counts`).
+    sampling: bool,
     last_switch_ns: HashMap<u16, i64>,
     prev_calls: HashMap<(u32, u16), u64>,
     cpu_base: HashMap<u32, u64>,
@@ -118,6 +126,8 @@ impl Controller {
             kinds: HashMap::new(),
             modes: BTreeMap::new(),
             forced: BTreeSet::new(),
+            duty: BTreeMap::new(),
+            sampling: true,
             last_switch_ns: HashMap::new(),
             prev_calls: HashMap::new(),
             cpu_base: HashMap::new(),
@@ -127,6 +137,16 @@ impl Controller {
             cpu_ns: 0,
             last_worst_pct: 0.0,
         }
+    }
+
+    /// Never moves an op to sampled mode (`--exact-counts`): entry-only is the cheapest.
+    pub fn exact_counts(&mut self) {
+        self.sampling = false;
+    }
+
+    /// The duty of a sampled op (the share of the time its probes are attached).
+    pub fn duty(&self, op: u16) -> Option<f64> {
+        self.duty.get(&op).copied()
     }
 
     /// The budget (% of CPU time).
@@ -168,11 +188,14 @@ impl Controller {
             .map(|(o, m)| (*o, *m))
     }
 
-    /// Pins an op to a mode (`--probe-mode`): the controller never moves it.
-    pub fn force(&mut self, op: u16, mode: ProbeMode, now_ns: i64) -> ModeSwitch {
+    /// Pins an op to a mode (`--probe-mode`; `duty` for sampled): the controller never moves it.
+    pub fn force(&mut self, op: u16, mode: ProbeMode, duty: f64, now_ns: i64) -> ModeSwitch {
         self.forced.insert(op);
         let previous = self.mode(op);
         self.modes.insert(op, mode);
+        if mode == ProbeMode::Sampled {
+            self.duty.insert(op, duty.clamp(DUTY_MIN, DUTY_MAX));
+        }
         ModeSwitch {
             ts_ns: now_ns,
             op_id: op,
@@ -198,12 +221,16 @@ impl Controller {
             .filter(|w| w.probe_ns >= SIGNIFICANT_SHARE_OF_CORE * span_ns)
             .collect();
         self.last_worst_pct = significant.iter().map(|w| w.pct()).fold(0.0, f64::max);
-        tick.switches = self.decide(&significant, now_ns);
-        for s in &tick.switches {
+        for (s, duty) in self.decide(&significant, now_ns) {
             if let Some(m) = ProbeMode::from_name(&s.mode) {
                 self.modes.insert(s.op_id, m);
                 self.last_switch_ns.insert(s.op_id, now_ns);
+                match duty {
+                    Some(d) => self.duty.insert(s.op_id, d),
+                    None => self.duty.remove(&s.op_id),
+                };
             }
+            tick.switches.push(s);
         }
         tick
     }
@@ -305,7 +332,37 @@ impl Controller {
         }
     }
 
-    fn decide(&self, procs: &[&ProcessWindow], now_ns: i64) -> Vec<ModeSwitch> {
+    /// Probe time per call made of `op` in `mode` (`duty` for sampled): a sampled op's calls
+    /// trap only while its probes are attached.
+    fn unit_cost(&self, op: u16, mode: ProbeMode, duty: Option<f64>) -> f64 {
+        let c = self.cost(op, mode);
+        match (mode, duty) {
+            (ProbeMode::Sampled, Some(d)) => c * d,
+            _ => c,
+        }
+    }
+
+    /// Probe time per call made of `op` now.
+    fn unit_now(&self, op: u16) -> f64 {
+        self.unit_cost(op, self.mode(op), self.duty(op))
+    }
+
+    /// Calls made of `op` in a window where the kernel counted `counted` (sampled: estimated).
+    fn made(&self, op: u16, counted: u64) -> f64 {
+        counted as f64 / self.duty(op).unwrap_or(1.0)
+    }
+
+    /// Whether `op` is as cheap as the controller may make it.
+    fn at_floor(&self, op: u16) -> bool {
+        self.forced.contains(&op)
+            || match self.mode(op) {
+                ProbeMode::EntryOnly => !self.sampling,
+                ProbeMode::Sampled => self.duty(op).is_none_or(|d| d <= DUTY_MIN),
+                _ => false,
+            }
+    }
+
+    fn decide(&self, procs: &[&ProcessWindow], now_ns: i64) -> Vec<(ModeSwitch, Option<f64>)> {
         let Some(worst) = procs.iter().max_by(|a, b| a.pct().total_cmp(&b.pct())) else {
             return self.upgrade(procs, now_ns).into_iter().collect();
         };
@@ -317,42 +374,62 @@ impl Controller {
         // back under the budget with a margin.
         let cpu = (worst.cpu_ns as f64).max(worst.probe_ns);
         let mut excess = worst.probe_ns - self.budget_pct / 100.0 * MARGIN * cpu;
-        let mut ops: Vec<(u16, u64)> = worst
+        let mut ops: Vec<(u16, f64)> = worst
             .calls
             .iter()
             .filter(|(op, n)| {
-                !self.forced.contains(op)
-                    && self.mode(**op) != ProbeMode::EntryOnly
+                !self.at_floor(**op)
                     && **n as f64 * self.cost(**op, self.mode(**op)) >= HOT_SHARE * worst.probe_ns
             })
-            .map(|(op, n)| (*op, *n))
+            .map(|(op, n)| (*op, self.made(*op, *n)))
             .collect();
-        ops.sort_by(|a, b| {
-            let cost = |(op, n): &(u16, u64)| *n as f64 * self.cost(*op, self.mode(*op));
-            cost(b).total_cmp(&cost(a))
-        });
+        ops.sort_by(|a, b| (b.1 * self.unit_now(b.0)).total_cmp(&(a.1 * self.unit_now(a.0))));
         let mut out = Vec::new();
-        for (op, n) in ops {
+        for (op, made) in ops {
             if excess <= 0.0 {
                 break;
             }
-            let now = self.cost(op, self.mode(op));
-            // The least reduction that covers the excess, else the cheapest mode.
-            let to = [ProbeMode::Aggregate, ProbeMode::EntryOnly]
-                .into_iter()
-                .filter(|m| *m > self.mode(op))
-                .find(|m| n as f64 * (now - self.cost(op, *m)) >= excess)
-                .unwrap_or(ProbeMode::EntryOnly);
-            excess -= n as f64 * (now - self.cost(op, to));
-            out.push(self.switch(op, to, "over_budget", pct, now_ns));
+            let now = self.unit_now(op);
+            let mode = self.mode(op);
+            let mut steps: Vec<(ProbeMode, Option<f64>)> =
+                [ProbeMode::Aggregate, ProbeMode::EntryOnly]
+                    .into_iter()
+                    .filter(|m| *m > mode && mode != ProbeMode::Sampled)
+                    .map(|m| (m, None))
+                    .collect();
+            if self.sampling {
+                // The duty that covers the excess.
+                let full = self.cost(op, ProbeMode::Sampled);
+                let d = ((made * now - excess) / (made * full)).clamp(DUTY_MIN, DUTY_MAX);
+                steps.push((ProbeMode::Sampled, Some(d)));
+            }
+            let unit = |(m, d): (ProbeMode, Option<f64>)| self.unit_cost(op, m, d);
+            // The least reduction that covers the excess, else the cheapest step.
+            let Some(to) = steps
+                .iter()
+                .copied()
+                .find(|s| made * (now - unit(*s)) >= excess)
+                .or_else(|| {
+                    steps
+                        .iter()
+                        .copied()
+                        .min_by(|a, b| unit(*a).total_cmp(&unit(*b)))
+                })
+                .filter(|s| unit(*s) < now)
+            else {
+                continue;
+            };
+            excess -= made * (now - unit(to));
+            out.push((self.switch(op, to.0, "over_budget", pct, now_ns), to.1));
         }
         out
     }
 
     /// Under budget: move back the one op whose return to a more detailed mode (full if that
-    /// fits, else aggregate) costs least, if every process stays well below the budget with it
-    /// and the op has kept its mode long enough.
-    fn upgrade(&self, procs: &[&ProcessWindow], now_ns: i64) -> Option<ModeSwitch> {
+    /// fits, else aggregate, else entry-only; a sampled op that fits none of them gets twice its
+    /// duty) costs least, if every process stays well below the budget with it and the op has
+    /// kept its mode long enough.
+    fn upgrade(&self, procs: &[&ProcessWindow], now_ns: i64) -> Option<(ModeSwitch, Option<f64>)> {
         let limit = self.budget_pct * UPGRADE_BELOW;
         let worst_pct = procs.iter().map(|w| w.pct()).fold(0.0, f64::max);
         let candidates = self.modes.iter().filter(|(op, m)| {
@@ -363,36 +440,45 @@ impl Controller {
                     .get(op)
                     .is_none_or(|t| now_ns - t >= MIN_DWELL_NS)
         });
-        let mut best: Option<(f64, u16, ProbeMode)> = None;
+        let mut best: Option<(f64, u16, ProbeMode, Option<f64>)> = None;
         for (&op, &mode) in candidates {
-            let projected = |better: ProbeMode| {
-                let extra = self.cost(op, better) - self.cost(op, mode);
+            let now = self.unit_now(op);
+            let projected = |unit: f64| {
                 procs
                     .iter()
                     .map(|w| {
-                        let add = w.calls.get(&op).copied().unwrap_or(0) as f64 * extra;
+                        let made = self.made(op, w.calls.get(&op).copied().unwrap_or(0));
+                        let add = made * (unit - now);
                         ProcessWindow {
                             probe_ns: w.probe_ns + add,
-                            cpu_ns: w.cpu_ns + add as u64,
+                            cpu_ns: (w.cpu_ns as f64 + add).max(0.0) as u64,
                             calls: BTreeMap::new(),
                         }
                         .pct()
                     })
                     .fold(0.0, f64::max)
             };
-            let Some((p, to)) = [ProbeMode::Full, ProbeMode::Aggregate]
+            let mut steps: Vec<(ProbeMode, Option<f64>)> =
+                [ProbeMode::Full, ProbeMode::Aggregate, ProbeMode::EntryOnly]
+                    .into_iter()
+                    .filter(|m| *m < mode)
+                    .map(|m| (m, None))
+                    .collect();
+            if let Some(d) = self.duty(op).filter(|d| *d < DUTY_MAX) {
+                steps.push((ProbeMode::Sampled, Some((d * 2.0).min(DUTY_MAX))));
+            }
+            let Some((p, (to, duty))) = steps
                 .into_iter()
-                .filter(|m| *m < mode)
-                .map(|m| (projected(m), m))
+                .map(|s| (projected(self.unit_cost(op, s.0, s.1)), s))
                 .find(|(p, _)| *p < limit)
             else {
                 continue;
             };
-            if best.is_none_or(|(b, _, _)| p < b) {
-                best = Some((p, op, to));
+            if best.is_none_or(|(b, ..)| p < b) {
+                best = Some((p, op, to, duty));
             }
         }
-        best.map(|(_, op, to)| self.switch(op, to, "under_budget", worst_pct, now_ns))
+        best.map(|(_, op, to, duty)| (self.switch(op, to, "under_budget", worst_pct, now_ns), duty))
     }
 }
 
@@ -424,6 +510,7 @@ mod tests {
     #[test]
     fn a_hot_op_over_budget_goes_entry_only_and_counts_keep_their_estimate() {
         let mut c = Controller::new(1.0, model(COSTS), 0);
+        c.exact_counts();
         // 50k launches in 1 s by a process that used 1 s of CPU: 55% in probes.
         let t = c.tick(S, &[((7, 3), 50_000), ((7, 1), 10)], alive(S as u64));
         assert_eq!(t.windows.len(), 1);
@@ -492,7 +579,9 @@ mod tests {
     fn ops_come_back_after_the_dwell_time() {
         let mut c = Controller::new(1.0, model(COSTS), 0);
         c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
-        assert_eq!(c.mode(3), ProbeMode::EntryOnly);
+        // 55% in probes: even entry-only (25%) is far over; sampled at the least duty.
+        assert_eq!(c.mode(3), ProbeMode::Sampled);
+        assert_eq!(c.duty(3), Some(DUTY_MIN));
         // Quiet now, but not for long enough.
         let t = c.tick(2 * S, &[((7, 3), 50_000)], alive(2 * S as u64));
         assert!(t.switches.is_empty());
@@ -500,7 +589,68 @@ mod tests {
         assert_eq!(t.switches.len(), 1);
         assert_eq!(t.switches[0].reason, "under_budget");
         assert_eq!(c.mode(3), ProbeMode::Full);
+        assert_eq!(c.duty(3), None);
         assert_eq!(c.reduced().count(), 0);
+    }
+
+    #[test]
+    fn where_entry_only_is_not_enough_the_op_is_sampled_with_the_duty_that_fits() {
+        // 2000 calls in 1 s of CPU: 2.2% in full mode against 1%: 14 ms must go, entry-only
+        // saves 12 ms. Sampled at duty d costs 2000 x d x 11 us: d = 8/22.
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let t = c.tick(S, &[((7, 3), 2_000)], alive(S as u64));
+        assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
+        assert_eq!(
+            (t.switches[0].mode.as_str(), t.switches[0].previous.as_str()),
+            ("sampled", "full")
+        );
+        let d = c.duty(3).unwrap();
+        assert!((d - 8.0 / 22.0).abs() < 1e-9, "{d}");
+        // The next second the kernel counts the calls made while attached: on target.
+        let counted = 2_000 + (2_000.0 * d) as u64;
+        let t = c.tick(2 * S, &[((7, 3), counted)], alive(2 * S as u64));
+        assert!(t.switches.is_empty(), "{:?}", t.switches);
+        assert!(
+            (c.last_worst_pct - 0.8).abs() < 0.01,
+            "{}",
+            c.last_worst_pct
+        );
+        // Still too dear (the job got busier): a lower duty, recorded as a switch.
+        let t = c.tick(3 * S, &[((7, 3), counted + 2_000)], alive(3 * S as u64));
+        assert_eq!(t.switches.len(), 1);
+        assert_eq!(
+            (t.switches[0].mode.as_str(), t.switches[0].previous.as_str()),
+            ("sampled", "sampled")
+        );
+        assert!(c.duty(3).unwrap() < d);
+        // With --exact-counts entry-only is the floor.
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        c.exact_counts();
+        let t = c.tick(S, &[((7, 3), 2_000)], alive(S as u64));
+        assert_eq!(t.switches[0].mode, "entry_only");
+        assert_eq!(c.duty(3), None);
+    }
+
+    #[test]
+    fn a_sampled_op_that_cools_down_gets_a_higher_duty_first() {
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
+        assert_eq!(c.duty(3), Some(DUTY_MIN));
+        // 5000 calls a second now (100 counted): full 5.5%, entry-only 2.5%, twice the duty
+        // 0.22%: under half the budget.
+        let mut counted = 50_000;
+        for i in 2..=11 {
+            counted += 100;
+            let t = c.tick(i * S, &[((7, 3), counted)], alive(i as u64 * S as u64));
+            if i < 11 {
+                assert!(t.switches.is_empty(), "second {i}: {:?}", t.switches);
+            } else {
+                assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
+                assert_eq!(t.switches[0].reason, "under_budget");
+            }
+        }
+        assert_eq!(c.mode(3), ProbeMode::Sampled);
+        assert_eq!(c.duty(3), Some(2.0 * DUTY_MIN));
     }
 
     #[test]
@@ -511,6 +661,7 @@ mod tests {
             ..COSTS
         };
         let mut c = Controller::new(1.0, model(costs), 0);
+        c.exact_counts();
         c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
         assert_eq!(c.mode(3), ProbeMode::EntryOnly);
         // Then 600 calls a second in 1 s of CPU: 0.3% at entry-only. Full would make it 0.66%,
@@ -530,7 +681,7 @@ mod tests {
     #[test]
     fn forced_ops_and_idle_processes_are_left_alone() {
         let mut c = Controller::new(1.0, model(COSTS), 0);
-        let f = c.force(3, ProbeMode::Full, 0);
+        let f = c.force(3, ProbeMode::Full, 1.0, 0);
         assert_eq!(f.reason, "forced");
         let t = c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
         assert!(t.switches.is_empty(), "{:?}", t.switches);

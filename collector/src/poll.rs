@@ -9,7 +9,7 @@ use causeway_bpf::abi::{
 };
 use causeway_bpf::libbpf_rs::{MapCore, MapFlags};
 use causeway_bpf::skel::CausewaySkel;
-use causeway_store::{Event, HistogramBucket, OpCount, ProcessInfo};
+use causeway_store::{Event, HistogramBucket, OpCount, ProcessInfo, SampledWindow};
 use crossbeam_channel::TrySendError;
 use tracing::warn;
 
@@ -56,6 +56,20 @@ pub struct OpTotal {
     pub timed: u64,
     /// Sum of measured durations (ns).
     pub total_ns: u64,
+    /// `calls` includes estimated calls (the op was sampled).
+    pub estimated: bool,
+}
+
+/// Calls made in a window where `counted` were counted while the probes were attached for
+/// `observed_ns` of `window_ns` (sampled mode): the counted calls scaled up, rounded. Exact
+/// (the count itself) when the probes stayed attached; an op detached all window long has no
+/// estimate and keeps its count (0).
+pub fn estimate(counted: u64, observed_ns: i64, window_ns: i64) -> u64 {
+    if observed_ns >= window_ns || observed_ns <= 0 {
+        counted
+    } else {
+        (counted as f64 * window_ns as f64 / observed_ns as f64).round() as u64
+    }
 }
 
 /// Everything the poll thread accumulates.
@@ -75,6 +89,8 @@ pub struct PollState {
     /// Records that failed to decode.
     pub undecodable: u64,
     prev_stats: HashMap<StatKey, Stat>,
+    /// Detached time per sampled op at the last snapshot (ns).
+    prev_detached: HashMap<u16, i64>,
     prev_drops: Vec<u64>,
     /// Ring-buffer reservation failures per op, over the trace.
     pub ring_drops: BTreeMap<u16, u64>,
@@ -117,6 +133,7 @@ impl PollState {
             channel_reported: BTreeMap::new(),
             undecodable: 0,
             prev_stats: HashMap::new(),
+            prev_detached: HashMap::new(),
             prev_drops: vec![0; MAX_OPS as usize],
             ring_drops: BTreeMap::new(),
             totals: BTreeMap::new(),
@@ -275,15 +292,34 @@ impl PollState {
 
     /// Turns the kernel's counters and histograms (`stats`, from [`read_stats`]) and drop counts
     /// into the deltas since the last call, sent as one window of rows, and new drops as drop rows.
+    /// `detached(op, now)` is the time sampling kept an op's probes detached since the trace
+    /// started: the calls of such an op are estimated ([`estimate`]) and its window recorded.
     pub fn snapshot(
         &mut self,
         stats: &HashMap<StatKey, Stat>,
         skel: &CausewaySkel<'_>,
         sink: &Sink,
+        detached: impl Fn(u16, i64) -> i64,
     ) {
         let now = causeway_store::now_ns();
         let (start, end) = (self.window_start_ns, now);
         self.window_start_ns = now;
+        let window_ns = (end - start).max(1);
+        // Time each op's probes were attached in the window (sampled ops only).
+        let mut observed: BTreeMap<u16, i64> = BTreeMap::new();
+        let ops: std::collections::BTreeSet<u16> = stats
+            .keys()
+            .map(|k| k.op)
+            .chain(self.prev_detached.keys().copied())
+            .collect();
+        for op in ops {
+            let total = detached(op, end);
+            if total > 0 {
+                let prev = self.prev_detached.insert(op, total).unwrap_or(0);
+                observed.insert(op, (window_ns - (total - prev)).clamp(0, window_ns));
+            }
+        }
+        let mut sampled: BTreeMap<u16, u64> = BTreeMap::new();
         let mut counts = Vec::new();
         let mut hist = Vec::new();
         for (&k, s) in stats {
@@ -293,15 +329,20 @@ impl PollState {
             if calls == 0 && d(Stat::timed) == 0 {
                 continue;
             }
+            let seen = observed.get(&k.op).copied().unwrap_or(window_ns);
+            if seen < window_ns {
+                *sampled.entry(k.op).or_default() += calls;
+            }
+            let made = estimate(calls, seen, window_ns);
             counts.push(OpCount {
                 pid: k.pid,
                 op_id: k.op,
                 window_start_ns: start,
                 window_end_ns: end,
-                calls,
+                calls: made,
                 stored: d(|s| s.stored),
                 total_ns: d(|s| s.total_ns),
-                bytes: d(|s| s.bytes),
+                bytes: estimate(d(|s| s.bytes), seen, window_ns),
             });
             for (i, c) in s.hist.iter().enumerate() {
                 let delta = c.saturating_sub(prev.map(|p| p.hist[i]).unwrap_or(0));
@@ -317,7 +358,8 @@ impl PollState {
                 }
             }
             let t = self.totals.entry(k.op).or_default();
-            t.calls += calls;
+            t.calls += made;
+            t.estimated |= seen < window_ns;
             t.stored += d(|s| s.stored);
             t.timed += d(Stat::timed);
             t.total_ns += d(|s| s.total_ns);
@@ -325,6 +367,20 @@ impl PollState {
         }
         if !counts.is_empty() {
             let _ = sink.ctl.send(Ctl::Counts(counts, hist));
+        }
+        let windows: Vec<SampledWindow> = observed
+            .into_iter()
+            .filter(|&(_, seen)| seen < window_ns)
+            .map(|(op, seen)| SampledWindow {
+                op_id: op,
+                window_start_ns: start,
+                window_end_ns: end,
+                observed_ns: seen as u64,
+                counted: sampled.get(&op).copied().unwrap_or(0),
+            })
+            .collect();
+        if !windows.is_empty() {
+            let _ = sink.ctl.send(Ctl::Sampled(windows));
         }
         for op in (0..MAX_OPS).filter(|&op| op != u32::from(OP_CALIBRATE)) {
             let Ok(Some(vals)) = skel

@@ -25,7 +25,7 @@ use causeway_store::ModeSwitch;
 use causeway_store::catalog::op_by_id;
 use tracing::{debug, info, warn};
 
-use crate::attach::{Attached, attach_host, attach_process, drop_links};
+use crate::attach::{Attached, OpProbes, attach_host, attach_process, drop_links};
 use crate::calibrate::calibrate;
 use crate::discover::{LibFile, cuda_processes, libs_in_maps, static_runtime_of};
 use crate::error::CollectorError;
@@ -33,6 +33,7 @@ use crate::host;
 use crate::live::{Live, LiveView};
 use crate::overhead::{Controller, is_call_op};
 use crate::poll::{PollState, read_stats};
+use crate::sampling::{DEFAULT_DUTY, Sampler};
 use crate::sink::{Ctl, Sink};
 use crate::stacks::Stacks;
 use crate::trace::{
@@ -54,13 +55,27 @@ fn set_op_mode(skel: &CausewaySkel<'_>, op: u16, mode: ProbeMode) -> Result<(), 
         .map_err(map_err("op_mode"))
 }
 
+/// Which probes `op` needs now: none while sampling has it detached, else what its mode times.
+fn wanted(ctl: &Controller, sampler: &Sampler, op: u16) -> OpProbes {
+    if sampler.is_detached(op) {
+        OpProbes::Detached
+    } else if ctl.mode(op).needs_return_probe() {
+        OpProbes::EntryAndReturn
+    } else {
+        OpProbes::Entry
+    }
+}
+
 /// Applies one switch in the order that keeps every call counted and never leaves a timed call
 /// without its return probe: the mode goes first when return probes go away, last when they
-/// come back.
+/// come back. An op entering sampled mode starts with its probes attached (with `duty`); one
+/// leaving it between its attached slices gets them back at once.
 fn apply(
     skel: &CausewaySkel<'_>,
     attached: &mut Attached,
+    sampler: &mut Sampler,
     s: &ModeSwitch,
+    duty: Option<f64>,
 ) -> Result<(), CollectorError> {
     let (Some(from), Some(to)) = (
         ProbeMode::from_name(&s.previous),
@@ -69,6 +84,21 @@ fn apply(
         return Ok(());
     };
     let op = s.op_id;
+    let name = op_by_id(op).map_or("?", |o| o.name);
+    let now = causeway_store::now_ns();
+    if to == ProbeMode::Sampled {
+        sampler.sample(op, duty.unwrap_or(DEFAULT_DUTY), now);
+    } else if from == ProbeMode::Sampled && sampler.stop(op, now) {
+        set_op_mode(skel, op, to)?;
+        let want = if to.needs_return_probe() {
+            OpProbes::EntryAndReturn
+        } else {
+            OpProbes::Entry
+        };
+        attached.attach_op_probes(skel, op, want);
+        info!(op = name, from = %s.previous, to = %s.mode, reason = %s.reason, overhead_pct = format!("{:.2}", s.overhead_pct), "probe mode changed");
+        return Ok(());
+    }
     if from.needs_return_probe() && !to.needs_return_probe() {
         set_op_mode(skel, op, to)?;
         attached.set_return_probes(skel, op, false);
@@ -78,8 +108,7 @@ fn apply(
     } else {
         set_op_mode(skel, op, to)?;
     }
-    let name = op_by_id(op).map_or("?", |o| o.name);
-    info!(op = name, from = %s.previous, to = %s.mode, reason = %s.reason, overhead_pct = format!("{:.2}", s.overhead_pct), "probe mode changed");
+    info!(op = name, from = %s.previous, to = %s.mode, reason = %s.reason, overhead_pct = format!("{:.2}", s.overhead_pct), duty = ?duty.filter(|_| to == ProbeMode::Sampled), "probe mode changed");
     Ok(())
 }
 
@@ -143,18 +172,22 @@ pub(crate) fn record(
         calibration.clone(),
         causeway_store::now_ns(),
     );
+    if args.exact_counts {
+        ctl.exact_counts();
+    }
+    let mut sampler = Sampler::new(start_ns as u64);
     let mut switches = 0;
     let forced: Vec<ModeSwitch> = args
         .probe_modes
         .iter()
-        .map(|&(op, m)| ctl.force(op, m, causeway_store::now_ns()))
+        .map(|&(op, m)| ctl.force(op, m, args.sample_duty / 100.0, causeway_store::now_ns()))
         .collect();
     for s in &forced {
-        set_op_mode(
-            &skel,
-            s.op_id,
-            ProbeMode::from_name(&s.mode).unwrap_or(ProbeMode::Full),
-        )?;
+        let m = ProbeMode::from_name(&s.mode).unwrap_or(ProbeMode::Full);
+        set_op_mode(&skel, s.op_id, m)?;
+        if let Some(d) = ctl.duty(s.op_id) {
+            sampler.sample(s.op_id, d, causeway_store::now_ns());
+        }
     }
     switches += forced.len();
     let _ = sink.ctl.send(Ctl::Modes(forced));
@@ -172,9 +205,7 @@ pub(crate) fn record(
     let mut exes_checked = HashSet::new();
     let mut attached = Attached::new(cfg.multi);
     for lib in &libs {
-        attached.attach_lib(&skel, lib, args.nccl, |op| {
-            ctl.mode(op).needs_return_probe()
-        });
+        attached.attach_lib(&skel, lib, args.nccl, |op| wanted(&ctl, &sampler, op));
     }
     for (op, kind) in attached.first_insns() {
         ctl.set_first_insn(op, kind);
@@ -258,11 +289,49 @@ pub(crate) fn record(
     let (mut last_scan, mut last_tick, mut last_flush) =
         (Instant::now(), Instant::now(), Instant::now());
     let mut ticks = 0u64;
+    // Detaching a sampled op's links waits for RCU grace periods: done on a thread of its own,
+    // so that the ring keeps being drained meanwhile. Until it is done, no op is attached again
+    // (an old entry link and a new one on the same function would count its calls twice).
+    let (reap, reaped) = std::sync::mpsc::channel::<Vec<Link>>();
+    let detaching = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let reaper = std::thread::Builder::new()
+        .name("causeway-detach".into())
+        .spawn({
+            let detaching = detaching.clone();
+            move || {
+                for links in reaped {
+                    drop_links(links);
+                    detaching.fetch_sub(1, Ordering::Release);
+                }
+            }
+        })
+        .map_err(|source| CollectorError::Os {
+            what: "starting the detach thread",
+            source,
+        })?;
     loop {
         // Producers submit without wakeups (except when the ring fills, and the library-load
-        // hook's records): poll on a timer, then drain.
-        let _ = rb.poll(Duration::from_millis(50));
+        // hook's records): poll on a timer (sooner when a sampled op's slice ends), then drain.
+        let until_due = sampler.next_due_ns().map_or(50_000_000, |t| {
+            (t - causeway_store::now_ns()).clamp(1_000_000, 50_000_000)
+        });
+        let _ = rb.poll(Duration::from_nanos(until_due as u64));
         let _ = rb.consume();
+        for (op, attach) in sampler.due(causeway_store::now_ns()) {
+            if attach {
+                if detaching.load(Ordering::Acquire) == 0 {
+                    attached.attach_op_probes(&skel, op, OpProbes::EntryAndReturn);
+                    sampler.switched(op, true, causeway_store::now_ns());
+                }
+            } else {
+                sampler.switched(op, false, causeway_store::now_ns());
+                let (entries, exits) = attached.detach_op_probes(op);
+                detaching.fetch_add(2, Ordering::Release);
+                let _ = reap.send(entries);
+                let _ = reap.send(exits);
+            }
+        }
+        let want = |op| wanted(&ctl, &sampler, op);
         let mapped = std::mem::take(&mut state.borrow_mut().mapped);
         for m in mapped {
             on_mapped(
@@ -270,14 +339,11 @@ pub(crate) fn record(
                 mode,
                 &mut attached,
                 args.nccl,
-                &ctl,
+                &want,
                 &m,
                 &mut mapped_seen,
                 &mut map_hook,
             );
-            for (op, kind) in attached.first_insns() {
-                ctl.set_first_insn(op, kind);
-            }
         }
         // Execs by traced processes, and in all-process mode program files exec'd by others:
         // once such a file is looked at the kernel stays quiet for it (a process gone too soon
@@ -296,7 +362,7 @@ pub(crate) fn record(
             let looked = on_exec(
                 &skel,
                 &mut attached,
-                &ctl,
+                &want,
                 pid,
                 ts,
                 &mut exes_checked,
@@ -305,9 +371,9 @@ pub(crate) fn record(
             if let Some(key) = key.filter(|_| looked) {
                 mark_seen(&skel, &key);
             }
-            for (op, kind) in attached.first_insns() {
-                ctl.set_first_insn(op, kind);
-            }
+        }
+        for (op, kind) in attached.first_insns() {
+            ctl.set_first_insn(op, kind);
         }
         // Small batches are held briefly so a fast-waking ring does not flood the channel.
         if last_flush.elapsed() >= Duration::from_millis(100) {
@@ -323,7 +389,7 @@ pub(crate) fn record(
                 state.borrow().cpu_reading(pid, boot_start_ns)
             });
             for s in &tick.switches {
-                apply(&skel, &mut attached, s)?;
+                apply(&skel, &mut attached, &mut sampler, s, ctl.duty(s.op_id))?;
             }
             switches += tick.switches.len();
             if !tick.windows.is_empty() {
@@ -352,7 +418,7 @@ pub(crate) fn record(
                 });
             }
             if ticks.is_multiple_of(5) {
-                st.snapshot(&stats, &skel, sink);
+                st.snapshot(&stats, &skel, sink, |op, now| sampler.detached_ns(op, now));
                 let calls: u64 = st.totals.values().map(|t| t.calls).sum();
                 info!(
                     seconds = started.elapsed().as_secs(),
@@ -367,7 +433,9 @@ pub(crate) fn record(
         }
         if last_scan.elapsed() >= Duration::from_secs(if matches!(mode, Mode::All) { 2 } else { 1 })
         {
-            rescan(&skel, mode, &mut attached, args.nccl, &ctl);
+            rescan(&skel, mode, &mut attached, args.nccl, &|op| {
+                wanted(&ctl, &sampler, op)
+            });
             for (op, kind) in attached.first_insns() {
                 ctl.set_first_insn(op, kind);
             }
@@ -399,6 +467,8 @@ pub(crate) fn record(
     let libraries = attached.libs().into_iter().map(|l| l.path).collect();
     drop(attached);
     drop_links(links);
+    drop(reap);
+    let _ = reaper.join();
     let _ = rb.consume();
     {
         let mut st = state.borrow_mut();
@@ -417,7 +487,7 @@ pub(crate) fn record(
     if !last.is_empty() {
         let _ = sink.ctl.send(Ctl::Overhead(last));
     }
-    st.snapshot(&stats, &skel, sink);
+    st.snapshot(&stats, &skel, sink, |op, now| sampler.detached_ns(op, now));
     st.close_processes(sink);
     let distinct_stacks = st.stacks.take().map_or(0, |s| {
         let n = s.distinct;
@@ -444,6 +514,7 @@ pub(crate) fn record(
             timed: t.timed,
             mean_ns: t.total_ns.checked_div(t.timed).unwrap_or(0),
             mode: is_call_op(op).then(|| ctl.mode(op).name()),
+            calls_estimated: t.estimated,
         })
         .collect();
     let summary = TraceSummary {
@@ -515,7 +586,7 @@ fn on_mapped(
     mode: &Mode,
     attached: &mut Attached,
     nccl: bool,
-    ctl: &Controller,
+    want: &dyn Fn(u16) -> OpProbes,
     m: &RawLib,
     seen: &mut HashSet<(u64, u64)>,
     summary: &mut MapHookSummary,
@@ -525,7 +596,7 @@ fn on_mapped(
     if !seen.insert(m.file) {
         return;
     }
-    for lib in rescan_pid(skel, mode, attached, nccl, ctl, m.pid) {
+    for lib in rescan_pid(skel, mode, attached, nccl, want, m.pid) {
         let latency_us = host::monotonic_ns().saturating_sub(m.ts_mono_ns) / 1_000;
         info!(pid = m.pid, lib = %lib.path.display(), latency_us, "library attached when mapped");
         summary.attached.push(MapAttach {
@@ -554,7 +625,7 @@ fn mark_seen(skel: &CausewaySkel<'_>, key: &[u8]) {
 fn on_exec(
     skel: &CausewaySkel<'_>,
     attached: &mut Attached,
-    ctl: &Controller,
+    want: &dyn Fn(u16) -> OpProbes,
     pid: u32,
     exec_mono_ns: u64,
     checked: &mut HashSet<(u64, u64)>,
@@ -564,9 +635,7 @@ fn on_exec(
         return false;
     };
     let Some(lib) = found else { return true };
-    if attached.contains(&lib)
-        || attached.attach_lib(skel, &lib, false, |op| ctl.mode(op).needs_return_probe()) == 0
-    {
+    if attached.contains(&lib) || attached.attach_lib(skel, &lib, false, want) == 0 {
         return true;
     }
     let latency_us = host::monotonic_ns().saturating_sub(exec_mono_ns) / 1_000;
@@ -586,14 +655,12 @@ fn rescan_pid(
     mode: &Mode,
     attached: &mut Attached,
     nccl: bool,
-    ctl: &Controller,
+    want: &dyn Fn(u16) -> OpProbes,
     pid: u32,
 ) -> Vec<LibFile> {
     let mut new = Vec::new();
     for lib in libs_in_maps(pid) {
-        if !attached.contains(&lib)
-            && attached.attach_lib(skel, &lib, nccl, |op| ctl.mode(op).needs_return_probe()) > 0
-        {
+        if !attached.contains(&lib) && attached.attach_lib(skel, &lib, nccl, want) > 0 {
             new.push(lib);
         }
     }
@@ -612,7 +679,7 @@ fn rescan(
     mode: &Mode,
     attached: &mut Attached,
     nccl: bool,
-    ctl: &Controller,
+    want: &dyn Fn(u16) -> OpProbes,
 ) {
     let pids: Vec<u32> = match mode {
         Mode::All => cuda_processes().into_iter().map(|(p, _)| p).collect(),
@@ -624,7 +691,7 @@ fn rescan(
             .collect(),
     };
     for pid in pids {
-        for lib in rescan_pid(skel, mode, attached, nccl, ctl, pid) {
+        for lib in rescan_pid(skel, mode, attached, nccl, want, pid) {
             info!(pid, lib = %lib.path.display(), "new library copy attached");
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use causeway_store::catalog::op_by_id;
 use causeway_store::{
     Event, Frame, HistogramBucket, ModeSwitch, OpCount, OverheadWindow, ProbeCost, ProcessInfo,
-    SessionInfo, Writer, WriterOptions,
+    SampledWindow, SessionInfo, Writer, WriterOptions,
 };
 use crossbeam_channel::{Receiver, Sender, bounded, never, select, unbounded};
 use tracing::{debug, error, warn};
@@ -47,6 +47,8 @@ pub enum Ctl {
     Modes(Vec<ModeSwitch>),
     /// Overhead controller windows.
     Overhead(Vec<OverheadWindow>),
+    /// Attached time of sampled ops per counts window.
+    Sampled(Vec<SampledWindow>),
 }
 
 /// Receives a reader on the live store as soon as it exists (live serving).
@@ -188,6 +190,7 @@ fn run(
                         Ctl::Costs(costs) => w.record_probe_costs(&costs),
                         Ctl::Modes(switches) => w.record_mode_switches(&switches),
                         Ctl::Overhead(rows) => w.record_overhead(&rows),
+                        Ctl::Sampled(rows) => w.record_sampled(&rows),
                     };
                     if let Err(e) = res {
                         warn!(error = %e, "writing trace metadata failed");

@@ -25,6 +25,7 @@ use crate::discover::{
 use crate::error::CollectorError;
 use crate::host;
 use crate::overhead::is_call_op;
+use crate::sampling::{DEFAULT_DUTY, DUTY_MAX, DUTY_MIN};
 use crate::sink::Sink;
 
 /// DuckDB memory limit of the recording's writer. DuckDB's default (80% of RAM) lets its cache of
@@ -70,6 +71,20 @@ fn parse_budget(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Parses `--sample-duty`: a percentage in [2, 50] (sampling.rs DUTY_MIN, DUTY_MAX).
+fn parse_duty(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    let (lo, hi) = (100.0 * DUTY_MIN, 100.0 * DUTY_MAX);
+    if (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a percentage in [{lo}, {hi}]"))
+    }
+}
+
 /// Parses `--probe-mode OP=MODE`.
 fn parse_probe_mode(s: &str) -> Result<(u16, ProbeMode), String> {
     let (op, mode) = s
@@ -78,8 +93,9 @@ fn parse_probe_mode(s: &str) -> Result<(u16, ProbeMode), String> {
     let op = op_by_name(op)
         .filter(|o| is_call_op(o.id))
         .ok_or_else(|| format!("'{op}' is not a probed CUDA/driver/NCCL call"))?;
-    let mode = ProbeMode::from_name(mode)
-        .ok_or_else(|| format!("'{mode}': the modes are full, aggregate and entry_only"))?;
+    let mode = ProbeMode::from_name(mode).ok_or_else(|| {
+        format!("'{mode}': the modes are full, aggregate, entry_only and sampled")
+    })?;
     Ok((op.id, mode))
 }
 
@@ -115,12 +131,21 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = DEFAULT_RINGBUF_BYTES, value_name = "BYTES")]
     pub ringbuf_size: u32,
     /// Keep the estimated cost of the probes under PCT % of each traced process's CPU time by
-    /// moving hot calls to cheaper probe modes (aggregate, entry_only); 100 never moves them.
+    /// moving hot calls to cheaper probe modes (aggregate, entry_only, then sampled: probes
+    /// attached only part of the time, calls estimated); 100 never moves them.
     #[arg(long, default_value_t = 1.0, value_name = "PCT", value_parser = parse_budget)]
     pub overhead_budget: f64,
-    /// Pin a call's probe mode, OP=full|aggregate|entry_only (repeatable); the budget leaves it.
+    /// Never sample: every call stays counted exactly (entry_only is the cheapest mode the
+    /// budget uses), at the price of exceeding the budget on very hot calls.
+    #[arg(long)]
+    pub exact_counts: bool,
+    /// Pin a call's probe mode, OP=full|aggregate|entry_only|sampled (repeatable); the budget
+    /// leaves it.
     #[arg(long = "probe-mode", value_name = "OP=MODE", value_parser = parse_probe_mode)]
     pub probe_modes: Vec<(u16, ProbeMode)>,
+    /// Share of the time (%) the probes of a call pinned to sampled mode are attached.
+    #[arg(long, default_value_t = 100.0 * DEFAULT_DUTY, value_name = "PCT", value_parser = parse_duty)]
+    pub sample_duty: f64,
     /// Record the user-space call stack of every call made in full mode, symbolised by name
     /// (frames are found through frame pointers).
     #[arg(long)]
@@ -154,7 +179,7 @@ pub struct TraceArgs {
 pub struct OpSummary {
     /// Catalogue name.
     pub op: String,
-    /// Calls counted in the kernel (exact).
+    /// Calls counted in the kernel (exact), or estimated where the op was sampled.
     pub calls: u64,
     /// Events submitted to the ring buffer.
     pub stored: u64,
@@ -165,6 +190,9 @@ pub struct OpSummary {
     /// Probe mode at the end of the trace (probed calls only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<&'static str>,
+    /// `calls` includes calls estimated while the op's probes were detached (sampled mode).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub calls_estimated: bool,
 }
 
 /// What the overhead controller saw and did.
@@ -398,13 +426,15 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
         })
         .collect();
     let flags = format!(
-        "no_host={} nccl={} ringbuf_size={} overhead_budget={} stacks={} probe_modes={}",
+        "no_host={} nccl={} ringbuf_size={} overhead_budget={} exact_counts={} stacks={} probe_modes={} sample_duty={}",
         args.no_host,
         args.nccl,
         args.ringbuf_size,
         args.overhead_budget,
+        args.exact_counts,
         args.stacks,
-        forced.join(",")
+        forced.join(","),
+        args.sample_duty
     );
     let mut wopts = WriterOptions {
         memory_limit: Some(WRITER_MEMORY.into()),

@@ -175,8 +175,19 @@ fn copy_source(conn: &Connection, tmp: &Path, src: &Path, i: usize) -> Result<So
         "SELECT count(DISTINCT stack_hash) FROM stack_frames",
     )?;
     let before_events = count(conn, tmp, "SELECT count(*) FROM event_rows")?;
+    let version: String = conn
+        .query_row(
+            &format!("SELECT value FROM {alias}.meta WHERE key = 'schema_version'"),
+            [],
+            |r| r.get(0),
+        )
+        .ctx(src, "reading its schema version")?;
+    // Tables a source older than the schema that brought them lacks.
+    let newer = (version.parse::<u32>().unwrap_or(0) >= 4).then_some("probe_sampling");
     let per_node: Vec<String> = PER_NODE_TABLES
         .iter()
+        .copied()
+        .chain(newer)
         .map(|t| format!("INSERT INTO {t} SELECT * FROM {alias}.{t};"))
         .collect();
     conn.execute_batch(&format!(

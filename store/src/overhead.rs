@@ -1,5 +1,6 @@
 //! Recording what the collector's overhead controller measured and decided (schema version 2):
-//! calibrated probe costs, probe-mode switches, and per-process overhead windows.
+//! calibrated probe costs, probe-mode switches, per-process overhead windows, and (version 4)
+//! the attached time of sampled ops.
 
 use duckdb::params;
 
@@ -53,6 +54,21 @@ pub struct OverheadWindow {
     pub calls: u64,
     /// Budget in force (%).
     pub budget_pct: f64,
+}
+
+/// What the estimated counts of one sampled op in one counts window rest on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SampledWindow {
+    /// Catalogue op id.
+    pub op_id: u16,
+    /// Window start (ns).
+    pub window_start_ns: i64,
+    /// Window end (ns).
+    pub window_end_ns: i64,
+    /// Time the op's probes were attached in the window (ns).
+    pub observed_ns: u64,
+    /// Calls counted while attached (all processes).
+    pub counted: u64,
 }
 
 impl Writer {
@@ -110,6 +126,27 @@ impl Writer {
             .ctx(path, "recording probe overhead")?;
         }
         app.flush().ctx(path, "flushing probe overhead")?;
+        Ok(())
+    }
+
+    /// Stores the attached time of sampled ops per counts window.
+    pub fn record_sampled(&mut self, rows: &[SampledWindow]) -> Result<()> {
+        let (conn, path, node) = (self.conn(), self.path(), self.node().to_string());
+        let mut app = conn
+            .appender("probe_sampling")
+            .ctx(path, "opening the probe_sampling appender")?;
+        for r in rows {
+            app.append_row(params![
+                node,
+                r.op_id,
+                r.window_start_ns,
+                r.window_end_ns,
+                r.observed_ns,
+                r.counted
+            ])
+            .ctx(path, "recording a sampled window")?;
+        }
+        app.flush().ctx(path, "flushing sampled windows")?;
         Ok(())
     }
 }

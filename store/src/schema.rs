@@ -10,7 +10,8 @@ use crate::catalog::{OPS, Source};
 /// controller's tables (002_overhead.sql) were added.
 /// 3: `metric_points` and `log_records` for what `causeway collect` receives over OTLP
 /// (003_collected.sql).
-pub const SCHEMA_VERSION: u32 = 3;
+/// 4: `probe_sampling`, what the estimated counts of sampled ops rest on (004_sampled.sql).
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The oldest version this build reads: the event layout of version 2. Version-1 files are
 /// refused with a hint to import or record them again.
@@ -24,6 +25,7 @@ pub const SCHEMA_SQL: &str = include_str!("../sql/001_schema.sql");
 pub const MIGRATIONS: &[(u32, &str)] = &[
     (2, include_str!("../sql/002_overhead.sql")),
     (3, include_str!("../sql/003_collected.sql")),
+    (4, include_str!("../sql/004_sampled.sql")),
 ];
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
@@ -50,6 +52,7 @@ pub const RELATIONS: &[&str] = &[
     "probe_costs",
     "probe_modes",
     "probe_overhead",
+    "probe_sampling",
     "metric_points",
     "log_records",
 ];
@@ -213,7 +216,7 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "op_counts",
         "calls",
         "",
-        "calls counted in the kernel in the window (exact, includes unstored calls)",
+        "calls in the window, counted in the kernel (exact, includes unstored calls); for an op in sampled probe mode an estimate, see probe_sampling",
     ),
     ("op_counts", "stored", "", "calls with a row in event_data"),
     (
@@ -299,7 +302,7 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "probe_modes",
         "mode",
         "",
-        "full (events), aggregate (histograms only), entry_only (counts only, no durations)",
+        "full (events), aggregate (histograms only), entry_only (counts only, no durations), sampled (full, with the probes attached part of the time: counts estimated)",
     ),
     (
         "probe_modes",
@@ -330,6 +333,18 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "budget_pct",
         "%",
         "the --overhead-budget in force",
+    ),
+    (
+        "probe_sampling",
+        "observed_ns",
+        "ns",
+        "time the op's probes were attached in the window; op_counts.calls = calls counted x window / observed_ns",
+    ),
+    (
+        "probe_sampling",
+        "counted",
+        "",
+        "calls the kernel counted while the probes were attached (all processes)",
     ),
     (
         "metric_points",

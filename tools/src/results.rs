@@ -83,6 +83,9 @@ pub struct OpStatsOut {
     /// Probe modes used.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe_modes: Option<Vec<String>>,
+    /// counted_calls includes estimates (sampled probe mode).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub calls_estimated: bool,
 }
 
 /// Off-CPU time of traced threads.

@@ -66,11 +66,15 @@ pub fn stats(s: &TraceStats) -> String {
         if let Some(u) = op.untimed_calls {
             let _ = write!(mark, " [{u} calls untimed]");
         }
+        if op.calls_estimated {
+            mark.push_str(" [count estimated: probes attached part of the time]");
+        }
         let _ = writeln!(
             o,
-            "{} {}: {} {} {} {} {} {}{mark}",
+            "{} {}: {}{} {} {} {} {} {}{mark}",
             op.source,
             op.op,
+            if op.calls_estimated { "~" } else { "" },
             op.counted_calls.unwrap_or(op.count),
             dur(op.p50_ns),
             dur(op.p95_ns),

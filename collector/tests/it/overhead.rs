@@ -1,5 +1,7 @@
 //! The overhead budget: calibrated costs, a hot call moved to entry-only mode with its count
-//! still exact, forced modes, and a call that comes back to full mode once it cools down.
+//! still exact (`--exact-counts`), forced modes, a call that comes back to full mode once it
+//! cools down, and sampled mode (probes attached part of the time, counts estimated), forced
+//! and chosen by the budget.
 
 use crate::{args, bpf_test, command_pid, db_path, q, rows, standin, trace};
 
@@ -10,7 +12,9 @@ fn a_hot_call_over_budget_goes_entry_only_and_every_call_is_still_counted() {
     let dir = tempfile::tempdir().unwrap();
     let db = db_path(&dir);
     // Back-to-back launches: the process does nothing but probed calls, far over 1%.
-    let summary = trace(&args(&db, &[s.exe(), "rate", "200000"]));
+    let mut a = args(&db, &[s.exe(), "rate", "200000"]);
+    a.exact_counts = true;
+    let summary = trace(&a);
     assert_eq!(summary.command_exit, Some(0));
     let switches = rows(
         &db,
@@ -145,7 +149,9 @@ fn a_call_that_cools_down_gets_its_return_probe_back() {
     let db = db_path(&dir);
     // 1.5 s hot (goes entry-only), 12 s idle (past the 10 s dwell: back to full), then 50
     // launches 1 ms apart, timed again.
-    trace(&args(&db, &[s.exe(), "phases", "1500", "12000", "50"]));
+    let mut a = args(&db, &[s.exe(), "phases", "1500", "12000", "50"]);
+    a.exact_counts = true;
+    trace(&a);
     let modes = rows(
         &db,
         "SELECT (mode = 'entry_only')::INT, (reason = 'over_budget')::INT FROM probe_modes
@@ -165,4 +171,161 @@ fn a_call_that_cools_down_gets_its_return_probe_back() {
         ),
     );
     assert_eq!(late, 50, "launches recorded after the return to full mode");
+}
+
+/// What the store holds of a sampled cudaLaunchKernel.
+#[derive(Debug)]
+struct Sampled {
+    /// Estimated calls (op_counts).
+    estimated: i64,
+    /// Calls counted while attached (probe_sampling), and stored events.
+    counted: i64,
+    stored: i64,
+    /// Attached share of the sampled windows.
+    share: f64,
+}
+
+fn sampled_launches(db: &std::path::Path) -> Sampled {
+    let share = rows(
+        db,
+        "SELECT (1000 * sum(observed_ns) / sum(window_end_ns - window_start_ns))::BIGINT
+         FROM probe_sampling WHERE op_id = 3",
+        1,
+    );
+    let m = Sampled {
+        estimated: q(db, "SELECT sum(calls) FROM op_counts WHERE op_id = 3"),
+        counted: q(
+            db,
+            "SELECT sum(counted) FROM probe_sampling WHERE op_id = 3",
+        ),
+        stored: q(
+            db,
+            "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'",
+        ),
+        share: share[0][0] as f64 / 1000.0,
+    };
+    eprintln!("sampled cudaLaunchKernel: {m:?}");
+    m
+}
+
+#[test]
+fn a_call_pinned_to_sampled_mode_is_probed_part_of_the_time_and_its_count_estimated() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    // 60,000 launches paced at 10,000/s (6 s); probes attached 20% of the time.
+    let out = dir.path().join("rate.txt");
+    let mut a = args(
+        &db,
+        &[
+            s.exe(),
+            "rate",
+            "60000",
+            out.to_str().unwrap(),
+            "1",
+            "10000",
+        ],
+    );
+    a.probe_modes = vec![(3, causeway_bpf::abi::ProbeMode::Sampled)];
+    a.sample_duty = 20.0;
+    let summary = trace(&a);
+    assert_eq!(summary.command_exit, Some(0));
+    let m = sampled_launches(&db);
+    // Detached most of the time: most calls never trapped, and none was counted then.
+    assert!(
+        m.share > 0.12 && m.share < 0.3,
+        "attached share {}",
+        m.share
+    );
+    assert!(
+        m.counted > 3_000 && m.counted < 25_000,
+        "{} counted",
+        m.counted
+    );
+    // Every call counted while attached was stored, in full mode, with its duration.
+    assert_eq!(m.stored, m.counted);
+    assert_eq!(
+        q(&db, "SELECT sum(count) FROM op_histograms WHERE op_id = 3"),
+        m.counted
+    );
+    // The estimate: counted x window / attached time.
+    assert!(
+        (m.estimated - 60_000).abs() < 60_000 * 3 / 10,
+        "estimated {} of 60000 launches",
+        m.estimated
+    );
+    assert_eq!(q(&db, "SELECT coalesce(sum(count), 0) FROM drops"), 0);
+    assert_eq!(
+        q(
+            &db,
+            "SELECT count(*) FROM probe_modes WHERE op_id = 3 AND mode = 'sampled' AND reason = 'forced'"
+        ),
+        1
+    );
+    let launch = summary
+        .ops
+        .iter()
+        .find(|o| o.op == "cudaLaunchKernel")
+        .unwrap();
+    assert_eq!(launch.mode, Some("sampled"));
+    assert!(launch.calls_estimated);
+    assert_eq!(launch.calls as i64, m.estimated);
+    // Other calls keep exact counts.
+    assert!(
+        !summary
+            .ops
+            .iter()
+            .any(|o| o.op != "cudaLaunchKernel" && o.calls_estimated)
+    );
+}
+
+#[test]
+fn a_call_too_hot_for_entry_only_is_sampled_by_the_budget() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    // 20,000 launches a second for 5 s: the stand-in's launch is single-stepped (~20 us with
+    // or without a return probe), 40% of the process's time in full and in entry-only mode.
+    let out = dir.path().join("rate.txt");
+    let summary = trace(&args(
+        &db,
+        &[
+            s.exe(),
+            "rate",
+            "100000",
+            out.to_str().unwrap(),
+            "1",
+            "20000",
+        ],
+    ));
+    assert_eq!(summary.command_exit, Some(0));
+    let switches = rows(
+        &db,
+        "SELECT (mode = 'sampled')::INT, (reason = 'over_budget')::INT FROM probe_modes
+         WHERE op_id = 3 ORDER BY ts_ns",
+        2,
+    );
+    assert_eq!(switches.first(), Some(&vec![1, 1]), "{switches:?}");
+    let m = sampled_launches(&db);
+    assert!(m.share < 0.6, "attached share {}", m.share);
+    // Calls were stored only while attached: in full mode before the switch, then in the
+    // attached slices.
+    assert_eq!(
+        m.stored,
+        q(&db, "SELECT sum(stored) FROM op_counts WHERE op_id = 3")
+    );
+    assert!(m.stored < 60_000, "{} stored", m.stored);
+    assert!(
+        (m.estimated - 100_000).abs() < 100_000 * 3 / 10,
+        "estimated {} of 100000 launches",
+        m.estimated
+    );
+    // The estimate of what the probes cost came down with the duty.
+    assert!(
+        summary.overhead.estimated_pct < 20.0,
+        "{:?}",
+        summary.overhead
+    );
 }

@@ -116,7 +116,11 @@ pub fn render(s: &TraceStats) -> String {
             vec![
                 o.source.clone(),
                 format!("{}{mark}", o.op),
-                thousands(o.counted_calls.unwrap_or(o.count)),
+                format!(
+                    "{}{}",
+                    if o.calls_estimated { "~" } else { "" },
+                    thousands(o.counted_calls.unwrap_or(o.count))
+                ),
                 micros(o.p50_ns),
                 micros(o.p95_ns),
                 micros(o.p99_ns),
@@ -148,6 +152,9 @@ pub fn render(s: &TraceStats) -> String {
     }
     if s.ops.iter().any(|o| o.percentiles == "none") {
         out.push_str("- counted only (entry-only probe mode): no durations were measured\n");
+    }
+    if s.ops.iter().any(|o| o.calls_estimated) {
+        out.push_str("~N sampled probe mode: the probes were attached part of the time; counts are the calls counted then, scaled up (probe_sampling)\n");
     }
     for o in s
         .ops

@@ -23,7 +23,7 @@ pub struct ModeSwitch {
     pub op: String,
     /// Mode before.
     pub from: String,
-    /// Mode after: full, aggregate or entry_only.
+    /// Mode after: full, aggregate, entry_only or sampled.
     pub to: String,
     /// forced, over_budget or under_budget.
     pub reason: String,

@@ -19,8 +19,16 @@
 //!    (share of one core, sampled while the workload runs, calibration excluded), RSS, and the
 //!    size of the store file it wrote.
 //!
+//! 5. (last) Step time of a launch-bound training loop (the stand-in with frame pointers, 260
+//!    launches and 5 ms of CPU work per step, as the H100 mlp of docs/benchmarks.md): untraced,
+//!    and traced with the default 1% budget (which samples the launches), with `--exact-counts`
+//!    (entry-only at best) and in full mode, interleaved per round; medians of the second half
+//!    of each run's steps, once the controller has settled, as ratios to the untraced run of the
+//!    same round.
+//!
 //! Environment: CAUSEWAY_BENCH_CALLS (default 200,000 per measurement), CAUSEWAY_BENCH_ROUNDS (5),
 //! CAUSEWAY_BENCH_ONLY_SUSTAINED / CAUSEWAY_BENCH_SKIP_SUSTAINED (set: only / skip part 3),
+//! CAUSEWAY_BENCH_ONLY_STEPS (set: only part 5), CAUSEWAY_BENCH_STEPS (steps per run, 1,600),
 //! CAUSEWAY_BENCH_NO_MAP_HOOK (set: traces without the library-load hook).
 //! Part 3 runs first, so that the process's RSS is the collector's.
 
@@ -333,6 +341,91 @@ fn per_call_table(
     last.expect("one round")
 }
 
+/// Part 5: step time of a launch-bound loop, untraced and traced under the budget.
+fn steps_table(s: &standin::Standin, dir: &Path, rounds: usize) {
+    let steps = env_u64("CAUSEWAY_BENCH_STEPS", 1_600);
+    let (launches, compute_us) = (260, 5_000);
+    let out = dir.join("steps.txt");
+    let db = dir.join("steps.duckdb");
+    let cmd: Vec<String> = [
+        s.exe(),
+        "steps",
+        &steps.to_string(),
+        &launches.to_string(),
+        &compute_us.to_string(),
+        &out.display().to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let step_ns = || -> f64 {
+        let text = std::fs::read_to_string(&out).expect("steps file");
+        text.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let untraced = || {
+        let st = Command::new(s.exe())
+            .args(&cmd[1..])
+            .status()
+            .expect("workload");
+        assert!(st.success());
+        step_ns()
+    };
+    // (label, budget, exact counts)
+    let configs = [
+        ("default (1% budget)", 1.0, false),
+        ("--exact-counts (1% budget)", 1.0, true),
+        ("full mode (budget 100%)", 100.0, false),
+    ];
+    let mut base = Vec::new();
+    let mut traced: Vec<Vec<(f64, f64, String, f64)>> = vec![Vec::new(); configs.len()];
+    for _ in 0..rounds {
+        let before = untraced();
+        let mut round = Vec::new();
+        for (_, budget, exact) in configs {
+            let _ = std::fs::remove_file(&db);
+            let mut a = args(&db, cmd.clone(), None);
+            a.overhead_budget = budget;
+            a.exact_counts = exact;
+            let summary = run_trace(&a).expect("trace (run as root)");
+            let launch = summary.ops.iter().find(|o| o.op == "cudaLaunchKernel");
+            round.push((
+                step_ns(),
+                launch.and_then(|o| o.mode).unwrap_or("?").to_string(),
+                summary.overhead.estimated_pct,
+            ));
+        }
+        let after = untraced();
+        let none = (before + after) / 2.0;
+        base.push(none);
+        for (i, (t, mode, pct)) in round.into_iter().enumerate() {
+            traced[i].push((t, t / none, mode, pct));
+        }
+    }
+    println!(
+        "\nstep time of a launch-bound loop ({steps} steps of {launches} launches + {compute_us} us of CPU work; stand-in with frame pointers; medians of the second half of each run, {rounds} rounds)"
+    );
+    println!(
+        "  untraced                      {:>8.3} ms",
+        median(base) / 1e6
+    );
+    for ((label, ..), runs) in configs.iter().zip(traced) {
+        let ratios: Vec<f64> = runs.iter().map(|r| r.1).collect();
+        let (lo, hi) = (
+            ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        );
+        let modes: Vec<&str> = runs.iter().map(|r| r.2.as_str()).collect();
+        let est = median(runs.iter().map(|r| r.3).collect());
+        println!(
+            "  {label:<29} {:>8.3} ms  {:+.2}% (rounds {:+.2}..{:+.2}%)  launch mode at the end: {}  controller's estimate {est:.2}%",
+            median(runs.iter().map(|r| r.0).collect()) / 1e6,
+            100.0 * (median(ratios.clone()) - 1.0),
+            100.0 * (lo - 1.0),
+            100.0 * (hi - 1.0),
+            modes.join(",")
+        );
+    }
+}
+
 /// The process's CPU time (ns) and resident set (KiB), from /proc/self.
 fn self_usage() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
@@ -442,6 +535,10 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let stepped = standin::get();
     let emulated = standin::build(&["-fno-omit-frame-pointer"]);
+    if std::env::var("CAUSEWAY_BENCH_ONLY_STEPS").is_ok() {
+        steps_table(&emulated, dir.path(), rounds.min(3));
+        return;
+    }
     // First, while this process is fresh (its RSS is the collector's).
     if std::env::var("CAUSEWAY_BENCH_SKIP_SUSTAINED").is_err() {
         sustained(
@@ -469,6 +566,7 @@ fn main() {
         rounds,
     );
     syscall_table(&emulated, dir.path(), rounds);
+    steps_table(&emulated, dir.path(), rounds.min(3));
     println!("\ncalibration of the last trace (ns per call; ours/bare in the same run):");
     for (kind, c) in &summary.overhead.costs.kinds {
         println!(

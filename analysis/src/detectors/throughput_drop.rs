@@ -9,9 +9,10 @@
 //! Recommendation depends on what the thread did meanwhile (on-CPU: host overhead; off-CPU:
 //! waits, see the other chains).
 //! Not a drop: the overhead controller moved a launch op to a mode that stores no event per
-//! call (aggregate, entry_only) between the series' start and one second after the change
+//! call (aggregate, entry_only, sampled) between the series' start and one second after the change
 //! point. The stored launches then thin out while the calls go on (seen on every default-mode
-//! trace of a launch-bound PyTorch job); the kernel still counted each of them (op_counts).
+//! trace of a launch-bound PyTorch job); the kernel still counted each of them (op_counts;
+//! estimated for a sampled op).
 
 use std::collections::HashMap;
 

@@ -296,6 +296,44 @@ static int mode_phases(int hot_ms, int idle_ms, int n)
 	return 0;
 }
 
+static int cmp_long(const void *a, const void *b)
+{
+	long x = *(const long *)a, y = *(const long *)b;
+	return (x > y) - (x < y);
+}
+
+/* A launch-bound training loop: `steps` steps of `launches` kernel launches and `compute_us` of
+ * CPU work each (as a framework's Python and dispatch code between launches). Writes the median
+ * step time (ns) of the second half of the steps, once a tracer's controller has settled, and of
+ * all of them, to `out`. */
+static int mode_steps(long steps, int launches, long compute_us, const char *out)
+{
+	long *t = malloc(sizeof(long) * (size_t)steps);
+	if (!t || steps < 2)
+		return 2;
+	long per_launch = compute_us * 1000 / (launches > 0 ? launches : 1);
+	for (long i = 0; i < steps; i++) {
+		long t0 = now_ns();
+		for (int k = 0; k < launches; k++) {
+			long until = now_ns() + per_launch;
+			while (now_ns() < until)
+				;
+			launch(1);
+		}
+		t[i] = now_ns() - t0;
+	}
+	qsort(t + steps / 2, (size_t)(steps - steps / 2), sizeof(long), cmp_long);
+	long late = t[steps / 2 + (steps - steps / 2) / 2];
+	qsort(t, (size_t)steps, sizeof(long), cmp_long);
+	FILE *f = fopen(out, "w");
+	if (!f)
+		return 1;
+	fprintf(f, "%ld %ld\n", late, t[steps / 2]);
+	fclose(f);
+	free(t);
+	return 0;
+}
+
 static int mode_hold(int ms)
 {
 	void *d = NULL;
@@ -477,6 +515,8 @@ int main(int argc, char **argv)
 		return mode_stacks(atoi(argv[2]));
 	if (!strcmp(m, "phases") && argc > 4)
 		return mode_phases(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
+	if (!strcmp(m, "steps") && argc > 5)
+		return mode_steps(atol(argv[2]), atoi(argv[3]), atol(argv[4]), argv[5]);
 	if (!strcmp(m, "hold") && argc > 2)
 		return mode_hold(atoi(argv[2]));
 	if (!strcmp(m, "spin") && argc > 3)

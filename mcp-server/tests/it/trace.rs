@@ -145,8 +145,18 @@ fn stats_reports_the_probe_overhead_and_the_mode_switch() {
     let workload = standin();
     let db = dir.path().join("t.duckdb");
     let db_s = db.to_str().unwrap();
-    // Back-to-back launches for a few seconds: far over the default 1% budget.
-    ok(&["trace", "--db", db_s, "--", &workload, "rate", "150000"]);
+    // Back-to-back launches for a few seconds: far over the default 1% budget; exact counts
+    // (entry-only at the cheapest).
+    ok(&[
+        "trace",
+        "--db",
+        db_s,
+        "--exact-counts",
+        "--",
+        &workload,
+        "rate",
+        "150000",
+    ]);
     let v: serde_json::Value =
         serde_json::from_str(&ok(&["stats", "--db", db_s, "--json"])).unwrap();
     let oh = &v["overhead"];
@@ -186,6 +196,72 @@ fn stats_reports_the_probe_overhead_and_the_mode_switch() {
         text.contains("cudaLaunchKernel full -> entry_only at +"),
         "{text}"
     );
+}
+
+#[test]
+fn stats_marks_the_counts_of_a_sampled_call_as_estimates() {
+    if !bpf_tests() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let workload = standin();
+    let db = dir.path().join("t.duckdb");
+    let db_s = db.to_str().unwrap();
+    let rate = dir.path().join("rate.txt");
+    // 40,000 launches at 10,000/s, probes attached 20% of the time.
+    ok(&[
+        "trace",
+        "--db",
+        db_s,
+        "--probe-mode",
+        "cudaLaunchKernel=sampled",
+        "--sample-duty",
+        "20",
+        "--",
+        &workload,
+        "rate",
+        "40000",
+        rate.to_str().unwrap(),
+        "1",
+        "10000",
+    ]);
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["stats", "--db", db_s, "--json"])).unwrap();
+    let launch = v["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["op"] == "cudaLaunchKernel")
+        .unwrap();
+    assert_eq!(launch["calls_estimated"], true, "{launch}");
+    assert_eq!(launch["probe_modes"], serde_json::json!(["sampled"]));
+    let counted = launch["counted_calls"].as_i64().unwrap();
+    assert!((counted - 40_000).abs() < 12_000, "{launch}");
+    let text = ok(&["stats", "--db", db_s]);
+    assert!(
+        text.contains(&format!(
+            "~{}",
+            causeway_analysis::fmt::thousands(counted as u64)
+        )),
+        "{text}"
+    );
+    assert!(text.contains("~N sampled probe mode"), "{text}");
+    // A bad duty is refused before anything is written.
+    let bad = causeway(&[
+        "trace",
+        "--db",
+        dir.path().join("u.duckdb").to_str().unwrap(),
+        "--sample-duty",
+        "80",
+        "--",
+        &workload,
+        "rate",
+        "10",
+    ]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("80 is not a percentage in [2, 50]"), "{err}");
+    assert!(!dir.path().join("u.duckdb").exists());
 }
 
 #[test]

@@ -38,8 +38,9 @@ fn a_version_2_file_is_upgraded_and_extended() {
         let c = causeway_store::duckdb::Connection::open(&path).unwrap();
         c.execute_batch(
             "DROP VIEW metric_points; DROP TABLE metric_rows; DROP TABLE otlp_resources;
-             DROP TABLE otlp_metrics; DROP TABLE log_records;
-             DELETE FROM schema_columns WHERE table_name IN ('metric_points', 'log_records');
+             DROP TABLE otlp_metrics; DROP TABLE log_records; DROP TABLE probe_sampling;
+             DELETE FROM schema_columns
+               WHERE table_name IN ('metric_points', 'log_records', 'probe_sampling');
              UPDATE meta SET value = '2' WHERE key = 'schema_version'",
         )
         .unwrap();
@@ -71,6 +72,13 @@ fn a_version_2_file_is_upgraded_and_extended() {
             &r,
             "SELECT count(*) FROM schema_columns WHERE table_name = 'log_records'"
         ) > 10
+    );
+    assert_eq!(
+        count(
+            &r,
+            "SELECT count(*) FROM schema_columns WHERE table_name = 'probe_sampling'"
+        ),
+        6
     );
 }
 

@@ -8,6 +8,10 @@ use causeway_store::StoreError;
 use serde::Serialize;
 
 use crate::facts::Ctx;
+use crate::overhead::mode_switches;
+
+/// Ops whose stored events make the launch series.
+pub const LAUNCH_OPS: [&str; 3] = ["cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"];
 
 /// Launches per second of one thread.
 #[derive(Debug, Clone, Serialize)]
@@ -27,7 +31,7 @@ pub struct RateSeries {
 }
 
 /// Where a series changes level.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ChangePoint {
     /// Index of the first second of the second segment.
     pub at_second: usize,
@@ -37,6 +41,11 @@ pub struct ChangePoint {
     pub before_low: f64,
     /// Median launches/s after.
     pub after_median: f64,
+    /// A launch op's probe mode changed away from full mode between the series' start and one
+    /// second after the change point ("cudaLaunchKernel full -> sampled"): from then on fewer
+    /// launches were stored as events, so the stored rate fell while the calls went on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_mode: Option<String>,
 }
 
 /// Minimum seconds on each side of a change point.
@@ -90,10 +99,24 @@ pub fn launch_rates(ctx: &Ctx<'_>) -> Result<Vec<RateSeries>, StoreError> {
             });
         }
     }
+    let mut switches = std::collections::HashMap::new();
     for s in &mut out {
         // The last second is usually partial: leave it out of the decision.
         let n = s.per_second.len().saturating_sub(1);
         s.change = change_point(&s.per_second[..n]);
+        let Some(c) = s.change.as_mut() else { continue };
+        if !switches.contains_key(&s.node) {
+            let away: Vec<_> = mode_switches(ctx.r, ctx.window.until_ns, &s.node)?
+                .into_iter()
+                .filter(|m| LAUNCH_OPS.contains(&m.op.as_str()) && m.to != "full")
+                .collect();
+            switches.insert(s.node.clone(), away);
+        }
+        let at_ns = s.start_ns + c.at_second as i64 * 1_000_000_000;
+        c.probe_mode = switches[&s.node]
+            .iter()
+            .find(|m| (s.start_ns..=at_ns + 1_000_000_000).contains(&m.ts_ns))
+            .map(|m| format!("{} {} -> {}", m.op, m.from, m.to));
     }
     Ok(out)
 }
@@ -142,6 +165,7 @@ pub fn change_point(xs: &[u32]) -> Option<ChangePoint> {
         }
     }
     best.map(|(_, k)| ChangePoint {
+        probe_mode: None,
         at_second: k,
         before_median: median(&xs[..k]),
         before_low: lower_quartile(&xs[..k]),

@@ -92,7 +92,7 @@ pub fn render_text(e: &Explain) -> String {
     let rates: Vec<_> = e
         .rates
         .iter()
-        .filter_map(|s| s.change.map(|c| (s, c)))
+        .filter_map(|s| s.change.as_ref().map(|c| (s, c)))
         .collect();
     if !rates.is_empty() {
         let _ = writeln!(
@@ -100,9 +100,12 @@ pub fn render_text(e: &Explain) -> String {
             "\nlaunch rates (median launches/s around the strongest change point):"
         );
         for (s, c) in rates {
+            let why = c.probe_mode.as_ref().map_or(String::new(), |m| {
+                format!(" (stored launches only: probe mode {m} here; the calls went on)")
+            });
             let _ = writeln!(
                 o,
-                "  {} pid {} tid {}: {:.0}/s -> {:.0}/s at second {}",
+                "  {} pid {} tid {}: {:.0}/s -> {:.0}/s at second {}{why}",
                 s.node, s.pid, s.tid, c.before_median, c.after_median, c.at_second
             );
         }

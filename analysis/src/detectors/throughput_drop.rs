@@ -14,48 +14,28 @@
 //! trace of a launch-bound PyTorch job); the kernel still counted each of them (op_counts;
 //! estimated for a sampled op).
 
-use std::collections::HashMap;
-
 use causeway_store::StoreError;
 
 use super::{Finding, Input, d, lit, pct, severity, step};
 use crate::chains::Chain;
-use crate::overhead::mode_switches;
 
 /// Minimum launch rate before the drop.
 pub const MIN_BEFORE_PER_S: f64 = 20.0;
 
-/// Ops whose stored events make the launch series.
-const LAUNCH_OPS: [&str; 3] = ["cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"];
-
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
-    // Per node: when its launch ops stopped storing one event per call.
-    let mut unstored: HashMap<&str, Vec<i64>> = HashMap::new();
-    for s in inp.rates {
-        if !unstored.contains_key(s.node.as_str()) {
-            let at = mode_switches(ctx.r, ctx.window.until_ns, &s.node)?
-                .into_iter()
-                .filter(|m| LAUNCH_OPS.contains(&m.op.as_str()) && m.to != "full")
-                .map(|m| m.ts_ns)
-                .collect();
-            unstored.insert(&s.node, at);
-        }
-    }
     let mut out = Vec::new();
     for s in inp.rates {
-        let Some(c) = s.change else { continue };
-        if c.before_low < MIN_BEFORE_PER_S || c.after_median > 0.5 * c.before_median {
-            continue;
-        }
-        let at_ns = s.start_ns + c.at_second as i64 * 1_000_000_000;
-        if unstored[s.node.as_str()]
-            .iter()
-            .any(|ts| (s.start_ns..=at_ns + 1_000_000_000).contains(ts))
+        let Some(c) = &s.change else { continue };
+        // Fewer events stored, not fewer launches made (rates.rs).
+        if c.probe_mode.is_some()
+            || c.before_low < MIN_BEFORE_PER_S
+            || c.after_median > 0.5 * c.before_median
         {
             continue;
         }
+        let at_ns = s.start_ns + c.at_second as i64 * 1_000_000_000;
         let after_s = s.per_second.len().saturating_sub(c.at_second) as i64;
         let ratio = c.after_median / c.before_median;
         let lost = (after_s as f64 * (1.0 - ratio) * 1e9) as i64;
@@ -171,12 +151,25 @@ mod tests {
             .unwrap();
         w.finish().unwrap();
         let r = Reader::open(&p).unwrap();
-        let chains = explain(&r, &ChainQuery::default()).unwrap().chains;
+        let e = explain(&r, &ChainQuery::default()).unwrap();
         assert!(
-            chains.iter().all(|c| c.detector != "throughput_drop"),
+            e.chains.iter().all(|c| c.detector != "throughput_drop"),
             "{:#?} (before the switch: {})",
-            chains,
+            e.chains,
             before.summary
+        );
+        // The launch-rate listing says why the stored rate fell.
+        let changes: Vec<_> = e.rates.iter().filter_map(|s| s.change.clone()).collect();
+        assert!(
+            changes
+                .iter()
+                .any(|c| c.probe_mode.as_deref() == Some("cudaLaunchKernel full -> entry_only")),
+            "{changes:?}"
+        );
+        let text = crate::report::render_text(&e);
+        assert!(
+            text.contains("(stored launches only: probe mode cudaLaunchKernel full -> entry_only here; the calls went on)"),
+            "{text}"
         );
     }
 

@@ -376,7 +376,7 @@ fn steps_table(s: &standin::Standin, dir: &Path, rounds: usize) {
         ("full mode (budget 100%)", 100.0, false),
     ];
     let mut base = Vec::new();
-    let mut traced: Vec<Vec<(f64, f64, String, f64)>> = vec![Vec::new(); configs.len()];
+    let mut traced: Vec<Vec<(f64, f64, String, f64, f64)>> = vec![Vec::new(); configs.len()];
     for _ in 0..rounds {
         let before = untraced();
         let mut round = Vec::new();
@@ -387,17 +387,20 @@ fn steps_table(s: &standin::Standin, dir: &Path, rounds: usize) {
             a.exact_counts = exact;
             let summary = run_trace(&a).expect("trace (run as root)");
             let launch = summary.ops.iter().find(|o| o.op == "cudaLaunchKernel");
+            // Launches counted (or estimated, sampled) over those made.
+            let counted = launch.map_or(0, |o| o.calls) as f64 / (steps * launches) as f64;
             round.push((
                 step_ns(),
                 launch.and_then(|o| o.mode).unwrap_or("?").to_string(),
                 summary.overhead.estimated_pct,
+                counted,
             ));
         }
         let after = untraced();
         let none = (before + after) / 2.0;
         base.push(none);
-        for (i, (t, mode, pct)) in round.into_iter().enumerate() {
-            traced[i].push((t, t / none, mode, pct));
+        for (i, (t, mode, pct, counted)) in round.into_iter().enumerate() {
+            traced[i].push((t, t / none, mode, pct, counted));
         }
     }
     println!(
@@ -415,8 +418,9 @@ fn steps_table(s: &standin::Standin, dir: &Path, rounds: usize) {
         );
         let modes: Vec<&str> = runs.iter().map(|r| r.2.as_str()).collect();
         let est = median(runs.iter().map(|r| r.3).collect());
+        let counted = median(runs.iter().map(|r| r.4).collect());
         println!(
-            "  {label:<29} {:>8.3} ms  {:+.2}% (rounds {:+.2}..{:+.2}%)  launch mode at the end: {}  controller's estimate {est:.2}%",
+            "  {label:<29} {:>8.3} ms  {:+.2}% (rounds {:+.2}..{:+.2}%)  launch mode at the end: {}  controller's estimate {est:.2}%  launches counted/made {counted:.3}",
             median(runs.iter().map(|r| r.0).collect()) / 1e6,
             100.0 * (median(ratios.clone()) - 1.0),
             100.0 * (lo - 1.0),

@@ -166,8 +166,13 @@ pub fn render(s: &TraceStats) -> String {
             line.push_str(&format!(" probe modes {}", m.join(" -> ")));
         }
         if let Some(u) = o.untimed_calls {
+            let how = if o.calls_estimated {
+                "made while the probes were detached (estimated) or"
+            } else {
+                "counted"
+            };
             line.push_str(&format!(
-                ", {} calls counted without a duration",
+                ", {} calls {how} without a duration",
                 thousands(u)
             ));
         }

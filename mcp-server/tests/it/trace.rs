@@ -246,6 +246,12 @@ fn stats_marks_the_counts_of_a_sampled_call_as_estimates() {
         "{text}"
     );
     assert!(text.contains("~N sampled probe mode"), "{text}");
+    assert!(
+        text.contains(
+            "calls made while the probes were detached (estimated) or without a duration"
+        ),
+        "{text}"
+    );
     // A bad duty is refused before anything is written.
     let bad = causeway(&[
         "trace",

@@ -341,6 +341,20 @@ fn per_call_table(
     last.expect("one round")
 }
 
+/// One traced run of part 5.
+struct StepRun {
+    /// Median step of the second half (ns).
+    step_ns: f64,
+    /// Over the untraced step of the same round.
+    ratio: f64,
+    /// cudaLaunchKernel's probe mode at the end.
+    mode: String,
+    /// The controller's estimate over the whole trace (%).
+    estimated_pct: f64,
+    /// Launches counted (estimated where sampled) over those made.
+    counted: f64,
+}
+
 /// Part 5: step time of a launch-bound loop, untraced and traced under the budget.
 fn steps_table(s: &standin::Standin, dir: &Path, rounds: usize) {
     let steps = env_u64("CAUSEWAY_BENCH_STEPS", 1_600);
@@ -376,7 +390,7 @@ fn steps_table(s: &standin::Standin, dir: &Path, rounds: usize) {
         ("full mode (budget 100%)", 100.0, false),
     ];
     let mut base = Vec::new();
-    let mut traced: Vec<Vec<(f64, f64, String, f64, f64)>> = vec![Vec::new(); configs.len()];
+    let mut traced: Vec<Vec<StepRun>> = configs.iter().map(|_| Vec::new()).collect();
     for _ in 0..rounds {
         let before = untraced();
         let mut round = Vec::new();
@@ -389,18 +403,22 @@ fn steps_table(s: &standin::Standin, dir: &Path, rounds: usize) {
             let launch = summary.ops.iter().find(|o| o.op == "cudaLaunchKernel");
             // Launches counted (or estimated, sampled) over those made.
             let counted = launch.map_or(0, |o| o.calls) as f64 / (steps * launches) as f64;
-            round.push((
-                step_ns(),
-                launch.and_then(|o| o.mode).unwrap_or("?").to_string(),
-                summary.overhead.estimated_pct,
+            round.push(StepRun {
+                step_ns: step_ns(),
+                ratio: 0.0,
+                mode: launch.and_then(|o| o.mode).unwrap_or("?").to_string(),
+                estimated_pct: summary.overhead.estimated_pct,
                 counted,
-            ));
+            });
         }
         let after = untraced();
         let none = (before + after) / 2.0;
         base.push(none);
-        for (i, (t, mode, pct, counted)) in round.into_iter().enumerate() {
-            traced[i].push((t, t / none, mode, pct, counted));
+        for (i, run) in round.into_iter().enumerate() {
+            traced[i].push(StepRun {
+                ratio: run.step_ns / none,
+                ..run
+            });
         }
     }
     println!(
@@ -411,17 +429,17 @@ fn steps_table(s: &standin::Standin, dir: &Path, rounds: usize) {
         median(base) / 1e6
     );
     for ((label, ..), runs) in configs.iter().zip(traced) {
-        let ratios: Vec<f64> = runs.iter().map(|r| r.1).collect();
+        let ratios: Vec<f64> = runs.iter().map(|r| r.ratio).collect();
         let (lo, hi) = (
             ratios.iter().copied().fold(f64::INFINITY, f64::min),
             ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         );
-        let modes: Vec<&str> = runs.iter().map(|r| r.2.as_str()).collect();
-        let est = median(runs.iter().map(|r| r.3).collect());
-        let counted = median(runs.iter().map(|r| r.4).collect());
+        let modes: Vec<&str> = runs.iter().map(|r| r.mode.as_str()).collect();
+        let est = median(runs.iter().map(|r| r.estimated_pct).collect());
+        let counted = median(runs.iter().map(|r| r.counted).collect());
         println!(
             "  {label:<29} {:>8.3} ms  {:+.2}% (rounds {:+.2}..{:+.2}%)  launch mode at the end: {}  controller's estimate {est:.2}%  launches counted/made {counted:.3}",
-            median(runs.iter().map(|r| r.0).collect()) / 1e6,
+            median(runs.iter().map(|r| r.step_ns).collect()) / 1e6,
             100.0 * (median(ratios.clone()) - 1.0),
             100.0 * (lo - 1.0),
             100.0 * (hi - 1.0),

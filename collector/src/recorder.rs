@@ -84,11 +84,13 @@ fn apply(
         return Ok(());
     };
     let op = s.op_id;
-    let name = op_by_id(op).map_or("?", |o| o.name);
     let now = causeway_store::now_ns();
+    // Leaving sampled mode between attached slices: every probe of the new mode comes back.
+    let detached = from == ProbeMode::Sampled && to != from && sampler.stop(op, now);
     if to == ProbeMode::Sampled {
         sampler.sample(op, duty.unwrap_or(DEFAULT_DUTY), now);
-    } else if from == ProbeMode::Sampled && sampler.stop(op, now) {
+    }
+    if detached {
         set_op_mode(skel, op, to)?;
         let want = if to.needs_return_probe() {
             OpProbes::EntryAndReturn
@@ -96,10 +98,7 @@ fn apply(
             OpProbes::Entry
         };
         attached.attach_op_probes(skel, op, want);
-        info!(op = name, from = %s.previous, to = %s.mode, reason = %s.reason, overhead_pct = format!("{:.2}", s.overhead_pct), "probe mode changed");
-        return Ok(());
-    }
-    if from.needs_return_probe() && !to.needs_return_probe() {
+    } else if from.needs_return_probe() && !to.needs_return_probe() {
         set_op_mode(skel, op, to)?;
         attached.set_return_probes(skel, op, false);
     } else if !from.needs_return_probe() && to.needs_return_probe() {
@@ -108,6 +107,7 @@ fn apply(
     } else {
         set_op_mode(skel, op, to)?;
     }
+    let name = op_by_id(op).map_or("?", |o| o.name);
     info!(op = name, from = %s.previous, to = %s.mode, reason = %s.reason, overhead_pct = format!("{:.2}", s.overhead_pct), duty = ?duty.filter(|_| to == ProbeMode::Sampled), "probe mode changed");
     Ok(())
 }

@@ -22,7 +22,7 @@ const LIB_EXEC: u8 = 4;
 /// Number of log2 duration buckets in `struct cw_stat`.
 pub const HIST_BUCKETS: usize = 40;
 /// Size in bytes of one `struct cw_stat` map value.
-pub const STAT_SIZE: usize = 32 + 8 * HIST_BUCKETS;
+pub const STAT_SIZE: usize = 40 + 8 * HIST_BUCKETS;
 /// Size in bytes of one `struct cw_stat_key` map key.
 pub const STAT_KEY_SIZE: usize = 8;
 /// Number of op slots in the `drops` and `op_mode` arrays.
@@ -394,6 +394,9 @@ pub struct Stat {
     pub bytes: u64,
     /// log2 histogram of durations (bucket i counts [2^i, 2^(i+1)) ns).
     pub hist: [u64; HIST_BUCKETS],
+    /// Driver entries made by the CUDA runtime itself (not calls, not in `calls`): their probes
+    /// trapped all the same.
+    pub nested: u64,
 }
 
 impl Stat {
@@ -412,6 +415,7 @@ impl Stat {
             total_ns: u64_at(b, 16),
             bytes: u64_at(b, 24),
             hist,
+            nested: u64_at(b, 32 + 8 * HIST_BUCKETS),
         })
     }
 
@@ -620,8 +624,10 @@ mod tests {
         let mut v = vec![0u8; STAT_SIZE];
         v[0..8].copy_from_slice(&5u64.to_le_bytes());
         v[32 + 8 * 3..32 + 8 * 4].copy_from_slice(&2u64.to_le_bytes());
+        v[STAT_SIZE - 8..].copy_from_slice(&7u64.to_le_bytes());
         let s = Stat::decode(&v).unwrap();
         assert_eq!(s.calls, 5);
+        assert_eq!(s.nested, 7);
         assert_eq!(s.hist[3], 2);
         assert_eq!(s.timed(), 2);
         assert!(Stat::decode(&v[..10]).is_none());

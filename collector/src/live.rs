@@ -213,6 +213,7 @@ mod tests {
             total_ns: 0,
             bytes: 0,
             hist,
+            nested: 0,
         }
     }
 

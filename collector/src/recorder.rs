@@ -112,12 +112,13 @@ fn apply(
     Ok(())
 }
 
-/// Cumulative calls per (pid, op) of probed calls, for the controller.
+/// Cumulative probe hits per (pid, op) of probed calls, for the controller: the calls, and the
+/// driver entries the CUDA runtime made itself (not calls, but their probes trapped).
 fn call_counts(stats: &HashMap<StatKey, Stat>) -> Vec<((u32, u16), u64)> {
     stats
         .iter()
         .filter(|(k, _)| is_call_op(k.op))
-        .map(|(k, s)| ((k.pid, k.op), s.calls))
+        .map(|(k, s)| ((k.pid, k.op), s.calls + s.nested))
         .collect()
 }
 

@@ -50,7 +50,7 @@ pub struct OverheadWindow {
     pub cpu_ns: u64,
     /// Estimated time in probes (ns).
     pub probe_ns: u64,
-    /// Probed calls in the window.
+    /// Probe hits in the window: calls counted, and driver calls the CUDA runtime made itself.
     pub calls: u64,
     /// Budget in force (%).
     pub budget_pct: f64,

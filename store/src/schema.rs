@@ -330,6 +330,12 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "probe_overhead",
+        "calls",
+        "",
+        "probe hits in the window: calls counted (sampled ops: while attached), and driver calls the CUDA runtime made itself (they trap, but are not calls)",
+    ),
+    (
+        "probe_overhead",
         "budget_pct",
         "%",
         "the --overhead-budget in force",

@@ -268,8 +268,13 @@ static __always_inline int cw_entry(struct pt_regs *ctx)
 	}
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u16 op = cookie & 0xffff;
-	if (op >= OP_CU_LAUNCH_KERNEL && op <= OP_CU_STREAM_SYNC && cw_called_by_runtime(ctx, task))
+	if (op >= OP_CU_LAUNCH_KERNEL && op <= OP_CU_STREAM_SYNC && cw_called_by_runtime(ctx, task)) {
+		/* Not a call, but the trap was paid: the overhead controller costs it. */
+		struct cw_stat *n = cw_stat_at(fl ? cw_cached_slot(fl, tgid, op) : cw_slot_of(tgid, op));
+		if (n)
+			__sync_fetch_and_add(&n->nested, 1);
 		return 0;
+	}
 	__u32 mode = cw_op_mode(op);
 	struct call_state st = {};
 	cw_read_args(ctx, op, cookie >> 32, &st);

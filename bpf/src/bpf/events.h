@@ -150,6 +150,7 @@ struct cw_stat {
 	__u64 total_ns;     /* sum of measured durations (calls timed: the sum of hist) */
 	__u64 bytes;        /* sum of byte arguments (copies, allocations, I/O, page allocations) */
 	__u64 hist[CW_HIST_BUCKETS];
+	__u64 nested;       /* driver entries made by the runtime itself: they trap, are not calls */
 };
 
 #endif

@@ -32,6 +32,18 @@ fn runtime_and_driver_calls_are_counted_exactly_with_their_arguments() {
     // One of the two cudaMallocs allocated through the driver, as NVIDIA's runtime does: that
     // cuMemAlloc_v2 is the runtime's own work, not a second allocation (calls.h).
     assert_eq!(count("cuMemAlloc"), 1);
+    // Its probe trapped all the same: the overhead controller costs it (a probe hit, not a call).
+    let calls = q(
+        &db,
+        &format!(
+            "SELECT sum(calls) FROM op_counts WHERE pid = {pid} AND (op_id < 100 OR op_id >= 200)"
+        ),
+    );
+    let hits = q(
+        &db,
+        &format!("SELECT sum(calls) FROM probe_overhead WHERE pid = {pid}"),
+    );
+    assert_eq!(hits, calls + 1, "{hits} probe hits, {calls} calls");
     assert_eq!(count("cuMemcpy"), 2);
     assert_eq!(count("cuLaunchKernel"), 5);
     assert_eq!(count("cuMemFree"), 1);

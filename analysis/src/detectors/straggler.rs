@@ -9,6 +9,9 @@
 //! the relative test alone decides).
 //! Time lost: span x (1 - rate / median rate) for a rate outlier, else calls x (p50 - median
 //! p50): the extra time the slow node takes, which its peers spend waiting.
+//! Not compared on launch rate: a node whose launch ops the overhead controller moved to a mode
+//! that stores fewer events than calls (aggregate, entry_only, sampled) in the window: its
+//! stored rate is not its launch rate.
 //! Severity: the common rule. Recommendation: inspect that node's host (CPU frequency,
 //! contention, thermals) and GPU; exclude it from the job until fixed.
 
@@ -16,6 +19,8 @@ use causeway_store::StoreError;
 
 use super::{Finding, Input, d, severity, step};
 use crate::chains::Chain;
+use crate::overhead::mode_switches;
+use crate::rates::LAUNCH_OPS;
 
 /// Median of a slice (sorted copy).
 fn median(xs: &[f64]) -> f64 {
@@ -65,10 +70,20 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         return Ok(Vec::new());
     }
     let mut found: Option<(String, i64, String, String)> = None;
-    // Launch rate per node.
+    // Launch rate per node, of the nodes that stored every launch.
+    let mut thinned = Vec::new();
+    for n in &ctx.nodes {
+        if mode_switches(ctx.r, ctx.window.until_ns, n)?
+            .iter()
+            .any(|m| LAUNCH_OPS.contains(&m.op.as_str()) && m.to != "full")
+        {
+            thinned.push(n);
+        }
+    }
     let rates: Vec<(String, f64, i64)> = ctx
         .nodes
         .iter()
+        .filter(|n| !thinned.contains(n))
         .filter_map(|n| {
             let l: u64 = ctx
                 .threads
@@ -166,9 +181,13 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
 
 #[cfg(test)]
 mod tests {
+    use causeway_store::{ModeSwitch, Reader, Writer, WriterOptions};
+
     use super::outlier;
-    use crate::demo::Scenario;
+    use crate::chains::ChainQuery;
+    use crate::demo::{Scenario, write_scenario};
     use crate::detectors::testutil::chains_of;
+    use crate::engine::explain;
 
     #[test]
     fn mad_outlier_direction() {
@@ -187,5 +206,54 @@ mod tests {
     #[test]
     fn equal_nodes_have_no_straggler() {
         assert!(chains_of(Scenario::Straggler, true, "straggler").is_empty());
+    }
+
+    /// The throttled node's launches stored as sampled: its stored launch rate says nothing of
+    /// its real one, and it is not compared on it.
+    #[test]
+    fn a_node_whose_launches_were_not_all_stored_is_not_compared_on_launch_rate() {
+        let rate_chain = |mode: Option<&str>| {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("t.duckdb");
+            write_scenario(&p, Scenario::Straggler, false).unwrap();
+            if let Some(mode) = mode {
+                let mut w = Writer::open_append(
+                    &p,
+                    WriterOptions {
+                        node: "gpu-node-c".into(),
+                        ..WriterOptions::default()
+                    },
+                )
+                .unwrap();
+                w.record_mode_switches(&[ModeSwitch {
+                    ts_ns: 0,
+                    op_id: 3,
+                    mode: mode.into(),
+                    previous: "full".into(),
+                    reason: "over_budget".into(),
+                    overhead_pct: 4.5,
+                }])
+                .unwrap();
+                w.finish().unwrap();
+            }
+            let r = Reader::open(&p).unwrap();
+            explain(&r, &ChainQuery::default())
+                .unwrap()
+                .chains
+                .into_iter()
+                .filter(|c| c.detector == "straggler")
+                .map(|c| c.summary)
+                .collect::<Vec<_>>()
+        };
+        let before = rate_chain(None);
+        assert!(
+            before.iter().any(|s| s.contains("launch rate")),
+            "{before:?}"
+        );
+        let after = rate_chain(Some("sampled"));
+        assert!(
+            after.iter().all(|s| !s.contains("launch rate")),
+            "{after:?}"
+        );
     }
 }

@@ -17,7 +17,14 @@ use crate::chains::ChainQuery;
 use crate::derive;
 use crate::window::Window;
 
-/// Ops that hand work to the GPU (kernel launches).
+/// Ops that hand work to the GPU (kernel launches)...
+pub const LAUNCH_OP_NAMES: [&str; 4] = [
+    "cudaLaunchKernel",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cudaGraphLaunch",
+];
+/// ...as an SQL list.
 pub const LAUNCH_OPS: &str =
     "('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx', 'cudaGraphLaunch')";
 /// Ops whose job is to wait for the GPU.
@@ -335,5 +342,16 @@ impl<'a> Ctx<'a> {
         self.threads
             .iter()
             .any(|t| t.node == node && t.pid == pid && t.gpu_calls > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_launch_op_list_and_its_sql_name_the_same_ops() {
+        let sql = format!("({})", LAUNCH_OP_NAMES.map(|o| format!("'{o}'")).join(", "));
+        assert_eq!(sql, LAUNCH_OPS);
     }
 }

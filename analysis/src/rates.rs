@@ -7,11 +7,8 @@ use std::collections::BTreeSet;
 use causeway_store::StoreError;
 use serde::Serialize;
 
-use crate::facts::Ctx;
-use crate::overhead::mode_switches;
-
-/// Ops whose stored events make the launch series.
-pub const LAUNCH_OPS: [&str; 3] = ["cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"];
+use crate::facts::{Ctx, LAUNCH_OP_NAMES};
+use crate::overhead::{ModeSwitch, mode_switches};
 
 /// Launches per second of one thread.
 #[derive(Debug, Clone, Serialize)]
@@ -46,6 +43,20 @@ pub struct ChangePoint {
     /// launches were stored as events, so the stored rate fell while the calls went on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe_mode: Option<String>,
+}
+
+/// The switches of `node`'s launch ops away from full mode up to `until_ns`: from each on, fewer
+/// launches were stored as events than were made, so stored launch rates say less than the
+/// calls (the launch-rate listing, throughput_drop and straggler take them into account).
+pub fn launch_switches_away(
+    ctx: &Ctx<'_>,
+    until_ns: i64,
+    node: &str,
+) -> Result<Vec<ModeSwitch>, StoreError> {
+    Ok(mode_switches(ctx.r, until_ns, node)?
+        .into_iter()
+        .filter(|m| LAUNCH_OP_NAMES.contains(&m.op.as_str()) && m.to != "full")
+        .collect())
 }
 
 /// Minimum seconds on each side of a change point.
@@ -106,10 +117,7 @@ pub fn launch_rates(ctx: &Ctx<'_>) -> Result<Vec<RateSeries>, StoreError> {
         s.change = change_point(&s.per_second[..n]);
         let Some(c) = s.change.as_mut() else { continue };
         if !switches.contains_key(&s.node) {
-            let away: Vec<_> = mode_switches(ctx.r, ctx.window.until_ns, &s.node)?
-                .into_iter()
-                .filter(|m| LAUNCH_OPS.contains(&m.op.as_str()) && m.to != "full")
-                .collect();
+            let away = launch_switches_away(ctx, ctx.window.until_ns, &s.node)?;
             switches.insert(s.node.clone(), away);
         }
         let at_ns = s.start_ns + c.at_second as i64 * 1_000_000_000;

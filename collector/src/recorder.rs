@@ -334,6 +334,7 @@ pub(crate) fn record(
         }
         let want = |op| wanted(&ctl, &sampler, op);
         let mapped = std::mem::take(&mut state.borrow_mut().mapped);
+        let mut looked_at = !mapped.is_empty();
         for m in mapped {
             on_mapped(
                 &skel,
@@ -360,6 +361,7 @@ pub(crate) fn record(
             .iter()
             .map(|p| (p.pid, p.ts_mono_ns, Some(p.file_key())));
         for (pid, ts, key) in execs.into_iter().map(|(p, t)| (p, t, None)).chain(programs) {
+            looked_at = true;
             let looked = on_exec(
                 &skel,
                 &mut attached,
@@ -373,8 +375,10 @@ pub(crate) fn record(
                 mark_seen(&skel, &key);
             }
         }
-        for (op, kind) in attached.first_insns() {
-            ctl.set_first_insn(op, kind);
+        if looked_at {
+            for (op, kind) in attached.first_insns() {
+                ctl.set_first_insn(op, kind);
+            }
         }
         // Small batches are held briefly so a fast-waking ring does not flood the channel.
         if last_flush.elapsed() >= Duration::from_millis(100) {

@@ -19,8 +19,7 @@ use causeway_store::StoreError;
 
 use super::{Finding, Input, d, severity, step};
 use crate::chains::Chain;
-use crate::overhead::mode_switches;
-use crate::rates::LAUNCH_OPS;
+use crate::rates::launch_switches_away;
 
 /// Median of a slice (sorted copy).
 fn median(xs: &[f64]) -> f64 {
@@ -73,10 +72,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     // Launch rate per node, of the nodes that stored every launch.
     let mut thinned = Vec::new();
     for n in &ctx.nodes {
-        if mode_switches(ctx.r, ctx.window.until_ns, n)?
-            .iter()
-            .any(|m| LAUNCH_OPS.contains(&m.op.as_str()) && m.to != "full")
-        {
+        if !launch_switches_away(ctx, ctx.window.until_ns, n)?.is_empty() {
             thinned.push(n);
         }
     }

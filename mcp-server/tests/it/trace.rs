@@ -136,6 +136,16 @@ fn json_streams_one_event_per_line_and_the_command_output_stays_off_stdout() {
     assert!(n.contains("2000"), "{n}");
 }
 
+/// cudaLaunchKernel's line of `stats --json`.
+fn launch_stats(v: &serde_json::Value) -> &serde_json::Value {
+    v["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["op"] == "cudaLaunchKernel")
+        .unwrap()
+}
+
 #[test]
 fn stats_reports_the_probe_overhead_and_the_mode_switch() {
     if !bpf_tests() {
@@ -165,12 +175,7 @@ fn stats_reports_the_probe_overhead_and_the_mode_switch() {
     assert_eq!(oh["switches"][0]["op"], "cudaLaunchKernel", "{oh}");
     assert_eq!(oh["switches"][0]["to"], "entry_only", "{oh}");
     assert_eq!(oh["switches"][0]["reason"], "over_budget", "{oh}");
-    let launch = v["ops"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["op"] == "cudaLaunchKernel")
-        .unwrap();
+    let launch = launch_stats(&v);
     // Percentiles are labelled as covering the stored calls only; every call is counted.
     assert_eq!(launch["percentiles"], "stored_only", "{launch}");
     assert_eq!(launch["counted_calls"], 150000, "{launch}");
@@ -227,12 +232,7 @@ fn stats_marks_the_counts_of_a_sampled_call_as_estimates() {
     ]);
     let v: serde_json::Value =
         serde_json::from_str(&ok(&["stats", "--db", db_s, "--json"])).unwrap();
-    let launch = v["ops"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["op"] == "cudaLaunchKernel")
-        .unwrap();
+    let launch = launch_stats(&v);
     assert_eq!(launch["calls_estimated"], true, "{launch}");
     assert_eq!(launch["probe_modes"], serde_json::json!(["sampled"]));
     let counted = launch["counted_calls"].as_i64().unwrap();

@@ -404,7 +404,9 @@ impl Controller {
                 steps.push((ProbeMode::Sampled, Some(d)));
             }
             let unit = |(m, d): (ProbeMode, Option<f64>)| self.unit_cost(op, m, d);
-            // The least reduction that covers the excess, else the cheapest step.
+            // The least reduction that covers the excess, else the cheapest step, the most
+            // reduced of equally cheap ones: calibration noise can make entry-only cost what full
+            // mode does (the costs are clamped monotonic), yet it saves a trap per call.
             let Some(to) = steps
                 .iter()
                 .copied()
@@ -412,10 +414,11 @@ impl Controller {
                 .or_else(|| {
                     steps
                         .iter()
+                        .rev()
                         .copied()
                         .min_by(|a, b| unit(*a).total_cmp(&unit(*b)))
                 })
-                .filter(|s| unit(*s) < now)
+                .filter(|s| unit(*s) <= now)
             else {
                 continue;
             };
@@ -629,6 +632,21 @@ mod tests {
         let t = c.tick(S, &[((7, 3), 2_000)], alive(S as u64));
         assert_eq!(t.switches[0].mode, "entry_only");
         assert_eq!(c.duty(3), None);
+    }
+
+    #[test]
+    fn calibration_ties_still_end_at_the_floor() {
+        // Entry-only measured no cheaper than full (noise; the model clamps it to full).
+        let flat = Costs {
+            aggregate_ns: 11_000.0,
+            entry_only_ns: 11_000.0,
+            ..COSTS
+        };
+        let mut c = Controller::new(1.0, model(flat), 0);
+        c.exact_counts();
+        let t = c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
+        assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
+        assert_eq!(t.switches[0].mode, "entry_only");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod discover;
 mod elfsyms;
 mod error;
 pub mod host;
+mod insitu;
 pub mod live;
 pub mod overhead;
 mod poll;

@@ -5,7 +5,8 @@
 //! the excess), and back, one op at a time, once the estimate stays well below it. Counts stay
 //! exact in every mode but `sampled`, whose probes are attached for a share of the time (its
 //! duty, sampling.rs) and whose calls are estimated from what was counted then; `--exact-counts`
-//! keeps the controller from sampling.
+//! keeps the controller from sampling. Once a sampled op's cost to the job is measured in situ
+//! (insitu.rs) above its calibration, its costs are scaled by the difference.
 //!
 //! The decisions are pure functions of the window's numbers (unit-tested below); reading /proc
 //! and applying a switch to the BPF maps and links is the caller's (trace.rs) job.
@@ -29,6 +30,9 @@ const HOT_SHARE: f64 = 0.05;
 /// Probe time below this share of one core (per window) is reported but never acted on: a
 /// process that hardly runs would otherwise lose the durations of its rare calls for nothing.
 const SIGNIFICANT_SHARE_OF_CORE: f64 = 0.001;
+
+/// The most the in-situ measurement may scale an op's calibrated costs by.
+pub const MAX_FACTOR: f64 = 10.0;
 
 /// Whether an op id is a probed library call (CUDA runtime/driver/graph or NCCL).
 pub fn is_call_op(op: u16) -> bool {
@@ -100,6 +104,9 @@ pub struct Controller {
     forced: BTreeSet<u16>,
     /// Duty of the sampled ops.
     duty: BTreeMap<u16, f64>,
+    /// Per op, how much more a probe hit costs the job than calibrated, as measured in situ
+    /// (insitu.rs; at least 1).
+    measured: BTreeMap<u16, f64>,
     /// Whether the controller may sample (no `--exact-counts`).
     sampling: bool,
     last_switch_ns: HashMap<u16, i64>,
@@ -127,6 +134,7 @@ impl Controller {
             modes: BTreeMap::new(),
             forced: BTreeSet::new(),
             duty: BTreeMap::new(),
+            measured: BTreeMap::new(),
             sampling: true,
             last_switch_ns: HashMap::new(),
             prev_calls: HashMap::new(),
@@ -169,10 +177,36 @@ impl Controller {
         }
     }
 
-    /// Cost per call of `op` in `mode` (ops whose functions were not seen: the dearest kind).
-    pub fn cost(&self, op: u16, mode: ProbeMode) -> f64 {
+    /// Calibrated cost per call of `op` in `mode` (ops whose functions were not seen: the
+    /// dearest kind).
+    pub fn calibrated(&self, op: u16, mode: ProbeMode) -> f64 {
         let kind = self.kinds.get(&op).copied().unwrap_or(FirstInsn::Other);
         self.costs.of(kind, mode)
+    }
+
+    /// Cost per call of `op` in `mode`: calibrated, scaled by what was measured in situ.
+    pub fn cost(&self, op: u16, mode: ProbeMode) -> f64 {
+        self.calibrated(op, mode) * self.factor(op)
+    }
+
+    /// How much more than calibrated a probe hit of `op` costs the job (1 until measured).
+    pub fn factor(&self, op: u16) -> f64 {
+        self.measured.get(&op).copied().unwrap_or(1.0)
+    }
+
+    /// Records that a probe hit of `op` was measured in situ to cost the job `lost_ns` (a
+    /// conservative estimate): from now on its costs are scaled by lost / calibrated, when that
+    /// is more than 1 (at most [`MAX_FACTOR`]). A measurement at or below the calibration leaves
+    /// the calibrated costs: a job that hides the probes' time (behind the GPU, say) now may not
+    /// later.
+    pub fn set_measured(&mut self, op: u16, lost_ns: f64) {
+        let calibrated = self.calibrated(op, ProbeMode::Full);
+        if calibrated > 0.0 && lost_ns > calibrated {
+            self.measured
+                .insert(op, (lost_ns / calibrated).min(MAX_FACTOR));
+        } else {
+            self.measured.remove(&op);
+        }
     }
 
     /// The current mode of an op.
@@ -632,6 +666,34 @@ mod tests {
         let t = c.tick(S, &[((7, 3), 2_000)], alive(S as u64));
         assert_eq!(t.switches[0].mode, "entry_only");
         assert_eq!(c.duty(3), None);
+    }
+
+    #[test]
+    fn a_cost_measured_in_situ_above_the_calibration_lowers_the_duty() {
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let t = c.tick(S, &[((7, 3), 2_000)], alive(S as u64));
+        assert_eq!(t.switches[0].mode, "sampled");
+        let d = c.duty(3).unwrap();
+        // The job loses 33 us per hit, not 11: every mode of the op costs 3x.
+        c.set_measured(3, 33_000.0);
+        assert!((c.factor(3) - 3.0).abs() < 1e-9);
+        assert_eq!(c.cost(3, ProbeMode::EntryOnly), 15_000.0);
+        assert_eq!(c.calibrated(3, ProbeMode::Full), 11_000.0);
+        let counted = 2_000 + (2_000.0 * d) as u64;
+        let t = c.tick(2 * S, &[((7, 3), counted)], alive(2 * S as u64));
+        assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
+        assert!(
+            (t.switches[0].overhead_pct - 2.4).abs() < 0.05,
+            "{:?}",
+            t.switches
+        );
+        let lower = c.duty(3).unwrap();
+        assert!((lower - d / 3.0).abs() < 0.01, "{d} -> {lower}");
+        // A measurement at or below the calibration leaves it; the factor is bounded.
+        c.set_measured(3, 9_000.0);
+        assert_eq!(c.factor(3), 1.0);
+        c.set_measured(3, 1e9);
+        assert_eq!(c.factor(3), MAX_FACTOR);
     }
 
     #[test]

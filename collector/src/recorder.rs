@@ -7,7 +7,7 @@
 //! the last window.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +30,7 @@ use crate::calibrate::calibrate;
 use crate::discover::{LibFile, cuda_processes, libs_in_maps, static_runtime_of};
 use crate::error::CollectorError;
 use crate::host;
+use crate::insitu::{Counts, Meter, sampled_ops};
 use crate::live::{Live, LiveView};
 use crate::overhead::{Controller, is_call_op};
 use crate::poll::{PollState, read_stats};
@@ -295,6 +296,10 @@ pub(crate) fn record(
     // (an old entry link and a new one on the same function would count its calls twice).
     let (reap, reaped) = std::sync::mpsc::channel::<Vec<Link>>();
     let detaching = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // The in-situ cost of sampled ops' probes (insitu.rs), and the ops whose detached segment
+    // begins once their links are gone.
+    let mut meter = Meter::default();
+    let mut off_pending: BTreeSet<u16> = BTreeSet::new();
     let reaper = std::thread::Builder::new()
         .name("causeway-detach".into())
         .spawn({
@@ -316,20 +321,48 @@ pub(crate) fn record(
         let until_due = sampler.next_due_ns().map_or(50_000_000, |t| {
             (t - causeway_store::now_ns()).clamp(1_000_000, 50_000_000)
         });
+        let until_due = if off_pending.is_empty() {
+            until_due
+        } else {
+            until_due.min(2_000_000)
+        };
         let _ = rb.poll(Duration::from_nanos(until_due as u64));
         let _ = rb.consume();
-        for (op, attach) in sampler.due(causeway_store::now_ns()) {
+        // Sampled ops' switches, each cutting the in-situ meter's segments: one ends before the
+        // switch starts, the next begins once it is done (for a detach, once its links are gone).
+        let due = sampler.due(causeway_store::now_ns());
+        let sampled = if due.is_empty() && off_pending.is_empty() {
+            BTreeSet::new()
+        } else {
+            sampled_ops(&ctl)
+        };
+        let counts = || Counts::of(&read_stats(&skel));
+        for (op, attach) in due {
             if attach {
                 if detaching.load(Ordering::Acquire) == 0 {
+                    meter.end(op, causeway_store::now_ns(), &counts(), &sampled);
                     attached.attach_op_probes(&skel, op, OpProbes::EntryAndReturn);
-                    sampler.switched(op, true, causeway_store::now_ns());
+                    let at = causeway_store::now_ns();
+                    sampler.switched(op, true, at);
+                    meter.begin(op, true, at, &counts(), &sampled);
                 }
             } else {
-                sampler.switched(op, false, causeway_store::now_ns());
+                let at = causeway_store::now_ns();
+                meter.end(op, at, &counts(), &sampled);
+                sampler.switched(op, false, at);
                 let (entries, exits) = attached.detach_op_probes(op);
                 detaching.fetch_add(2, Ordering::Release);
                 let _ = reap.send(entries);
                 let _ = reap.send(exits);
+                off_pending.insert(op);
+            }
+        }
+        if !off_pending.is_empty() && detaching.load(Ordering::Acquire) == 0 {
+            let (c, at) = (counts(), causeway_store::now_ns());
+            for op in std::mem::take(&mut off_pending) {
+                if sampler.is_detached(op) {
+                    meter.begin(op, false, at, &c, &sampled);
+                }
             }
         }
         let want = |op| wanted(&ctl, &sampler, op);
@@ -396,6 +429,28 @@ pub(crate) fn record(
             for s in &tick.switches {
                 apply(&skel, &mut attached, &mut sampler, s, ctl.duty(s.op_id))?;
             }
+            // Segments of ops that left sampled mode are dropped; ops that entered it (their
+            // probes attached) start measuring.
+            let sampled = sampled_ops(&ctl);
+            for op in meter.open_ops() {
+                if !sampled.contains(&op) {
+                    meter.stop(op);
+                }
+            }
+            off_pending.retain(|op| sampled.contains(op));
+            let fresh: Vec<u16> = sampled
+                .iter()
+                .copied()
+                .filter(|op| !meter.is_open(*op) && !off_pending.contains(op))
+                .filter(|op| !sampler.is_detached(*op))
+                .collect();
+            if !fresh.is_empty() {
+                let (c, at) = (Counts::of(&read_stats(&skel)), causeway_store::now_ns());
+                for op in fresh {
+                    meter.begin(op, true, at, &c, &sampled);
+                }
+            }
+            let in_situ = meter.update(&mut ctl, causeway_store::now_ns());
             switches += tick.switches.len();
             if !tick.windows.is_empty() {
                 let _ = sink.ctl.send(Ctl::Overhead(tick.windows));
@@ -424,6 +479,9 @@ pub(crate) fn record(
             }
             if ticks.is_multiple_of(5) {
                 st.snapshot(&stats, &skel, sink, |op, now| sampler.detached_ns(op, now));
+                if !in_situ.is_empty() {
+                    let _ = sink.ctl.send(Ctl::InSitu(in_situ));
+                }
                 let calls: u64 = st.totals.values().map(|t| t.calls).sum();
                 info!(
                     seconds = started.elapsed().as_secs(),
@@ -493,6 +551,10 @@ pub(crate) fn record(
         let _ = sink.ctl.send(Ctl::Overhead(last));
     }
     st.snapshot(&stats, &skel, sink, |op, now| sampler.detached_ns(op, now));
+    let in_situ = meter.update(&mut ctl, causeway_store::now_ns());
+    if !in_situ.is_empty() {
+        let _ = sink.ctl.send(Ctl::InSitu(in_situ));
+    }
     st.close_processes(sink);
     let distinct_stacks = st.stacks.take().map_or(0, |s| {
         let n = s.distinct;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use causeway_store::catalog::op_by_id;
 use causeway_store::{
-    Event, Frame, HistogramBucket, ModeSwitch, OpCount, OverheadWindow, ProbeCost, ProcessInfo,
-    SampledWindow, SessionInfo, Writer, WriterOptions,
+    Event, Frame, HistogramBucket, InSituRow, ModeSwitch, OpCount, OverheadWindow, ProbeCost,
+    ProcessInfo, SampledWindow, SessionInfo, Writer, WriterOptions,
 };
 use crossbeam_channel::{Receiver, Sender, bounded, never, select, unbounded};
 use tracing::{debug, error, warn};
@@ -49,6 +49,8 @@ pub enum Ctl {
     Overhead(Vec<OverheadWindow>),
     /// Attached time of sampled ops per counts window.
     Sampled(Vec<SampledWindow>),
+    /// In-situ costs of sampled ops' probes.
+    InSitu(Vec<InSituRow>),
 }
 
 /// Receives a reader on the live store as soon as it exists (live serving).
@@ -191,6 +193,7 @@ fn run(
                         Ctl::Modes(switches) => w.record_mode_switches(&switches),
                         Ctl::Overhead(rows) => w.record_overhead(&rows),
                         Ctl::Sampled(rows) => w.record_sampled(&rows),
+                        Ctl::InSitu(rows) => w.record_in_situ(&rows),
                     };
                     if let Err(e) = res {
                         warn!(error = %e, "writing trace metadata failed");

@@ -19,7 +19,7 @@ mod writer;
 use std::path::Path;
 
 pub use error::{Result, StoreError};
-pub use overhead::{ModeSwitch, OverheadWindow, ProbeCost, SampledWindow};
+pub use overhead::{InSituRow, ModeSwitch, OverheadWindow, ProbeCost, SampledWindow};
 pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
 pub use row::{FromRow, row};
 pub use writer::{

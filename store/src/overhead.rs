@@ -1,6 +1,6 @@
 //! Recording what the collector's overhead controller measured and decided (schema version 2):
 //! calibrated probe costs, probe-mode switches, per-process overhead windows, and (version 4)
-//! the attached time of sampled ops.
+//! the attached time of sampled ops, and (version 5) their probes' cost measured in situ.
 
 use duckdb::params;
 
@@ -69,6 +69,37 @@ pub struct SampledWindow {
     pub observed_ns: u64,
     /// Calls counted while attached (all processes).
     pub counted: u64,
+}
+
+/// The in-situ cost of one sampled op's probes, measured so far (cumulative).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InSituRow {
+    /// When measured (ns).
+    pub ts_ns: i64,
+    /// Catalogue op id.
+    pub op_id: u16,
+    /// The process measured.
+    pub pid: u32,
+    /// Time measured with the probes attached (ns).
+    pub attached_ns: i64,
+    /// Time measured with the probes detached (ns).
+    pub detached_ns: i64,
+    /// Progress calls per second while attached.
+    pub attached_rate: f64,
+    /// Progress calls per second while detached.
+    pub detached_rate: f64,
+    /// Probe hits of the op while attached.
+    pub hits: u64,
+    /// 1 - attached_rate / detached_rate.
+    pub slowdown: f64,
+    /// Its standard error.
+    pub slowdown_se: f64,
+    /// Time the job lost per probe hit (ns).
+    pub lost_ns_per_hit: f64,
+    /// The calibrated full-mode cost per call (ns).
+    pub calibrated_ns_per_hit: f64,
+    /// What the controller scales the op's costs by.
+    pub factor: f64,
 }
 
 impl Writer {
@@ -147,6 +178,35 @@ impl Writer {
             .ctx(path, "recording a sampled window")?;
         }
         app.flush().ctx(path, "flushing sampled windows")?;
+        Ok(())
+    }
+
+    /// Stores in-situ measurements of sampled ops' probe costs.
+    pub fn record_in_situ(&mut self, rows: &[InSituRow]) -> Result<()> {
+        let (conn, path, node) = (self.conn(), self.path(), self.node().to_string());
+        let mut app = conn
+            .appender("probe_in_situ")
+            .ctx(path, "opening the probe_in_situ appender")?;
+        for r in rows {
+            app.append_row(params![
+                node,
+                r.ts_ns,
+                r.op_id,
+                r.pid,
+                r.attached_ns,
+                r.detached_ns,
+                r.attached_rate,
+                r.detached_rate,
+                r.hits,
+                r.slowdown,
+                r.slowdown_se,
+                r.lost_ns_per_hit,
+                r.calibrated_ns_per_hit,
+                r.factor
+            ])
+            .ctx(path, "recording an in-situ measurement")?;
+        }
+        app.flush().ctx(path, "flushing in-situ measurements")?;
         Ok(())
     }
 }

@@ -11,7 +11,8 @@ use crate::catalog::{OPS, Source};
 /// 3: `metric_points` and `log_records` for what `causeway collect` receives over OTLP
 /// (003_collected.sql).
 /// 4: `probe_sampling`, what the estimated counts of sampled ops rest on (004_sampled.sql).
-pub const SCHEMA_VERSION: u32 = 4;
+/// 5: `probe_in_situ`, the cost of sampled ops' probes measured on the job (005_in_situ.sql).
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The oldest version this build reads: the event layout of version 2. Version-1 files are
 /// refused with a hint to import or record them again.
@@ -26,6 +27,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (2, include_str!("../sql/002_overhead.sql")),
     (3, include_str!("../sql/003_collected.sql")),
     (4, include_str!("../sql/004_sampled.sql")),
+    (5, include_str!("../sql/005_in_situ.sql")),
 ];
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
@@ -53,6 +55,7 @@ pub const RELATIONS: &[&str] = &[
     "probe_modes",
     "probe_overhead",
     "probe_sampling",
+    "probe_in_situ",
     "metric_points",
     "log_records",
 ];
@@ -351,6 +354,54 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "counted",
         "",
         "calls the kernel counted while the probes were attached (all processes)",
+    ),
+    (
+        "probe_in_situ",
+        "pid",
+        "",
+        "the process measured: the one with the most probe hits of the op while attached",
+    ),
+    (
+        "probe_in_situ",
+        "attached_rate",
+        "1/s",
+        "the process's progress (calls of its ops not sampled) per second while the op's probes were attached",
+    ),
+    (
+        "probe_in_situ",
+        "detached_rate",
+        "1/s",
+        "the same while they were detached",
+    ),
+    (
+        "probe_in_situ",
+        "slowdown",
+        "",
+        "share of the progress lost while attached: 1 - attached_rate / detached_rate (cumulative since the op was first sampled; the last row per op is the best)",
+    ),
+    (
+        "probe_in_situ",
+        "slowdown_se",
+        "",
+        "standard error of slowdown, from the spread of the segments between switches",
+    ),
+    (
+        "probe_in_situ",
+        "lost_ns_per_hit",
+        "ns",
+        "time the job lost per probe hit of the op: slowdown x attached_ns / hits",
+    ),
+    (
+        "probe_in_situ",
+        "calibrated_ns_per_hit",
+        "ns",
+        "the calibrated full-mode cost per call of the op (probe_costs)",
+    ),
+    (
+        "probe_in_situ",
+        "factor",
+        "",
+        "what the overhead controller scales the op's calibrated costs by: (slowdown - 2 x slowdown_se) x attached_ns / hits / calibrated, when above 1, else 1",
     ),
     (
         "metric_points",

@@ -1,7 +1,7 @@
 //! The overhead budget: calibrated costs, a hot call moved to entry-only mode with its count
 //! still exact (`--exact-counts`), forced modes, a call that comes back to full mode once it
 //! cools down, and sampled mode (probes attached part of the time, counts estimated), forced
-//! and chosen by the budget.
+//! and chosen by the budget, with its probes' cost to the job measured in situ.
 
 use crate::{args, bpf_test, command_pid, db_path, q, rows, standin, trace};
 
@@ -328,4 +328,60 @@ fn a_call_too_hot_for_entry_only_is_sampled_by_the_budget() {
         "{:?}",
         summary.overhead
     );
+}
+
+#[test]
+fn what_a_sampled_call_costs_the_job_is_measured_in_situ_and_agrees_with_the_calibration() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    // A launch-bound loop: 2,500 steps of 260 launches between 5 ms of CPU work and a sync
+    // (about 190 steps a second untraced). The stand-in's launch is single-stepped: 10-20 us
+    // a hit, so the attached slices (20% of the time) run markedly slower.
+    let out = dir.path().join("steps.txt");
+    let mut a = args(
+        &db,
+        &[s.exe(), "steps", "2500", "260", "5000", out.to_str().unwrap()],
+    );
+    a.probe_modes = vec![(3, causeway_bpf::abi::ProbeMode::Sampled)];
+    a.sample_duty = 20.0;
+    let summary = trace(&a);
+    assert_eq!(summary.command_exit, Some(0));
+    // Rates in milli-units, shares in thousandths.
+    let last = rows(
+        &db,
+        "SELECT pid, (1000 * attached_ns / (attached_ns + detached_ns))::BIGINT,
+                (1000 * slowdown)::BIGINT, (1000 * slowdown_se)::BIGINT,
+                lost_ns_per_hit::BIGINT, calibrated_ns_per_hit::BIGINT, (1000 * factor)::BIGINT,
+                hits, (1000 * attached_rate)::BIGINT, (1000 * detached_rate)::BIGINT
+         FROM probe_in_situ WHERE op_id = 3 ORDER BY ts_ns DESC LIMIT 1",
+        10,
+    );
+    eprintln!("in situ: {last:?}");
+    let Some(&[pid, share, slowdown, se, lost, calibrated, factor, hits, on, off]) =
+        last.first().map(Vec::as_slice)
+    else {
+        panic!("no in-situ measurement: {last:?}")
+    };
+    assert_eq!(pid, command_pid(&db));
+    assert!((120..300).contains(&share), "attached share {share}");
+    // The steps came markedly slower while attached, and the difference is well measured.
+    assert!(slowdown > 50 && se * 4 < slowdown, "slowdown {slowdown}, se {se}");
+    assert!(on < off, "{on} < {off}");
+    assert!(
+        (slowdown - (1000.0 - 1000.0 * on as f64 / off as f64) as i64).abs() <= 2,
+        "slowdown = 1 - attached / detached rate"
+    );
+    // Hits: only the launches made while attached were counted (the sync is progress).
+    assert!(
+        hits > 0 && hits <= q(&db, "SELECT sum(counted) FROM probe_sampling WHERE op_id = 3"),
+        "{hits} hits"
+    );
+    // On this kind of machine the calibration predicts what a hit costs the job.
+    assert!(
+        lost * 2 > calibrated && lost < calibrated * 5 / 2,
+        "lost {lost} ns per hit, calibrated {calibrated}"
+    );
+    assert!((1000..=10_000).contains(&factor), "factor {factor}");
 }

@@ -16,6 +16,10 @@
 //                      tid, the helper's tid and the socket pair's descriptors
 //   late MS            wait MS from the start, then 3 cudaMalloc, 2 cudaMemcpy, 200 cudaLaunchKernel
 //                      (the mix of loader.c), for a wrapper that execs this program
+//   steps N L US OUT [DEPTH [MB]]  N steps of L launches between US of CPU work (walking MB
+//                      of memory, default 0) and one cudaStreamSynchronize, DEPTH frames deep
+//                      (default 0); OUT gets the median step time (ns) of the second half and
+//                      of all steps
 //   syscalls N OUT     N getppid system calls back to back; "N ns cpu" in OUT as for rate
 //   mmaps N OUT        N anonymous one-page mmap + munmap pairs (each takes and releases the
 //                      process's mmap lock); "N ns cpu" in OUT as for rate
@@ -303,9 +307,29 @@ static int cmp_long(const void *a, const void *b)
 }
 
 /* A launch-bound training loop: `steps` steps of `launches` kernel launches and `compute_us` of
- * CPU work each (as a framework's Python and dispatch code between launches). Writes the median
+ * CPU work each (as a framework's Python and dispatch code between launches), and a stream
+ * synchronisation that ends the step (as reading the loss does). Writes the median
  * step time (ns) of the second half of the steps, once a tracer's controller has settled, and of
  * all of them, to `out`. */
+/* Runs the loop `depth` frames deep (as a framework's launches are, under the interpreter and
+ * the dispatcher): a user stack walk (--stacks) at each launch has that many frames to read. */
+static int mode_steps(long steps, int launches, long compute_us, const char *out);
+
+/* Memory the steps' CPU work walks through (page and cache line strides), evicting the caches
+ * and TLB entries a probe hit would otherwise find warm, as a real job's data does. */
+static volatile char *footprint;
+static size_t footprint_len, footprint_at;
+
+__attribute__((noinline)) static int deep_steps(int depth, long steps, int launches, long compute_us,
+						 const char *out)
+{
+	if (depth <= 0)
+		return mode_steps(steps, launches, compute_us, out);
+	int rc = deep_steps(depth - 1, steps, launches, compute_us, out);
+	__asm__ volatile("" ::: "memory"); /* not a tail call: the frame stays */
+	return rc;
+}
+
 static int mode_steps(long steps, int launches, long compute_us, const char *out)
 {
 	long *t = malloc(sizeof(long) * (size_t)steps);
@@ -317,9 +341,13 @@ static int mode_steps(long steps, int launches, long compute_us, const char *out
 		for (int k = 0; k < launches; k++) {
 			long until = now_ns() + per_launch;
 			while (now_ns() < until)
-				;
+				if (footprint_len) {
+					footprint[footprint_at] += 1;
+					footprint_at = (footprint_at + 4160) % footprint_len;
+				}
 			launch(1);
 		}
+		cudaStreamSynchronize(0);
 		t[i] = now_ns() - t0;
 	}
 	qsort(t + steps / 2, (size_t)(steps - steps / 2), sizeof(long), cmp_long);
@@ -515,8 +543,13 @@ int main(int argc, char **argv)
 		return mode_stacks(atoi(argv[2]));
 	if (!strcmp(m, "phases") && argc > 4)
 		return mode_phases(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
-	if (!strcmp(m, "steps") && argc > 5)
-		return mode_steps(atol(argv[2]), atoi(argv[3]), atol(argv[4]), argv[5]);
+	if (!strcmp(m, "steps") && argc > 5) {
+		footprint_len = argc > 7 ? (size_t)atol(argv[7]) << 20 : 0;
+		if (footprint_len && !(footprint = calloc(footprint_len, 1)))
+			return 2;
+		return deep_steps(argc > 6 ? atoi(argv[6]) : 0, atol(argv[2]), atoi(argv[3]),
+				  atol(argv[4]), argv[5]);
+	}
 	if (!strcmp(m, "hold") && argc > 2)
 		return mode_hold(atoi(argv[2]));
 	if (!strcmp(m, "spin") && argc > 3)

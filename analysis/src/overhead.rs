@@ -1,7 +1,7 @@
 //! What causeway's own probes cost the traced processes, for `stats`: the overhead controller's
 //! per-process windows (estimated probe time against CPU time), its budget, the probe-mode
-//! switches that explain why some calls have no stored event or no duration, and the calibrated
-//! per-call costs. Absent from traces recorded without the controller (imports, schema 1).
+//! switches that explain why some calls have no stored event or no duration, the calibrated
+//! per-call costs, and sampled ops' costs measured on the job itself. Absent from traces recorded without the controller (imports, schema 1).
 
 use std::collections::BTreeMap;
 
@@ -31,6 +31,28 @@ pub struct ModeSwitch {
     pub overhead_pct: f64,
 }
 
+/// What a sampled op's probes cost the job, measured on it (the collector's last measurement
+/// up to the window's end; schema 5).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct InSitu {
+    /// Op name.
+    pub op: String,
+    /// The process measured (the most probe hits of the op).
+    pub pid: u32,
+    /// Share of the job's progress lost while the op's probes were attached.
+    pub slowdown: f64,
+    /// Its standard error.
+    pub slowdown_se: f64,
+    /// Time the job lost per probe hit (ns).
+    pub lost_ns_per_hit: f64,
+    /// The calibrated full-mode cost per call (ns).
+    pub calibrated_ns_per_hit: f64,
+    /// What the controller scaled the op's costs by (1: the calibration held).
+    pub factor: f64,
+    /// Time measured with the probes attached (ns).
+    pub attached_ns: i64,
+}
+
 /// The probes' estimated cost in the window.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Overhead {
@@ -46,6 +68,9 @@ pub struct Overhead {
     pub cpu_ns: u64,
     /// Calibrated cost of one call in full mode, per kind of first instruction (ns).
     pub full_ns_per_call: BTreeMap<String, f64>,
+    /// Sampled ops' probe costs measured on the job, by op.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub in_situ: Vec<InSitu>,
     /// Mode switches up to the window's end, oldest first (at most [`MAX_SWITCHES`]).
     pub switches: Vec<ModeSwitch>,
     /// Mode switches up to the window's end.
@@ -71,6 +96,14 @@ const COSTS_SQL: &str = "
 SELECT first_insn, max(ns_per_call)::DOUBLE FROM probe_costs
 WHERE mode = 'full' AND (?::VARCHAR = '' OR node = ?::VARCHAR)
 GROUP BY first_insn ORDER BY first_insn";
+
+const IN_SITU_SQL: &str = "
+SELECT coalesce(o.op, 'op' || p.op_id::VARCHAR), p.pid, p.slowdown, p.slowdown_se,
+       p.lost_ns_per_hit, p.calibrated_ns_per_hit, p.factor, p.attached_ns
+FROM probe_in_situ p LEFT JOIN ops o ON o.op_id = p.op_id
+WHERE p.ts_ns <= ? AND (?::VARCHAR = '' OR p.node = ?::VARCHAR)
+QUALIFY row_number() OVER (PARTITION BY p.node, p.op_id ORDER BY p.ts_ns DESC) = 1
+ORDER BY 1, p.node";
 
 fn duck<'a>(r: &'a Reader, action: &'static str) -> impl Fn(duckdb::Error) -> StoreError + 'a {
     move |source| StoreError::Duck {
@@ -124,9 +157,33 @@ pub fn overhead(
         probe_ns: probe_ns as u64,
         cpu_ns: cpu_ns as u64,
         full_ns_per_call,
+        in_situ: in_situ(r, window.until_ns, node)?,
         switches: switches.into_iter().take(MAX_SWITCHES).collect(),
         switches_total,
     }))
+}
+
+/// The last in-situ measurement of each sampled op up to `until_ns` (node '': every node); none
+/// in traces older than schema 5.
+pub fn in_situ(r: &Reader, until_ns: i64, node: &str) -> Result<Vec<InSitu>, StoreError> {
+    if r.schema_version() < 5 {
+        return Ok(Vec::new());
+    }
+    r.prepare_trusted(IN_SITU_SQL)?
+        .query_map(duckdb::params![until_ns, node, node], |row| {
+            Ok(InSitu {
+                op: row.get(0)?,
+                pid: row.get(1)?,
+                slowdown: row.get(2)?,
+                slowdown_se: row.get(3)?,
+                lost_ns_per_hit: row.get(4)?,
+                calibrated_ns_per_hit: row.get(5)?,
+                factor: row.get(6)?,
+                attached_ns: row.get(7)?,
+            })
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading in-situ probe costs"))
 }
 
 /// Every probe-mode switch up to `until_ns` (node '': every node), oldest first; none in traces

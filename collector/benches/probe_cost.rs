@@ -26,9 +26,14 @@
 //!    of each run's steps, once the controller has settled, as ratios to the untraced run of the
 //!    same round.
 //!
+//! 6. (last) What a sampled launch costs the job, measured in situ (the loop of part 5 ending
+//!    each step with a sync, its progress), against the calibrated cost: the single-stepped and
+//!    the emulated stand-in, then the emulated one with what calibration does not see: a 256 MB
+//!    working set walked between launches, and `--stacks` 100 frames deep.
+//!
 //! Environment: CAUSEWAY_BENCH_CALLS (default 200,000 per measurement), CAUSEWAY_BENCH_ROUNDS (5),
 //! CAUSEWAY_BENCH_ONLY_SUSTAINED / CAUSEWAY_BENCH_SKIP_SUSTAINED (set: only / skip part 3),
-//! CAUSEWAY_BENCH_ONLY_STEPS (set: only part 5), CAUSEWAY_BENCH_STEPS (steps per run, 1,600),
+//! CAUSEWAY_BENCH_ONLY_STEPS (set: only part 5), CAUSEWAY_BENCH_ONLY_IN_SITU (set: only part 6), CAUSEWAY_BENCH_STEPS (steps per run, 1,600),
 //! CAUSEWAY_BENCH_NO_MAP_HOOK (set: traces without the library-load hook).
 //! Part 3 runs first, so that the process's RSS is the collector's.
 
@@ -448,6 +453,79 @@ fn steps_table(s: &standin::Standin, dir: &Path, rounds: usize) {
     }
 }
 
+/// Part 6: what a sampled launch costs the job, measured in situ, against the calibration.
+fn in_situ_table(
+    stepped: &standin::Standin,
+    emulated: &standin::Standin,
+    dir: &Path,
+    rounds: usize,
+) {
+    let steps = env_u64("CAUSEWAY_BENCH_STEPS", 1_600) * 2;
+    let out = dir.join("steps.txt");
+    let db = dir.join("insitu.duckdb");
+    // (label, stand-in, --stacks, frames deep, MB of memory the CPU work walks)
+    let configs = [
+        ("single-stepped launch (`mov`)", stepped, false, 0, 0),
+        ("emulated launch (`push`)", emulated, false, 0, 0),
+        ("emulated, 256 MB walked", emulated, false, 0, 256),
+        ("emulated, --stacks, 100 frames", emulated, true, 100, 0),
+        (
+            "emulated, --stacks, 100 frames, 256 MB",
+            emulated,
+            true,
+            100,
+            256,
+        ),
+    ];
+    println!(
+        "\nin-situ cost of a sampled launch ({steps} steps of 260 launches + 5 ms of CPU work and a sync, launches pinned to sampled at 20% duty; medians of {rounds} rounds)"
+    );
+    println!(
+        "  {:<40} {:>9} {:>10} {:>12} {:>12} {:>9} {:>7}",
+        "workload", "slowdown", "std err", "lost / hit", "calibrated", "lost/cal", "factor"
+    );
+    for (label, s, stacks, depth, mb) in configs {
+        let mut runs = Vec::new();
+        for _ in 0..rounds {
+            let _ = std::fs::remove_file(&db);
+            let cmd: Vec<String> = [
+                s.exe(),
+                "steps",
+                &steps.to_string(),
+                "260",
+                "5000",
+                &out.display().to_string(),
+                &depth.to_string(),
+                &mb.to_string(),
+            ]
+            .map(String::from)
+            .to_vec();
+            let mut a = args(&db, cmd, Some(ProbeMode::Sampled));
+            a.sample_duty = 20.0;
+            a.stacks = stacks;
+            let summary = run_trace(&a).expect("trace (run as root)");
+            if let Some(m) = summary.overhead.in_situ.first() {
+                runs.push(*m);
+            }
+        }
+        if runs.is_empty() {
+            println!("  {label:<40} (no measurement)");
+            continue;
+        }
+        let med =
+            |f: fn(&causeway_collector::InSituSummary) -> f64| median(runs.iter().map(f).collect());
+        println!(
+            "  {label:<40} {:>8.2}% {:>9.2}% {:>9.0} ns {:>9.0} ns {:>9.2} {:>6.2}x",
+            100.0 * med(|m| m.slowdown),
+            100.0 * med(|m| m.slowdown_se),
+            med(|m| m.lost_ns_per_hit),
+            med(|m| m.calibrated_ns_per_hit),
+            med(|m| m.lost_ns_per_hit / m.calibrated_ns_per_hit),
+            med(|m| m.factor),
+        );
+    }
+}
+
 /// The process's CPU time (ns) and resident set (KiB), from /proc/self.
 fn self_usage() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
@@ -561,6 +639,10 @@ fn main() {
         steps_table(&emulated, dir.path(), rounds.min(3));
         return;
     }
+    if std::env::var("CAUSEWAY_BENCH_ONLY_IN_SITU").is_ok() {
+        in_situ_table(stepped, &emulated, dir.path(), rounds.min(3));
+        return;
+    }
     // First, while this process is fresh (its RSS is the collector's).
     if std::env::var("CAUSEWAY_BENCH_SKIP_SUSTAINED").is_err() {
         sustained(
@@ -589,6 +671,7 @@ fn main() {
     );
     syscall_table(&emulated, dir.path(), rounds);
     steps_table(&emulated, dir.path(), rounds.min(3));
+    in_situ_table(stepped, &emulated, dir.path(), rounds.min(3));
     println!("\ncalibration of the last trace (ns per call; ours/bare in the same run):");
     for (kind, c) in &summary.overhead.costs.kinds {
         println!(

@@ -38,7 +38,8 @@ use crate::sampling::{DEFAULT_DUTY, Sampler};
 use crate::sink::{Ctl, Sink};
 use crate::stacks::Stacks;
 use crate::trace::{
-    MapAttach, MapHookSummary, Mode, OpSummary, OverheadSummary, TraceArgs, TraceSummary, spawn,
+    InSituSummary, MapAttach, MapHookSummary, Mode, OpSummary, OverheadSummary, TraceArgs,
+    TraceSummary, spawn,
 };
 
 fn map_err(map: &'static str) -> impl Fn(causeway_bpf::libbpf_rs::Error) -> CollectorError {
@@ -552,6 +553,18 @@ pub(crate) fn record(
     }
     st.snapshot(&stats, &skel, sink, |op, now| sampler.detached_ns(op, now));
     let in_situ = meter.update(&mut ctl, causeway_store::now_ns());
+    let in_situ_summary = in_situ
+        .iter()
+        .map(|r| InSituSummary {
+            op: op_by_id(r.op_id).map_or("?", |o| o.name),
+            pid: r.pid,
+            slowdown: r.slowdown,
+            slowdown_se: r.slowdown_se,
+            lost_ns_per_hit: r.lost_ns_per_hit,
+            calibrated_ns_per_hit: r.calibrated_ns_per_hit,
+            factor: r.factor,
+        })
+        .collect();
     if !in_situ.is_empty() {
         let _ = sink.ctl.send(Ctl::InSitu(in_situ));
     }
@@ -603,6 +616,7 @@ pub(crate) fn record(
             probe_ns: ctl.probe_ns as u64,
             costs: calibration,
             mode_switches: switches,
+            in_situ: in_situ_summary,
         },
         stacks: distinct_stacks,
         map_hook,

@@ -210,6 +210,28 @@ pub struct OverheadSummary {
     pub costs: CostModel,
     /// Probe-mode switches made (forced ones included).
     pub mode_switches: usize,
+    /// Sampled ops' probe costs measured on the job (the last measurement of each).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub in_situ: Vec<InSituSummary>,
+}
+
+/// What a sampled op's probes cost the job, measured on it (store: probe_in_situ).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct InSituSummary {
+    /// Op name.
+    pub op: &'static str,
+    /// The process measured.
+    pub pid: u32,
+    /// Share of the job's progress lost while the probes were attached.
+    pub slowdown: f64,
+    /// Its standard error.
+    pub slowdown_se: f64,
+    /// Time lost per probe hit (ns).
+    pub lost_ns_per_hit: f64,
+    /// The calibrated full-mode cost per call (ns).
+    pub calibrated_ns_per_hit: f64,
+    /// What the controller scaled the op's costs by.
+    pub factor: f64,
 }
 
 /// A library file attached because the library-load hook saw a traced process map it.

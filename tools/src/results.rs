@@ -37,7 +37,8 @@ pub struct TraceStatsOut {
     pub drops: BTreeMap<String, u64>,
     /// Cost of causeway's probes, recordings only (kept untyped here to fit the tools/list
     /// budget): {budget_pct, estimated_pct, peak_pct, probe_ns, cpu_ns, full_ns_per_call,
-    /// switches: [{ts_ns, op, from, to, reason, overhead_pct}], switches_total}; docs/cli.md.
+    /// in_situ: [{op, pid, slowdown, lost_ns_per_hit, factor, ...}], switches: [{ts_ns, op, from,
+    /// to, reason, overhead_pct}], switches_total}; docs/cli.md.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overhead: Option<serde_json::Value>,
 }

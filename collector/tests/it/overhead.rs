@@ -342,7 +342,14 @@ fn what_a_sampled_call_costs_the_job_is_measured_in_situ_and_agrees_with_the_cal
     let out = dir.path().join("steps.txt");
     let mut a = args(
         &db,
-        &[s.exe(), "steps", "2500", "260", "5000", out.to_str().unwrap()],
+        &[
+            s.exe(),
+            "steps",
+            "2500",
+            "260",
+            "5000",
+            out.to_str().unwrap(),
+        ],
     );
     a.probe_modes = vec![(3, causeway_bpf::abi::ProbeMode::Sampled)];
     a.sample_duty = 20.0;
@@ -359,15 +366,30 @@ fn what_a_sampled_call_costs_the_job_is_measured_in_situ_and_agrees_with_the_cal
         10,
     );
     eprintln!("in situ: {last:?}");
-    let Some(&[pid, share, slowdown, se, lost, calibrated, factor, hits, on, off]) =
-        last.first().map(Vec::as_slice)
+    let Some(
+        &[
+            pid,
+            share,
+            slowdown,
+            se,
+            lost,
+            calibrated,
+            factor,
+            hits,
+            on,
+            off,
+        ],
+    ) = last.first().map(Vec::as_slice)
     else {
         panic!("no in-situ measurement: {last:?}")
     };
     assert_eq!(pid, command_pid(&db));
     assert!((120..300).contains(&share), "attached share {share}");
     // The steps came markedly slower while attached, and the difference is well measured.
-    assert!(slowdown > 50 && se * 4 < slowdown, "slowdown {slowdown}, se {se}");
+    assert!(
+        slowdown > 50 && se * 4 < slowdown,
+        "slowdown {slowdown}, se {se}"
+    );
     assert!(on < off, "{on} < {off}");
     assert!(
         (slowdown - (1000.0 - 1000.0 * on as f64 / off as f64) as i64).abs() <= 2,
@@ -375,7 +397,12 @@ fn what_a_sampled_call_costs_the_job_is_measured_in_situ_and_agrees_with_the_cal
     );
     // Hits: only the launches made while attached were counted (the sync is progress).
     assert!(
-        hits > 0 && hits <= q(&db, "SELECT sum(counted) FROM probe_sampling WHERE op_id = 3"),
+        hits > 0
+            && hits
+                <= q(
+                    &db,
+                    "SELECT sum(counted) FROM probe_sampling WHERE op_id = 3"
+                ),
         "{hits} hits"
     );
     // On this kind of machine the calibration predicts what a hit costs the job.

@@ -206,6 +206,24 @@ pub fn render(s: &TraceStats) -> String {
             "\noverhead: causeway's probes cost an estimated {:.2}% of the traced processes' CPU time (budget {}%, worst window {:.2}%)\n",
             oh.estimated_pct, oh.budget_pct, oh.peak_pct
         ));
+        for m in &oh.in_situ {
+            let scaled = if m.factor > 1.0 {
+                format!("the controller costs it {:.2}x the calibration", m.factor)
+            } else {
+                "the calibration holds".into()
+            };
+            out.push_str(&format!(
+                "  {} measured on pid {}: {:.1}% slower while probed (±{:.1}%, {} probed), {} per probe hit against {} calibrated: {}\n",
+                m.op,
+                m.pid,
+                100.0 * m.slowdown,
+                100.0 * m.slowdown_se,
+                human_duration(m.attached_ns),
+                human_duration(m.lost_ns_per_hit.round() as i64),
+                human_duration(m.calibrated_ns_per_hit.round() as i64),
+                scaled
+            ));
+        }
         for sw in &oh.switches {
             let at = human_duration(sw.ts_ns.saturating_sub(s.trace_first_ns).max(0));
             out.push_str(&format!(

@@ -204,7 +204,7 @@ fn stats_reports_the_probe_overhead_and_the_mode_switch() {
 }
 
 #[test]
-fn stats_marks_the_counts_of_a_sampled_call_as_estimates() {
+fn stats_marks_the_counts_of_a_sampled_call_as_estimates_and_shows_its_cost_in_situ() {
     if !bpf_tests() {
         return;
     }
@@ -212,23 +212,27 @@ fn stats_marks_the_counts_of_a_sampled_call_as_estimates() {
     let workload = standin();
     let db = dir.path().join("t.duckdb");
     let db_s = db.to_str().unwrap();
-    let rate = dir.path().join("rate.txt");
-    // 40,000 launches at 10,000/s, probes attached 20% of the time.
+    let steps = dir.path().join("steps.txt");
+    // 40,000 launches: 2,500 steps of 16 launches in 5 ms of CPU work and a sync, probes
+    // attached 20% of the time. A budget that leaves the syncs (the job's progress) in full
+    // mode: at 1% the controller would sample them too.
     ok(&[
         "trace",
         "--db",
         db_s,
+        "--overhead-budget",
+        "5",
         "--probe-mode",
         "cudaLaunchKernel=sampled",
         "--sample-duty",
         "20",
         "--",
         &workload,
-        "rate",
-        "40000",
-        rate.to_str().unwrap(),
-        "1",
-        "10000",
+        "steps",
+        "2500",
+        "16",
+        "5000",
+        steps.to_str().unwrap(),
     ]);
     let v: serde_json::Value =
         serde_json::from_str(&ok(&["stats", "--db", db_s, "--json"])).unwrap();
@@ -246,6 +250,19 @@ fn stats_marks_the_counts_of_a_sampled_call_as_estimates() {
         "{text}"
     );
     assert!(text.contains("~N sampled probe mode"), "{text}");
+    // What the sampled launches cost the job, measured on it (the syncs are its progress).
+    let m = &v["overhead"]["in_situ"][0];
+    assert_eq!(m["op"], "cudaLaunchKernel", "{v}");
+    assert!(m["lost_ns_per_hit"].as_f64().is_some(), "{m}");
+    assert!(m["factor"].as_f64().unwrap() >= 1.0, "{m}");
+    assert!(
+        text.contains(&format!(
+            "  cudaLaunchKernel measured on pid {}: ",
+            m["pid"]
+        )),
+        "{text}"
+    );
+    assert!(text.contains("% slower while probed (±"), "{text}");
     assert!(
         text.contains(
             "calls made while the probes were detached (estimated) or without a duration"

@@ -28,6 +28,9 @@ const MIN_SEGMENT_NS: i64 = 10_000_000;
 const MIN_SEGMENTS: u64 = 8;
 /// Progress calls of each kind before an estimate.
 const MIN_PROGRESS: f64 = 100.0;
+/// The detached / attached progress rate believed (a measurement outside is noise or a phase
+/// change, not probes).
+const SPEEDUP_BOUNDS: (f64, f64) = (0.8, 5.0);
 /// Standard errors the slowdown's lower bound stays below its point estimate.
 const CONFIDENCE_SDS: f64 = 2.0;
 
@@ -220,10 +223,27 @@ impl Meter {
 
     /// The measurement of `op` in its busiest process, once there is enough of it.
     pub fn estimate(&self, op: u16) -> Option<InSitu> {
-        let (&(_, pid), s) = self
+        let (&(_, pid), _) = self
             .sums
             .range((op, 0)..=(op, u32::MAX))
             .max_by_key(|(_, s)| s.on_hits)?;
+        self.estimate_in(op, pid)
+    }
+
+    /// How much faster `pid` progresses while `op`'s probes are detached than while attached
+    /// (detached / attached rate, within [`SPEEDUP_BOUNDS`]), once measured; else 1. A thread
+    /// bound by its own CPU makes its calls (the sampled op's too) faster by as much: the calls
+    /// made while detached are estimated with it (poll.rs). The point estimate, not a bound:
+    /// its noise is as likely up as down, so the estimated counts stay unbiased.
+    pub fn speedup(&self, op: u16, pid: u32) -> f64 {
+        self.estimate_in(op, pid).map_or(1.0, |e| {
+            (e.detached_rate / e.attached_rate).clamp(SPEEDUP_BOUNDS.0, SPEEDUP_BOUNDS.1)
+        })
+    }
+
+    /// The measurement of `op` in `pid`, once there is enough of it.
+    fn estimate_in(&self, op: u16, pid: u32) -> Option<InSitu> {
+        let s = self.sums.get(&(op, pid))?;
         let enough = |x: &Sums| x.segments >= MIN_SEGMENTS && x.n >= MIN_PROGRESS;
         if !enough(&s.on) || !enough(&s.off) || s.on_hits == 0 {
             return None;
@@ -346,6 +366,17 @@ mod tests {
         assert!(e.lost_ns_per_hit_low() > 1_000.0, "{e:?}");
         // About 99 attached slices of 100 ms in 60 s.
         assert!((e.attached_ns as f64 / 1e9 - 9.9).abs() < 0.2, "{e:?}");
+    }
+
+    #[test]
+    fn the_measured_slowdown_is_the_speedup_of_the_detached_calls() {
+        let m = run(5e6, 2_000.0, 60);
+        assert!((m.speedup(LAUNCH, 1) - 5.2 / 5.0).abs() < 0.005);
+        // Not measured (another process, another op, too soon): 1; no loss: about 1.
+        assert_eq!(m.speedup(LAUNCH, 2), 1.0);
+        assert_eq!(m.speedup(SYNC, 1), 1.0);
+        assert_eq!(run(5e6, 2_000.0, 3).speedup(LAUNCH, 1), 1.0);
+        assert!((run(5e6, 0.0, 60).speedup(LAUNCH, 1) - 1.0).abs() < 0.005);
     }
 
     #[test]

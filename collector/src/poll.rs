@@ -61,14 +61,16 @@ pub struct OpTotal {
 }
 
 /// Calls made in a window where `counted` were counted while the probes were attached for
-/// `observed_ns` of `window_ns` (sampled mode): the counted calls scaled up, rounded. Exact
-/// (the count itself) when the probes stayed attached; an op detached all window long has no
-/// estimate and keeps its count (0).
-pub fn estimate(counted: u64, observed_ns: i64, window_ns: i64) -> u64 {
+/// `observed_ns` of `window_ns` (sampled mode): the counted calls scaled up to the window,
+/// the detached part at `speedup` times the attached rate (insitu.rs: a thread the probes slow
+/// calls faster without them), rounded. Exact (the count itself) when the probes stayed
+/// attached; an op detached all window long has no estimate and keeps its count (0).
+pub fn estimate(counted: u64, observed_ns: i64, window_ns: i64, speedup: f64) -> u64 {
     if observed_ns >= window_ns || observed_ns <= 0 {
         counted
     } else {
-        (counted as f64 * window_ns as f64 / observed_ns as f64).round() as u64
+        let detached = (window_ns - observed_ns) as f64 * speedup;
+        (counted as f64 * (observed_ns as f64 + detached) / observed_ns as f64).round() as u64
     }
 }
 
@@ -293,13 +295,15 @@ impl PollState {
     /// Turns the kernel's counters and histograms (`stats`, from [`read_stats`]) and drop counts
     /// into the deltas since the last call, sent as one window of rows, and new drops as drop rows.
     /// `detached(op, now)` is the time sampling kept an op's probes detached since the trace
-    /// started: the calls of such an op are estimated ([`estimate`]) and its window recorded.
+    /// started: the calls of such an op are estimated ([`estimate`], with `speedup(op, pid)`)
+    /// and its window recorded.
     pub fn snapshot(
         &mut self,
         stats: &HashMap<StatKey, Stat>,
         skel: &CausewaySkel<'_>,
         sink: &Sink,
         detached: impl Fn(u16, i64) -> i64,
+        speedup: impl Fn(u16, u32) -> f64,
     ) {
         let now = causeway_store::now_ns();
         let (start, end) = (self.window_start_ns, now);
@@ -333,7 +337,12 @@ impl PollState {
             if seen < window_ns {
                 *sampled.entry(k.op).or_default() += calls;
             }
-            let made = estimate(calls, seen, window_ns);
+            let g = if seen < window_ns {
+                speedup(k.op, k.pid)
+            } else {
+                1.0
+            };
+            let made = estimate(calls, seen, window_ns, g);
             counts.push(OpCount {
                 pid: k.pid,
                 op_id: k.op,
@@ -342,7 +351,7 @@ impl PollState {
                 calls: made,
                 stored: d(|s| s.stored),
                 total_ns: d(|s| s.total_ns),
-                bytes: estimate(d(|s| s.bytes), seen, window_ns),
+                bytes: estimate(d(|s| s.bytes), seen, window_ns, g),
             });
             for (i, c) in s.hist.iter().enumerate() {
                 let delta = c.saturating_sub(prev.map(|p| p.hist[i]).unwrap_or(0));

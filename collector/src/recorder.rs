@@ -479,7 +479,13 @@ pub(crate) fn record(
                 });
             }
             if ticks.is_multiple_of(5) {
-                st.snapshot(&stats, &skel, sink, |op, now| sampler.detached_ns(op, now));
+                st.snapshot(
+                    &stats,
+                    &skel,
+                    sink,
+                    |op, now| sampler.detached_ns(op, now),
+                    |op, pid| meter.speedup(op, pid),
+                );
                 if !in_situ.is_empty() {
                     let _ = sink.ctl.send(Ctl::InSitu(in_situ));
                 }
@@ -551,7 +557,13 @@ pub(crate) fn record(
     if !last.is_empty() {
         let _ = sink.ctl.send(Ctl::Overhead(last));
     }
-    st.snapshot(&stats, &skel, sink, |op, now| sampler.detached_ns(op, now));
+    st.snapshot(
+        &stats,
+        &skel,
+        sink,
+        |op, now| sampler.detached_ns(op, now),
+        |op, pid| meter.speedup(op, pid),
+    );
     let in_situ = meter.update(&mut ctl, causeway_store::now_ns());
     let in_situ_summary = in_situ
         .iter()

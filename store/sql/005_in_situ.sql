@@ -4,7 +4,9 @@
 -- switches) and divides the time lost by the op's probe hits. The overhead controller scales the
 -- op's calibrated costs by lost / calibrated when the lower bound of the measurement is above
 -- the calibration. One row per op and counts window (5 s), cumulative since the op was first
--- sampled: the last row of an op is its best measurement.
+-- sampled: the last row of an op is its best measurement. Once a process's slowdown is measured,
+-- its sampled op_counts count the detached time at the attached rate times
+-- detached_rate / attached_rate (a thread the probes slow calls faster without them).
 -- Applied on top of 001-004 to every new file (schema.rs MIGRATIONS).
 
 CREATE TABLE probe_in_situ (

@@ -347,7 +347,7 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "probe_sampling",
         "observed_ns",
         "ns",
-        "time the op's probes were attached in the window; op_counts.calls = calls counted x window / observed_ns",
+        "time the op's probes were attached in the window; op_counts.calls = calls counted x (observed_ns + detached time x speedup) / observed_ns, speedup = the process's detached / attached progress rate once measured (as in probe_in_situ), else 1",
     ),
     (
         "probe_sampling",

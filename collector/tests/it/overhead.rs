@@ -411,4 +411,17 @@ fn what_a_sampled_call_costs_the_job_is_measured_in_situ_and_agrees_with_the_cal
         "lost {lost} ns per hit, calibrated {calibrated}"
     );
     assert!((1000..=10_000).contains(&factor), "factor {factor}");
+    // Once measured, the detached time's launches are estimated at the faster detached rate:
+    // closer to the 650,000 made than the counted launches scaled by time alone.
+    let estimated = q(&db, "SELECT sum(calls) FROM op_counts WHERE op_id = 3");
+    let by_time = q(
+        &db,
+        "SELECT sum(counted * (window_end_ns - window_start_ns) / observed_ns)::BIGINT
+         FROM probe_sampling WHERE op_id = 3",
+    );
+    eprintln!("launches: estimated {estimated}, by time alone {by_time}, made 650000");
+    assert!(
+        estimated > by_time + (650_000 - by_time) / 4 && estimated < 650_000 * 21 / 20,
+        "estimated {estimated}, by time alone {by_time}, made 650000"
+    );
 }

@@ -24,10 +24,12 @@ use crate::overhead::{Controller, is_call_op};
 
 /// Segments shorter than this are left out (ns): a few steps at least.
 const MIN_SEGMENT_NS: i64 = 10_000_000;
-/// Segments of each kind (attached, detached) before an estimate.
-const MIN_SEGMENTS: u64 = 8;
-/// Progress calls of each kind before an estimate.
-const MIN_PROGRESS: f64 = 100.0;
+/// Segments and progress calls of each kind (attached, detached) before an estimate the
+/// controller acts on...
+const MIN_FOR_COSTS: (u64, f64) = (8, 100.0);
+/// ...and before the speedup that estimated counts use (a point estimate: its noise averages
+/// out over the windows, while waiting longer leaves more windows low).
+const MIN_FOR_COUNTS: (u64, f64) = (3, 30.0);
 /// The detached / attached progress rate believed (a measurement outside is noise or a phase
 /// change, not probes).
 const SPEEDUP_BOUNDS: (f64, f64) = (0.8, 5.0);
@@ -227,7 +229,7 @@ impl Meter {
             .sums
             .range((op, 0)..=(op, u32::MAX))
             .max_by_key(|(_, s)| s.on_hits)?;
-        self.estimate_in(op, pid)
+        self.estimate_in(op, pid, MIN_FOR_COSTS)
     }
 
     /// How much faster `pid` progresses while `op`'s probes are detached than while attached
@@ -236,15 +238,15 @@ impl Meter {
     /// made while detached are estimated with it (poll.rs). The point estimate, not a bound:
     /// its noise is as likely up as down, so the estimated counts stay unbiased.
     pub fn speedup(&self, op: u16, pid: u32) -> f64 {
-        self.estimate_in(op, pid).map_or(1.0, |e| {
+        self.estimate_in(op, pid, MIN_FOR_COUNTS).map_or(1.0, |e| {
             (e.detached_rate / e.attached_rate).clamp(SPEEDUP_BOUNDS.0, SPEEDUP_BOUNDS.1)
         })
     }
 
-    /// The measurement of `op` in `pid`, once there is enough of it.
-    fn estimate_in(&self, op: u16, pid: u32) -> Option<InSitu> {
+    /// The measurement of `op` in `pid`, once there is `enough` of it (segments, progress calls).
+    fn estimate_in(&self, op: u16, pid: u32, (segments, progress): (u64, f64)) -> Option<InSitu> {
         let s = self.sums.get(&(op, pid))?;
-        let enough = |x: &Sums| x.segments >= MIN_SEGMENTS && x.n >= MIN_PROGRESS;
+        let enough = |x: &Sums| x.segments >= segments && x.n >= progress;
         if !enough(&s.on) || !enough(&s.off) || s.on_hits == 0 {
             return None;
         }
@@ -375,7 +377,9 @@ mod tests {
         // Not measured (another process, another op, too soon): 1; no loss: about 1.
         assert_eq!(m.speedup(LAUNCH, 2), 1.0);
         assert_eq!(m.speedup(SYNC, 1), 1.0);
-        assert_eq!(run(5e6, 2_000.0, 3).speedup(LAUNCH, 1), 1.0);
+        assert_eq!(run(5e6, 2_000.0, 1).speedup(LAUNCH, 1), 1.0);
+        assert!(run(5e6, 2_000.0, 3).estimate(LAUNCH).is_none());
+        assert!(run(5e6, 2_000.0, 3).speedup(LAUNCH, 1) > 1.02);
         assert!((run(5e6, 0.0, 60).speedup(LAUNCH, 1) - 1.0).abs() < 0.005);
     }
 

@@ -3,8 +3,9 @@
 //! controller and the live summary every second, write the kernel's counters every five, and
 //! attach library copies that appear: at once when the library-load hook (bpf mmap.h) reports
 //! that a traced process mapped one, else at the periodic rescan of /proc/PID/maps (every 1 s,
-//! 2 s for all processes; the fallback where the hook is missing). At the end, drain and write
-//! the last window.
+//! 2 s for all processes; the fallback where the hook is missing). Sampled ops' probes are
+//! attached and detached on their schedule (sampling.rs), each switch cutting the segments
+//! that measure their cost on the job (insitu.rs). At the end, drain and write the last window.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};

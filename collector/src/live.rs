@@ -126,7 +126,13 @@ pub struct Live {
     enabled: bool,
     drawn_lines: usize,
     last_calls: HashMap<u16, u64>,
+    /// Sampled ops' detached time at the last redraw (ns), and every op's last rate.
+    last_detached: HashMap<u16, i64>,
+    last_rate: HashMap<u16, f64>,
 }
+
+/// A sampled op's rate is taken over at least this much attached time (s).
+const MIN_ATTACHED_S: f64 = 0.05;
 
 impl Live {
     /// Enabled only when stderr is a terminal.
@@ -135,6 +141,8 @@ impl Live {
             enabled: std::io::stderr().is_terminal(),
             drawn_lines: 0,
             last_calls: HashMap::new(),
+            last_detached: HashMap::new(),
+            last_rate: HashMap::new(),
         }
     }
 
@@ -149,17 +157,32 @@ impl Live {
         stats: &HashMap<StatKey, Stat>,
         interval_s: f64,
         mode: impl Fn(u16) -> &'static str,
+        detached_ns: impl Fn(u16) -> i64,
     ) -> Vec<LiveOp> {
         let mut ops: Vec<LiveOp> = per_op(stats)
             .into_iter()
             .map(|(op, (calls, hist))| {
                 let prev = self.last_calls.insert(op, calls).unwrap_or(0);
+                let counted = calls.saturating_sub(prev) as f64;
+                // A sampled op counts only while attached: its rate is over that time, and
+                // an interval with (almost) none keeps the last rate.
+                let total = detached_ns(op);
+                let off_s =
+                    (total - self.last_detached.insert(op, total).unwrap_or(0)) as f64 / 1e9;
+                let rate = if off_s <= 0.0 {
+                    counted / interval_s.max(1e-3)
+                } else if interval_s - off_s >= MIN_ATTACHED_S {
+                    counted / (interval_s - off_s)
+                } else {
+                    self.last_rate.get(&op).copied().unwrap_or(0.0)
+                };
+                self.last_rate.insert(op, rate);
                 LiveOp {
                     op: op_by_id(op)
                         .map(|o| o.name.to_string())
                         .unwrap_or_else(|| format!("op{op}")),
                     calls,
-                    rate: calls.saturating_sub(prev) as f64 / interval_s.max(1e-3),
+                    rate,
                     p50_ns: hist_percentile(&hist, 500),
                     p99_ns: hist_percentile(&hist, 990),
                     mode: mode(op),
@@ -225,15 +248,12 @@ mod tests {
         stats.insert(StatKey { pid: 2, op: 3 }, stat(50, &[(13, 40), (20, 10)]));
         // cudaMalloc, entry-only: counted, never timed.
         stats.insert(StatKey { pid: 1, op: 1 }, stat(4, &[]));
-        let mut live = Live {
-            enabled: false,
-            drawn_lines: 0,
-            last_calls: HashMap::new(),
-        };
+        let mut live = Live::new();
         let ops = live.ops(
             &stats,
             2.0,
             |op| if op == 1 { "entry_only" } else { "full" },
+            |_| 0,
         );
         assert_eq!(ops.len(), 2);
         assert_eq!(ops[0].op, "cudaLaunchKernel");
@@ -243,8 +263,17 @@ mod tests {
         assert_eq!((ops[1].p50_ns, ops[1].mode), (None, "entry_only"));
         // The rate is over the interval since the last redraw.
         stats.insert(StatKey { pid: 1, op: 3 }, stat(70, &[(13, 70)]));
-        let ops = live.ops(&stats, 1.0, |_| "full");
+        let ops = live.ops(&stats, 1.0, |_| "full", |_| 0);
         assert_eq!(ops[0].rate, 20.0);
+        // Sampled: 20 counted while attached 0.2 s of the second, 100 a second.
+        let mut sampled = Live::new();
+        let _ = sampled.ops(&stats, 1.0, |_| "sampled", |_| 0);
+        stats.insert(StatKey { pid: 1, op: 3 }, stat(90, &[(13, 90)]));
+        let ops = sampled.ops(&stats, 1.0, |_| "sampled", |_| 800_000_000);
+        assert!((ops[0].rate - 100.0).abs() < 1e-9, "{}", ops[0].rate);
+        // A second with no attached slice keeps the last rate.
+        let ops = sampled.ops(&stats, 1.0, |_| "sampled", |_| 1_800_000_000);
+        assert!((ops[0].rate - 100.0).abs() < 1e-9, "{}", ops[0].rate);
         let text = render(
             &LiveView {
                 seconds: 3.0,

@@ -462,13 +462,19 @@ pub(crate) fn record(
             }
             let mut st = state.borrow_mut();
             if live.enabled() {
-                let ops = live.ops(&stats, interval, |op| {
-                    if is_call_op(op) {
-                        ctl.mode(op).name()
-                    } else {
-                        "host"
-                    }
-                });
+                let now = causeway_store::now_ns();
+                let ops = live.ops(
+                    &stats,
+                    interval,
+                    |op| {
+                        if is_call_op(op) {
+                            ctl.mode(op).name()
+                        } else {
+                            "host"
+                        }
+                    },
+                    |op| sampler.detached_ns(op, now),
+                );
                 live.draw(&LiveView {
                     seconds: started.elapsed().as_secs_f64(),
                     events: st.sent,

@@ -516,12 +516,12 @@ fn in_situ_table(
             |f: fn(&causeway_collector::InSituSummary) -> f64| median(runs.iter().map(f).collect());
         println!(
             "  {label:<40} {:>8.2}% {:>9.2}% {:>9.0} ns {:>9.0} ns {:>9.2} {:>6.2}x",
-            100.0 * med(|m| m.slowdown),
-            100.0 * med(|m| m.slowdown_se),
-            med(|m| m.lost_ns_per_hit),
-            med(|m| m.calibrated_ns_per_hit),
-            med(|m| m.lost_ns_per_hit / m.calibrated_ns_per_hit),
-            med(|m| m.factor),
+            100.0 * med(|m| m.measured.slowdown),
+            100.0 * med(|m| m.measured.slowdown_se),
+            med(|m| m.measured.lost_ns_per_hit),
+            med(|m| m.measured.calibrated_ns_per_hit),
+            med(|m| m.measured.lost_ns_per_hit / m.measured.calibrated_ns_per_hit),
+            med(|m| m.measured.factor),
         );
     }
 }

@@ -118,10 +118,10 @@ fn apply(
 /// Cumulative probe hits per (pid, op) of probed calls, for the controller: the calls, and the
 /// driver entries the CUDA runtime made itself (not calls, but their probes trapped).
 fn call_counts(stats: &HashMap<StatKey, Stat>) -> Vec<((u32, u16), u64)> {
-    stats
-        .iter()
-        .filter(|(k, _)| is_call_op(k.op))
-        .map(|(k, s)| ((k.pid, k.op), s.calls + s.nested))
+    Counts::of(stats)
+        .0
+        .into_iter()
+        .map(|(key, (_, hits))| (key, hits))
         .collect()
 }
 
@@ -574,14 +574,9 @@ pub(crate) fn record(
     let in_situ = meter.update(&mut ctl, causeway_store::now_ns());
     let in_situ_summary = in_situ
         .iter()
-        .map(|r| InSituSummary {
-            op: op_by_id(r.op_id).map_or("?", |o| o.name),
-            pid: r.pid,
-            slowdown: r.slowdown,
-            slowdown_se: r.slowdown_se,
-            lost_ns_per_hit: r.lost_ns_per_hit,
-            calibrated_ns_per_hit: r.calibrated_ns_per_hit,
-            factor: r.factor,
+        .map(|&measured| InSituSummary {
+            op: op_by_id(measured.op_id).map_or("?", |o| o.name),
+            measured,
         })
         .collect();
     if !in_situ.is_empty() {

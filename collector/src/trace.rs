@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use causeway_bpf::abi::ProbeMode;
 use causeway_bpf::libbpf_rs::{self, PrintLevel};
 use causeway_bpf::load::DEFAULT_RINGBUF_BYTES;
-use causeway_store::WriterOptions;
 use causeway_store::catalog::op_by_name;
+use causeway_store::{InSituRow, WriterOptions};
 use serde::Serialize;
 use tracing::{debug, info};
 
@@ -220,18 +220,9 @@ pub struct OverheadSummary {
 pub struct InSituSummary {
     /// Op name.
     pub op: &'static str,
-    /// The process measured.
-    pub pid: u32,
-    /// Share of the job's progress lost while the probes were attached.
-    pub slowdown: f64,
-    /// Its standard error.
-    pub slowdown_se: f64,
-    /// Time lost per probe hit (ns).
-    pub lost_ns_per_hit: f64,
-    /// The calibrated full-mode cost per call (ns).
-    pub calibrated_ns_per_hit: f64,
-    /// What the controller scaled the op's costs by.
-    pub factor: f64,
+    /// The measurement, as stored.
+    #[serde(flatten)]
+    pub measured: InSituRow,
 }
 
 /// A library file attached because the library-load hook saw a traced process map it.

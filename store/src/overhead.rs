@@ -72,7 +72,7 @@ pub struct SampledWindow {
 }
 
 /// The in-situ cost of one sampled op's probes, measured so far (cumulative).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct InSituRow {
     /// When measured (ns).
     pub ts_ns: i64,

@@ -60,20 +60,30 @@ fi
 
 # NVIDIA's CUDA runtime (libcudart.so.12, libcudart_static.a) and NCCL (libnccl.so.2), installed
 # from the PyPI wheels PyTorch installs into a virtual environment (.deps/pyenv), so the files sit
-# where PyTorch's do (site-packages/nvidia/*/lib), for the collector's tests on the real
-# libraries (collector/tests/it/real_runtime.rs). No GPU needed: without a driver every call
-# fails (cudaErrorInsufficientDriver, ncclInvalidArgument) after entering and leaving the real
-# function. Pinned by version and hash.
+# where PyTorch's do (site-packages/nvidia/*/lib), and CuPy, which links the runtime into its
+# extension modules, for the collector's tests on the real libraries
+# (collector/tests/it/real_runtime.rs). No GPU needed: without a driver every call fails
+# (cudaErrorInsufficientDriver, ncclInvalidArgument) after entering and leaving the real
+# function. Pinned by version and hash (CuPy has one wheel per Python version, 3.10 to 3.14).
 pyenv=.deps/pyenv
-if ! "$pyenv/bin/python" -c 'import nvidia.cuda_runtime, nvidia.nccl' 2>/dev/null; then
-  echo "causeway setup: installing NVIDIA's CUDA runtime and NCCL wheels from PyPI into $pyenv (test fixtures)" >&2
+if ! "$pyenv/bin/python" -c 'import nvidia.cuda_runtime, nvidia.nccl, cupy_backends.cuda.api.runtime' 2>/dev/null; then
+  echo "causeway setup: installing NVIDIA's CUDA runtime, NCCL and CuPy wheels from PyPI into $pyenv (test fixtures)" >&2
   rm -rf "$pyenv"
   python3 -m venv "$pyenv"
   req=$(mktemp)
   cat > "$req" <<'REQ'
 nvidia-cuda-runtime-cu12==12.9.79 --hash=sha256:25bba2dfb01d48a9b59ca474a1ac43c6ebf7011f1b0b8cc44f54eb6ac48a96c3
 nvidia-nccl-cu12==2.32.3 --hash=sha256:bb94b2348e4861d5e8aa00b36c3d12d9bdf9c6369b82cbb723de0b582280a21c
+cupy-cuda12x==14.2.0 \
+  --hash=sha256:0d3205b1ac1093b6019530ba3b7f7080e2283820f452f0c543a3560d58e0b9bf \
+  --hash=sha256:5fe2366cc5c61a7ee4a527ce1e8951cb89092d0fb0b5830623cf114d1942c585 \
+  --hash=sha256:f82141761f2c81905d49387464ae29438887956d99063381c93a1d5d1b7d32e8 \
+  --hash=sha256:efc1da23505e88d9834a3ddd3c00352c34e58e301f512d9dd593cc4bfbbdf7dc \
+  --hash=sha256:db802e4b9a85ed84fd3e84790586c06e808ee45e0214cd4e80734c09fcf93073
 REQ
-  "$pyenv/bin/python" -m pip install -q --no-deps --require-hashes -r "$req" >&2
+  if ! "$pyenv/bin/python" -m pip install -q --no-deps --require-hashes -r "$req" >&2; then
+    echo "causeway setup: installing the test fixtures into $pyenv failed ($(python3 --version); CuPy 14.2 has wheels for Python 3.10 to 3.14 on x86-64)" >&2
+    exit 1
+  fi
   rm -f "$req"
 fi

@@ -191,12 +191,14 @@ pub struct RawStack {
     pub ips: Vec<u64>,
 }
 
-/// One decoded `struct cw_lib_event`: a traced process mapped a CUDA library executable.
+/// One decoded `struct cw_lib_event`: a traced process mapped a CUDA library (or another file)
+/// executable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawLib {
     /// Process (tgid) that mapped it.
     pub pid: u32,
-    /// Which library, from the file name (`None` for a tag this build does not know).
+    /// Which library, from the file name; `None` for a file of another name (CW_LIB_OBJECT: it
+    /// may carry the CUDA runtime linked in) or a tag this build does not know.
     pub library: Option<Library>,
     /// CLOCK_MONOTONIC ns when the mapping existed.
     pub ts_mono_ns: u64,

@@ -1,11 +1,12 @@
 //! `causeway check` / `get_check`: what this machine has and lacks for tracing, each missing piece
 //! with a hint (rendered by causeway-tools, which shapes the report for people and agents).
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use serde::Serialize;
 
-use crate::discover::{LibFile, cuda_processes, standard_libs};
+use crate::discover::{LibFile, cuda_files_in_maps, cuda_processes, standard_libs};
 use crate::host;
 
 /// One checked item.
@@ -28,7 +29,7 @@ pub struct CudaProcess {
     pub pid: u32,
     /// Its comm.
     pub comm: String,
-    /// The CUDA libraries it maps.
+    /// The CUDA libraries it maps, and the files it maps that carry the CUDA runtime linked in.
     pub libraries: Vec<LibFile>,
 }
 
@@ -131,8 +132,11 @@ pub fn check() -> CheckReport {
         nvidia_driver: String::new(),
         gpus: Vec::new(),
         libraries: standard_libs(),
+        // Each process's mapped files, with those that carry the runtime linked in (CuPy's
+        // extension modules: such a process maps libcuda.so.1 once it uses the GPU).
         cuda_processes: cuda_processes()
             .into_iter()
+            .map(|(pid, _)| (pid, cuda_files_in_maps(pid, &mut HashSet::new())))
             .map(|(pid, libraries)| CudaProcess {
                 pid,
                 comm: std::fs::read_to_string(format!("/proc/{pid}/comm"))

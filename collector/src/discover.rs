@@ -2,7 +2,7 @@
 //! copies included), in a command's library search path, in standard locations, and executables
 //! that link the CUDA runtime statically.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -31,56 +31,167 @@ pub fn file_id(path: &Path) -> Option<(u64, u64)> {
     fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// The CUDA/NCCL libraries mapped by a process.
-pub fn libs_in_maps(pid: u32) -> Vec<LibFile> {
+/// One file a process has mapped, as /proc/PID/maps lists it.
+struct MappedFile {
+    /// The path in the process's mount namespace.
+    path: String,
+    /// The mapping's device (kernel encoding, MAJOR << 20 | MINOR) and inode: the file's identity
+    /// as the maps list gives it, which stays the same from one reading to the next (a path
+    /// through an overlay can stat differently).
+    key: (u64, u64),
+    /// Whether some mapping of it is executable.
+    exec: bool,
+}
+
+/// The files mapped by `pid`, one entry per path.
+fn mapped_files(pid: u32) -> Vec<MappedFile> {
     let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
         return Vec::new();
     };
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
+    let mut out: Vec<MappedFile> = Vec::new();
+    let mut at = HashMap::new();
     for line in maps.lines() {
-        let Some(path) = line.split_whitespace().nth(5) else {
+        // address perms offset dev inode path
+        let mut f = line.split_whitespace();
+        let (Some(_), Some(perms), Some(_), Some(dev), Some(ino), Some(path)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
             continue;
         };
-        if !path.starts_with('/') || !seen.insert(path.to_string()) {
+        if !path.starts_with('/') {
             continue;
         }
-        let name = Path::new(path)
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("");
-        let Some(library) = Library::from_file_name(name) else {
+        let exec = perms.as_bytes().get(2) == Some(&b'x');
+        if let Some(&i) = at.get(path) {
+            let m: &mut MappedFile = &mut out[i];
+            m.exec |= exec;
             continue;
-        };
-        let direct = PathBuf::from(path);
-        let via_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
-        // Same inode through the process's root means the same file in our namespace too.
-        let path = if file_id(&direct).is_some() && file_id(&direct) == file_id(&via_root) {
-            direct
-        } else {
-            via_root
-        };
-        out.push(LibFile { library, path });
+        }
+        let key = dev
+            .split_once(':')
+            .and_then(|(major, minor)| {
+                let major = u64::from_str_radix(major, 16).ok()?;
+                let minor = u64::from_str_radix(minor, 16).ok()?;
+                Some(major << 20 | minor)
+            })
+            .zip(ino.parse::<u64>().ok())
+            .unwrap_or_default();
+        at.insert(path, out.len());
+        out.push(MappedFile {
+            path: path.to_string(),
+            key,
+            exec,
+        });
     }
     out
 }
 
-/// Whether an executable carries the CUDA runtime itself (nvcc links it statically by default).
+/// A path to the file `pid` maps as `path`, valid in the collector's mount namespace.
+fn path_here(pid: u32, path: &str) -> PathBuf {
+    let direct = PathBuf::from(path);
+    let via_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    // Same inode through the process's root means the same file in our namespace too.
+    if file_id(&direct).is_some() && file_id(&direct) == file_id(&via_root) {
+        direct
+    } else {
+        via_root
+    }
+}
+
+/// The CUDA/NCCL libraries mapped by a process (by file name).
+pub fn libs_in_maps(pid: u32) -> Vec<LibFile> {
+    named_libs(pid, &mapped_files(pid)).collect()
+}
+
+fn named_libs(pid: u32, files: &[MappedFile]) -> impl Iterator<Item = LibFile> {
+    files.iter().filter_map(move |m| {
+        let name = Path::new(&m.path).file_name()?.to_str()?;
+        let library = Library::from_file_name(name)?;
+        Some(LibFile {
+            library,
+            path: path_here(pid, &m.path),
+        })
+    })
+}
+
+/// The CUDA/NCCL libraries mapped by a process, and the other files it maps executable that
+/// carry the CUDA runtime linked in, read from one listing of its maps.
+///
+/// CuPy links the runtime statically into five of its Python extension modules
+/// (`cupy_backends/cuda/api/runtime.*.so` and others) with its functions as local symbols, so
+/// no `libcudart` is ever mapped. Each such file (by its maps identity) is looked at once per
+/// `checked`. Files named as CUDA libraries are only what their name says: NCCL carries a
+/// runtime of its own too, but it is attached as NCCL (its driver calls must stay its own, not
+/// be taken for a runtime's).
+pub fn cuda_files_in_maps(pid: u32, checked: &mut HashSet<(u64, u64)>) -> Vec<LibFile> {
+    let files = mapped_files(pid);
+    let mut out: Vec<LibFile> = named_libs(pid, &files).collect();
+    for m in &files {
+        let named = Path::new(&m.path)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| Library::from_file_name(n).is_some());
+        if named || !m.exec || !checked.insert(m.key) {
+            continue;
+        }
+        let path = path_here(pid, &m.path);
+        if links_cudart_statically(&path) {
+            out.push(LibFile {
+                library: Library::Cudart,
+                path,
+            });
+        }
+    }
+    out
+}
+
+/// Whether an executable or shared object carries the CUDA runtime itself (nvcc links it into
+/// programs by default, CuPy into its extension modules).
 pub fn links_cudart_statically(exe: &Path) -> bool {
+    const NAME: &str = "cudaLaunchKernel";
     let Some(bytes) = map_elf(exe) else {
         return false;
     };
+    // Most files looked at (every shared object of a traced Python process) never name the
+    // function: their symbol names are searched first, reading nothing else of the file.
+    if symbol_names_mention(&bytes, NAME) == Some(false) {
+        return false;
+    }
     let Ok(elf) = goblin::elf::Elf::parse(&bytes) else {
         return false;
     };
     let defined = |syms: &goblin::elf::Symtab, strtab: &goblin::strtab::Strtab| {
-        syms.iter().any(|s| {
-            s.st_value != 0
-                && s.st_shndx != 0
-                && strtab.get_at(s.st_name) == Some("cudaLaunchKernel")
-        })
+        syms.iter()
+            .any(|s| s.st_value != 0 && s.st_shndx != 0 && strtab.get_at(s.st_name) == Some(NAME))
     };
     defined(&elf.dynsyms, &elf.dynstrtab) || defined(&elf.syms, &elf.strtab)
+}
+
+/// Whether the string table of a symbol table of the ELF file `bytes` holds `name` (defined or
+/// not); `None` when the file's section headers cannot be read.
+fn symbol_names_mention(bytes: &[u8], name: &str) -> Option<bool> {
+    use goblin::elf::section_header::{SHT_DYNSYM, SHT_SYMTAB, SectionHeader};
+    let header = goblin::elf::Elf::parse_header(bytes).ok()?;
+    let ctx = goblin::container::Ctx::new(header.container().ok()?, header.endianness().ok()?);
+    let sections =
+        SectionHeader::parse(bytes, header.e_shoff as usize, header.e_shnum.into(), ctx).ok()?;
+    // A name ends with a NUL; it need not follow one (linkers store a name that ends another
+    // as that one's tail).
+    let needle = format!("{name}\0");
+    let finder = memchr::memmem::Finder::new(needle.as_bytes());
+    Some(
+        sections
+            .iter()
+            .filter(|s| s.sh_type == SHT_SYMTAB || s.sh_type == SHT_DYNSYM)
+            .filter_map(|s| sections.get(s.sh_link as usize))
+            .any(|strtab| {
+                let start = strtab.sh_offset as usize;
+                let end = start.saturating_add(strtab.sh_size as usize);
+                bytes
+                    .get(start..end.min(bytes.len()))
+                    .is_some_and(|t| finder.find(t).is_some())
+            }),
+    )
 }
 
 const STANDARD_DIRS: &[&str] = &[

@@ -9,7 +9,7 @@ pub mod calibrate;
 pub mod check;
 pub mod cost;
 pub mod discover;
-mod elfsyms;
+pub mod elfsyms;
 mod error;
 pub mod host;
 mod insitu;

@@ -28,7 +28,7 @@ use tracing::{debug, info, warn};
 
 use crate::attach::{Attached, OpProbes, attach_host, attach_process, drop_links};
 use crate::calibrate::calibrate;
-use crate::discover::{LibFile, cuda_processes, libs_in_maps, static_runtime_of};
+use crate::discover::{LibFile, cuda_files_in_maps, cuda_processes, static_runtime_of};
 use crate::error::CollectorError;
 use crate::host;
 use crate::insitu::{Counts, Meter, sampled_ops};
@@ -207,6 +207,8 @@ pub(crate) fn record(
     }
     let mut mapped_seen = HashSet::new();
     let mut exes_checked = HashSet::new();
+    // Mapped files looked at for a CUDA runtime linked in (by their maps identity).
+    let mut objects_checked = HashSet::new();
     let mut attached = Attached::new(cfg.multi);
     for lib in &libs {
         attached.attach_lib(&skel, lib, args.nccl, |op| wanted(&ctl, &sampler, op));
@@ -379,6 +381,7 @@ pub(crate) fn record(
                 &want,
                 &m,
                 &mut mapped_seen,
+                &mut objects_checked,
                 &mut map_hook,
             );
         }
@@ -510,9 +513,14 @@ pub(crate) fn record(
         }
         if last_scan.elapsed() >= Duration::from_secs(if matches!(mode, Mode::All) { 2 } else { 1 })
         {
-            rescan(&skel, mode, &mut attached, args.nccl, &|op| {
-                wanted(&ctl, &sampler, op)
-            });
+            rescan(
+                &skel,
+                mode,
+                &mut attached,
+                args.nccl,
+                &|op| wanted(&ctl, &sampler, op),
+                &mut objects_checked,
+            );
             for (op, kind) in attached.first_insns() {
                 ctl.set_first_insn(op, kind);
             }
@@ -684,6 +692,7 @@ fn on_mapped(
     want: &dyn Fn(u16) -> OpProbes,
     m: &RawLib,
     seen: &mut HashSet<(u64, u64)>,
+    objects_checked: &mut HashSet<(u64, u64)>,
     summary: &mut MapHookSummary,
 ) {
     summary.records += 1;
@@ -691,7 +700,7 @@ fn on_mapped(
     if !seen.insert(m.file) {
         return;
     }
-    for lib in rescan_pid(skel, mode, attached, nccl, want, m.pid) {
+    for lib in rescan_pid(skel, mode, attached, nccl, want, m.pid, objects_checked) {
         let latency_us = host::monotonic_ns().saturating_sub(m.ts_mono_ns) / 1_000;
         info!(pid = m.pid, lib = %lib.path.display(), latency_us, "library attached when mapped");
         summary.attached.push(MapAttach {
@@ -743,8 +752,9 @@ fn on_exec(
     true
 }
 
-/// Attaches the library copies mapped by `pid` that are not attached yet; returns them. In
-/// all-process mode the process becomes a target.
+/// Attaches the library copies mapped by `pid` that are not attached yet, and the files it maps
+/// that carry the CUDA runtime linked in (each looked at once per `objects_checked`); returns
+/// them. In all-process mode the process becomes a target.
 fn rescan_pid(
     skel: &CausewaySkel<'_>,
     mode: &Mode,
@@ -752,9 +762,10 @@ fn rescan_pid(
     nccl: bool,
     want: &dyn Fn(u16) -> OpProbes,
     pid: u32,
+    objects_checked: &mut HashSet<(u64, u64)>,
 ) -> Vec<LibFile> {
     let mut new = Vec::new();
-    for lib in libs_in_maps(pid) {
+    for lib in cuda_files_in_maps(pid, objects_checked) {
         if !attached.contains(&lib) && attached.attach_lib(skel, &lib, nccl, want) > 0 {
             new.push(lib);
         }
@@ -775,6 +786,7 @@ fn rescan(
     attached: &mut Attached,
     nccl: bool,
     want: &dyn Fn(u16) -> OpProbes,
+    objects_checked: &mut HashSet<(u64, u64)>,
 ) {
     let pids: Vec<u32> = match mode {
         Mode::All => cuda_processes().into_iter().map(|(p, _)| p).collect(),
@@ -786,7 +798,7 @@ fn rescan(
             .collect(),
     };
     for pid in pids {
-        for lib in rescan_pid(skel, mode, attached, nccl, want, pid) {
+        for lib in rescan_pid(skel, mode, attached, nccl, want, pid, objects_checked) {
             info!(pid, lib = %lib.path.display(), "new library copy attached");
         }
     }

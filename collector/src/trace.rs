@@ -19,8 +19,8 @@ use tracing::{debug, info};
 
 use crate::cost::CostModel;
 use crate::discover::{
-    LibFile, command_libs, cuda_processes, find_in_path, libs_in_maps, standard_libs,
-    static_runtime_of, static_runtime_programs,
+    LibFile, command_libs, cuda_files_in_maps, cuda_processes, find_in_path, standard_libs,
+    static_runtime_programs,
 };
 use crate::error::CollectorError;
 use crate::host;
@@ -242,8 +242,8 @@ pub struct MapHookSummary {
     /// Whether the hook was loaded and attached; without it, libraries mapped after the start
     /// are found by the periodic rescan (every 1 s, 2 s for all processes).
     pub active: bool,
-    /// Records received (at most one per library file, unless several processes map a new
-    /// file at the same moment).
+    /// Records received: at most one per file (a CUDA library, or any file a traced process
+    /// maps executable), unless several processes map a new file at the same moment.
     pub records: u64,
     /// Files attached because of a record.
     pub attached: Vec<MapAttach>,
@@ -304,9 +304,8 @@ fn initial_libs(mode: &Mode) -> Result<Vec<LibFile>, CollectorError> {
             if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                 return Err(CollectorError::NoSuchProcess(*pid));
             }
-            let mut libs = libs_in_maps(*pid);
-            libs.extend(static_runtime_of(*pid, &mut HashSet::new()).flatten());
-            libs
+            // The program itself and every shared object it maps, for a runtime linked in.
+            cuda_files_in_maps(*pid, &mut HashSet::new())
         }
         Mode::Command(cmd) => {
             let exe = find_in_path(&cmd[0]).ok_or_else(|| CollectorError::Spawn {
@@ -317,7 +316,10 @@ fn initial_libs(mode: &Mode) -> Result<Vec<LibFile>, CollectorError> {
         }
         Mode::All => {
             let mut libs = standard_libs();
-            libs.extend(cuda_processes().into_iter().flat_map(|(_, l)| l));
+            let mut checked = HashSet::new();
+            for (pid, _) in cuda_processes() {
+                libs.extend(cuda_files_in_maps(pid, &mut checked));
+            }
             libs.extend(static_runtime_programs());
             libs
         }

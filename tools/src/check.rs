@@ -67,7 +67,8 @@ pub struct CudaProcessOut {
     pub pid: u32,
     /// Its name (data from the machine).
     pub comm: String,
-    /// The CUDA libraries it maps.
+    /// The CUDA libraries it maps, and the files it maps that carry the CUDA runtime linked in
+    /// (listed as cudart: CuPy's extension modules).
     pub libraries: Vec<LibraryOut>,
 }
 

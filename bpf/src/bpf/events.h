@@ -23,6 +23,8 @@
 #define CW_LIB_NCCL 3   /* libnccl.so* */
 #define CW_LIB_EXEC 4   /* not a library: a program file a process exec'd (all-process mode), to be
                          * checked for a CUDA runtime linked statically */
+#define CW_LIB_OBJECT 5 /* a file of any other name a traced process mapped executable (a Python
+                         * extension module, say), to be checked for a CUDA runtime linked in */
 
 /* Catalogue op ids used in the kernel (must equal store/src/catalog.rs; abi.rs tests it). */
 #define OP_CUDA_MALLOC 1
@@ -125,7 +127,8 @@ struct cw_file_key {
 	__u64 ino;
 };
 
-/* A traced process mapped a CUDA library with PROT_EXEC, or (CW_LIB_EXEC, all-process mode)
+/* A traced process mapped a CUDA library (or, CW_LIB_OBJECT, another file) with PROT_EXEC, or
+ * (CW_LIB_EXEC, all-process mode)
  * some process exec'd a program file (sent with a wakeup, once per file until user space marks
  * the file seen in `lib_files_seen`). */
 struct cw_lib_event {

@@ -20,9 +20,12 @@
 // causeway is tested on. The program reads no tracepoint argument: their list changed across
 // kernels (a memcg path was dropped in 6.x).
 //
-// Only PROT_EXEC file mappings named libcudart.so*, libcuda.so* or libnccl.so*
-// (bpf/src/probes.rs `Library::stem`) by a traced process (any process in all-process mode) are
-// reported, each in one small record submitted with a wakeup. Uprobes are per inode, so once a
+// PROT_EXEC file mappings named libcudart.so*, libcuda.so* or libnccl.so* (bpf/src/probes.rs
+// `Library::stem`) by a traced process (any process in all-process mode) are reported, each in
+// one small record submitted with a wakeup. A traced process's other executable file mappings
+// are reported too (CW_LIB_OBJECT): CuPy links the CUDA runtime into its Python extension
+// modules, and only user space can read a file's symbols. In all-process mode those are left to
+// the periodic rescan of the processes that map a CUDA library (every process maps libc). Uprobes are per inode, so once a
 // file is attached every later mapping of it, in any process, is covered: user space then adds
 // the file to `lib_files_seen` and the hook stays quiet for it.
 #ifndef CAUSEWAY_MMAP_H
@@ -122,6 +125,8 @@ static __always_inline void cw_lib_mapped(void)
 	if (!n || bpf_probe_read_kernel_str(name, sizeof(name), n) < 0)
 		return;
 	__u8 lib = cw_lib_of(name);
+	if (!lib && !uprobes_enrol)
+		lib = CW_LIB_OBJECT;
 	if (lib)
 		cw_report_file(tgid, lib, file);
 }

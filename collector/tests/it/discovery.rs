@@ -1,11 +1,13 @@
 //! Library discovery on real files and processes: a command's search path, /proc/PID/maps, and
-//! executables that link the runtime statically. Needs no BPF.
+//! executables and shared objects that carry the runtime linked in. Needs no BPF.
 
 use std::process::Command;
 use std::time::Duration;
 
 use causeway_bpf::probes::Library;
-use causeway_collector::discover::{command_libs, file_id, libs_in_maps, links_cudart_statically};
+use causeway_collector::discover::{
+    command_libs, cuda_files_in_maps, file_id, libs_in_maps, links_cudart_statically,
+};
 
 use crate::standin;
 
@@ -57,6 +59,38 @@ fn a_statically_linked_runtime_is_recognised() {
             .any(|l| l.library == Library::Cudart && &l.path == exe),
         "{libs:?}"
     );
+}
+
+/// A shared object with the runtime linked in is recognised from its local symbols, once per
+/// file: a second look at the same process with the same record of checked files finds only
+/// the libraries named as CUDA's.
+#[test]
+fn a_runtime_linked_into_a_shared_object_is_found_in_the_maps_once() {
+    let s = standin::get();
+    assert!(links_cudart_statically(&s.extension));
+    assert!(!links_cudart_statically(&s.dir.join("libcuda.so.1")));
+    assert!(!links_cudart_statically(&s.loader));
+    let mut child = Command::new(&s.loader)
+        .args([s.extension.to_str().unwrap(), "1500", "standinExtensionRun"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut checked = std::collections::HashSet::new();
+    let first = cuda_files_in_maps(child.id(), &mut checked);
+    let again = cuda_files_in_maps(child.id(), &mut checked);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ids = |libs: &[causeway_collector::discover::LibFile]| -> Vec<_> {
+        libs.iter().map(|l| (l.library, file_id(&l.path))).collect()
+    };
+    assert_eq!(
+        ids(&first),
+        [(Library::Cudart, file_id(&s.extension))],
+        "{first:?}"
+    );
+    assert!(again.is_empty(), "{again:?}");
+    // libc, the loader and the dynamic loader were looked at too.
+    assert!(checked.len() >= 3, "{checked:?}");
 }
 
 /// A Python interpreter's environment (here the virtual environment scripts/deps.sh installs

@@ -1,5 +1,6 @@
 //! Libraries a traced process maps after the trace started (dlopen, a program exec'd by a
-//! wrapper) are attached when the library-load hook reports the mapping, and a program with the
+//! wrapper, an extension module with the runtime linked in) are attached when the library-load
+//! hook reports the mapping, and a program with the
 //! runtime linked statically when it is exec'd (by a traced process, or by any process when
 //! tracing all of them), before the program's first call 100 ms later: exact counts, where the
 //! periodic rescan (1 s) misses them all. (The
@@ -109,6 +110,44 @@ fn a_statically_linked_program_execd_by_a_wrapper_is_attached_at_exec() {
     let script = format!("exec {} late 100", s.static_workload.display());
     let summary = trace(&args(&db, &["sh", "-c", &script]));
     assert_recorded_with(&db, &summary, |n| n == "workload-static");
+}
+
+/// A shared object with the runtime linked in and its functions local (as CuPy's extension
+/// modules are) maps no CUDA library: the hook reports it as a file of another name, its symbol
+/// table shows the runtime, and it is attached before its first call.
+#[test]
+fn a_runtime_linked_into_an_extension_module_is_attached_when_the_module_is_mapped() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let loader = s.loader.to_str().unwrap();
+    let ext = s.extension.to_str().unwrap();
+    let summary = trace(&args(&db, &[loader, ext, "100", "standinExtensionRun"]));
+    assert_recorded_with(&db, &summary, |n| n.starts_with("standin_runtime.cpython"));
+    assert!(
+        summary.libraries.iter().any(|l| l == &s.extension),
+        "{:?}",
+        summary.libraries
+    );
+}
+
+/// Without the hook the periodic rescan looks at every file a traced process maps executable:
+/// a program that waits past the first rescan (1 s) has every call recorded.
+#[test]
+fn without_the_hook_the_rescan_finds_a_runtime_linked_into_an_extension_module() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let loader = s.loader.to_str().unwrap();
+    let ext = s.extension.to_str().unwrap();
+    let mut a = args(&db, &[loader, ext, "1600", "standinExtensionRun"]);
+    a.no_map_hook = true;
+    let summary = trace(&a);
+    assert_eq!(summary.command_exit, Some(0));
+    assert!(!summary.map_hook.active);
+    assert_mix_recorded(&db, None);
 }
 
 /// Regression: before the hook, a library loaded after the start was attached at the next

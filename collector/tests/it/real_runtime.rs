@@ -3,8 +3,9 @@
 //! into .deps/pyenv, so they sit in site-packages/nvidia/*/lib as PyTorch's do): every call of a
 //! known pattern is counted and stored with its arguments and the return code the program saw,
 //! through the shared runtime, through a program with the runtime linked statically (exec'd by
-//! a wrapper), through NCCL with `--nccl`, and from Python loading the runtime out of
-//! site-packages the way PyTorch does. No GPU is needed: without
+//! a wrapper), through NCCL with `--nccl`, from Python loading the runtime out of
+//! site-packages the way PyTorch does, and through CuPy's extension module, which carries the
+//! runtime linked in (CuPy 14.2's wheel, also from PyPI). No GPU is needed: without
 //! a driver each runtime call fails with cudaErrorInsufficientDriver (35), each NCCL call
 //! without a communicator with ncclInvalidArgument (4), after entering and leaving the real
 //! function.
@@ -424,5 +425,83 @@ for _ in range(20):
             "SELECT count(*) FROM events WHERE op = 'cudaDeviceSynchronize'"
         ),
         20
+    );
+}
+
+/// CuPy links the real runtime into its Python extension modules
+/// (`cupy_backends/cuda/api/runtime.*.so` and four more) with its functions as local symbols: no
+/// libcudart is ever mapped. The library-load hook reports the module when Python imports it,
+/// its symbol table shows the runtime, and every call CuPy makes through it 100 ms later is
+/// recorded with the code CuPy saw.
+#[test]
+fn cupy_calls_into_the_runtime_linked_into_its_extension_module_are_probed() {
+    let Some(_g) = bpf_test() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let out = dir.path().join("codes.txt");
+    let script = r#"
+import sys, time
+import cupy_backends.cuda.api.runtime as rt
+
+def code(call, *args):
+    try:
+        call(*args)
+        return 0
+    except rt.CUDARuntimeError as e:
+        return e.status
+
+time.sleep(0.1)
+with open(sys.argv[1], "w") as out:
+    for size in (1 << 20, 2 << 20, 3 << 20):
+        out.write("cudaMalloc %d\n" % code(rt.malloc, size))
+    for _ in range(50):
+        out.write("cudaDeviceSynchronize %d\n" % code(rt.deviceSynchronize))
+"#;
+    let py = pyenv_python();
+    let summary = trace(&args(
+        &db,
+        &["sh", "-c", "exec \"$0\" -c \"$1\" \"$2\""]
+            .into_iter()
+            .chain([py.to_str().unwrap(), script, out.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+    ));
+    assert_eq!(summary.command_exit, Some(0));
+    let attached = summary
+        .map_hook
+        .attached
+        .iter()
+        .find(|a| {
+            a.library
+                .parent()
+                .is_some_and(|p| p.ends_with("cupy_backends/cuda/api"))
+                && a.library
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("runtime.cpython"))
+        })
+        .unwrap_or_else(|| panic!("{:?}", summary.map_hook));
+    eprintln!(
+        "{} attached {} us after its mmap",
+        attached.library.display(),
+        attached.latency_us
+    );
+    let seen = codes(&out);
+    for (op, n) in [("cudaMalloc", 3), ("cudaDeviceSynchronize", 50)] {
+        assert_eq!(seen[op].len(), n);
+        assert_eq!(
+            op_totals(&db, op),
+            (n as i64, n as i64),
+            "{op}: (events, kernel count)"
+        );
+        assert_eq!(ret_codes(&db, op), seen[op], "{op}: return codes");
+    }
+    // Without a driver the runtime says so (cudaErrorInsufficientDriver).
+    assert!(seen["cudaMalloc"].iter().all(|&c| c == 35), "{seen:?}");
+    assert_eq!(
+        rows(
+            &db,
+            "SELECT arg0 FROM events WHERE op = 'cudaMalloc' ORDER BY timestamp",
+            1
+        ),
+        [[1 << 20], [2 << 20], [3 << 20]]
     );
 }

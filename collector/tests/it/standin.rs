@@ -5,7 +5,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// The built stand-in: a directory holding libcudart.so.12, libcuda.so.1, `workload`,
-/// `workload-static` and `loader`.
+/// `workload-static`, `loader` and an extension module in `site-packages`.
 #[derive(Debug)]
 pub struct Standin {
     /// Where everything lies.
@@ -17,6 +17,9 @@ pub struct Standin {
     /// The workload with the stand-in runtime and driver compiled in (as nvcc links the CUDA
     /// runtime statically by default): it maps no CUDA library.
     pub static_workload: PathBuf,
+    /// A Python extension module with the runtime linked in and its functions local, as CuPy's
+    /// are (extension.c), in a `site-packages` directory.
+    pub extension: PathBuf,
 }
 
 fn cc(args: &[&str]) {
@@ -59,6 +62,9 @@ pub fn get() -> &'static Standin {
     static S: OnceLock<Standin> = OnceLock::new();
     S.get_or_init(|| build(&[]))
 }
+
+/// The extension module's path in the stand-in's directory.
+const EXTENSION: &str = "site-packages/standin_runtime.cpython-311-x86_64-linux-gnu.so";
 
 /// Builds a stand-in into a new directory; `lib_flags` go to the library builds (the benchmark
 /// builds one with frame pointers, whose functions then start with `push rbp`).
@@ -104,6 +110,18 @@ pub fn build(lib_flags: &[&str]) -> Standin {
         "-Wl,-rpath,$ORIGIN",
     ]);
     cc(&["-O1", "-Wall", "-o", &o("loader"), &s("loader.c"), "-ldl"]);
+    std::fs::create_dir(dir.join("site-packages")).unwrap();
+    cc(&[
+        "-O1",
+        "-shared",
+        "-fPIC",
+        &format!("-Wl,--version-script,{}", s("extension.map")),
+        "-o",
+        &o(EXTENSION),
+        &s("extension.c"),
+        &s("cudart.c"),
+        "-ldl",
+    ]);
     cc(&[
         "-O1",
         "-o",
@@ -117,6 +135,7 @@ pub fn build(lib_flags: &[&str]) -> Standin {
         workload: dir.join("workload"),
         loader: dir.join("loader"),
         static_workload: dir.join("workload-static"),
+        extension: dir.join(EXTENSION),
         dir,
     }
 }

@@ -1,7 +1,8 @@
 // Test program that loads the stand-in CUDA runtime with dlopen once it runs (as Python does), and
 // links no CUDA library itself: nothing to attach before it starts.
 //
-//   loader LIB MS   dlopen LIB, wait MS, then 3 cudaMalloc, 2 cudaMemcpy, 200 cudaLaunchKernel
+//   loader LIB MS         dlopen LIB, wait MS, then 3 cudaMalloc, 2 cudaMemcpy, 200 cudaLaunchKernel
+//   loader LIB MS ENTRY   dlopen LIB, wait MS, then call its ENTRY (extension.c's makes that mix)
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,13 @@ int main(int argc, char **argv)
 	if (!h) {
 		fprintf(stderr, "loader: %s\n", dlerror());
 		return 1;
+	}
+	if (argc > 3) {
+		int (*entry)(void) = (int (*)(void))dlsym(h, argv[3]);
+		if (!entry)
+			return 1;
+		sleep_ms(atoi(argv[2]));
+		return entry();
 	}
 	malloc_fn cuda_malloc = (malloc_fn)dlsym(h, "cudaMalloc");
 	memcpy_fn cuda_memcpy = (memcpy_fn)dlsym(h, "cudaMemcpy");

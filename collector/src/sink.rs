@@ -54,7 +54,7 @@ pub enum Ctl {
 }
 
 /// Receives a reader on the live store as soon as it exists (live serving).
-pub type OnStore = Box<dyn FnOnce(causeway_store::Reader) + Send>;
+pub type OnStore = Box<dyn FnOnce(causeway_store::SharedReader) + Send>;
 
 /// What the writer thread did.
 #[derive(Debug, Default, Clone, Copy)]

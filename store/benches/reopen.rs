@@ -5,7 +5,10 @@
 //! writer settings (32 MB, one thread, 16,384-event chunks, cache trimmed) and prints, every 20
 //! row groups, the process's RSS and glibc's heap in use (DuckDB allocates with malloc), in the
 //! same run: first never reopening, then reopening every 16 row groups (the collector's
-//! `WRITER_REOPEN_ROWS`), with the time each reopen took.
+//! `WRITER_REOPEN_ROWS`), with the time each reopen took. Then both again with a live reader
+//! (`trace --serve`, `mcp --live`) that counts the events after every row group, as a client
+//! polling the recording would, with the cache kept as the collector keeps it for live readers;
+//! before the twelfth pass a writer with a live reader never reopened.
 
 #![allow(clippy::print_stdout)]
 
@@ -36,19 +39,20 @@ fn rss_mib() -> f64 {
     pages * 4096.0 / 1048576.0
 }
 
-fn run(dir: &Path, row_groups: u64, reopen_rows: u64) {
-    let path = dir.join(format!("reopen-{reopen_rows}.duckdb"));
+fn run(dir: &Path, row_groups: u64, reopen_rows: u64, live: bool) {
+    let path = dir.join(format!("reopen-{reopen_rows}-{live}.duckdb"));
     let opts = WriterOptions {
         node: "bench".into(),
         memory_limit: Some("32MB".into()),
         threads: Some(1),
         chunk_rows: 16_384,
-        trim_cache: true,
+        trim_cache: !live,
         flush_interval: Duration::from_secs(3600),
         reopen_rows,
         ..Default::default()
     };
     let mut w = Writer::create(&path, opts).expect("creating the store");
+    let reader = live.then(|| w.live_reader().expect("a live reader"));
     let mut reopen_ms = Vec::new();
     for i in 0..row_groups * ROW_GROUP {
         let i = i as i64;
@@ -72,6 +76,24 @@ fn run(dir: &Path, row_groups: u64, reopen_rows: u64) {
                 reopen_ms.push(t.elapsed().as_secs_f64() * 1e3);
             }
             let rg = (i as u64 + 1) / ROW_GROUP;
+            if let Some(r) = &reader {
+                let r = r.lock().expect("the reader");
+                let n: i64 = r
+                    .prepare_trusted("SELECT count(*) FROM events")
+                    .and_then(|mut st| {
+                        st.query_row([], |row| row.get(0)).map_err(|e| {
+                            causeway_store::StoreError::Query {
+                                message: e.to_string(),
+                                hint: String::new(),
+                            }
+                        })
+                    })
+                    .expect("counting");
+                assert!(
+                    n as u64 >= (rg - 1) * ROW_GROUP,
+                    "the reader sees {n} events"
+                );
+            }
             if rg.is_multiple_of(20) {
                 println!(
                     "  {rg:4} row groups: RSS {:6.1} MiB, heap in use {:6.1} MiB",
@@ -101,7 +123,11 @@ fn main() {
         .unwrap_or(200);
     let dir = tempfile::tempdir().expect("a temporary directory");
     println!("never reopened:");
-    run(dir.path(), row_groups, 0);
+    run(dir.path(), row_groups, 0, false);
     println!("reopened every 16 row groups:");
-    run(dir.path(), row_groups, 16 * ROW_GROUP);
+    run(dir.path(), row_groups, 16 * ROW_GROUP, false);
+    println!("with a live reader, never reopened (before the twelfth pass):");
+    run(dir.path(), row_groups, 0, true);
+    println!("with a live reader, reopened every 16 row groups:");
+    run(dir.path(), row_groups, 16 * ROW_GROUP, true);
 }

@@ -16,6 +16,14 @@ pub enum StoreError {
         #[source]
         source: duckdb::Error,
     },
+    /// A live reader whose recording could not reopen the database (its log says why).
+    #[error(
+        "{path}: the recording closed this store and could not open it again (its log says why)\nhint: the file holds everything committed before that: open it again with `causeway query --db` or restart the server"
+    )]
+    Closed {
+        /// The trace file.
+        path: PathBuf,
+    },
     /// The file exists but is not a causeway trace store.
     #[error(
         "{path}: not a causeway trace store ({why})\nhint: create one with `causeway import` or `causeway trace`, or pass the right --db"

@@ -78,7 +78,8 @@ pub struct QueryResult {
 
 /// A read-only, locked-down view of one trace file.
 pub struct Reader {
-    conn: Connection,
+    /// `None` only while a live writer reopens the database, and after a reopen that failed.
+    conn: Option<Connection>,
     path: PathBuf,
     policy: Policy,
     /// Shares the database instance of the live writer (see [`Reader::from_writer_connection`]).
@@ -132,7 +133,7 @@ impl Reader {
         conn.execute_batch("SET lock_configuration = true")
             .ctx(path, "locking the configuration")?;
         Ok(Reader {
-            conn,
+            conn: Some(conn),
             path: path.to_path_buf(),
             policy: crate::default_policy(),
             live: false,
@@ -147,15 +148,36 @@ impl Reader {
     /// in a transaction that is rolled back, so nothing an outside query does can persist.
     pub(crate) fn from_writer_connection(conn: Connection, path: &Path) -> Result<Reader> {
         let schema_version = crate::check_schema(&conn, path)?;
-        conn.execute_batch("SET lock_configuration = true")
-            .ctx(path, "locking the configuration")?;
+        // Once per database: a second reader finds it locked, and setting it again would fail.
+        let locked: bool = conn
+            .query_row("SELECT current_setting('lock_configuration')", [], |r| {
+                r.get(0)
+            })
+            .ctx(path, "reading whether the configuration is locked")?;
+        if !locked {
+            conn.execute_batch("SET lock_configuration = true")
+                .ctx(path, "locking the configuration")?;
+        }
         Ok(Reader {
-            conn,
+            conn: Some(conn),
             path: path.to_path_buf(),
             policy: crate::default_policy(),
             live: true,
             schema_version,
         })
+    }
+
+    /// The connection; an error when a live writer could not reopen the database.
+    fn conn(&self) -> Result<&Connection> {
+        self.conn.as_ref().ok_or_else(|| StoreError::Closed {
+            path: self.path.clone(),
+        })
+    }
+
+    /// Takes the live reader's connection away (while its writer closes the database) or gives
+    /// it one on the database opened again; returns the one it had.
+    pub(crate) fn swap_conn(&mut self, conn: Option<Connection>) -> Option<Connection> {
+        std::mem::replace(&mut self.conn, conn)
     }
 
     /// Whether this reader shares a live writer's database (the trace is still growing).
@@ -181,7 +203,7 @@ impl Reader {
     /// Prepares a compiled-in query. Only `'static` text is accepted, so SQL from outside
     /// cannot reach this path; it must go through [`Reader::query`] as [`GuardedSql`].
     pub fn prepare_trusted(&self, sql: &'static str) -> Result<Statement<'_>> {
-        self.conn
+        self.conn()?
             .prepare(sql)
             .ctx(&self.path, "preparing an internal query")
     }
@@ -211,7 +233,7 @@ impl Reader {
             values.next().is_none(),
             "prepare_trusted_ints: more integers than placeholders"
         );
-        self.conn
+        self.conn()?
             .prepare(&text)
             .ctx(&self.path, "preparing an internal query")
     }
@@ -221,7 +243,7 @@ impl Reader {
         let again = causeway_sqlguard::guard(sql.as_str(), &self.policy, Some(sql.row_limit()))?;
         let row_limit = again.row_limit().min(sql.row_limit()) as usize;
         let started = Instant::now();
-        let handle = self.conn.interrupt_handle();
+        let handle = self.conn()?.interrupt_handle();
         let (done_tx, done_rx) = mpsc::channel::<()>();
         let timeout = limits.timeout;
         let watchdog = std::thread::spawn(move || {
@@ -257,19 +279,18 @@ impl Reader {
         row_limit: usize,
         max_bytes: usize,
     ) -> Result<QueryResult> {
-        self.conn
-            .execute_batch("BEGIN TRANSACTION")
+        let conn = self.conn()?;
+        conn.execute_batch("BEGIN TRANSACTION")
             .map_err(|e| query_error(&e))?;
         let outcome = self.run(sql, row_limit, max_bytes);
-        self.conn
-            .execute_batch("ROLLBACK")
+        conn.execute_batch("ROLLBACK")
             .map_err(|e| query_error(&e))?;
         outcome
     }
 
     fn run(&self, sql: &GuardedSql, row_limit: usize, max_bytes: usize) -> Result<QueryResult> {
         let to_err = |e: duckdb::Error| query_error(&e);
-        let mut stmt = self.conn.prepare(sql.as_str()).map_err(to_err)?;
+        let mut stmt = self.conn()?.prepare(sql.as_str()).map_err(to_err)?;
         let mut rows = stmt.query([]).map_err(to_err)?;
         let columns: Vec<ColumnInfo> = {
             let st = rows.as_ref().ok_or_else(|| StoreError::Query {

@@ -2,7 +2,7 @@
 //! size and time, and records processes, stacks, sessions, counters, histograms and drops.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
 use duckdb::{Connection, OptionalExt, params};
@@ -250,10 +250,14 @@ pub struct Writer {
     written_at_open: u64,
     /// Times the database was reopened ([`Writer::maybe_reopen`]).
     reopens: u64,
-    /// A live reader shares the database: it is never reopened (an atomic so that handing
-    /// out a reader stays a `&self` method).
-    shared: AtomicBool,
+    /// The live readers handed out: they share the database, so a reopen takes their
+    /// connections and gives them new ones (a mutex so that handing out a reader stays a
+    /// `&self` method).
+    live: Mutex<Vec<Weak<Mutex<crate::Reader>>>>,
 }
+
+/// A live reader, shared with the writer that reopens its database.
+pub type SharedReader = Arc<Mutex<crate::Reader>>;
 
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -327,19 +331,26 @@ impl Writer {
             lost: 0,
             written_at_open: 0,
             reopens: 0,
-            shared: AtomicBool::new(false),
+            live: Mutex::new(Vec::new()),
         })
     }
 
     /// A reader that sees this writer's committed rows while it records (live serving). See
-    /// [`Reader::from_writer_connection`] for how it stays read-only.
-    pub fn live_reader(&self) -> Result<crate::Reader> {
-        self.shared.store(true, Ordering::Relaxed);
+    /// [`Reader::from_writer_connection`](crate::Reader) for how it stays read-only. Shared: the
+    /// writer locks it while it reopens the database ([`Writer::maybe_reopen`]), so hold the
+    /// lock only for a query or a tool call.
+    pub fn live_reader(&self) -> Result<SharedReader> {
         let conn = self
             .conn
             .try_clone()
             .ctx(&self.path, "opening a reader on the live store")?;
-        crate::Reader::from_writer_connection(conn, &self.path)
+        let reader = Arc::new(Mutex::new(crate::Reader::from_writer_connection(
+            conn, &self.path,
+        )?));
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.retain(|r| r.strong_count() > 0);
+        live.push(Arc::downgrade(&reader));
+        Ok(reader)
     }
 
     /// Opens an existing store to append more events for `opts.node` (sequence numbers continue).
@@ -407,16 +418,39 @@ impl Writer {
     }
 
     /// Closes the database and opens it again when [`WriterOptions::reopen_rows`] events were
-    /// committed since it was opened, no events transaction is open and no live reader shares
-    /// it; otherwise returns the writer as it is. Events buffered but not yet handed to DuckDB
-    /// stay buffered, in the returned writer. The file is checkpointed and closed first, so it
-    /// is complete at every reopen. On failure the writer is gone: the file holds everything
-    /// committed, and the buffered events are lost (logged with their count).
+    /// committed since it was opened and no events transaction is open; otherwise returns the
+    /// writer as it is. Live readers are locked meanwhile: their connections are dropped with
+    /// the old database and replaced by ones on the new. A reader busy with a query (its lock
+    /// held) puts the reopen off to a later call, so the writer never waits for a query. Events
+    /// buffered but not yet handed to DuckDB stay buffered, in the returned writer. The file is
+    /// checkpointed and closed first, so it is complete at every reopen. On failure the writer
+    /// is gone: the file holds everything committed, the buffered events are lost (logged with
+    /// their count), and the live readers answer [`StoreError::Closed`].
     pub fn maybe_reopen(self) -> Result<Writer> {
         let due = self.opts.reopen_rows > 0
             && self.written - self.written_at_open >= self.opts.reopen_rows;
-        if !due || self.pending > 0 || self.shared.load(Ordering::Relaxed) {
+        if !due || self.pending > 0 {
             return Ok(self);
+        }
+        let readers: Vec<SharedReader> = {
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            live.retain(|r| r.strong_count() > 0);
+            live.iter().filter_map(Weak::upgrade).collect()
+        };
+        let mut guards: Vec<MutexGuard<'_, crate::Reader>> = Vec::with_capacity(readers.len());
+        for r in &readers {
+            match r.try_lock() {
+                Ok(g) => guards.push(g),
+                Err(TryLockError::Poisoned(p)) => guards.push(p.into_inner()),
+                Err(TryLockError::WouldBlock) => {
+                    tracing::debug!("a live reader is busy: reopening the store later");
+                    return Ok(self);
+                }
+            }
+        }
+        // Every connection of the old database goes, or the file would stay open.
+        for g in &mut guards {
+            drop(g.swap_conn(None));
         }
         drop(self.events_conn);
         let (path, conn) = (&self.path, self.conn);
@@ -433,12 +467,28 @@ impl Writer {
                 let events_conn = conn
                     .try_clone()
                     .ctx(path, "opening the events connection")?;
+                for g in &mut guards {
+                    let c = conn
+                        .try_clone()
+                        .ctx(path, "opening a reader on the reopened store")?;
+                    g.swap_conn(Some(c));
+                }
+                if !guards.is_empty() {
+                    // As on the first database (`Reader::from_writer_connection`).
+                    conn.execute_batch("SET lock_configuration = true")
+                        .ctx(path, "locking the configuration")?;
+                }
                 Ok((conn, events_conn))
             });
         let (conn, events_conn) = reopened.inspect_err(|e| {
+            for g in &mut guards {
+                drop(g.swap_conn(None));
+            }
             tracing::error!(path = %path.display(), buffered = self.buf.len(), "reopening the store failed, buffered events are lost: {e}");
         })?;
-        // Everything else carries over: buffered events, sequence numbers, names, counters.
+        drop(guards);
+        // Everything else carries over: buffered events, sequence numbers, names, counters,
+        // the live readers.
         Ok(Writer {
             conn,
             events_conn,

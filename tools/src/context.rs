@@ -150,10 +150,14 @@ impl Context {
 
     /// Serves `reader` for its file from now on: a live recording's reader, which shares the
     /// writer's database (opening the file again would not see the rows still being written).
-    pub fn insert_reader(&self, reader: Reader) {
-        let path = reader.path().to_path_buf();
+    pub fn insert_reader(&self, reader: causeway_store::SharedReader) {
+        let path = reader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .path()
+            .to_path_buf();
         let mut map = self.readers.lock().unwrap_or_else(|p| p.into_inner());
-        map.insert(path, Arc::new(Mutex::new(reader)));
+        map.insert(path, reader);
     }
 
     /// Runs `f` with the (cached) reader of a trace.

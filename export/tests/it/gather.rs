@@ -60,6 +60,7 @@ fn updates_while_recording_equal_a_fresh_gather() {
     )
     .unwrap();
     let r = w.live_reader().unwrap();
+    let r = r.lock().unwrap();
     let mut g = Gatherer::default();
     assert_eq!(g.update(&r).unwrap(), gather(&r).unwrap(), "empty store");
 
@@ -131,6 +132,7 @@ fn incremental_timing() {
     }
     w.flush().unwrap();
     let r = w.live_reader().unwrap();
+    let r = r.lock().unwrap();
     let mut g = Gatherer::default();
     let t = Instant::now();
     g.update(&r).unwrap();

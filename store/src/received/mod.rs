@@ -76,7 +76,7 @@ impl CollectedStore {
     }
 
     /// A reader that sees the committed rows while this store is written (live serving).
-    pub fn live_reader(&self) -> Result<crate::Reader> {
+    pub fn live_reader(&self) -> Result<crate::SharedReader> {
         self.w.live_reader()
     }
 

@@ -36,6 +36,7 @@ fn live_reader_sees_committed_batches_while_the_writer_records() {
     let dir = tempfile::tempdir().unwrap();
     let (path, mut w) = writer(dir.path());
     let r = w.live_reader().unwrap();
+    let r = r.lock().unwrap();
     assert!(r.is_live());
     let count = |r: &Reader| run(r, "SELECT count(*) AS n FROM events").unwrap().rows[0][0].clone();
     assert_eq!(count(&r), serde_json::json!(0));
@@ -83,6 +84,7 @@ fn finish_while_a_live_reader_queries() {
     let r = w.live_reader().unwrap();
     let (started, wait) = std::sync::mpsc::channel();
     let reading = std::thread::spawn(move || {
+        let r = r.lock().unwrap();
         let mut st = r
             .prepare_trusted(
                 "SELECT count(*) FROM event_rows, range(5000000) a WHERE a.range % 7 = 3",

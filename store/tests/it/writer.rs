@@ -176,6 +176,7 @@ fn chunks_are_committed_per_batch() {
     )
     .unwrap();
     let live = w.live_reader().unwrap();
+    let live = live.lock().unwrap();
     let seen = |r: &Reader| count(r, "SELECT count(*) FROM events");
     let mut visible = Vec::new();
     for i in 0..250 {
@@ -592,34 +593,94 @@ fn a_reopened_writer_keeps_every_event_and_name() {
     );
 }
 
-/// A writer that never reached `reopen_rows`, or has none, or handed out a live reader (which
-/// shares its database), keeps its database open.
+/// A writer that never reached `reopen_rows`, or has none, keeps its database open.
 #[test]
-fn a_writer_reopens_only_when_due_and_unshared() {
+fn a_writer_reopens_only_when_due() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, rows, live) in [
-        ("never", 0, false),
-        ("late", 10_000, false),
-        ("live", 100, true),
-    ] {
+    for (name, rows) in [("never", 0), ("late", 10_000)] {
         let path = dir.path().join(format!("{name}.duckdb"));
         let mut w = Writer::create(&path, reopening(rows)).unwrap();
-        let reader = live.then(|| w.live_reader().unwrap());
         for i in 0..500 {
             w.append(&numbered(i)).unwrap();
             w = w.maybe_reopen().unwrap();
         }
         assert_eq!(w.reopens(), 0, "{name}");
-        if let Some(r) = &reader {
-            assert_eq!(count(r, "SELECT count(*) FROM events"), 500, "{name}");
-        }
-        drop(reader);
         w.finish().unwrap();
         assert_eq!(
             count(&Reader::open(&path).unwrap(), "SELECT count(*) FROM events"),
             500
         );
     }
+}
+
+/// Live readers (`trace --serve`, `mcp --live`) share the writer's database: a reopen takes
+/// their connections and gives them new ones on the database opened again, so they see every
+/// row before and after, with their configuration still locked. While one is busy (its lock
+/// held: a query or a tool call) the reopen waits for a later call instead of for the query.
+#[test]
+fn live_readers_follow_the_writer_across_reopens_and_a_busy_one_puts_a_reopen_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.duckdb");
+    let mut w = Writer::create(&path, reopening(100)).unwrap();
+    let a = w.live_reader().unwrap();
+    let b = w.live_reader().unwrap();
+    let seen =
+        |r: &causeway_store::SharedReader| count(&r.lock().unwrap(), "SELECT count(*) FROM events");
+    let mut put_off = 0;
+    for i in 0..1_000 {
+        w.append(&numbered(i)).unwrap();
+        if i % 100 == 99 {
+            w.flush().unwrap();
+            assert_eq!(seen(&a), i + 1, "after {} reopens", w.reopens());
+            if i == 499 {
+                // A query in progress on `b`: due, but not now.
+                let busy = b.lock().unwrap();
+                let before = w.reopens();
+                w = w.maybe_reopen().unwrap();
+                assert_eq!(w.reopens(), before, "reopened under a running query");
+                assert_eq!(count(&busy, "SELECT count(*) FROM events"), 500);
+                put_off += 1;
+                continue;
+            }
+        }
+        w = w.maybe_reopen().unwrap();
+    }
+    assert_eq!(put_off, 1);
+    assert!(w.reopens() >= 8, "{} reopens", w.reopens());
+    assert_eq!(seen(&a), 1_000);
+    assert_eq!(seen(&b), 1_000);
+    let loosen = a
+        .lock()
+        .unwrap()
+        .prepare_trusted("SET enable_external_access = true")
+        .and_then(|mut s| {
+            s.execute([])
+                .map_err(|e| causeway_store::StoreError::Query {
+                    message: e.to_string(),
+                    hint: String::new(),
+                })
+        });
+    assert!(
+        loosen.is_err(),
+        "the reopened database's configuration is locked"
+    );
+    // A reader dropped before a reopen is forgotten, the other still follows.
+    drop(b);
+    for i in 1_000..1_200 {
+        w.append(&numbered(i)).unwrap();
+        w = w.maybe_reopen().unwrap();
+    }
+    w.flush().unwrap();
+    assert_eq!(seen(&a), 1_200);
+    w.finish().unwrap();
+    assert_eq!(seen(&a), 1_200, "still readable after the recording ends");
+    assert_eq!(
+        count(
+            &Reader::open(&path).unwrap(),
+            "SELECT count(DISTINCT seq) FROM events"
+        ),
+        1_200
+    );
 }
 
 /// Commits smaller than a row group (a moderate event rate: the flush interval comes first)

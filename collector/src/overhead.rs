@@ -27,6 +27,12 @@ const UPGRADE_BELOW: f64 = 0.5;
 const MIN_DWELL_NS: i64 = 10_000_000_000;
 /// Only ops that make up at least this share of the worst process's probe time are reduced.
 const HOT_SHARE: f64 = 0.05;
+/// Over budget, the cheapest ops that together cost less than this share of the budget are
+/// left as they are: reducing them could not bring the process back under it (at most this
+/// much over), and their counts stay exact, the job's progress measurable in situ (a process
+/// whose every call is sampled has none) and their durations kept. Without it, a window with
+/// little attached time of a sampled op at its floor made a loop's syncs look hot.
+const EXEMPT_SHARE_OF_BUDGET: f64 = 0.1;
 /// Probe time below this share of one core (per window) is reported but never acted on: a
 /// process that hardly runs would otherwise lose the durations of its rare calls for nothing.
 const SIGNIFICANT_SHARE_OF_CORE: f64 = 0.001;
@@ -408,12 +414,30 @@ impl Controller {
         // back under the budget with a margin.
         let cpu = (worst.cpu_ns as f64).max(worst.probe_ns);
         let mut excess = worst.probe_ns - self.budget_pct / 100.0 * MARGIN * cpu;
+        let window_cost = |op: u16, n: u64| n as f64 * self.cost(op, self.mode(op));
+        let mut by_cost: Vec<(u16, f64)> = worst
+            .calls
+            .iter()
+            .map(|(op, n)| (*op, window_cost(*op, *n)))
+            .collect();
+        by_cost.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let allowance = EXEMPT_SHARE_OF_BUDGET * self.budget_pct / 100.0 * cpu;
+        let mut spent = 0.0;
+        let exempt: Vec<u16> = by_cost
+            .iter()
+            .take_while(|(_, c)| {
+                spent += c;
+                spent < allowance
+            })
+            .map(|(op, _)| *op)
+            .collect();
         let mut ops: Vec<(u16, f64)> = worst
             .calls
             .iter()
             .filter(|(op, n)| {
                 !self.at_floor(**op)
-                    && **n as f64 * self.cost(**op, self.mode(**op)) >= HOT_SHARE * worst.probe_ns
+                    && !exempt.contains(op)
+                    && window_cost(**op, **n) >= HOT_SHARE * worst.probe_ns
             })
             .map(|(op, n)| (*op, self.made(*op, *n)))
             .collect();
@@ -771,6 +795,28 @@ mod tests {
         assert_eq!(t.windows.len(), 1);
         assert!(t.switches.is_empty());
         assert_eq!(c.last_worst_pct, 0.0);
+    }
+
+    /// A process over budget because of an op at its floor (forced here): an op costing under a
+    /// tenth of the budget keeps its mode, however large its share of the probe time, so its
+    /// counts stay exact; one costing more is reduced.
+    #[test]
+    fn ops_costing_under_a_tenth_of_the_budget_are_left_alone() {
+        for (syncs, reduced) in [(80, false), (200, true)] {
+            let mut c = Controller::new(1.0, model(COSTS), 0);
+            c.force(3, ProbeMode::Full, 1.0, 0);
+            // 1 s of CPU: a 10 ms budget. The forced launches cost 16.5 ms; 80 syncs 0.88 ms
+            // (5% of the probe time, 9% of the budget), 200 syncs 2.2 ms.
+            let t = c.tick(S, &[((7, 3), 1_500), ((7, 1), syncs)], alive(S as u64));
+            assert!(t.windows[0].probe_ns > 10_000_000);
+            let switched: Vec<u16> = t.switches.iter().map(|s| s.op_id).collect();
+            assert_eq!(
+                switched,
+                if reduced { vec![1] } else { vec![] },
+                "{syncs} syncs"
+            );
+            assert_eq!(c.mode(1) == ProbeMode::Full, !reduced);
+        }
     }
 
     #[test]

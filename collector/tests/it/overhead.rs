@@ -354,7 +354,8 @@ fn what_a_sampled_call_costs_the_job_is_measured_in_situ_and_agrees_with_the_cal
     a.probe_modes = vec![(3, causeway_bpf::abi::ProbeMode::Sampled)];
     a.sample_duty = 20.0;
     // The controller stays out: in a second with little attached time it could sample the
-    // syncs too, and a process whose every call is sampled has no progress to measure.
+    // syncs too (the stand-in's single-stepped sync, 190 a second, costs more than the tenth of
+    // the budget it leaves alone), and a process whose every call is sampled has no progress.
     a.overhead_budget = 100.0;
     let summary = trace(&a);
     assert_eq!(summary.command_exit, Some(0));

@@ -52,9 +52,9 @@ const WRITER_FLUSH: Duration = Duration::from_secs(2);
 const WRITER_CHUNK: usize = 16_384;
 
 /// Events after which the recording's writer closes the store and opens it again (live readers
-/// are given connections on the reopened file): DuckDB keeps about 30 KB of metadata per row group written since the file was
-/// opened (the store's `reopen` bench: heap in use 5.4 -> 10.6 MiB over 180 row groups), and a
-/// reopened file loads it only on demand. Every 16 row groups (~20 s at 100k events/s) keeps the
+/// are given connections on the reopened file): DuckDB keeps about 30 KB of metadata per row
+/// group written since the file was opened (the store's `reopen` bench: heap in use 5.4 -> 10.6
+/// MiB over 180 row groups), and a reopened file loads it only on demand. Every 16 row groups (~20 s at 100k events/s) keeps the
 /// heap flat, for 21-31 ms per reopen (docs/benchmarks.md, eighth pass).
 const WRITER_REOPEN_ROWS: u64 = 16 * 122_880;
 

@@ -112,6 +112,22 @@ fn a_statically_linked_program_execd_by_a_wrapper_is_attached_at_exec() {
     assert_recorded_with(&db, &summary, |n| n == "workload-static");
 }
 
+/// The loader opening the stand-in extension module and making the mix through it `wait_ms`
+/// later.
+fn extension_args(db: &Path, wait_ms: u32) -> causeway_collector::TraceArgs {
+    let s = standin::get();
+    let wait = wait_ms.to_string();
+    args(
+        db,
+        &[
+            s.loader.to_str().unwrap(),
+            s.extension.to_str().unwrap(),
+            &wait,
+            "standinExtensionRun",
+        ],
+    )
+}
+
 /// A shared object with the runtime linked in and its functions local (as CuPy's extension
 /// modules are) maps no CUDA library: the hook reports it as a file of another name, its symbol
 /// table shows the runtime, and it is attached before its first call.
@@ -121,9 +137,7 @@ fn a_runtime_linked_into_an_extension_module_is_attached_when_the_module_is_mapp
     let s = standin::get();
     let dir = tempfile::tempdir().unwrap();
     let db = db_path(&dir);
-    let loader = s.loader.to_str().unwrap();
-    let ext = s.extension.to_str().unwrap();
-    let summary = trace(&args(&db, &[loader, ext, "100", "standinExtensionRun"]));
+    let summary = trace(&extension_args(&db, 100));
     assert_recorded_with(&db, &summary, |n| n.starts_with("standin_runtime.cpython"));
     assert!(
         summary.libraries.iter().any(|l| l == &s.extension),
@@ -137,12 +151,9 @@ fn a_runtime_linked_into_an_extension_module_is_attached_when_the_module_is_mapp
 #[test]
 fn without_the_hook_the_rescan_finds_a_runtime_linked_into_an_extension_module() {
     let Some(_g) = bpf_test() else { return };
-    let s = standin::get();
     let dir = tempfile::tempdir().unwrap();
     let db = db_path(&dir);
-    let loader = s.loader.to_str().unwrap();
-    let ext = s.extension.to_str().unwrap();
-    let mut a = args(&db, &[loader, ext, "1600", "standinExtensionRun"]);
+    let mut a = extension_args(&db, 1600);
     a.no_map_hook = true;
     let summary = trace(&a);
     assert_eq!(summary.command_exit, Some(0));

@@ -328,29 +328,15 @@ fn the_real_nccl_is_probed_with_bytes_and_peers() {
     );
 }
 
-/// Python loads the runtime from site-packages/nvidia/cuda_runtime/lib as PyTorch does (here
-/// with ctypes), started by a shell that execs it, so the environment is not known at the start:
-/// the library-load hook attaches that copy, and every call made 100 ms later (PyTorch's first
-/// CUDA call comes long after its import) is recorded.
-#[test]
-fn python_loading_the_runtime_from_site_packages_is_probed() {
-    let Some(_g) = bpf_test() else { return };
-    let lib = runtime_dir();
+/// Traces `script`, run by the environment's Python through a shell that execs it (so the
+/// environment is not known at the start), with the codes file as its argument. Checks that a
+/// file passing `runtime` was attached when mapped, and that its 3 cudaMalloc and 50
+/// cudaDeviceSynchronize calls were all counted and stored with the codes the script saw (each
+/// cudaErrorInsufficientDriver). Returns the sizes of the stored cudaMalloc calls, in order.
+fn python_calls_recorded(script: &str, runtime: impl Fn(&Path) -> bool) -> Vec<i64> {
     let dir = tempfile::tempdir().unwrap();
     let db = db_path(&dir);
     let out = dir.path().join("codes.txt");
-    let script = r#"
-import ctypes, os, sys, time
-import nvidia.cuda_runtime as m
-rt = ctypes.CDLL(os.path.join(m.__path__[0], "lib", "libcudart.so.12"))
-time.sleep(0.1)
-p = ctypes.c_void_p()
-with open(sys.argv[1], "w") as out:
-    for _ in range(3):
-        out.write("cudaMalloc %d\n" % rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(1 << 20)))
-    for _ in range(50):
-        out.write("cudaDeviceSynchronize %d\n" % rt.cudaDeviceSynchronize())
-"#;
     let py = pyenv_python();
     let summary = trace(&args(
         &db,
@@ -368,7 +354,7 @@ with open(sys.argv[1], "w") as out:
         .map_hook
         .attached
         .iter()
-        .find(|a| a.library.starts_with(&lib))
+        .find(|a| runtime(&a.library))
         .unwrap_or_else(|| panic!("{:?}", summary.map_hook));
     eprintln!(
         "{} attached {} us after its mmap",
@@ -378,16 +364,51 @@ with open(sys.argv[1], "w") as out:
     let seen = codes(&out);
     for (op, n) in [("cudaMalloc", 3), ("cudaDeviceSynchronize", 50)] {
         assert_eq!(seen[op].len(), n);
-        let stored = ret_codes(&db, op);
-        assert_eq!(stored, seen[op], "{op}: every call, with its return code");
+        assert_eq!(
+            op_totals(&db, op),
+            (n as i64, n as i64),
+            "{op}: (events, kernel count)"
+        );
+        assert_eq!(
+            ret_codes(&db, op),
+            seen[op],
+            "{op}: every call, with its return code"
+        );
     }
-    assert_eq!(
-        q(
-            &db,
-            "SELECT count(*) FROM events WHERE op = 'cudaMalloc' AND arg0 = 1048576"
-        ),
-        3
-    );
+    // Without a driver the runtime says so (cudaErrorInsufficientDriver).
+    assert!(seen["cudaMalloc"].iter().all(|&c| c == 35), "{seen:?}");
+    rows(
+        &db,
+        "SELECT arg0 FROM events WHERE op = 'cudaMalloc' ORDER BY timestamp",
+        1,
+    )
+    .into_iter()
+    .map(|r| r[0])
+    .collect()
+}
+
+/// Python loads the runtime from site-packages/nvidia/cuda_runtime/lib as PyTorch does (here
+/// with ctypes), started by a shell that execs it, so the environment is not known at the start:
+/// the library-load hook attaches that copy, and every call made 100 ms later (PyTorch's first
+/// CUDA call comes long after its import) is recorded.
+#[test]
+fn python_loading_the_runtime_from_site_packages_is_probed() {
+    let Some(_g) = bpf_test() else { return };
+    let lib = runtime_dir();
+    let script = r#"
+import ctypes, os, sys, time
+import nvidia.cuda_runtime as m
+rt = ctypes.CDLL(os.path.join(m.__path__[0], "lib", "libcudart.so.12"))
+time.sleep(0.1)
+p = ctypes.c_void_p()
+with open(sys.argv[1], "w") as out:
+    for _ in range(3):
+        out.write("cudaMalloc %d\n" % rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(1 << 20)))
+    for _ in range(50):
+        out.write("cudaDeviceSynchronize %d\n" % rt.cudaDeviceSynchronize())
+"#;
+    let sizes = python_calls_recorded(script, |l| l.starts_with(&lib));
+    assert_eq!(sizes, [1 << 20; 3]);
 }
 
 /// Started as the command, the Python interpreter's environment is searched before it runs:
@@ -436,9 +457,6 @@ for _ in range(20):
 #[test]
 fn cupy_calls_into_the_runtime_linked_into_its_extension_module_are_probed() {
     let Some(_g) = bpf_test() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let db = db_path(&dir);
-    let out = dir.path().join("codes.txt");
     let script = r#"
 import sys, time
 import cupy_backends.cuda.api.runtime as rt
@@ -457,51 +475,11 @@ with open(sys.argv[1], "w") as out:
     for _ in range(50):
         out.write("cudaDeviceSynchronize %d\n" % code(rt.deviceSynchronize))
 "#;
-    let py = pyenv_python();
-    let summary = trace(&args(
-        &db,
-        &["sh", "-c", "exec \"$0\" -c \"$1\" \"$2\""]
-            .into_iter()
-            .chain([py.to_str().unwrap(), script, out.to_str().unwrap()])
-            .collect::<Vec<_>>(),
-    ));
-    assert_eq!(summary.command_exit, Some(0));
-    let attached = summary
-        .map_hook
-        .attached
-        .iter()
-        .find(|a| {
-            a.library
-                .parent()
-                .is_some_and(|p| p.ends_with("cupy_backends/cuda/api"))
-                && a.library
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("runtime.cpython"))
-        })
-        .unwrap_or_else(|| panic!("{:?}", summary.map_hook));
-    eprintln!(
-        "{} attached {} us after its mmap",
-        attached.library.display(),
-        attached.latency_us
-    );
-    let seen = codes(&out);
-    for (op, n) in [("cudaMalloc", 3), ("cudaDeviceSynchronize", 50)] {
-        assert_eq!(seen[op].len(), n);
-        assert_eq!(
-            op_totals(&db, op),
-            (n as i64, n as i64),
-            "{op}: (events, kernel count)"
-        );
-        assert_eq!(ret_codes(&db, op), seen[op], "{op}: return codes");
-    }
-    // Without a driver the runtime says so (cudaErrorInsufficientDriver).
-    assert!(seen["cudaMalloc"].iter().all(|&c| c == 35), "{seen:?}");
-    assert_eq!(
-        rows(
-            &db,
-            "SELECT arg0 FROM events WHERE op = 'cudaMalloc' ORDER BY timestamp",
-            1
-        ),
-        [[1 << 20], [2 << 20], [3 << 20]]
-    );
+    let sizes = python_calls_recorded(script, |l| {
+        l.parent()
+            .is_some_and(|p| p.ends_with("cupy_backends/cuda/api"))
+            && l.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("runtime.cpython"))
+    });
+    assert_eq!(sizes, [1 << 20, 2 << 20, 3 << 20]);
 }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use causeway_store::{Event, Writer, WriterOptions};
+use causeway_store::{Event, Reader, Writer, WriterOptions};
 
 /// `../shared/investigations` next to the repository, where the reference traces are.
 pub fn shared(name: &str) -> PathBuf {
@@ -41,4 +41,11 @@ pub fn small_store(dir: &std::path::Path, n: i64) -> PathBuf {
     }
     w.finish().unwrap();
     path
+}
+
+/// Whether `SET enable_external_access = true` succeeds on `r`: it must not on any reader (its
+/// database's configuration is locked).
+pub fn can_loosen(r: &Reader) -> bool {
+    r.prepare_trusted("SET enable_external_access = true")
+        .is_ok_and(|mut s| s.execute([]).is_ok())
 }

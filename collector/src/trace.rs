@@ -51,13 +51,6 @@ const WRITER_FLUSH: Duration = Duration::from_secs(2);
 /// row group held ~11 MB in each (docs/benchmarks.md).
 const WRITER_CHUNK: usize = 16_384;
 
-/// Events after which the recording's writer closes the store and opens it again (live readers
-/// are given connections on the reopened file): DuckDB keeps about 30 KB of metadata per row
-/// group written since the file was opened (the store's `reopen` bench: heap in use 5.4 -> 10.6
-/// MiB over 180 row groups), and a reopened file loads it only on demand. Every 16 row groups (~20 s at 100k events/s) keeps the
-/// heap flat, for 21-31 ms per reopen (docs/benchmarks.md, eighth pass).
-const WRITER_REOPEN_ROWS: u64 = 16 * 122_880;
-
 /// Parses `--overhead-budget`: a percentage in (0, 100].
 fn parse_budget(s: &str) -> Result<f64, String> {
     let v: f64 = s
@@ -265,7 +258,7 @@ pub struct TraceSummary {
     /// Events whose store append failed.
     pub write_failed: u64,
     /// Times the writer closed the store and opened it again to free DuckDB's metadata of the
-    /// row groups written (`WRITER_REOPEN_ROWS`).
+    /// row groups written (every `causeway_store::REOPEN_ROWS` events).
     pub store_reopens: u64,
     /// Library files probed.
     pub libraries: Vec<PathBuf>,
@@ -460,7 +453,7 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
         // temporary directory; a recording nobody reads until it ends needs neither.
         trim_cache: hooks.on_store.is_none(),
         // With live readers too: they are locked and given new connections meanwhile.
-        reopen_rows: WRITER_REOPEN_ROWS,
+        reopen_rows: causeway_store::REOPEN_ROWS,
         ..WriterOptions::default()
     };
     if let Some(n) = &args.node {

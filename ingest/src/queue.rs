@@ -60,6 +60,7 @@ struct Counters {
     stored_items: AtomicU64,
     commits: AtomicU64,
     write_failures: AtomicU64,
+    reopens: AtomicU64,
 }
 
 /// What the collector did since it started.
@@ -85,6 +86,9 @@ pub struct IngestStats {
     pub write_failures: u64,
     /// Items waiting for the writer now.
     pub queued_items: u64,
+    /// Times the store's database was closed and opened again to free DuckDB's metadata of the
+    /// row groups written ([`CollectedStore::maybe_reopen`]).
+    pub store_reopens: u64,
 }
 
 struct Job {
@@ -199,6 +203,7 @@ impl Ingest {
             commits: g(&c.commits),
             write_failures: g(&c.write_failures),
             queued_items: self.queued.load(Ordering::Relaxed),
+            store_reopens: g(&c.reopens),
         }
     }
 
@@ -245,6 +250,23 @@ fn write_loop(
         }
         commit(&mut store, jobs, &counters);
         queued.fetch_sub(items, Ordering::AcqRel);
+        store = match store.maybe_reopen() {
+            Ok(s) => {
+                counters.reopens.store(s.reopens(), Ordering::Relaxed);
+                s
+            }
+            Err(e) => {
+                // Everything committed is in the file; what comes later cannot be written.
+                tracing::error!(error = %e, "reopening the cluster store failed: it takes no more data");
+                let why = format!("the cluster store stopped: {e}");
+                for j in rx.iter() {
+                    counters.write_failures.fetch_add(1, Ordering::Relaxed);
+                    queued.fetch_sub(j.items, Ordering::AcqRel);
+                    (j.done)(Err(why.clone()));
+                }
+                return Err(e);
+            }
+        };
     }
     store.finish()
 }

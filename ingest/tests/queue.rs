@@ -1,5 +1,6 @@
 //! The ingest queue over a real DuckDB file: group commits answer every submitter after the
-//! commit, a full queue refuses instead of dropping, shutdown commits what is queued.
+//! commit, a full queue refuses instead of dropping, shutdown commits what is queued, the store
+//! reopened on the way loses nothing.
 
 use std::sync::Arc;
 use std::sync::mpsc::channel;
@@ -34,7 +35,12 @@ fn rows(n: usize) -> Received {
 fn a_full_queue_refuses_and_nothing_accepted_is_lost() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.duckdb");
-    let store = CollectedStore::create(&path, WriterOptions::default()).unwrap();
+    // Reopened every 5,000 points on the way (as `collect` does every 16 row groups).
+    let opts = WriterOptions {
+        reopen_rows: 5_000,
+        ..WriterOptions::default()
+    };
+    let store = CollectedStore::create(&path, opts).unwrap();
     let ingest = Ingest::start(
         store,
         IngestOptions {
@@ -65,6 +71,12 @@ fn a_full_queue_refuses_and_nothing_accepted_is_lost() {
     assert!(answered.iter().all(Result::is_ok));
     assert_eq!(stats.requests_busy, busy);
     assert_eq!(stats.stored_items, accepted * 400);
+    assert!(
+        stats.store_reopens >= accepted * 400 / 5_000 - 1,
+        "{} reopens for {} points",
+        stats.store_reopens,
+        accepted * 400
+    );
     let r = Reader::open(&path).unwrap();
     let n: i64 = r
         .prepare_trusted("SELECT count(*) FROM metric_points")

@@ -4,18 +4,24 @@
 //! Appends full row groups (122,880 events) of collector-like events with the collector's
 //! writer settings (32 MB, one thread, 16,384-event chunks, cache trimmed) and prints, every 20
 //! row groups, the process's RSS and glibc's heap in use (DuckDB allocates with malloc), in the
-//! same run: first never reopening, then reopening every 16 row groups (the collector's
-//! `WRITER_REOPEN_ROWS`), with the time each reopen took. Then both again with a live reader
+//! same run: first never reopening, then reopening every 16 row groups (the store's
+//! `REOPEN_ROWS`), with the time each reopen took. Then both again with a live reader
 //! (`trace --serve`, `mcp --live`) that counts the events after every row group, as a client
 //! polling the recording would, with the cache kept as the collector keeps it for live readers;
 //! before the twelfth pass a writer with a live reader never reopened.
+//!
+//! `cargo bench -p causeway-store --bench reopen -- cluster [ROW_GROUPS]` (default 100) does the
+//! same for the cluster store of `causeway collect`: OTLP sum points committed 8,192 at a time
+//! (the OpenTelemetry Collector's batch size), `collect`'s 1 GB memory limit, a live reader
+//! (its MCP server) counting the points after every row group; never reopened (before the
+//! thirteenth pass), then reopened every `REOPEN_ROWS` points and records.
 
 #![allow(clippy::print_stdout)]
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use causeway_store::{Event, Writer, WriterOptions};
+use causeway_store::{Event, REOPEN_ROWS, Writer, WriterOptions};
 
 const ROW_GROUP: u64 = 122_880;
 
@@ -104,6 +110,10 @@ fn run(dir: &Path, row_groups: u64, reopen_rows: u64, live: bool) {
         }
     }
     w.finish().expect("finishing");
+    print_reopens(reopen_ms);
+}
+
+fn print_reopens(mut reopen_ms: Vec<f64>) {
     if !reopen_ms.is_empty() {
         reopen_ms.sort_by(f64::total_cmp);
         println!(
@@ -116,18 +126,101 @@ fn run(dir: &Path, row_groups: u64, reopen_rows: u64, live: bool) {
     }
 }
 
+/// The cluster store (`collect`) committing `row_groups` row groups of points.
+fn run_cluster(dir: &Path, row_groups: u64, reopen_rows: u64) {
+    use causeway_store::received::{CollectedStore, MetricPoint, Received};
+    use std::sync::Arc;
+    const BATCH: u64 = 8_192;
+    let path = dir.join(format!("cluster-{reopen_rows}.duckdb"));
+    let opts = WriterOptions {
+        node: "collector".into(),
+        memory_limit: Some("1GB".into()),
+        reopen_rows,
+        ..Default::default()
+    };
+    let mut s = CollectedStore::create(&path, opts).expect("creating the store");
+    let reader = s.live_reader().expect("a live reader");
+    let resource: Arc<str> = Arc::from("{\"host.name\":\"gpu-node-01\"}");
+    let (scope, unit): (Arc<str>, Arc<str>) = (Arc::from("causeway"), Arc::from("1"));
+    let metrics: Vec<Arc<str>> = (0..16)
+        .map(|m| Arc::from(format!("causeway.op.calls.{m}").as_str()))
+        .collect();
+    let mut reopen_ms = Vec::new();
+    let (mut sent, mut next_report) = (0u64, ROW_GROUP);
+    while sent < row_groups * ROW_GROUP {
+        let points = (sent..sent + BATCH)
+            .map(|i| MetricPoint {
+                node: format!("gpu-node-{:02}", i % 8),
+                resource: resource.clone(),
+                scope: scope.clone(),
+                metric: metrics[(i % 16) as usize].clone(),
+                unit: unit.clone(),
+                kind: "sum",
+                monotonic: Some(true),
+                temporality: "cumulative",
+                attributes: format!("{{\"pid\":{},\"op\":\"cudaLaunchKernel\"}}", 1_000 + i % 64),
+                start_ns: 1_700_000_000_000_000_000,
+                time_ns: 1_700_000_000_000_000_000 + i as i64 * 1_000_000,
+                value: Some((i * 7_919 % 1_000_003) as f64),
+                ..Default::default()
+            })
+            .collect();
+        s.store(&Received {
+            points,
+            ..Default::default()
+        })
+        .expect("storing");
+        sent += BATCH;
+        let (before, t) = (s.reopens(), Instant::now());
+        s = s.maybe_reopen().expect("reopening");
+        if s.reopens() > before {
+            reopen_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        if sent >= next_report {
+            next_report += ROW_GROUP;
+            let rg = sent / ROW_GROUP;
+            let n: i64 = reader
+                .lock()
+                .expect("the reader")
+                .prepare_trusted("SELECT count(*) FROM metric_points")
+                .expect("preparing")
+                .query_row([], |row| row.get(0))
+                .expect("counting");
+            assert_eq!(n as u64, sent, "the reader sees every committed point");
+            if rg.is_multiple_of(20) {
+                println!(
+                    "  {rg:4} row groups: RSS {:6.1} MiB, heap in use {:6.1} MiB",
+                    rss_mib(),
+                    heap_mib()
+                );
+            }
+        }
+    }
+    s.finish().expect("finishing");
+    print_reopens(reopen_ms);
+}
+
 fn main() {
-    let row_groups = std::env::args()
-        .skip(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cluster = args.iter().any(|a| a == "cluster");
+    let row_groups = args
+        .iter()
         .find_map(|a| a.parse().ok())
-        .unwrap_or(200);
+        .unwrap_or(if cluster { 100 } else { 200 });
     let dir = tempfile::tempdir().expect("a temporary directory");
+    if cluster {
+        println!("cluster store, never reopened (before the thirteenth pass):");
+        run_cluster(dir.path(), row_groups, 0);
+        println!("cluster store, reopened every 16 row groups:");
+        run_cluster(dir.path(), row_groups, REOPEN_ROWS);
+        return;
+    }
     println!("never reopened:");
     run(dir.path(), row_groups, 0, false);
     println!("reopened every 16 row groups:");
-    run(dir.path(), row_groups, 16 * ROW_GROUP, false);
+    run(dir.path(), row_groups, REOPEN_ROWS, false);
     println!("with a live reader, never reopened (before the twelfth pass):");
     run(dir.path(), row_groups, 0, true);
     println!("with a live reader, reopened every 16 row groups:");
-    run(dir.path(), row_groups, 16 * ROW_GROUP, true);
+    run(dir.path(), row_groups, REOPEN_ROWS, true);
 }

@@ -23,8 +23,8 @@ pub use overhead::{InSituRow, ModeSwitch, OverheadWindow, ProbeCost, SampledWind
 pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
 pub use row::{FromRow, row};
 pub use writer::{
-    Event, Frame, HistogramBucket, OpCount, ProcessInfo, SessionInfo, SharedReader, Writer,
-    WriterOptions,
+    Event, Frame, HistogramBucket, OpCount, ProcessInfo, REOPEN_ROWS, SessionInfo, SharedReader,
+    Writer, WriterOptions,
 };
 
 use error::DuckContext;

@@ -51,13 +51,13 @@ pub struct WriterOptions {
     /// recording (docs/benchmarks.md). A live reader locks the settings, so a writer with
     /// live readers cannot trim.
     pub trim_cache: bool,
-    /// [`Writer::maybe_reopen`] closes the database and opens it again once this many events
-    /// were committed since it was opened (0: never). DuckDB keeps the metadata of every row
-    /// group written since the file was opened in memory, about 30 KB per row group of
-    /// `event_rows` (15 columns), so a long recording's memory grows without bound; a file
-    /// opened again loads that metadata only when a query needs it (docs/benchmarks.md). Only
-    /// for a writer nobody reads while it records: a live reader shares the database, which
-    /// cannot be closed under it, so a writer that handed one out never reopens.
+    /// [`Writer::maybe_reopen`] closes the database and opens it again once this many rows
+    /// were committed since it was opened (0: never; [`REOPEN_ROWS`] is what recordings and
+    /// the cluster store use). DuckDB keeps the metadata of every row group written since the
+    /// file was opened in memory, about 30 KB per row group of `event_rows` (15 columns), so a
+    /// long recording's memory grows without bound; a file opened again loads that metadata
+    /// only when a query needs it (docs/benchmarks.md). Live readers are locked and moved to
+    /// the new database.
     pub reopen_rows: u64,
 }
 
@@ -79,6 +79,16 @@ impl Default for WriterOptions {
         }
     }
 }
+
+/// Rows between reopens of a long-lived writer ([`WriterOptions::reopen_rows`]): 16 DuckDB row
+/// groups. The reopen bench (`cargo bench -p causeway-store --bench reopen`) keeps the heap flat
+/// with it at ~30 ms a reopen, about a thousandth of the time those rows take to arrive at 100k
+/// events/s.
+pub const REOPEN_ROWS: u64 = 16 * ROW_GROUP_ROWS as u64;
+
+/// A reopen put off this many times in a row for a busy live reader waits for the reader's
+/// query the next time: readers that never pause all at once must not keep the metadata growing.
+const MAX_REOPEN_PUT_OFF: u32 = 8;
 
 /// One event, as the collector and the importer produce it. See `ops` for arg meanings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -246,8 +256,13 @@ pub struct Writer {
     written: u64,
     /// Events in batches whose write failed; stored as a `write_failed` drop by `finish`.
     lost: u64,
-    /// `written` when the database was (re)opened.
-    written_at_open: u64,
+    /// Rows appended through [`Writer::conn`] by the owner (the cluster store), counted towards
+    /// [`WriterOptions::reopen_rows`] with `written`.
+    other_rows: u64,
+    /// `written + other_rows` when the database was (re)opened.
+    rows_at_open: u64,
+    /// Calls of [`Writer::maybe_reopen`] in a row that found a reopen due and a live reader busy.
+    put_off: u32,
     /// Times the database was reopened ([`Writer::maybe_reopen`]).
     reopens: u64,
     /// The live readers handed out: they share the database, so a reopen takes their
@@ -329,7 +344,9 @@ impl Writer {
             oldest: None,
             written: 0,
             lost: 0,
-            written_at_open: 0,
+            other_rows: 0,
+            rows_at_open: 0,
+            put_off: 0,
             reopens: 0,
             live: Mutex::new(Vec::new()),
         })
@@ -417,18 +434,25 @@ impl Writer {
         self.reopens
     }
 
-    /// Closes the database and opens it again when [`WriterOptions::reopen_rows`] events were
+    /// Counts `n` rows the owner appended through [`Writer::conn`] (not through
+    /// [`Writer::append`]) towards [`WriterOptions::reopen_rows`].
+    pub fn count_rows(&mut self, n: u64) {
+        self.other_rows += n;
+    }
+
+    /// Closes the database and opens it again when [`WriterOptions::reopen_rows`] rows were
     /// committed since it was opened and no events transaction is open; otherwise returns the
     /// writer as it is. Live readers are locked meanwhile: their connections are dropped with
     /// the old database and replaced by ones on the new. A reader busy with a query (its lock
-    /// held) puts the reopen off to a later call, so the writer never waits for a query. Events
-    /// buffered but not yet handed to DuckDB stay buffered, in the returned writer. The file is
-    /// checkpointed and closed first, so it is complete at every reopen. On failure the writer
-    /// is gone: the file holds everything committed, the buffered events are lost (logged with
-    /// their count), and the live readers answer [`StoreError::Closed`].
-    pub fn maybe_reopen(self) -> Result<Writer> {
-        let due = self.opts.reopen_rows > 0
-            && self.written - self.written_at_open >= self.opts.reopen_rows;
+    /// held) puts the reopen off to a later call, so the writer does not wait for a query,
+    /// unless that happened [`MAX_REOPEN_PUT_OFF`] calls in a row: then it waits for the query
+    /// to end. Events buffered but not yet handed to DuckDB stay buffered, in the returned
+    /// writer. The file is checkpointed and closed first, so it is complete at every reopen. On
+    /// failure the writer is gone: the file holds everything committed, the buffered events are
+    /// lost (logged with their count), and the live readers answer [`StoreError::Closed`].
+    pub fn maybe_reopen(mut self) -> Result<Writer> {
+        let rows = self.written + self.other_rows;
+        let due = self.opts.reopen_rows > 0 && rows - self.rows_at_open >= self.opts.reopen_rows;
         if !due || self.pending > 0 {
             return Ok(self);
         }
@@ -437,13 +461,24 @@ impl Writer {
             live.retain(|r| r.strong_count() > 0);
             live.iter().filter_map(Weak::upgrade).collect()
         };
+        let wait = self.put_off >= MAX_REOPEN_PUT_OFF;
         let mut guards: Vec<MutexGuard<'_, crate::Reader>> = Vec::with_capacity(readers.len());
         for r in &readers {
-            match r.try_lock() {
+            let lock = if wait {
+                r.lock().map_err(TryLockError::Poisoned)
+            } else {
+                r.try_lock()
+            };
+            match lock {
                 Ok(g) => guards.push(g),
                 Err(TryLockError::Poisoned(p)) => guards.push(p.into_inner()),
                 Err(TryLockError::WouldBlock) => {
-                    tracing::debug!("a live reader is busy: reopening the store later");
+                    tracing::debug!(
+                        put_off = self.put_off + 1,
+                        "a live reader is busy: reopening the store later"
+                    );
+                    drop(guards);
+                    self.put_off += 1;
                     return Ok(self);
                 }
             }
@@ -492,7 +527,8 @@ impl Writer {
         Ok(Writer {
             conn,
             events_conn,
-            written_at_open: self.written,
+            rows_at_open: rows,
+            put_off: 0,
             reopens: self.reopens + 1,
             ..self
         })

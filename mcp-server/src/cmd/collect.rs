@@ -138,6 +138,9 @@ pub fn run(args: &CollectArgs) -> Result<()> {
     let writer_opts = WriterOptions {
         node: "collector".into(),
         memory_limit: Some(args.memory_limit.clone()),
+        // A cluster store collects for weeks: without reopening, DuckDB's metadata of every
+        // row group of metric points written would stay in memory.
+        reopen_rows: causeway_store::REOPEN_ROWS,
         ..WriterOptions::default()
     };
     let store = if args.db.exists() {

@@ -164,6 +164,11 @@ impl CollectedStore {
                     return Err(e);
                 }
                 self.stored_items += batches.iter().map(|r| r.items()).sum::<u64>();
+                let appended = batches
+                    .iter()
+                    .map(|r| r.points.len() + r.logs.len())
+                    .sum::<usize>();
+                self.w.count_rows(appended as u64);
                 Ok(())
             }
             Err(e) => {
@@ -181,6 +186,22 @@ impl CollectedStore {
         self.processes.clear();
         self.ops.clear();
         self.drops.clear();
+    }
+
+    /// Closes the database and opens it again once [`WriterOptions::reopen_rows`] metric points
+    /// and log records were appended since it was opened, so that DuckDB's metadata of the row
+    /// groups written does not grow for as long as the store collects
+    /// ([`Writer::maybe_reopen`]: the live readers move along). What was sent and cached stays
+    /// valid: the interned names and the snapshots are rows of the same file. On failure the
+    /// store is gone; everything committed is in the file.
+    pub fn maybe_reopen(mut self) -> Result<CollectedStore> {
+        self.w = self.w.maybe_reopen()?;
+        Ok(self)
+    }
+
+    /// Times the database was closed and opened again ([`CollectedStore::maybe_reopen`]).
+    pub fn reopens(&self) -> u64 {
+        self.w.reopens()
     }
 
     /// Checkpoints and closes: the file is complete afterwards.

@@ -1,6 +1,6 @@
 //! The cluster store of `causeway collect` (received.rs) on real DuckDB files: a version-2 file
 //! upgraded to version 3, cumulative snapshots replacing each other (a stale retry ignored),
-//! chains upserted.
+//! chains upserted, the store reopened as it collects.
 
 use std::sync::Arc;
 
@@ -138,4 +138,60 @@ fn cumulative_snapshots_replace_and_chains_upsert() {
     assert_eq!(count(&r, "SELECT max(window_end_ns) FROM op_counts"), 400);
     assert_eq!(count(&r, "SELECT count(*) FROM chains"), 1);
     assert_eq!(count(&r, "SELECT max(time_lost_ns) FROM chains"), 2);
+}
+
+/// A cluster store collects for weeks: it reopens its database every `reopen_rows` points and
+/// records so that DuckDB's metadata does not grow, and nothing it caches across batches
+/// (interned names, snapshots) goes stale. A live reader (the MCP server of `collect`) follows.
+#[test]
+fn the_cluster_store_reopens_as_points_arrive_and_its_reader_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("collected.duckdb");
+    let opts = WriterOptions {
+        reopen_rows: 100,
+        ..WriterOptions::default()
+    };
+    let mut s = CollectedStore::create(&path, opts).unwrap();
+    let live = s.live_reader().unwrap();
+    let snap = |calls: u64, t: i64| OpSnapshot {
+        node: "n1".into(),
+        pid: 7,
+        op_id: 3,
+        start_ns: 100,
+        time_ns: t,
+        calls: Some(calls),
+        ..OpSnapshot::default()
+    };
+    for batch in 0..20i64 {
+        let mut points: Vec<MetricPoint> = (0..30).map(|i| point("n1", batch * 30 + i)).collect();
+        // A metric name first seen after a reopen, and the old one again.
+        points[0].metric = Arc::from(format!("gpu.metric{}", batch % 3).as_str());
+        s.store(&Received {
+            points,
+            ops: vec![snap(10 * (batch as u64 + 1), 1_000 + batch)],
+            ..Received::default()
+        })
+        .unwrap();
+        s = s.maybe_reopen().unwrap();
+        let seen = count(&live.lock().unwrap(), "SELECT count(*) FROM metric_points");
+        assert_eq!(seen, (batch + 1) * 30, "after {} reopens", s.reopens());
+    }
+    // 600 points: due after every fourth batch (120 rows).
+    assert_eq!(s.reopens(), 5);
+    s.finish().unwrap();
+    let r = Reader::open(&path).unwrap();
+    assert_eq!(count(&r, "SELECT count(*) FROM metric_points"), 600);
+    assert_eq!(
+        count(&r, "SELECT count(DISTINCT metric) FROM metric_points"),
+        4
+    );
+    assert_eq!(
+        count(
+            &r,
+            "SELECT count(*) FROM metric_points WHERE metric = 'gpu.metric1'"
+        ),
+        7
+    );
+    assert_eq!(count(&r, "SELECT count(*) FROM op_counts"), 1);
+    assert_eq!(count(&r, "SELECT sum(calls)::BIGINT FROM op_counts"), 200);
 }

@@ -672,6 +672,56 @@ fn live_readers_follow_the_writer_across_reopens_and_a_busy_one_puts_a_reopen_of
     );
 }
 
+/// A reader busy at every reopen (clients querying back to back) must not put the reopen off
+/// for ever: after eight put-offs in a row the writer waits for the query to end.
+#[test]
+fn a_reopen_put_off_eight_times_waits_for_the_busy_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("starved.duckdb");
+    let mut w = Writer::create(&path, reopening(100)).unwrap();
+    let r = w.live_reader().unwrap();
+    for i in 0..100 {
+        w.append(&numbered(i)).unwrap();
+    }
+    w.flush().unwrap();
+    let (held, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    let busy = {
+        let r = r.clone();
+        std::thread::spawn(move || {
+            let g = r.lock().unwrap();
+            held.0.send(()).unwrap();
+            release.1.recv().unwrap();
+            // Still querying a while after the writer starts waiting.
+            std::thread::sleep(Duration::from_millis(300));
+            count(&g, "SELECT count(*) FROM events")
+        })
+    };
+    held.1.recv().unwrap();
+    for _ in 0..8 {
+        w = w.maybe_reopen().unwrap();
+        assert_eq!(w.reopens(), 0, "reopened under a running query");
+    }
+    release.0.send(()).unwrap();
+    let t = std::time::Instant::now();
+    w = w.maybe_reopen().unwrap();
+    assert_eq!(w.reopens(), 1, "the ninth call waits and reopens");
+    assert!(
+        t.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        busy.join().unwrap(),
+        100,
+        "the query ran on the old database"
+    );
+    assert_eq!(
+        count(&r.lock().unwrap(), "SELECT count(*) FROM events"),
+        100
+    );
+    w.finish().unwrap();
+}
+
 /// Commits smaller than a row group (a moderate event rate: the flush interval comes first)
 /// must not fill the writer's memory limit: DuckDB keeps committed rows that are not yet
 /// checkpointed in memory until it can spill them. Seen on a 16-core GPU machine at ~25k

@@ -25,7 +25,8 @@ pub struct ModeSwitch {
     pub from: String,
     /// Mode after: full, aggregate, entry_only or sampled.
     pub to: String,
-    /// forced, over_budget or under_budget.
+    /// forced, over_budget, under_budget, in_situ_check (sampled to measure its cost on the job)
+    /// or checked (back after that check).
     pub reason: String,
     /// Estimated overhead of the worst traced process at the switch (%).
     pub overhead_pct: f64,

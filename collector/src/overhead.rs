@@ -6,7 +6,9 @@
 //! exact in every mode but `sampled`, whose probes are attached for a share of the time (its
 //! duty, sampling.rs) and whose calls are estimated from what was counted then; `--exact-counts`
 //! keeps the controller from sampling. Once a sampled op's cost to the job is measured in situ
-//! (insitu.rs) above its calibration, its costs are scaled by the difference.
+//! (insitu.rs) above its calibration, its costs are scaled by the difference. An op that its
+//! calibration keeps out of sampling, yet costs a good share of the budget, is sampled for a
+//! while once, so that its cost is measured too (an in-situ check).
 //!
 //! The decisions are pure functions of the window's numbers (unit-tested below); reading /proc
 //! and applying a switch to the BPF maps and links is the caller's (trace.rs) job.
@@ -39,6 +41,23 @@ const SIGNIFICANT_SHARE_OF_CORE: f64 = 0.001;
 
 /// The most the in-situ measurement may scale an op's calibrated costs by.
 pub const MAX_FACTOR: f64 = 10.0;
+
+/// An op the controller does not sample, estimated to cost a process at least this share of
+/// the budget, is sampled for a while to measure its cost on the job (an in-situ check), once:
+/// the calibration can be several times low on a real job (3-4x on the H100, docs/benchmarks.md),
+/// and only a sampled op is measured in situ. Cheaper ops could not push the job far over
+/// the budget even then.
+const CHECK_SHARE_OF_BUDGET: f64 = 0.25;
+/// Checks start this long into the trace: the modes have settled, and a short job, whose counts
+/// stay exact, is not checked at all (ns).
+const CHECK_AFTER_NS: i64 = 30_000_000_000;
+/// The duty of an op under check: half its calls are still counted and timed.
+const CHECK_DUTY: f64 = DUTY_MAX;
+/// A check that has measured nothing by then ends (ns): the job's progress was too irregular.
+const CHECK_MAX_NS: i64 = 120_000_000_000;
+/// Calls per second of its other (not sampled) ops a process needs for a check: they are the
+/// progress the measurement compares (insitu.rs wants 100 per kind of segment).
+const CHECK_MIN_PROGRESS_PER_S: f64 = 20.0;
 
 /// Whether an op id is a probed library call (CUDA runtime/driver/graph or NCCL).
 pub fn is_call_op(op: u16) -> bool {
@@ -115,6 +134,12 @@ pub struct Controller {
     measured: BTreeMap<u16, f64>,
     /// Whether the controller may sample (no `--exact-counts`).
     sampling: bool,
+    /// Ops measured in situ (or whose check ended without a measurement): never checked again.
+    checked: BTreeSet<u16>,
+    /// The op under an in-situ check: the mode it goes back to, and since when (ns).
+    checking: Option<(u16, ProbeMode, i64)>,
+    /// When the trace started (ns).
+    start_ns: i64,
     last_switch_ns: HashMap<u16, i64>,
     prev_calls: HashMap<(u32, u16), u64>,
     cpu_base: HashMap<u32, u64>,
@@ -142,6 +167,9 @@ impl Controller {
             duty: BTreeMap::new(),
             measured: BTreeMap::new(),
             sampling: true,
+            checked: BTreeSet::new(),
+            checking: None,
+            start_ns: now_ns,
             last_switch_ns: HashMap::new(),
             prev_calls: HashMap::new(),
             cpu_base: HashMap::new(),
@@ -206,6 +234,7 @@ impl Controller {
     /// the calibrated costs: a job that hides the probes' time (behind the GPU, say) now may not
     /// later.
     pub fn set_measured(&mut self, op: u16, lost_ns: f64) {
+        self.checked.insert(op);
         let calibrated = self.calibrated(op, ProbeMode::Full);
         if calibrated > 0.0 && lost_ns > calibrated {
             self.measured
@@ -261,7 +290,11 @@ impl Controller {
             .filter(|w| w.probe_ns >= SIGNIFICANT_SHARE_OF_CORE * span_ns)
             .collect();
         self.last_worst_pct = significant.iter().map(|w| w.pct()).fold(0.0, f64::max);
-        for (s, duty) in self.decide(&significant, now_ns) {
+        let mut decided = self.decide(&significant, now_ns);
+        if decided.is_empty() {
+            decided.extend(self.check(&significant, span_ns, now_ns));
+        }
+        for (s, duty) in decided {
             if let Some(m) = ProbeMode::from_name(&s.mode) {
                 self.modes.insert(s.op_id, m);
                 self.last_switch_ns.insert(s.op_id, now_ns);
@@ -273,6 +306,94 @@ impl Controller {
             tick.switches.push(s);
         }
         tick
+    }
+
+    /// The op under an in-situ check, if any.
+    pub fn checking(&self) -> Option<u16> {
+        self.checking.map(|(op, ..)| op)
+    }
+
+    /// In-situ checks, in a window where nothing else changed. A check in progress ends once
+    /// the op is measured (or after [`CHECK_MAX_NS`]); the op then goes back to the mode it
+    /// had if every process stays under the budget, with the margin, at its costs as measured
+    /// (`checked`), and otherwise stays sampled for the budget to lower its duty. Else the op
+    /// costing a process the most, if at least [`CHECK_SHARE_OF_BUDGET`] of the budget and
+    /// neither sampled, forced nor checked before, is sampled at [`CHECK_DUTY`]
+    /// (`in_situ_check`), in a process with progress to measure.
+    fn check(
+        &mut self,
+        procs: &[&ProcessWindow],
+        span_ns: f64,
+        now_ns: i64,
+    ) -> Option<(ModeSwitch, Option<f64>)> {
+        let worst_pct = procs.iter().map(|w| w.pct()).fold(0.0, f64::max);
+        if let Some((op, back, since)) = self.checking {
+            if self.mode(op) != ProbeMode::Sampled {
+                // The budget moved it meanwhile.
+                self.checking = None;
+                self.checked.insert(op);
+                return None;
+            }
+            if !self.checked.contains(&op) && now_ns - since < CHECK_MAX_NS {
+                return None;
+            }
+            self.checking = None;
+            self.checked.insert(op);
+            let unit = self.unit_cost(op, back, None);
+            let fits = self.projected_pct(procs, op, unit) <= self.budget_pct * MARGIN;
+            return fits.then(|| (self.switch(op, back, "checked", worst_pct, now_ns), None));
+        }
+        if !self.sampling || now_ns - self.start_ns < CHECK_AFTER_NS {
+            return None;
+        }
+        let mut best: Option<(f64, u16)> = None;
+        for w in procs {
+            let allowance = CHECK_SHARE_OF_BUDGET * self.budget_pct / 100.0 * w.cpu_ns as f64;
+            for (&op, &n) in &w.calls {
+                let mode = self.mode(op);
+                if mode == ProbeMode::Sampled
+                    || self.forced.contains(&op)
+                    || self.checked.contains(&op)
+                {
+                    continue;
+                }
+                let cost = n as f64 * self.cost(op, mode);
+                let progress: u64 = w
+                    .calls
+                    .iter()
+                    .filter(|(o, _)| **o != op && self.mode(**o) != ProbeMode::Sampled)
+                    .map(|(_, n)| *n)
+                    .sum();
+                if cost >= allowance
+                    && progress as f64 >= CHECK_MIN_PROGRESS_PER_S * span_ns / 1e9
+                    && best.is_none_or(|(c, _)| cost > c)
+                {
+                    best = Some((cost, op));
+                }
+            }
+        }
+        let (_, op) = best?;
+        self.checking = Some((op, self.mode(op), now_ns));
+        let s = self.switch(op, ProbeMode::Sampled, "in_situ_check", worst_pct, now_ns);
+        Some((s, Some(CHECK_DUTY)))
+    }
+
+    /// The worst process's share in probes (%) were `op` to cost `unit` per call made.
+    fn projected_pct(&self, procs: &[&ProcessWindow], op: u16, unit: f64) -> f64 {
+        let now = self.unit_now(op);
+        procs
+            .iter()
+            .map(|w| {
+                let made = self.made(op, w.calls.get(&op).copied().unwrap_or(0));
+                let add = made * (unit - now);
+                ProcessWindow {
+                    probe_ns: w.probe_ns + add,
+                    cpu_ns: (w.cpu_ns as f64 + add).max(0.0) as u64,
+                    calls: BTreeMap::new(),
+                }
+                .pct()
+            })
+            .fold(0.0, f64::max)
     }
 
     /// The last window, when the trace ends: measured and recorded, nothing decided.
@@ -496,6 +617,7 @@ impl Controller {
         let candidates = self.modes.iter().filter(|(op, m)| {
             **m != ProbeMode::Full
                 && !self.forced.contains(op)
+                && self.checking() != Some(**op)
                 && self
                     .last_switch_ns
                     .get(op)
@@ -503,22 +625,7 @@ impl Controller {
         });
         let mut best: Option<(f64, u16, ProbeMode, Option<f64>)> = None;
         for (&op, &mode) in candidates {
-            let now = self.unit_now(op);
-            let projected = |unit: f64| {
-                procs
-                    .iter()
-                    .map(|w| {
-                        let made = self.made(op, w.calls.get(&op).copied().unwrap_or(0));
-                        let add = made * (unit - now);
-                        ProcessWindow {
-                            probe_ns: w.probe_ns + add,
-                            cpu_ns: (w.cpu_ns as f64 + add).max(0.0) as u64,
-                            calls: BTreeMap::new(),
-                        }
-                        .pct()
-                    })
-                    .fold(0.0, f64::max)
-            };
+            let projected = |unit: f64| self.projected_pct(procs, op, unit);
             let mut steps: Vec<(ProbeMode, Option<f64>)> =
                 [ProbeMode::Full, ProbeMode::Aggregate, ProbeMode::EntryOnly]
                     .into_iter()
@@ -599,6 +706,108 @@ mod tests {
             "entry-only is the floor: {:?}",
             t.switches
         );
+    }
+
+    /// Ticks once a second from `from` to `to` (s, exclusive): op 3 makes `hot` calls a second
+    /// (counted at the duty it has), op 1 `progress`, in 1 s of CPU a second; the switches.
+    fn run_checks(
+        c: &mut Controller,
+        from: i64,
+        to: i64,
+        hot: f64,
+        progress: u64,
+    ) -> Vec<ModeSwitch> {
+        let mut out = Vec::new();
+        let mut counted = c.prev_calls.get(&(7, 3)).copied().unwrap_or(0);
+        for t in from..to {
+            counted += (hot * c.duty(3).unwrap_or(1.0)) as u64;
+            let counts = [((7, 3), counted), ((7, 1), progress * t as u64)];
+            out.extend(c.tick(t * S, &counts, alive((t * S) as u64)).switches);
+        }
+        out
+    }
+
+    #[test]
+    fn an_op_kept_out_of_sampling_by_its_calibration_is_checked_in_situ_once() {
+        // 500 launches a second at 11 us: 0.55% of the CPU, under the 1% budget but more than a
+        // quarter of it; 100 syncs a second are the progress.
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        assert!(
+            run_checks(&mut c, 1, 30, 500.0, 100).is_empty(),
+            "not before 30 s"
+        );
+        let s = run_checks(&mut c, 30, 31, 500.0, 100);
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(
+            (
+                s[0].op_id,
+                s[0].mode.as_str(),
+                s[0].previous.as_str(),
+                s[0].reason.as_str()
+            ),
+            (3, "sampled", "full", "in_situ_check")
+        );
+        assert_eq!((c.duty(3), c.checking()), (Some(DUTY_MAX), Some(3)));
+        // Nothing happens until it is measured (the dwell time passes meanwhile).
+        assert!(run_checks(&mut c, 31, 60, 500.0, 100).is_empty());
+        // Measured 3x the calibration: 1.65% in full mode, so it stays sampled.
+        c.set_measured(3, 33_000.0);
+        let s = run_checks(&mut c, 60, 61, 500.0, 100);
+        assert!(s.is_empty(), "{s:?}");
+        assert_eq!((c.mode(3), c.checking()), (ProbeMode::Sampled, None));
+        // The budget then keeps it under the budget with the measured cost: 250 counted at
+        // 33 us and the syncs are 0.94%, under 1%, so the duty stays; never checked again.
+        assert!(run_checks(&mut c, 61, 200, 500.0, 100).is_empty());
+        assert_eq!(c.duty(3), Some(DUTY_MAX));
+
+        // Measured at or below the calibration: back to full mode.
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        assert_eq!(run_checks(&mut c, 1, 31, 500.0, 100).len(), 1);
+        c.set_measured(3, 9_000.0);
+        let s = run_checks(&mut c, 31, 32, 500.0, 100);
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(
+            (
+                s[0].mode.as_str(),
+                s[0].previous.as_str(),
+                s[0].reason.as_str()
+            ),
+            ("full", "sampled", "checked")
+        );
+        assert_eq!(
+            (c.mode(3), c.duty(3), c.checking()),
+            (ProbeMode::Full, None, None)
+        );
+        assert!(
+            run_checks(&mut c, 32, 200, 500.0, 100).is_empty(),
+            "checked once"
+        );
+
+        // Never measured (the job's progress too irregular): back after two minutes.
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        run_checks(&mut c, 1, 31, 500.0, 100);
+        assert!(run_checks(&mut c, 31, 150, 500.0, 100).is_empty());
+        let s = run_checks(&mut c, 150, 151, 500.0, 100);
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(s[0].reason, "checked");
+    }
+
+    #[test]
+    fn no_check_without_sampling_progress_or_a_share_of_the_budget() {
+        let none = |c: &mut Controller, hot, progress| {
+            let s = run_checks(c, 1, 100, hot, progress);
+            assert!(s.is_empty(), "{s:?}");
+        };
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        c.exact_counts();
+        none(&mut c, 500.0, 100);
+        // Nothing else to measure the job's progress by.
+        none(&mut Controller::new(1.0, model(COSTS), 0), 500.0, 10);
+        // 0.2% of the CPU: under a quarter of the budget.
+        none(&mut Controller::new(1.0, model(COSTS), 0), 180.0, 100);
+        let mut c = Controller::new(1.0, model(COSTS), 0);
+        c.force(3, ProbeMode::Full, 0.0, 0);
+        none(&mut c, 500.0, 100);
     }
 
     #[test]

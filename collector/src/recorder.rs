@@ -696,8 +696,10 @@ fn on_mapped(
     summary: &mut MapHookSummary,
 ) {
     summary.records += 1;
-    // Several mappings of one file can be in the ring before the map update below lands.
+    // Several mappings of one file can be in the ring before the map update below lands, and
+    // the kernel's map forgets its oldest files when full: marked again, looked at once.
     if !seen.insert(m.file) {
+        mark_seen(skel, &m.file_key());
         return;
     }
     for lib in rescan_pid(skel, mode, attached, nccl, want, m.pid, objects_checked) {
@@ -718,7 +720,7 @@ fn on_mapped(
 /// not reported again.
 fn mark_seen(skel: &CausewaySkel<'_>, key: &[u8]) {
     if let Err(err) = skel.maps.lib_files_seen.update(key, &[1u8], MapFlags::ANY) {
-        debug!(%err, "lib_files_seen full: the kernel reports that file again");
+        debug!(%err, "marking a file seen failed: the kernel reports that file again");
     }
 }
 

@@ -6,8 +6,15 @@
 #! against the untraced windows on either side; a summary table last. $OUT (default
 #! /tmp/causeway-gpu) gets report.txt, logs.txt, windows.jsonl, the step times and the traces.
 #
-#   CAUSEWAY=path/to/causeway [PYTHON=python3] [CYCLES=4] [WORKLOADS="mlp gpt"] \
-#       [CONFIGS="default: full:--overhead-budget,100"] [COVERAGE=1] bash scripts/gpu/overhead.sh
+#   CAUSEWAY=path/to/causeway [PYTHON=python3] [CYCLES=3] [WORKLOADS="mlp gpt"] \
+#       [CONFIGS="default: full:--overhead-budget,100"] [COVERAGE=1] \
+#       [TRACE_SECS=60] [OFF_SECS=8] [SETTLE_SECS=45] bash scripts/gpu/overhead.sh
+#
+# Each traced window lasts TRACE_SECS and its step time is taken from SETTLE_SECS on: a long
+# job's steady state, after the controller has chosen modes (1-2 s), measured sampled ops' costs
+# on the job (8 slices of each kind: 8-20 s) and checked in situ an op it keeps out of sampling
+# (from 30 s into the trace). The defaults take about 7 minutes per workload: on a machine that
+# runs one command for at most 10 minutes, run one workload per command (WORKLOADS=mlp).
 #
 # With CAUSEWAY_GPU_BUNDLE=DIR instead of CAUSEWAY, the binary and its libraries come gzipped
 # from DIR (causeway.gz, lib/*.gz), as scripts/gpu/bundle.sh packs them for a machine that has
@@ -16,7 +23,10 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/causeway-gpu}
 PY=${PYTHON:-python3}
-CYCLES=${CYCLES:-4}
+CYCLES=${CYCLES:-3}
+TRACE_SECS=${TRACE_SECS:-60}
+OFF_SECS=${OFF_SECS:-8}
+SETTLE_SECS=${SETTLE_SECS:-45}
 # Traced configurations, each LABEL:OPTIONS with the trace options comma-separated.
 CONFIGS=${CONFIGS:-"default: full:--overhead-budget,100"}
 COVERAGE=${COVERAGE:-1}
@@ -98,7 +108,7 @@ window() {
         sleep "$secs"
     else
         echo "== $w $label cycle $c" >>"$OUT/logs.txt"
-        timeout 120 "$CW" trace --pid "$pid" --duration "${secs}s" --db "$work/$w-$label-$c.duckdb" "$@" \
+        timeout $((secs + 60)) "$CW" trace --pid "$pid" --duration "${secs}s" --db "$work/$w-$label-$c.duckdb" "$@" \
             >/dev/null 2>>"$OUT/logs.txt"
     fi
     echo "{\"workload\": \"$w\", \"label\": \"$label\", \"cycle\": $c, \"start\": $t0, \"end\": $(date +%s.%N)}" >>"$OUT/windows.jsonl"
@@ -107,17 +117,17 @@ window() {
 : >"$OUT/windows.jsonl"
 for w in $WORKLOADS; do
     rm -f "$work/stop"
-    "$PY" "$here/train.py" --workload "$w" --warmup 100 --seconds 900 --stop-file "$work/stop" \
+    "$PY" "$here/train.py" --workload "$w" --warmup 100 --seconds 3600 --stop-file "$work/stop" \
         >"$OUT/steps-$w.json" 2>"$work/$w.err" &
     pid=$!
     until grep -q ready "$work/$w.err" || ! kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
     c=0
-    window off 5
+    window off "$OFF_SECS"
     for c in $(seq 1 "$CYCLES"); do
         for conf in $CONFIGS; do
             # shellcheck disable=SC2086 # the options are words
-            window "${conf%%:*}" 9 $(echo "${conf#*:}" | tr ',' ' ')
-            window off 5
+            window "${conf%%:*}" "$TRACE_SECS" $(echo "${conf#*:}" | tr ',' ' ')
+            window off "$OFF_SECS"
         done
     done
     touch "$work/stop"
@@ -143,10 +153,10 @@ for w in $WORKLOADS; do
     gzip -c "$db" >"$OUT/$w-trace.duckdb.gz"
 done
 
-# The table: each traced window's median step time (from 3 s after the tracer started, when
-# probes are attached and the controller has chosen modes, to its end) against the mean of the
-# untraced windows before and after it; the median and range of those ratios over the cycles.
-"$PY" - "$OUT/windows.jsonl" "$OUT" <<'PYEOF' | tee -a "$OUT/report.txt"
+# The table: each traced window's median step time (from SETTLE_SECS after the tracer started
+# to its end) against the mean of the untraced windows before and after it; the median and
+# range of those ratios over the cycles.
+"$PY" - "$OUT/windows.jsonl" "$OUT" "$SETTLE_SECS" <<'PYEOF' | tee -a "$OUT/report.txt"
 import collections, json, statistics, sys
 wins = [json.loads(l) for l in open(sys.argv[1])]
 steps = {}
@@ -165,13 +175,13 @@ for w in sorted({x["workload"] for x in wins}):
     for i, x in enumerate(seq):
         if x["label"] == "off" or i == 0 or i + 1 >= len(seq):
             continue
-        m, n = med(w, x["start"] + 3.0, x["end"] - 0.2)
+        m, n = med(w, x["start"] + float(sys.argv[3]), x["end"] - 0.2)
         b, _ = med(w, seq[i - 1]["start"] + 0.3, seq[i - 1]["end"] - 0.2)
         a, _ = med(w, seq[i + 1]["start"] + 0.3, seq[i + 1]["end"] - 0.2)
         if m and a and b:
             ratios[(w, x["label"])].append(m / ((a + b) / 2))
             n_steps[(w, x["label"])] += n
-print("== step time, traced / untraced (same process, adjacent windows)")
+print(f"== step time, traced / untraced (same process, adjacent windows; traced from {sys.argv[3]} s on)")
 print("workload mode     windows steps  median  range")
 for (w, label), r in sorted(ratios.items()):
     print(f"{w:8} {label:8} {len(r):7} {n_steps[(w, label)]:6}  {(statistics.median(r) - 1) * 100:+6.2f}%  "

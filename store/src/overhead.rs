@@ -31,7 +31,8 @@ pub struct ModeSwitch {
     pub mode: String,
     /// The mode before.
     pub previous: String,
-    /// forced, over_budget or under_budget.
+    /// forced, over_budget, under_budget, in_situ_check (sampled to measure its cost on the job)
+    /// or checked (back after that check).
     pub reason: String,
     /// Estimated overhead of the worst traced process when switching (%).
     pub overhead_pct: f64,

@@ -311,7 +311,7 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "probe_modes",
         "reason",
         "",
-        "forced (--probe-mode), over_budget, under_budget (--overhead-budget)",
+        "forced (--probe-mode), over_budget, under_budget (--overhead-budget), in_situ_check (sampled for a while to measure its cost on the job), checked (back after that check)",
     ),
     (
         "probe_modes",

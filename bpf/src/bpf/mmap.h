@@ -40,10 +40,13 @@
 #define CW_LIB_NAME 16
 
 /* Library files (and in all-process mode program files) user space has looked at (filled by the
- * collector from the records). */
+ * collector from the records). LRU: a job that maps more files than this (a long session
+ * loading extension modules, a machine exec'ing many programs) evicts the oldest, which are
+ * then reported once more and marked again, instead of every file after the first 16,384
+ * being reported at each mapping. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384); /* library files, and program files in all-process mode */
+	__uint(type, BPF_MAP_TYPE_LRU_HASH_);
+	__uint(max_entries, 16384);
 	__type(key, struct cw_file_key);
 	__type(value, __u8); /* 1 */
 } lib_files_seen SEC(".maps");

@@ -1,7 +1,8 @@
 //! The overhead budget: calibrated costs, a hot call moved to entry-only mode with its count
 //! still exact (`--exact-counts`), forced modes, a call that comes back to full mode once it
 //! cools down, and sampled mode (probes attached part of the time, counts estimated), forced
-//! and chosen by the budget, with its probes' cost to the job measured in situ.
+//! and chosen by the budget, with its probes' cost to the job measured in situ, and the in-situ
+//! check of a call its calibration keeps out of sampling.
 
 use crate::{args, bpf_test, command_pid, db_path, q, rows, standin, trace};
 
@@ -428,5 +429,80 @@ fn what_a_sampled_call_costs_the_job_is_measured_in_situ_and_agrees_with_the_cal
     assert!(
         estimated > by_time + (650_000 - by_time) / 4 && estimated < 650_000 * 23 / 20,
         "estimated {estimated}, by time alone {by_time}, made 650000"
+    );
+}
+
+#[test]
+fn a_call_its_calibration_keeps_in_full_mode_is_checked_in_situ_once_and_goes_back() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    // The launch-bound loop of the test above for about 50 s. Its single-stepped launches cost
+    // it about a third of its CPU time: under a budget of 100% with the margin (80%), so the
+    // budget never reduces them, but over a quarter of it, so the controller checks what they
+    // cost the job once the trace has run 30 s.
+    let out = dir.path().join("steps.txt");
+    let made: i64 = 7_000 * 260;
+    let mut a = args(
+        &db,
+        &[
+            s.exe(),
+            "steps",
+            "7000",
+            "260",
+            "5000",
+            out.to_str().unwrap(),
+        ],
+    );
+    a.overhead_budget = 100.0;
+    a.duration = Some(std::time::Duration::from_secs(240));
+    let summary = trace(&a);
+    assert_eq!(summary.command_exit, Some(0));
+    let switches = rows(
+        &db,
+        "SELECT (ts_ns - (SELECT min(timestamp) FROM events)) // 1000000000,
+                (previous = 'full' AND mode = 'sampled' AND reason = 'in_situ_check')::INT,
+                (previous = 'sampled' AND mode = 'full' AND reason = 'checked')::INT
+         FROM probe_modes WHERE op_id = 3 ORDER BY ts_ns",
+        3,
+    );
+    eprintln!("launch switches (s into the trace, check, back): {switches:?}");
+    assert_eq!(switches.len(), 2, "{switches:?}");
+    assert!(
+        switches[0][0] >= 29 && switches[0][1] == 1,
+        "checked from 30 s on: {switches:?}"
+    );
+    assert_eq!(switches[1][2], 1, "{switches:?}");
+    // Measured while sampled (stored with the next counts, every 5 s): the time measured
+    // fits in the check.
+    let measured = rows(
+        &db,
+        "SELECT count(*), max(attached_ns + detached_ns) FROM probe_in_situ WHERE op_id = 3
+           AND ts_ns >= (SELECT min(ts_ns) FROM probe_modes WHERE op_id = 3)",
+        2,
+    );
+    let check_ns = q(
+        &db,
+        "SELECT max(ts_ns) - min(ts_ns) FROM probe_modes WHERE op_id = 3",
+    );
+    assert!(
+        measured[0][0] > 0 && measured[0][1] <= check_ns,
+        "in-situ measurements {measured:?} in a check of {check_ns} ns"
+    );
+    // The counts of the sampled stretch are estimates, the rest exact: close to what was made.
+    let calls = q(&db, "SELECT sum(calls) FROM op_counts WHERE op_id = 3");
+    assert!(
+        (calls - made).abs() < made / 20,
+        "{calls} launches counted or estimated of {made}"
+    );
+    // Every launch outside the check was stored, about half of them during it.
+    let stored = q(
+        &db,
+        "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'",
+    );
+    assert!(
+        stored < made && stored > made * 3 / 4,
+        "{stored} launches stored of {made}"
     );
 }

@@ -349,6 +349,13 @@ impl Controller {
         let mut best: Option<(f64, u16)> = None;
         for w in procs {
             let allowance = CHECK_SHARE_OF_BUDGET * self.budget_pct / 100.0 * w.cpu_ns as f64;
+            // Calls of the ops not sampled: the progress, but for the op checked.
+            let not_sampled: u64 = w
+                .calls
+                .iter()
+                .filter(|(o, _)| self.mode(**o) != ProbeMode::Sampled)
+                .map(|(_, n)| *n)
+                .sum();
             for (&op, &n) in &w.calls {
                 let mode = self.mode(op);
                 if mode == ProbeMode::Sampled
@@ -358,12 +365,7 @@ impl Controller {
                     continue;
                 }
                 let cost = n as f64 * self.cost(op, mode);
-                let progress: u64 = w
-                    .calls
-                    .iter()
-                    .filter(|(o, _)| **o != op && self.mode(**o) != ProbeMode::Sampled)
-                    .map(|(_, n)| *n)
-                    .sum();
+                let progress = not_sampled - n;
                 if cost >= allowance
                     && progress as f64 >= CHECK_MIN_PROGRESS_PER_S * span_ns / 1e9
                     && best.is_none_or(|(c, _)| cost > c)

@@ -29,6 +29,19 @@ fn point(node: &str, t: i64) -> MetricPoint {
     }
 }
 
+/// A cumulative count of one op of pid 7 on n1, `calls` at `t`.
+fn snap(calls: u64, t: i64) -> OpSnapshot {
+    OpSnapshot {
+        node: "n1".into(),
+        pid: 7,
+        op_id: 3,
+        start_ns: 100,
+        time_ns: t,
+        calls: Some(calls),
+        ..OpSnapshot::default()
+    }
+}
+
 #[test]
 fn a_version_2_file_is_upgraded_and_extended() {
     let dir = tempfile::tempdir().unwrap();
@@ -95,15 +108,6 @@ fn cumulative_snapshots_replace_and_chains_upsert() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.duckdb");
     let mut s = CollectedStore::create(&path, WriterOptions::default()).unwrap();
-    let snap = |calls: u64, t: i64| OpSnapshot {
-        node: "n1".into(),
-        pid: 7,
-        op_id: 3,
-        start_ns: 100,
-        time_ns: t,
-        calls: Some(calls),
-        ..OpSnapshot::default()
-    };
     let chain = |lost: i64| ChainRow {
         node: "n1".into(),
         chain_id: "c1".into(),
@@ -153,15 +157,6 @@ fn the_cluster_store_reopens_as_points_arrive_and_its_reader_follows() {
     };
     let mut s = CollectedStore::create(&path, opts).unwrap();
     let live = s.live_reader().unwrap();
-    let snap = |calls: u64, t: i64| OpSnapshot {
-        node: "n1".into(),
-        pid: 7,
-        op_id: 3,
-        start_ns: 100,
-        time_ns: t,
-        calls: Some(calls),
-        ..OpSnapshot::default()
-    };
     for batch in 0..20i64 {
         let mut points: Vec<MetricPoint> = (0..30).map(|i| point("n1", batch * 30 + i)).collect();
         // A metric name first seen after a reopen, and the old one again.

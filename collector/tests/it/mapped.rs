@@ -250,3 +250,49 @@ fn tracing_all_processes_finds_a_running_static_program() {
     });
     assert_mix_recorded(&db, Some(child.id()));
 }
+
+/// Files the workload creates and maps, more than `lib_files_seen` holds (16,384).
+const FILES: u32 = 17_000;
+/// The files mapped last, mapped again this many rounds: still marked, so never reported.
+const RECENT: u32 = 500;
+const ROUNDS: u32 = 4;
+/// The files mapped first, mapped twice again: forgotten by then, so each is reported once
+/// more, marked again, and not reported the second time.
+const FIRST: u32 = 200;
+
+/// The kernel's map of files user space has looked at is an LRU: past its size the oldest are
+/// forgotten, reported once more when mapped again and marked again. Regression: a plain hash
+/// map, once full, kept the first 16,384 files and reported every later one at each mapping:
+/// with it this test counted 1,803 records more (the recent files' 2,000, none for the first).
+#[test]
+fn past_the_seen_files_map_s_size_the_oldest_are_forgotten_and_reported_once_more() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let files = dir.path().join("files");
+    std::fs::create_dir(&files).unwrap();
+    let n = |v: u32| v.to_string();
+    let (f, r, rounds, first) = (n(FILES), n(RECENT), n(ROUNDS), n(FIRST));
+    let summary = trace(&args(
+        &db,
+        &[
+            s.exe(),
+            "files",
+            files.to_str().unwrap(),
+            &f,
+            &r,
+            &rounds,
+            &first,
+        ],
+    ));
+    assert_eq!(summary.command_exit, Some(0));
+    assert!(summary.map_hook.active, "{:?}", summary.map_hook);
+    // Besides the workload's files: its own libraries (the C library, the stand-ins), once each.
+    let others = summary
+        .map_hook
+        .records
+        .checked_sub(u64::from(FILES + FIRST));
+    eprintln!("records: {} (others {others:?})", summary.map_hook.records);
+    assert!(others.is_some_and(|o| o <= 8), "{:?}", summary.map_hook);
+}

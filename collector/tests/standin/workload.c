@@ -23,11 +23,16 @@
 //   syscalls N OUT     N getppid system calls back to back; "N ns cpu" in OUT as for rate
 //   mmaps N OUT        N anonymous one-page mmap + munmap pairs (each takes and releases the
 //                      process's mmap lock); "N ns cpu" in OUT as for rate
+//   files DIR N RECENT ROUNDS FIRST  creates N one-byte files in DIR and maps each executable
+//                      once (mmap PROT_EXEC of its descriptor, then munmap), 1,000 at a time
+//                      with 200 ms between; then maps the last RECENT of them ROUNDS times
+//                      more; then the first FIRST twice (1 s between phases)
 //   collide N SLOTS MS OUT  the main thread and a second thread whose tid equals it modulo SLOTS
 //                      (threads are created and joined until one does) each make N launches
 //                      and one cudaStreamSynchronize sleeping MS, the second while the first is
 //                      alive; OUT gets both tids
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -237,6 +242,48 @@ static int mode_mmaps(long n, const char *out)
 	}
 	write_rate(out, n, now_ns() - t0);
 	return 0;
+}
+
+/* Maps file `i` of `dir` executable and unmaps it; creates it first (one byte) if `create`. */
+static int map_file(const char *dir, long i, int create)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/f%ld", dir, i);
+	int fd = open(path, create ? O_RDWR | O_CREAT | O_EXCL : O_RDONLY, 0644);
+	if (fd < 0 || (create && write(fd, "x", 1) != 1))
+		return 1;
+	void *p = mmap(NULL, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return 1;
+	munmap(p, 4096);
+	return 0;
+}
+
+static int map_files(const char *dir, long from, long to)
+{
+	for (long i = from; i < to; i++) {
+		if (map_file(dir, i, 0))
+			return 1;
+	}
+	usleep(1000000);
+	return 0;
+}
+
+static int mode_files(const char *dir, long n, long recent, long rounds, long first)
+{
+	for (long i = 0; i < n; i++) {
+		if (map_file(dir, i, 1))
+			return 1;
+		if (i % 1000 == 999)
+			usleep(200000);
+	}
+	usleep(1000000);
+	for (long r = 0; r < rounds; r++) {
+		if (map_files(dir, n - recent, n))
+			return 1;
+	}
+	return map_files(dir, 0, first) || map_files(dir, 0, first);
 }
 
 static int mode_rate(long n, const char *out, int threads, long per_s)
@@ -555,6 +602,8 @@ int main(int argc, char **argv)
 		return mode_collide(atoi(argv[2]), atol(argv[3]), atoi(argv[4]), argv[5]);
 	if (!strcmp(m, "syscalls") && argc > 3)
 		return mode_syscalls(atol(argv[2]), argv[3]);
+	if (!strcmp(m, "files") && argc > 6)
+		return mode_files(argv[2], atol(argv[3]), atol(argv[4]), atol(argv[5]), atol(argv[6]));
 	if (!strcmp(m, "mmaps") && argc > 3)
 		return mode_mmaps(atol(argv[2]), argv[3]);
 	return 2;

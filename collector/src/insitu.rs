@@ -28,7 +28,7 @@ const MIN_SEGMENT_NS: i64 = 10_000_000;
 /// controller acts on...
 const MIN_FOR_COSTS: (u64, f64) = (8, 100.0);
 /// ...and before the speedup that estimated counts use (a point estimate: its noise averages
-/// out over the windows, while waiting longer leaves more windows low).
+/// out over the windows, while waiting longer holds the first windows' counts back longer).
 const MIN_FOR_COUNTS: (u64, f64) = (3, 30.0);
 /// The detached / attached progress rate believed (a measurement outside is noise or a phase
 /// change, not probes).
@@ -233,14 +233,13 @@ impl Meter {
     }
 
     /// How much faster `pid` progresses while `op`'s probes are detached than while attached
-    /// (detached / attached rate, within [`SPEEDUP_BOUNDS`]), once measured; else 1. A thread
-    /// bound by its own CPU makes its calls (the sampled op's too) faster by as much: the calls
-    /// made while detached are estimated with it (poll.rs). The point estimate, not a bound:
-    /// its noise is as likely up as down, so the estimated counts stay unbiased.
-    pub fn speedup(&self, op: u16, pid: u32) -> f64 {
-        self.estimate_in(op, pid, MIN_FOR_COUNTS).map_or(1.0, |e| {
-            (e.detached_rate / e.attached_rate).clamp(SPEEDUP_BOUNDS.0, SPEEDUP_BOUNDS.1)
-        })
+    /// (detached / attached rate, within [`SPEEDUP_BOUNDS`]), once measured. A thread bound by
+    /// its own CPU makes its calls (the sampled op's too) faster by as much: the calls made
+    /// while detached are estimated with it (poll.rs). The point estimate, not a bound: its
+    /// noise is as likely up as down, so the estimated counts stay unbiased.
+    pub fn speedup(&self, op: u16, pid: u32) -> Option<f64> {
+        self.estimate_in(op, pid, MIN_FOR_COUNTS)
+            .map(|e| (e.detached_rate / e.attached_rate).clamp(SPEEDUP_BOUNDS.0, SPEEDUP_BOUNDS.1))
     }
 
     /// The measurement of `op` in `pid`, once there is `enough` of it (segments, progress calls).
@@ -373,14 +372,15 @@ mod tests {
     #[test]
     fn the_measured_slowdown_is_the_speedup_of_the_detached_calls() {
         let m = run(5e6, 2_000.0, 60);
-        assert!((m.speedup(LAUNCH, 1) - 5.2 / 5.0).abs() < 0.005);
-        // Not measured (another process, another op, too soon): 1; no loss: about 1.
-        assert_eq!(m.speedup(LAUNCH, 2), 1.0);
-        assert_eq!(m.speedup(SYNC, 1), 1.0);
-        assert_eq!(run(5e6, 2_000.0, 1).speedup(LAUNCH, 1), 1.0);
+        let g = |m: &Meter, op, pid| m.speedup(op, pid).unwrap();
+        assert!((g(&m, LAUNCH, 1) - 5.2 / 5.0).abs() < 0.005);
+        // Not measured (another process, another op, too soon); no loss: about 1.
+        assert_eq!(m.speedup(LAUNCH, 2), None);
+        assert_eq!(m.speedup(SYNC, 1), None);
+        assert_eq!(run(5e6, 2_000.0, 1).speedup(LAUNCH, 1), None);
         assert!(run(5e6, 2_000.0, 3).estimate(LAUNCH).is_none());
-        assert!(run(5e6, 2_000.0, 3).speedup(LAUNCH, 1) > 1.02);
-        assert!((run(5e6, 0.0, 60).speedup(LAUNCH, 1) - 1.0).abs() < 0.005);
+        assert!(g(&run(5e6, 2_000.0, 3), LAUNCH, 1) > 1.02);
+        assert!((g(&run(5e6, 0.0, 60), LAUNCH, 1) - 1.0).abs() < 0.005);
     }
 
     #[test]

@@ -62,15 +62,57 @@ pub struct OpTotal {
 
 /// Calls made in a window where `counted` were counted while the probes were attached for
 /// `observed_ns` of `window_ns` (sampled mode): the counted calls scaled up to the window,
-/// the detached part at `speedup` times the attached rate (insitu.rs: a thread the probes slow
-/// calls faster without them), rounded. Exact (the count itself) when the probes stayed
-/// attached; an op detached all window long has no estimate and keeps its count (0).
-pub fn estimate(counted: u64, observed_ns: i64, window_ns: i64, speedup: f64) -> u64 {
+/// rounded. The detached part goes at `speedup` times the attached rate (insitu.rs: a thread
+/// the probes slow calls faster without them), except the `switching_ns` of it spent attaching
+/// or detaching the links, when the probes still slow the thread: at the attached rate. Exact
+/// (the count itself) when the probes stayed attached; an op detached all window long has no
+/// estimate and keeps its count (0).
+pub fn estimate(
+    counted: u64,
+    observed_ns: i64,
+    window_ns: i64,
+    switching_ns: i64,
+    speedup: f64,
+) -> u64 {
     if observed_ns >= window_ns || observed_ns <= 0 {
         counted
     } else {
-        let detached = (window_ns - observed_ns) as f64 * speedup;
+        let switching = switching_ns.clamp(0, window_ns - observed_ns);
+        let detached = (window_ns - observed_ns - switching) as f64 * speedup + switching as f64;
         (counted as f64 * (observed_ns as f64 + detached) / observed_ns as f64).round() as u64
+    }
+}
+
+/// How long a sampled op's counts row waits for its process's speedup to be measured
+/// (insitu.rs: 3 attached and 3 detached slices, 3-8 s) before it is estimated without one, at
+/// the attached rate (a process with no other calls never has one). Estimated at once, the
+/// first rows of a thread bound by its own CPU would come out low by the probes' share of its
+/// attached time.
+pub const HOLD_NS: i64 = 20_000_000_000;
+
+/// A counts row of a sampled op, with what its estimate needs: held back until its process's
+/// speedup is measured (at most [`HOLD_NS`]).
+#[derive(Debug)]
+struct Held {
+    /// Calls and bytes as counted while attached.
+    row: OpCount,
+    observed_ns: i64,
+    switching_ns: i64,
+}
+
+impl Held {
+    /// The row with its calls and bytes estimated for the whole window ([`estimate`]).
+    fn estimated(self, speedup: f64) -> OpCount {
+        let (w, o, sw) = (
+            self.row.window_end_ns - self.row.window_start_ns,
+            self.observed_ns,
+            self.switching_ns,
+        );
+        OpCount {
+            calls: estimate(self.row.calls, o, w.max(1), sw, speedup),
+            bytes: estimate(self.row.bytes, o, w.max(1), sw, speedup),
+            ..self.row
+        }
     }
 }
 
@@ -91,8 +133,11 @@ pub struct PollState {
     /// Records that failed to decode.
     pub undecodable: u64,
     prev_stats: HashMap<StatKey, Stat>,
-    /// Detached time per sampled op at the last snapshot (ns).
-    prev_detached: HashMap<u16, i64>,
+    /// Detached time per sampled op at the last snapshot, and the part of it spent switching
+    /// (ns).
+    prev_detached: HashMap<u16, (i64, i64)>,
+    /// Counts rows of sampled ops waiting for their process's speedup.
+    held: Vec<Held>,
     prev_drops: Vec<u64>,
     /// Ring-buffer reservation failures per op, over the trace.
     pub ring_drops: BTreeMap<u16, u64>,
@@ -136,6 +181,7 @@ impl PollState {
             undecodable: 0,
             prev_stats: HashMap::new(),
             prev_detached: HashMap::new(),
+            held: Vec::new(),
             prev_drops: vec![0; MAX_OPS as usize],
             ring_drops: BTreeMap::new(),
             totals: BTreeMap::new(),
@@ -295,37 +341,54 @@ impl PollState {
     /// Turns the kernel's counters and histograms (`stats`, from [`read_stats`]) and drop counts
     /// into the deltas since the last call, sent as one window of rows, and new drops as drop rows.
     /// `detached(op, now)` is the time sampling kept an op's probes detached since the trace
-    /// started: the calls of such an op are estimated ([`estimate`], with `speedup(op, pid)`)
-    /// and its window recorded.
+    /// started, and the part of it spent switching: the calls of such an op are estimated
+    /// ([`estimate`], with `speedup(op, pid)`, once measured: until then, at most [`HOLD_NS`],
+    /// its rows are held back) and its window recorded. The `last` snapshot holds nothing back.
     pub fn snapshot(
         &mut self,
         stats: &HashMap<StatKey, Stat>,
         skel: &CausewaySkel<'_>,
         sink: &Sink,
-        detached: impl Fn(u16, i64) -> i64,
-        speedup: impl Fn(u16, u32) -> f64,
+        detached: impl Fn(u16, i64) -> (i64, i64),
+        speedup: impl Fn(u16, u32) -> Option<f64>,
+        last: bool,
     ) {
         let now = causeway_store::now_ns();
         let (start, end) = (self.window_start_ns, now);
         self.window_start_ns = now;
         let window_ns = (end - start).max(1);
-        // Time each op's probes were attached in the window (sampled ops only).
+        // Time each op's probes were attached in the window (sampled ops only), and the
+        // detached time spent switching.
         let mut observed: BTreeMap<u16, i64> = BTreeMap::new();
+        let mut switching: BTreeMap<u16, i64> = BTreeMap::new();
         let ops: std::collections::BTreeSet<u16> = stats
             .keys()
             .map(|k| k.op)
             .chain(self.prev_detached.keys().copied())
             .collect();
         for op in ops {
-            let total = detached(op, end);
+            let (total, switched) = detached(op, end);
             if total > 0 {
-                let prev = self.prev_detached.insert(op, total).unwrap_or(0);
+                let prev = self.prev_detached.insert(op, (total, switched));
+                let (prev, prev_switched) = prev.unwrap_or((0, 0));
                 observed.insert(op, (window_ns - (total - prev)).clamp(0, window_ns));
+                switching.insert(op, switched - prev_switched);
             }
         }
         let mut sampled: BTreeMap<u16, u64> = BTreeMap::new();
         let mut counts = Vec::new();
         let mut hist = Vec::new();
+        // Rows held back whose speedup is measured now, or that waited long enough.
+        for h in std::mem::take(&mut self.held) {
+            let g = speedup(h.row.op_id, h.row.pid);
+            if g.is_none() && !last && end - h.row.window_end_ns < HOLD_NS {
+                self.held.push(h);
+                continue;
+            }
+            let row = h.estimated(g.unwrap_or(1.0));
+            self.totals.entry(row.op_id).or_default().calls += row.calls;
+            counts.push(row);
+        }
         for (&k, s) in stats {
             let prev = self.prev_stats.get(&k);
             let d = |f: fn(&Stat) -> u64| f(s).saturating_sub(prev.map(f).unwrap_or(0));
@@ -340,19 +403,34 @@ impl PollState {
             let g = if seen < window_ns {
                 speedup(k.op, k.pid)
             } else {
-                1.0
+                Some(1.0)
             };
-            let made = estimate(calls, seen, window_ns, g);
-            counts.push(OpCount {
-                pid: k.pid,
-                op_id: k.op,
-                window_start_ns: start,
-                window_end_ns: end,
-                calls: made,
-                stored: d(|s| s.stored),
-                total_ns: d(|s| s.total_ns),
-                bytes: estimate(d(|s| s.bytes), seen, window_ns, g),
-            });
+            let held = Held {
+                row: OpCount {
+                    pid: k.pid,
+                    op_id: k.op,
+                    window_start_ns: start,
+                    window_end_ns: end,
+                    calls,
+                    stored: d(|s| s.stored),
+                    total_ns: d(|s| s.total_ns),
+                    bytes: d(|s| s.bytes),
+                },
+                observed_ns: seen,
+                switching_ns: switching.get(&k.op).copied().unwrap_or(0),
+            };
+            let made = match g {
+                None if !last => {
+                    self.held.push(held);
+                    0
+                }
+                g => {
+                    let row = held.estimated(g.unwrap_or(1.0));
+                    let made = row.calls;
+                    counts.push(row);
+                    made
+                }
+            };
             for (i, c) in s.hist.iter().enumerate() {
                 let delta = c.saturating_sub(prev.map(|p| p.hist[i]).unwrap_or(0));
                 if delta > 0 {
@@ -386,6 +464,9 @@ impl PollState {
                 window_end_ns: end,
                 observed_ns: seen as u64,
                 counted: sampled.get(&op).copied().unwrap_or(0),
+                switching_ns: switching
+                    .get(&op)
+                    .map_or(0, |&sw| sw.clamp(0, window_ns - seen) as u64),
             })
             .collect();
         if !windows.is_empty() {

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::process::Child;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use causeway_bpf::abi::{
@@ -72,11 +72,14 @@ fn wanted(ctl: &Controller, sampler: &Sampler, op: u16) -> OpProbes {
 /// Applies one switch in the order that keeps every call counted and never leaves a timed call
 /// without its return probe: the mode goes first when return probes go away, last when they
 /// come back. An op entering sampled mode starts with its probes attached (with `duty`); one
-/// leaving it between its attached slices gets them back at once.
+/// leaving it between its attached slices gets them back as soon as its old links are gone
+/// (`detaching` links lists are still going: an old entry link and a new one on the same
+/// function would count its calls twice).
 fn apply(
     skel: &CausewaySkel<'_>,
     attached: &mut Attached,
     sampler: &mut Sampler,
+    detaching: &AtomicUsize,
     s: &ModeSwitch,
     duty: Option<f64>,
 ) -> Result<(), CollectorError> {
@@ -94,6 +97,7 @@ fn apply(
         sampler.sample(op, duty.unwrap_or(DEFAULT_DUTY), now);
     }
     if detached {
+        wait_detached(detaching);
         set_op_mode(skel, op, to)?;
         let want = if to.needs_return_probe() {
             OpProbes::EntryAndReturn
@@ -113,6 +117,22 @@ fn apply(
     let name = op_by_id(op).map_or("?", |o| o.name);
     info!(op = name, from = %s.previous, to = %s.mode, reason = %s.reason, overhead_pct = format!("{:.2}", s.overhead_pct), duty = ?duty.filter(|_| to == ProbeMode::Sampled), "probe mode changed");
     Ok(())
+}
+
+/// Waits (at most 5 s) until the detach thread has dropped every links list sent to it: 35-48 ms
+/// a list for one sampled op on the development VM (RCU grace periods). Only an op leaving sampled mode
+/// between its attached slices waits, once.
+fn wait_detached(detaching: &AtomicUsize) {
+    let since = Instant::now();
+    while detaching.load(Ordering::Acquire) > 0 {
+        if since.elapsed() >= Duration::from_secs(5) {
+            warn!(
+                "old probe links still going after 5 s: attaching anyway (some calls may be counted twice)"
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Cumulative probe hits per (pid, op) of probed calls, for the controller: the calls, and the
@@ -299,7 +319,7 @@ pub(crate) fn record(
     // so that the ring keeps being drained meanwhile. Until it is done, no op is attached again
     // (an old entry link and a new one on the same function would count its calls twice).
     let (reap, reaped) = std::sync::mpsc::channel::<Vec<Link>>();
-    let detaching = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let detaching = std::sync::Arc::new(AtomicUsize::new(0));
     // The in-situ cost of sampled ops' probes (insitu.rs), and the ops whose detached segment
     // begins once their links are gone.
     let mut meter = Meter::default();
@@ -344,16 +364,17 @@ pub(crate) fn record(
         for (op, attach) in due {
             if attach {
                 if detaching.load(Ordering::Acquire) == 0 {
-                    meter.end(op, causeway_store::now_ns(), &counts(), &sampled);
+                    let began = causeway_store::now_ns();
+                    meter.end(op, began, &counts(), &sampled);
                     attached.attach_op_probes(&skel, op, OpProbes::EntryAndReturn);
                     let at = causeway_store::now_ns();
-                    sampler.switched(op, true, at);
+                    sampler.switched(op, true, began, at);
                     meter.begin(op, true, at, &counts(), &sampled);
                 }
             } else {
                 let at = causeway_store::now_ns();
                 meter.end(op, at, &counts(), &sampled);
-                sampler.switched(op, false, at);
+                sampler.switched(op, false, at, at);
                 let (entries, exits) = attached.detach_op_probes(op);
                 detaching.fetch_add(2, Ordering::Release);
                 let _ = reap.send(entries);
@@ -364,6 +385,7 @@ pub(crate) fn record(
         if !off_pending.is_empty() && detaching.load(Ordering::Acquire) == 0 {
             let (c, at) = (counts(), causeway_store::now_ns());
             for op in std::mem::take(&mut off_pending) {
+                sampler.settled(op, at);
                 if sampler.is_detached(op) {
                     meter.begin(op, false, at, &c, &sampled);
                 }
@@ -432,7 +454,14 @@ pub(crate) fn record(
                 state.borrow().cpu_reading(pid, boot_start_ns)
             });
             for s in &tick.switches {
-                apply(&skel, &mut attached, &mut sampler, s, ctl.duty(s.op_id))?;
+                apply(
+                    &skel,
+                    &mut attached,
+                    &mut sampler,
+                    &detaching,
+                    s,
+                    ctl.duty(s.op_id),
+                )?;
             }
             // Segments of ops that left sampled mode are dropped; ops that entered it (their
             // probes attached) start measuring.
@@ -493,8 +522,9 @@ pub(crate) fn record(
                     &stats,
                     &skel,
                     sink,
-                    |op, now| sampler.detached_ns(op, now),
+                    |op, now| (sampler.detached_ns(op, now), sampler.switching_ns(op, now)),
                     |op, pid| meter.speedup(op, pid),
+                    false,
                 );
                 if !in_situ.is_empty() {
                     let _ = sink.ctl.send(Ctl::InSitu(in_situ));
@@ -576,8 +606,9 @@ pub(crate) fn record(
         &stats,
         &skel,
         sink,
-        |op, now| sampler.detached_ns(op, now),
+        |op, now| (sampler.detached_ns(op, now), sampler.switching_ns(op, now)),
         |op, pid| meter.speedup(op, pid),
+        true,
     );
     let in_situ = meter.update(&mut ctl, causeway_store::now_ns());
     let in_situ_summary = in_situ

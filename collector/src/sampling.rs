@@ -42,6 +42,12 @@ pub struct Sampler {
     ops: BTreeMap<u16, OpState>,
     /// Detached time of finished detached slices, per op (ns).
     detached_ns: BTreeMap<u16, i64>,
+    /// The part of it spent switching (ns): the links going in before an attached slice, and
+    /// going out after one. The probes slow the job then (the return probes go in first and
+    /// out last), though the calls are not counted.
+    switching_ns: BTreeMap<u16, i64>,
+    /// Ops whose links are going out, since when (ns).
+    settling: BTreeMap<u16, i64>,
     rng: u64,
 }
 
@@ -56,6 +62,8 @@ impl Sampler {
         Sampler {
             ops: BTreeMap::new(),
             detached_ns: BTreeMap::new(),
+            switching_ns: BTreeMap::new(),
+            settling: BTreeMap::new(),
             rng: seed | 1,
         }
     }
@@ -101,6 +109,7 @@ impl Sampler {
     /// Stops sampling `op` at `now_ns`; true when its probes are detached now (the caller
     /// attaches them).
     pub fn stop(&mut self, op: u16, now_ns: i64) -> bool {
+        self.settled(op, now_ns);
         let Some(s) = self.ops.remove(&op) else {
             return false;
         };
@@ -136,12 +145,20 @@ impl Sampler {
         self.ops.values().map(|s| s.until_ns).min()
     }
 
-    /// Records that `op`'s probes were attached or detached at `at_ns` (for an attach: when the
-    /// links were in place; for a detach: when they started to go).
-    pub fn switched(&mut self, op: u16, attached: bool, at_ns: i64) {
+    /// Records that `op`'s probes were attached or detached. An attach ran from `began_ns` to
+    /// `at_ns`, when the links were in place: time spent switching. A detach starts at `at_ns`
+    /// (`began_ns` is the same), when the links start to go; the time until they are gone
+    /// ([`Sampler::settled`]) is spent switching too.
+    pub fn switched(&mut self, op: u16, attached: bool, began_ns: i64, at_ns: i64) {
         let Some(s) = self.ops.get(&op).cloned() else {
             return;
         };
+        if attached {
+            self.settled(op, began_ns);
+            *self.switching_ns.entry(op).or_default() += (at_ns - began_ns).max(0);
+        } else {
+            self.settling.insert(op, at_ns);
+        }
         if !s.attached {
             *self.detached_ns.entry(op).or_default() += at_ns - s.since_ns;
         }
@@ -166,6 +183,20 @@ impl Sampler {
             .map_or(0, |s| (now_ns - s.since_ns).max(0));
         self.detached_ns.get(&op).copied().unwrap_or(0) + open
     }
+
+    /// Records that the links of a detached `op` were all gone at `at_ns`.
+    pub fn settled(&mut self, op: u16, at_ns: i64) {
+        if let Some(since) = self.settling.remove(&op) {
+            *self.switching_ns.entry(op).or_default() += (at_ns - since).max(0);
+        }
+    }
+
+    /// The part of [`Sampler::detached_ns`] spent switching (attaching or detaching `op`'s
+    /// links), from the start of the trace to `now_ns`.
+    pub fn switching_ns(&self, op: u16, now_ns: i64) -> i64 {
+        let open = self.settling.get(&op).map_or(0, |&t| (now_ns - t).max(0));
+        self.switching_ns.get(&op).copied().unwrap_or(0) + open
+    }
 }
 
 #[cfg(test)]
@@ -179,7 +210,7 @@ mod tests {
         let mut now = 0;
         while now < secs * S {
             for (o, attach) in s.due(now) {
-                s.switched(o, attach, now);
+                s.switched(o, attach, now, now);
             }
             now += 1_000_000;
         }
@@ -223,7 +254,7 @@ mod tests {
         let mut now = 0;
         while offs.len() < 20 {
             for (o, attach) in s.due(now) {
-                s.switched(o, attach, now);
+                s.switched(o, attach, now, now);
                 if !attach {
                     offs.push(s.next_due_ns().unwrap() - now);
                 }
@@ -241,13 +272,38 @@ mod tests {
     }
 
     #[test]
+    fn the_time_spent_switching_is_kept_apart_within_the_detached_time() {
+        let ms = S / 1000;
+        let mut s = Sampler::new(5);
+        s.sample(3, 0.1, 0);
+        // Detach from 100 ms: the links are gone at 150 ms.
+        s.switched(3, false, 100 * ms, 100 * ms);
+        assert_eq!(s.switching_ns(3, 120 * ms), 20 * ms);
+        s.settled(3, 150 * ms);
+        assert_eq!(s.switching_ns(3, 800 * ms), 50 * ms);
+        // An attach from 900 ms, in place at 910 ms.
+        s.switched(3, true, 900 * ms, 910 * ms);
+        assert_eq!(s.switching_ns(3, S), 60 * ms);
+        assert_eq!(s.detached_ns(3, S), 810 * ms);
+        // An attach while the old links are still going (never done by the recorder) ends the
+        // detach's switching where the attach begins; stopping ends it too.
+        s.switched(3, false, 1010 * ms, 1010 * ms);
+        s.switched(3, true, 1030 * ms, 1040 * ms);
+        assert_eq!(s.switching_ns(3, 2 * S), 90 * ms);
+        s.switched(3, false, 1140 * ms, 1140 * ms);
+        s.stop(3, 1150 * ms);
+        assert_eq!(s.switching_ns(3, 3 * S), 100 * ms);
+        assert_eq!(s.detached_ns(3, 3 * S), 850 * ms);
+    }
+
+    #[test]
     fn stopping_keeps_the_detached_time_and_says_whether_to_attach() {
         let mut s = Sampler::new(3);
         s.sample(3, 0.1, 0);
         // Attached until 0.1 s, then detached.
         assert_eq!(s.due(S / 20), vec![]);
         assert_eq!(s.due(S / 10), vec![(3, false)]);
-        s.switched(3, false, S / 10);
+        s.switched(3, false, S / 10, S / 10);
         assert!(s.is_detached(3));
         assert_eq!(s.detached_ns(3, S / 2), 4 * S / 10);
         assert!(s.stop(3, S / 2));

@@ -192,7 +192,9 @@ fn copy_source(conn: &Connection, tmp: &Path, src: &Path, i: usize) -> Result<So
         .iter()
         .copied()
         .chain(newer)
-        .map(|t| format!("INSERT INTO {t} SELECT * FROM {alias}.{t};"))
+        // By name: a column added later (probe_sampling.switching_ns, schema 6) gets its
+        // default from a source that lacks it.
+        .map(|t| format!("INSERT INTO {t} BY NAME SELECT * FROM {alias}.{t};"))
         .collect();
     conn.execute_batch(&format!(
         "BEGIN TRANSACTION;

@@ -1,6 +1,7 @@
 //! Recording what the collector's overhead controller measured and decided (schema version 2):
 //! calibrated probe costs, probe-mode switches, per-process overhead windows, and (version 4)
-//! the attached time of sampled ops, and (version 5) their probes' cost measured in situ.
+//! the attached time of sampled ops (version 6: and the part of the detached time spent
+//! switching), and (version 5) their probes' cost measured in situ.
 
 use duckdb::params;
 
@@ -70,6 +71,8 @@ pub struct SampledWindow {
     pub observed_ns: u64,
     /// Calls counted while attached (all processes).
     pub counted: u64,
+    /// Of the detached time, the part spent attaching or detaching the links (ns).
+    pub switching_ns: u64,
 }
 
 /// The in-situ cost of one sampled op's probes, measured so far (cumulative).
@@ -174,7 +177,8 @@ impl Writer {
                 r.window_start_ns,
                 r.window_end_ns,
                 r.observed_ns,
-                r.counted
+                r.counted,
+                r.switching_ns
             ])
             .ctx(path, "recording a sampled window")?;
         }

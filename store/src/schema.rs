@@ -12,7 +12,9 @@ use crate::catalog::{OPS, Source};
 /// (003_collected.sql).
 /// 4: `probe_sampling`, what the estimated counts of sampled ops rest on (004_sampled.sql).
 /// 5: `probe_in_situ`, the cost of sampled ops' probes measured on the job (005_in_situ.sql).
-pub const SCHEMA_VERSION: u32 = 5;
+/// 6: `probe_sampling.switching_ns`, the detached time spent attaching or detaching the links
+/// (006_switching.sql).
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The oldest version this build reads: the event layout of version 2. Version-1 files are
 /// refused with a hint to import or record them again.
@@ -28,6 +30,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (3, include_str!("../sql/003_collected.sql")),
     (4, include_str!("../sql/004_sampled.sql")),
     (5, include_str!("../sql/005_in_situ.sql")),
+    (6, include_str!("../sql/006_switching.sql")),
 ];
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
@@ -347,7 +350,13 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "probe_sampling",
         "observed_ns",
         "ns",
-        "time the op's probes were attached in the window; op_counts.calls = calls counted x (observed_ns + detached time x speedup) / observed_ns, speedup = the process's detached / attached progress rate once measured (as in probe_in_situ), else 1",
+        "time the op's probes were attached in the window; op_counts.calls = calls counted x (observed_ns + switching_ns + (detached time - switching_ns) x speedup) / observed_ns, speedup = the process's detached / attached progress rate once measured (as in probe_in_situ; its first rows wait up to 20 s for it), else 1",
+    ),
+    (
+        "probe_sampling",
+        "switching_ns",
+        "ns",
+        "part of the detached time spent attaching or detaching the op's links, when its probes still slow the process though no call is counted: estimated at the attached rate (0 in files older than schema 6)",
     ),
     (
         "probe_sampling",

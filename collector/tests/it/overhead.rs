@@ -417,8 +417,12 @@ fn what_a_sampled_call_costs_the_job_is_measured_in_situ_and_agrees_with_the_cal
         "lost {lost} ns per hit, calibrated {calibrated}"
     );
     assert!((1000..=10_000).contains(&factor), "factor {factor}");
-    // Once measured, the detached time's launches are estimated at the faster detached rate:
-    // closer to the 650,000 made than the counted launches scaled by time alone.
+    // The detached time's launches are estimated at the faster detached rate (the first
+    // windows wait for it), except while the links go in or out, when the probes still slow
+    // the loop: within 10% of the 650,000 made, where the counted launches scaled by time
+    // alone are about 30% low. Run alone: 663,770-675,118 before the switching time was set
+    // apart (3 runs), -2.2%..+1.3% after (7 runs); 611,565 once beside the whole test suite,
+    // whose other tests take the CPU in bursts that the speedup measurement does not expect.
     let estimated = q(&db, "SELECT sum(calls) FROM op_counts WHERE op_id = 3");
     let by_time = q(
         &db,
@@ -427,8 +431,25 @@ fn what_a_sampled_call_costs_the_job_is_measured_in_situ_and_agrees_with_the_cal
     );
     eprintln!("launches: estimated {estimated}, by time alone {by_time}, made 650000");
     assert!(
-        estimated > by_time + (650_000 - by_time) / 4 && estimated < 650_000 * 23 / 20,
+        (estimated - 650_000).abs() < 650_000 / 10,
         "estimated {estimated}, by time alone {by_time}, made 650000"
+    );
+    // Switching took time in the detached part of the windows, never more.
+    let (switching, over) = (
+        q(
+            &db,
+            "SELECT sum(switching_ns)::BIGINT FROM probe_sampling WHERE op_id = 3",
+        ),
+        q(
+            &db,
+            "SELECT count(*) FROM probe_sampling
+             WHERE switching_ns > window_end_ns - window_start_ns - observed_ns",
+        ),
+    );
+    eprintln!("switching: {} ms", switching / 1_000_000);
+    assert!(
+        switching > 0 && over == 0,
+        "switching {switching} ns, {over} rows over"
     );
 }
 

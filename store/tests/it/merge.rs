@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use causeway_store::catalog::op_by_name;
 use causeway_store::import::{ImportOptions, import};
 use causeway_store::merge::merge;
-use causeway_store::{Event, Frame, Reader, StoreError, Writer, WriterOptions};
+use causeway_store::{Event, Frame, Reader, SampledWindow, StoreError, Writer, WriterOptions};
 
 use crate::common::shared;
 
@@ -31,6 +31,7 @@ fn node_store(dir: &Path, node: &str, clock_ns: i64, steps: i64) -> PathBuf {
     let allreduce = op_by_name("ncclAllReduce").unwrap().id;
     let sync = op_by_name("cudaStreamSynchronize").unwrap().id;
     let launch = op_by_name("cudaLaunchKernel").unwrap().id;
+    let local = |t: i64| t + clock_ns;
     w.add_stack(
         77,
         &[Frame {
@@ -45,7 +46,6 @@ fn node_store(dir: &Path, node: &str, clock_ns: i64, steps: i64) -> PathBuf {
         // Each node reaches the collective at its own pace; completion is shared.
         let jitter = ((k * 7919 + node.len() as i64 * 104_729) % 61 - 30) * 1_000;
         let done = T0 + (k + 1) * STEP + jitter / 10;
-        let local = |t: i64| t + clock_ns;
         let entry = T0 + k * STEP + 60_000_000 + jitter;
         let ev = |ts: i64, duration: i64, op_id: u16| Event {
             timestamp: local(ts),
@@ -63,6 +63,16 @@ fn node_store(dir: &Path, node: &str, clock_ns: i64, steps: i64) -> PathBuf {
         w.append(&ev(entry + 50_000, done - entry - 50_000, sync))
             .unwrap();
     }
+    // The launches were sampled in the first 5 s.
+    w.record_sampled(&[SampledWindow {
+        op_id: launch,
+        window_start_ns: local(T0),
+        window_end_ns: local(T0 + 5_000_000_000),
+        observed_ns: 1_000_000_000,
+        counted: 100,
+        switching_ns: 40_000_000,
+    }])
+    .unwrap();
     w.finish().unwrap();
     path
 }
@@ -125,6 +135,44 @@ fn nodes_merge_with_every_row_and_their_clock_offsets() {
         .query_row([], |row| row.get(0))
         .unwrap();
     assert_eq!(ids, 1080, "event ids stay unique across nodes");
+}
+
+/// A node recorded before schema 6 has no `probe_sampling.switching_ns`: its rows merge with 0
+/// beside a newer node's.
+#[test]
+fn a_node_store_older_than_a_column_merges_with_its_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = node_store(dir.path(), "node-a", 0, 10);
+    let b = node_store(dir.path(), "node-b", 0, 10);
+    {
+        let c = causeway_store::duckdb::Connection::open(&a).unwrap();
+        c.execute_batch(
+            "ALTER TABLE probe_sampling DROP COLUMN switching_ns;
+             DELETE FROM schema_columns WHERE column_name = 'switching_ns';
+             UPDATE meta SET value = '5' WHERE key = 'schema_version'",
+        )
+        .unwrap();
+    }
+    assert_eq!(Reader::open(&a).unwrap().schema_version(), 5);
+    let out = dir.path().join("cluster.duckdb");
+    merge(&[a, b], &out, false).unwrap();
+    let r = Reader::open(&out).unwrap();
+    let rows: Vec<(String, i64, i64, i64)> = r
+        .prepare_trusted(
+            "SELECT node, observed_ns, counted, switching_ns FROM probe_sampling ORDER BY node",
+        )
+        .unwrap()
+        .query_map([], causeway_store::row)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            ("node-a".into(), 1_000_000_000, 100, 0),
+            ("node-b".into(), 1_000_000_000, 100, 40_000_000),
+        ]
+    );
 }
 
 #[test]

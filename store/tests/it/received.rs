@@ -92,7 +92,7 @@ fn a_version_2_file_is_upgraded_and_extended() {
             &r,
             "SELECT count(*) FROM schema_columns WHERE table_name = 'probe_sampling'"
         ),
-        6
+        7
     );
     assert_eq!(
         count(

@@ -119,9 +119,9 @@ fn apply(
     Ok(())
 }
 
-/// Waits (at most 5 s) until the detach thread has dropped every links list sent to it: 35-48 ms
-/// a list for one sampled op on the development VM (RCU grace periods). Only an op leaving sampled mode
-/// between its attached slices waits, once.
+/// Waits (at most 5 s) until the detach thread has dropped every links list sent to it:
+/// 35-48 ms a list for one sampled op on the development VM (RCU grace periods). Only an op
+/// leaving sampled mode between its attached slices waits, once.
 fn wait_detached(detaching: &AtomicUsize) {
     let since = Instant::now();
     while detaching.load(Ordering::Acquire) > 0 {

@@ -522,7 +522,7 @@ pub(crate) fn record(
                     &stats,
                     &skel,
                     sink,
-                    |op, now| (sampler.detached_ns(op, now), sampler.switching_ns(op, now)),
+                    |op, now| sampler.detached_and_switching_ns(op, now),
                     |op, pid| meter.speedup(op, pid),
                     false,
                 );
@@ -606,7 +606,7 @@ pub(crate) fn record(
         &stats,
         &skel,
         sink,
-        |op, now| (sampler.detached_ns(op, now), sampler.switching_ns(op, now)),
+        |op, now| sampler.detached_and_switching_ns(op, now),
         |op, pid| meter.speedup(op, pid),
         true,
     );

@@ -197,6 +197,11 @@ impl Sampler {
         let open = self.settling.get(&op).map_or(0, |&t| (now_ns - t).max(0));
         self.switching_ns.get(&op).copied().unwrap_or(0) + open
     }
+
+    /// Both: ([`Sampler::detached_ns`], [`Sampler::switching_ns`]), what an estimate needs.
+    pub fn detached_and_switching_ns(&self, op: u16, now_ns: i64) -> (i64, i64) {
+        (self.detached_ns(op, now_ns), self.switching_ns(op, now_ns))
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,6 @@ pub use check::{CheckReport, check};
 pub use error::CollectorError;
 pub use sink::OnStore;
 pub use trace::{
-    InSituSummary, MapAttach, MapHookSummary, OpSummary, OverheadSummary, TraceArgs, TraceHooks,
-    TraceSummary, run_trace, run_trace_with,
+    InSituSummary, MapAttach, MapHookSummary, OpSummary, OverheadSummary, SIGKILL_LOSS_BOUND,
+    TraceArgs, TraceHooks, TraceSummary, run_trace, run_trace_with,
 };

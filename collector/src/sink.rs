@@ -133,6 +133,13 @@ fn json_line(out: &mut impl std::io::Write, e: &Event) {
     let _ = writeln!(out, "{v}");
 }
 
+/// The longest the writer thread waits for a message: until the next commit is due, at most
+/// 200 ms.
+fn idle_wait(w: &Writer) -> Duration {
+    let most = Duration::from_millis(200);
+    w.flush_due_in().map_or(most, |d| d.min(most))
+}
+
 fn run(
     mut w: Writer,
     path: PathBuf,
@@ -201,7 +208,9 @@ fn run(
                 }
                 Err(_) => { ctl_open = false; }
             },
-            default(Duration::from_millis(200)) => {}
+            // Wakes for the flush bound itself, so a quiet stretch after a burst is committed
+            // on time too.
+            default(idle_wait(&w)) => {}
         }
         if let Err(e) = w.tick() {
             warn!(error = %e, "periodic flush failed");

@@ -37,14 +37,16 @@ use crate::sink::Sink;
 /// cannot spill: 32 MB (peak RSS of probe_cost's sustained run: docs/benchmarks.md).
 const WRITER_MEMORY: &str = "32MB";
 
-/// Longest time an event waits in the recording's writer before it is stored (and visible to
-/// live readers). The writer also stores a batch as soon as it holds one DuckDB row group
-/// (122,880 events); with a 1 s bound a recording at 100k events/s stored 100k-event batches,
-/// which DuckDB appends through its write-ahead log and compresses again at every checkpoint
-/// (re-compressing the row group each partial batch left open). From 61k events/s on, a 2 s
-/// bound makes every batch a full row group, written once, straight to the file: collector
-/// CPU and RSS both went down (docs/benchmarks.md).
-const WRITER_FLUSH: Duration = Duration::from_secs(2);
+/// Longest time an event waits in the recording's writer before it is committed (and visible to
+/// live readers, and safe from a SIGKILL of the tracer). With the poll thread's 100 ms batching
+/// and the commit itself, a SIGKILL loses at most the last [`SIGKILL_LOSS_BOUND`]
+/// (lifecycle tests). A 2 s bound was cheaper at 60k-120k events/s (full row groups written
+/// once instead of through DuckDB's WAL: docs/benchmarks.md) but lost up to ~2.4 s.
+const WRITER_FLUSH: Duration = Duration::from_millis(600);
+
+/// What a SIGKILL of the tracer may lose at most: the events of this last stretch of time
+/// (documented in docs/cli.md, checked by the collector's lifecycle tests).
+pub const SIGKILL_LOSS_BOUND: Duration = Duration::from_secs(1);
 
 /// Events the recording's writer hands to DuckDB at once, inside the transaction a whole row
 /// group commits in: the writer's buffer and the appender's copy stay this small, where a whole

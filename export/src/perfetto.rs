@@ -180,13 +180,22 @@ fn anchors(r: &Reader, c: &Chain, default_node: &str) -> Vec<(String, u32, i64, 
     out
 }
 
-/// Writes one element of the `traceEvents` array.
+/// Writes one element of the `traceEvents` array, through the sanitiser's final pass.
 fn item(out: &mut impl Write, first: &mut bool, v: &Value) -> Result<(), ExportError> {
     let w = |e: std::io::Error| ExportError::Write(e.to_string());
     if !*first {
         out.write_all(b",\n").map_err(w)?;
     }
     *first = false;
+    let cleaned;
+    let v = if causeway_store::sanitize::json_is_clean(v) {
+        v
+    } else {
+        let mut c = v.clone();
+        causeway_store::sanitize::sanitize_json(&mut c);
+        cleaned = c;
+        &cleaned
+    };
     serde_json::to_writer(&mut *out, v).map_err(|e| ExportError::Write(e.to_string()))
 }
 

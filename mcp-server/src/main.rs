@@ -72,8 +72,10 @@ fn init_logging() {
         .init();
 }
 
-/// Writes data to stdout; a closed pipe (e.g. `| head`) is not an error.
+/// Writes data to stdout; a closed pipe (e.g. `| head`) is not an error. Everything passes the
+/// sanitiser's final pass (our own colour codes excepted), whoever rendered it.
 pub(crate) fn print_text(s: &str) -> Result<()> {
+    let s = output::sanitize_terminal(s);
     let mut out = std::io::stdout().lock();
     match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -83,7 +85,9 @@ pub(crate) fn print_text(s: &str) -> Result<()> {
 
 /// Writes pretty JSON and a newline to stdout.
 pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
-    let mut s = serde_json::to_string_pretty(v)?;
+    let mut v = serde_json::to_value(v)?;
+    causeway_store::sanitize::sanitize_json(&mut v);
+    let mut s = serde_json::to_string_pretty(&v)?;
     s.push('\n');
     print_text(&s)
 }
@@ -123,6 +127,7 @@ fn main() -> ExitCode {
                     msg.push_str(&format!(": {c}"));
                 }
             }
+            let msg = causeway_store::sanitize::sanitize_text(&msg);
             let (first, rest) = msg.split_once("\nhint: ").unwrap_or((msg.as_str(), ""));
             eprintln!("error: {first}");
             if !rest.is_empty() {

@@ -27,6 +27,38 @@ pub fn timestamp(ns: i64) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
+/// The sanitiser's final pass over text for a terminal: keeps the colour codes (SGR: `ESC [`
+/// digits and `;` then `m`) that [`table`] adds, and cleans everything else.
+pub fn sanitize_terminal(s: &str) -> String {
+    use causeway_store::sanitize::sanitize_text;
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find('\x1b') {
+        out.push_str(&sanitize_text(&rest[..at]));
+        let tail = &rest[at..];
+        let sgr_len = tail
+            .strip_prefix("\x1b[")
+            .and_then(|t| {
+                t.find(|c: char| !(c.is_ascii_digit() || c == ';'))
+                    .map(|i| (t, i))
+            })
+            .filter(|(t, i)| t[*i..].starts_with('m'))
+            .map(|(_, i)| 2 + i + 1);
+        match sgr_len {
+            Some(n) => {
+                out.push_str(&tail[..n]);
+                rest = &tail[n..];
+            }
+            None => {
+                out.push_str(&sanitize_text("\x1b"));
+                rest = &tail[1..];
+            }
+        }
+    }
+    out.push_str(&sanitize_text(rest));
+    out
+}
+
 /// Column alignment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Align {
@@ -98,6 +130,18 @@ mod tests {
         assert_eq!(micros(5_079_382), "5,079.4");
         assert_eq!(human_duration(8_935_952_000), "8.94 s");
         assert_eq!(human_duration(950), "950 ns");
+    }
+
+    #[test]
+    fn terminal_text_keeps_colour_only() {
+        assert_eq!(
+            sanitize_terminal("\x1b[1mOP\x1b[0m\n"),
+            "\x1b[1mOP\x1b[0m\n"
+        );
+        assert_eq!(
+            sanitize_terminal("a\x1b]0;title\x07b\u{202E}c\x1b[2J"),
+            "a\u{FFFD}]0;title\u{FFFD}b\u{FFFD}c\u{FFFD}[2J"
+        );
     }
 
     #[test]

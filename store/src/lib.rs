@@ -93,7 +93,35 @@ pub(crate) fn open_rw(path: &Path, opts: &WriterOptions) -> Result<duckdb::Conne
             None => Ok(c),
         })
         .ctx(path, "configuring the writer")?;
-    duckdb::Connection::open_with_flags(path, config).ctx(path, "opening for writing")
+    let conn =
+        duckdb::Connection::open_with_flags(path, config).ctx(path, "opening for writing")?;
+    remove_stale_temp_dir(path);
+    Ok(conn)
+}
+
+/// DuckDB's temporary directory of a store (`PATH.tmp`): only a writer uses it (readers do not
+/// spill), and DuckDB removes it when the database closes.
+pub(crate) fn temp_dir_of(path: &Path) -> std::path::PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".tmp");
+    std::path::PathBuf::from(p)
+}
+
+/// Removes the temporary directory a killed writer left. Called once this process holds the
+/// file (a writer's lock, or a read-only open that no writer blocks), when nobody else can be
+/// using the directory.
+pub(crate) fn remove_stale_temp_dir(path: &Path) {
+    let tmp = temp_dir_of(path);
+    if tmp.is_dir() {
+        match std::fs::remove_dir_all(&tmp) {
+            Ok(()) => {
+                tracing::info!(dir = %tmp.display(), "removed the temporary directory a killed writer left")
+            }
+            Err(e) => {
+                tracing::warn!(dir = %tmp.display(), error = %e, "cannot remove a stale temporary directory")
+            }
+        }
+    }
 }
 
 /// Verifies the file is a causeway store of a version this build reads (from

@@ -130,8 +130,12 @@ impl Reader {
             }
         })?;
         let schema_version = crate::check_schema(&conn, path)?;
-        conn.execute_batch("SET lock_configuration = true")
+        // No spilling (a query is bounded by the memory limit, never by the disk), then no
+        // setting changes at all.
+        conn.execute_batch("SET max_temp_directory_size = '0B'; SET lock_configuration = true")
             .ctx(path, "locking the configuration")?;
+        // A read-only open succeeds only while no process writes the file.
+        crate::remove_stale_temp_dir(path);
         Ok(Reader {
             conn: Some(conn),
             path: path.to_path_buf(),

@@ -610,6 +610,13 @@ impl Writer {
         Ok(())
     }
 
+    /// How long until [`Writer::tick`] commits the oldest uncommitted event (zero when due);
+    /// None when nothing waits.
+    pub fn flush_due_in(&self) -> Option<Duration> {
+        self.oldest
+            .map(|t| self.opts.flush_interval.saturating_sub(t.elapsed()))
+    }
+
     /// Commits if the oldest uncommitted event waited longer than the flush interval.
     pub fn tick(&mut self) -> Result<()> {
         match self.oldest {

@@ -47,6 +47,23 @@ impl ToolError {
         }
     }
 
+    /// The same error with every field through the sanitiser's final pass.
+    pub fn sanitised(self) -> Self {
+        use causeway_store::sanitize::sanitize_text as t;
+        match self {
+            ToolError::InvalidArgument { field, rule, hint } => ToolError::InvalidArgument {
+                field: t(&field),
+                rule: t(&rule),
+                hint: t(&hint),
+            },
+            ToolError::UnknownTool(n) => ToolError::UnknownTool(t(&n)),
+            ToolError::Failed { message, hint } => ToolError::Failed {
+                message: t(&message),
+                hint: t(&hint),
+            },
+        }
+    }
+
     /// The one-line message (without the hint).
     pub fn message(&self) -> String {
         match self {

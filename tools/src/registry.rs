@@ -293,21 +293,33 @@ fn parse<P: DeserializeOwned>(args: Value) -> Result<P, ToolError> {
     })
 }
 
+/// The one way out of a tool: structured and text results pass the sanitiser's final pass, so a
+/// traced string that some handler forgot to clean still cannot reach an agent.
 fn out<R: Serialize>(r: &R, text: String) -> Result<ToolOutput, ToolError> {
-    let structured = serde_json::to_value(r).map_err(|e| {
+    let mut structured = serde_json::to_value(r).map_err(|e| {
         ToolError::failed(
             format!("result not serialisable: {e}"),
             "report this as a bug",
         )
     })?;
+    causeway_store::sanitize::sanitize_json(&mut structured);
     Ok(ToolOutput {
         structured,
-        text: budget::cap_text(text),
+        text: budget::cap_text(causeway_store::sanitize::sanitize_text(&text)),
     })
 }
 
-/// Validates `args` (absent = `{}`) and runs the tool.
+/// Validates `args` (absent = `{}`) and runs the tool. Errors are sanitised like results (they
+/// quote SQL, names and DuckDB's messages).
 pub fn call(ctx: &Context, name: &str, args: Value) -> Result<ToolOutput, ToolError> {
+    call_unsanitised_errors(ctx, name, args).map_err(ToolError::sanitised)
+}
+
+fn call_unsanitised_errors(
+    ctx: &Context,
+    name: &str,
+    args: Value,
+) -> Result<ToolOutput, ToolError> {
     let spec = find(name)?;
     let args = match args {
         Value::Null => Value::Object(Default::default()),

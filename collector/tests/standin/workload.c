@@ -8,6 +8,9 @@
 //                      or paced to R calls/s in all (default 0: unpaced); ns per call on stdout,
 //                      "N ns cpu" in OUT (N = all calls, ns = wall time, cpu = process CPU ns)
 //   hold MS            cudaMalloc once, then keep calling cudaLaunchKernel every ms for MS
+//   logged R MS OUT    cudaLaunchKernel paced to R calls/s for MS; after the first call and every
+//                      50th, appends "CALLS REALTIME_NS" to OUT (unbuffered), so a test knows
+//                      how many calls were made by when
 //   stacks N           N launches from each of two call paths (stack_root -> stack_mid ->
 //                      stack_leaf, and stack_root -> stack_leaf), then lives on for 100 ms
 //   phases HOT IDLE N  back-to-back launches for HOT ms, idle for IDLE ms, then N launches 1 ms apart
@@ -423,6 +426,34 @@ static int mode_hold(int ms)
 	return 0;
 }
 
+static int mode_logged(long per_s, int ms, const char *out)
+{
+	int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+	if (fd < 0 || per_s <= 0)
+		return 2;
+	long gap = 1000000000L / per_s;
+	long start = now_ns(), end = start + (long)ms * 1000000L;
+	for (long i = 1;; i++) {
+		long due = start + (i - 1) * gap;
+		if (due >= end)
+			break;
+		struct timespec at = {due / 1000000000L, due % 1000000000L};
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL);
+		launch(1);
+		if (i == 1 || i % 50 == 0) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			char line[64];
+			int len = snprintf(line, sizeof line, "%ld %ld\n", i,
+					   ts.tv_sec * 1000000000L + ts.tv_nsec);
+			if (write(fd, line, (size_t)len) != len)
+				return 3;
+		}
+	}
+	close(fd);
+	return 0;
+}
+
 static int mode_spin(int n, int ms)
 {
 	launch(n);
@@ -592,6 +623,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(m, "hold") && argc > 2)
 		return mode_hold(atoi(argv[2]));
+	if (!strcmp(m, "logged") && argc > 4)
+		return mode_logged(atol(argv[2]), atoi(argv[3]), argv[4]);
 	if (!strcmp(m, "spin") && argc > 3)
 		return mode_spin(atoi(argv[2]), atoi(argv[3]));
 	if (!strcmp(m, "net") && argc > 3)

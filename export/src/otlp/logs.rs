@@ -157,7 +157,9 @@ fn record(c: ChainRow, observed_ns: i64) -> LogRecord {
                 .recommendations
                 .into_iter()
                 .map(|r| AnyValue {
-                    value: Some(Value::StringValue(r)),
+                    value: Some(Value::StringValue(causeway_store::sanitize::sanitize_text(
+                        &r,
+                    ))),
                 })
                 .collect(),
         }),
@@ -170,7 +172,9 @@ fn record(c: ChainRow, observed_ns: i64) -> LogRecord {
         severity_number: number as i32,
         severity_text: text.into(),
         body: Some(AnyValue {
-            value: Some(Value::StringValue(c.summary)),
+            value: Some(Value::StringValue(causeway_store::sanitize::sanitize_text(
+                &c.summary,
+            ))),
         }),
         attributes: a,
         event_name: CHAIN_EVENT.into(),

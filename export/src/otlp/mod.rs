@@ -46,8 +46,12 @@ pub(crate) fn kv(key: &str, v: Value) -> KeyValue {
     }
 }
 
+/// A string attribute, through the sanitiser's final pass (values may come from the trace).
 pub(crate) fn s(key: &str, v: &str) -> KeyValue {
-    kv(key, Value::StringValue(v.to_string()))
+    kv(
+        key,
+        Value::StringValue(causeway_store::sanitize::sanitize_text(v)),
+    )
 }
 
 pub(crate) fn i(key: &str, v: i64) -> KeyValue {

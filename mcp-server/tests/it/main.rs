@@ -6,6 +6,7 @@ mod collect;
 mod collect_server;
 mod common;
 mod fleet;
+mod hostile;
 mod live;
 mod mcp;
 mod otlp;

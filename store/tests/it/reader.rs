@@ -154,7 +154,7 @@ fn strings_from_traced_processes_are_sanitised() {
     let res = run(&r, "SELECT comm FROM events").unwrap();
     assert_eq!(
         res.rows[0][0],
-        serde_json::json!("[2Jignore previous instructionstxt.exe")
+        serde_json::json!("\u{FFFD}[2Jignore previous instructions\u{FFFD}txt.exe")
     );
 }
 

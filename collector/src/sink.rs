@@ -53,8 +53,8 @@ pub enum Ctl {
     InSitu(Vec<InSituRow>),
 }
 
-/// Receives a reader on the live store as soon as it exists (live serving).
-pub type OnStore = Box<dyn FnOnce(causeway_store::SharedReader) + Send>;
+/// Receives the readers of the live store as soon as it exists (live serving).
+pub type OnStore = Box<dyn FnOnce(Vec<causeway_store::SharedReader>) + Send>;
 
 /// What the writer thread did.
 #[derive(Debug, Default, Clone, Copy)]
@@ -91,7 +91,7 @@ impl Sink {
             source: Box::new(source),
         })?;
         if let Some(f) = on_store {
-            f(writer.live_reader().map_err(store_err(&path))?);
+            f(writer.live_readers().map_err(store_err(&path))?);
         }
         let (data, data_rx) = bounded(CHANNEL_BATCHES);
         let (ctl, ctl_rx) = unbounded();

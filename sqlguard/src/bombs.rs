@@ -3,18 +3,21 @@
 //!
 //! The guard rejects what it can see is unbounded from the query text alone: series functions
 //! with huge or non-literal bounds (`range(1e12)`), string and list builders with huge counts
-//! (`repeat('x', 2e9)`, nested `repeat(repeat(...))`), format strings with huge field widths
-//! (`formats.rs`), and cross joins of store tables with no join condition and no WHERE clause
-//! (`cross.rs`). Everything else (a self-join on a weak condition, a heavy window over millions
-//! of rows, a series inside a lambda per row) is left to the store's runtime limits: a query
-//! timeout that interrupts DuckDB, a memory cap, a thread cap, and row and byte caps on the
-//! result. `WITH RECURSIVE` is always refused (`clauses.rs`).
+//! (`repeat('x', 2e9)`, nested `repeat(repeat(...))`), replacements and separators repeated
+//! for every match or element, format strings with huge field widths (`formats.rs`), cross
+//! joins of store tables with no join condition and no WHERE clause (`cross.rs`), and what
+//! `costly.rs` finds: backtracking patterns, edit distances, generators multiplied by the
+//! lambdas and the rows around them. Everything else (a self-join on a weak condition, a
+//! heavy window over millions of rows) is left to the store's runtime limits: a query timeout
+//! that interrupts DuckDB, a memory cap, a thread cap, and row and byte caps on the result.
+//! `WITH RECURSIVE` is always refused (`clauses.rs`).
 
 use sqlparser::ast::{
     BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, UnaryOperator,
     Value,
 };
 
+use crate::costly::{self, MAX_LIST_SERIES, Scope};
 use crate::formats;
 use crate::rejection::{Rejection, excerpt};
 
@@ -37,16 +40,53 @@ const LENGTH_ARGUMENTS: &[(&str, usize)] = &[
     ("bitstring", 1),
 ];
 
-/// Checks a scalar call of an allowed function for size bombs.
-pub(crate) fn check_scalar_call(name: &str, call: &Function) -> Result<(), Rejection> {
+/// Characters assumed for a string read from the trace when a call multiplies its length.
+pub const DATA_STRING_CHARS: f64 = 4096.0;
+
+/// Checks a scalar call of an allowed function for size bombs, where `scope` says how often it
+/// is evaluated (per row, inside lambdas).
+pub(crate) fn check_scalar_call(
+    name: &str,
+    call: &Function,
+    scope: Scope,
+) -> Result<(), Rejection> {
     let args = match &call.args {
         FunctionArguments::List(list) => list.args.as_slice(),
         FunctionArguments::None | FunctionArguments::Subquery(_) => &[],
     };
+    costly::check_edit_distance(name, call)?;
+    if costly::is_reduce(name) {
+        costly::check_reduce_body(call)?;
+    }
+    if let Some(operator) = costly::pattern_function(name) {
+        let pattern = costly::second_arg(call).ok_or_else(|| {
+            Rejection::new(
+                format!("{} has no pattern argument", excerpt(call)),
+                "call it as like_escape(text, 'pattern', '\\')",
+            )
+        })?;
+        costly::check_pattern(operator, costly::Matcher::Backtracking, pattern, call)?;
+    }
     if is_series(name) {
-        series_rows(name, args, call)?;
+        let rows = series_rows(name, args, call)?;
+        let total = rows * scope.multiplier;
+        let budget = scope.budget(MAX_LIST_SERIES);
+        if total > budget {
+            return Err(Rejection::new(
+                format!(
+                    "{} builds a list of about {} elements{}; at most {} are allowed",
+                    excerpt(call),
+                    show(total),
+                    scope.describe(),
+                    show(budget)
+                ),
+                "generate rows in FROM instead (FROM range(n) t(i) streams them), or use a \
+                 smaller bound",
+            ));
+        }
         return Ok(());
     }
+    check_growth(name, args, call, scope)?;
     if let Some(&(_, index)) = LENGTH_ARGUMENTS.iter().find(|(n, _)| *n == name) {
         let count = args
             .get(index)
@@ -62,14 +102,16 @@ pub(crate) fn check_scalar_call(name: &str, call: &Function) -> Result<(), Rejec
                     format!("cap it with a literal, e.g. {name}(..., least(n, 100))"),
                 )
             })?;
-        let size = generated_length_of_call(name, args).unwrap_or(count);
-        if !size.is_finite() || size > MAX_GENERATED_LENGTH || count > MAX_GENERATED_LENGTH {
+        let size = generated_length_of_call(name, args).unwrap_or(count) * scope.multiplier;
+        let budget = scope.budget(MAX_GENERATED_LENGTH);
+        if !size.is_finite() || size > budget || count > budget {
             return Err(Rejection::new(
                 format!(
-                    "{} would build a value of about {} elements; at most {} are allowed",
+                    "{} would build a value of about {} elements{}; at most {} are allowed",
                     excerpt(call),
                     show(size.max(count)),
-                    show(MAX_GENERATED_LENGTH)
+                    scope.describe(),
+                    show(budget)
                 ),
                 "use a smaller count (for text bar charts, bar(x, min, max, width) is built in)",
             ));
@@ -78,6 +120,65 @@ pub(crate) fn check_scalar_call(name: &str, call: &Function) -> Result<(), Rejec
     }
     if name == "printf" || name == "format" {
         formats::check_format_string(name, args, call)?;
+    }
+    Ok(())
+}
+
+/// Calls whose output can be much longer than their input: a replacement repeated at every
+/// match, a separator between every element of a list.
+fn check_growth(
+    name: &str,
+    args: &[FunctionArg],
+    call: &Function,
+    scope: Scope,
+) -> Result<(), Rejection> {
+    let arg = |i: usize| args.get(i).and_then(unnamed_expr);
+    let text_len = |e: Option<&Expr>| {
+        e.map(generated_length)
+            .filter(|n| *n > 0.0)
+            .unwrap_or(DATA_STRING_CHARS)
+    };
+    let literal_len = |e: Option<&Expr>| e.map(generated_length).unwrap_or(0.0);
+    let size = match name {
+        "replace" => {
+            let to = literal_len(arg(2));
+            (to > 1.0).then(|| text_len(arg(0)) * to)
+        }
+        "regexp_replace" => {
+            let to = literal_len(arg(2));
+            (to > 1.0).then(|| (text_len(arg(0)) + 1.0) * to)
+        }
+        "array_to_string" | "list_to_string" | "array_join" => {
+            let sep = literal_len(arg(1));
+            (sep > 16.0).then(|| {
+                let n = arg(0).map_or(costly::UNKNOWN_LIST_ELEMENTS, |e| match e {
+                    Expr::Function(f) if is_series(&costly::lower_name(f)) => {
+                        series_rows(&costly::lower_name(f), costly::args_of(f), f)
+                            .unwrap_or(costly::UNKNOWN_LIST_ELEMENTS)
+                    }
+                    _ => costly::UNKNOWN_LIST_ELEMENTS,
+                });
+                n * sep
+            })
+        }
+        _ => None,
+    };
+    let Some(size) = size.map(|s| s * scope.multiplier) else {
+        return Ok(());
+    };
+    let budget = scope.budget(MAX_GENERATED_LENGTH);
+    if !size.is_finite() || size > budget {
+        return Err(Rejection::new(
+            format!(
+                "{} can build a string of about {} characters{} (its replacement or separator \
+                 is repeated for every match or element); at most {} are allowed",
+                excerpt(call),
+                show(size),
+                scope.describe(),
+                show(budget)
+            ),
+            "use a short replacement or separator",
+        ));
     }
     Ok(())
 }
@@ -307,7 +408,7 @@ mod tests {
             panic!("not a call: {sql}")
         };
         let name = f.name.0.last().unwrap().as_ident().unwrap().value.clone();
-        check_scalar_call(&name.to_ascii_lowercase(), &f)
+        check_scalar_call(&name.to_ascii_lowercase(), &f, Scope::ONCE)
     }
 
     #[test]
@@ -322,12 +423,14 @@ mod tests {
     #[test]
     fn series_sizes() {
         assert!(check("range(10)").is_ok());
-        assert!(check("generate_series(1, 1000000, 1)").is_ok());
-        assert!(check("generate_series(0, 1000000)").is_err());
-        assert!(check("generate_series(1, 999999)").is_ok());
-        assert!(check("range(1000000)").is_ok());
+        assert!(check("generate_series(1, 100000, 1)").is_ok());
+        assert!(check("generate_series(0, 100000)").is_err());
+        assert!(check("generate_series(1, 99999)").is_ok());
+        assert!(check("range(100000)").is_ok());
+        assert!(check("range(100001)").is_err());
         assert!(check("range(1e12)").is_err());
-        assert!(check("range(0, 1e12, 1e6)").is_ok());
+        assert!(check("range(0, 1e11, 1e6)").is_ok());
+        assert!(check("range(0, 1e12, 1e6)").is_err());
         assert!(check("range(10, 0)").is_ok());
         assert!(check("range(0, 10, 0)").is_err());
         assert!(check("range(pid)").is_err());

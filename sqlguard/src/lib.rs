@@ -59,6 +59,7 @@
 pub mod bombs;
 mod clauses;
 pub mod corpus;
+pub mod costly;
 mod cross;
 mod formats;
 pub mod functions;

@@ -13,18 +13,19 @@
 //! non-recursive CTE that names itself reads the real relation of that name, which then has to
 //! be allowed) and not outside its query. Only unqualified names can refer to a CTE.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    Expr, Function, FunctionArg, FunctionArguments, ObjectName, ObjectNamePart, Query, Select,
-    Statement, TableFactor, ValueWithSpan, Visit, Visitor,
+    BinaryOperator, Expr, Function, FunctionArg, FunctionArguments, ObjectName, ObjectNamePart,
+    Query, Select, Statement, TableFactor, ValueWithSpan, Visit, Visitor,
 };
 
 use crate::bombs;
 use crate::clauses::{
     CteScope, check_joins, check_query_clauses, check_select_clauses, check_with, is_unconditioned,
 };
+use crate::costly::{self, Matcher, Scope};
 use crate::cross::{self, CrossItem};
 use crate::functions::{ALLOWED_TABLE_FUNCTIONS, blocked_function, is_allowed_table_function};
 use crate::names::{check_value, function_name, identifiers, looks_like_path};
@@ -42,6 +43,9 @@ pub(crate) fn check(statement: &Statement, policy: &Policy) -> Result<(), Reject
         statements: allowed_statements(statement),
         frames: Vec::new(),
         approved_relations: HashSet::new(),
+        selects: Vec::new(),
+        lambda_lists: HashMap::new(),
+        lambdas: Vec::new(),
     };
     match statement.visit(&mut walk) {
         ControlFlow::Break(rejection) => Err(*rejection),
@@ -99,6 +103,12 @@ struct Walk<'p> {
     frames: Vec<Frame>,
     /// Addresses of relation names approved by their table factor.
     approved_relations: HashSet<usize>,
+    /// One entry per SELECT being visited, innermost last: whether it reads a FROM clause.
+    selects: Vec<bool>,
+    /// Lambda expressions (by address) seen as arguments, with the length of their list.
+    lambda_lists: HashMap<usize, f64>,
+    /// The lambdas being visited, innermost last: (address, list length).
+    lambdas: Vec<(usize, f64)>,
 }
 
 impl Visitor for Walk<'_> {
@@ -159,10 +169,12 @@ impl Visitor for Walk<'_> {
     }
 
     fn pre_visit_select(&mut self, select: &Select) -> Flow {
+        self.selects.push(!select.from.is_empty());
         flow(check_select_clauses(select))
     }
 
     fn post_visit_select(&mut self, select: &Select) -> Flow {
+        self.selects.pop();
         // After the FROM items were checked, so a refused relation is named first.
         flow(self.check_cross_product(select))
     }
@@ -186,9 +198,71 @@ impl Visitor for Walk<'_> {
 
     fn pre_visit_expr(&mut self, expr: &Expr) -> Flow {
         match expr {
-            Expr::Function(function) => flow(self.check_function_call(function)),
+            Expr::Function(function) => {
+                for (lambda, items) in costly::lambdas(function) {
+                    self.lambda_lists.insert(address(lambda), items);
+                }
+                flow(self.check_function_call(function))
+            }
+            Expr::Lambda(_) => {
+                let this = address(expr);
+                let items = self
+                    .lambda_lists
+                    .get(&this)
+                    .copied()
+                    .unwrap_or(costly::UNKNOWN_LIST_ELEMENTS);
+                self.lambdas.push((this, items));
+                ControlFlow::Continue(())
+            }
+            Expr::Like {
+                pattern,
+                escape_char,
+                ..
+            } => {
+                let (operator, matcher) = match escape_char {
+                    None => ("LIKE", Matcher::Like),
+                    Some(_) => ("LIKE ... ESCAPE", Matcher::Backtracking),
+                };
+                flow(costly::check_pattern(operator, matcher, pattern, expr))
+            }
+            Expr::ILike { pattern, .. } => flow(costly::check_pattern(
+                "ILIKE",
+                Matcher::Backtracking,
+                pattern,
+                expr,
+            )),
+            Expr::BinaryOp { op, right, .. } => {
+                let matcher = match op {
+                    BinaryOperator::Glob => Some(("GLOB", Matcher::Glob)),
+                    BinaryOperator::PGLikeMatch | BinaryOperator::PGNotLikeMatch => {
+                        Some(("~~", Matcher::Like))
+                    }
+                    BinaryOperator::PGILikeMatch | BinaryOperator::PGNotILikeMatch => {
+                        Some(("~~*", Matcher::Backtracking))
+                    }
+                    _ => None,
+                };
+                match matcher {
+                    Some((operator, matcher)) => {
+                        flow(costly::check_pattern(operator, matcher, right, expr))
+                    }
+                    None => ControlFlow::Continue(()),
+                }
+            }
             _ => ControlFlow::Continue(()),
         }
+    }
+
+    fn post_visit_expr(&mut self, expr: &Expr) -> Flow {
+        if let Expr::Lambda(_) = expr
+            && self
+                .lambdas
+                .last()
+                .is_some_and(|(a, _)| *a == address(expr))
+        {
+            self.lambdas.pop();
+        }
+        ControlFlow::Continue(())
     }
 
     fn pre_visit_value(&mut self, value: &ValueWithSpan) -> Flow {
@@ -455,7 +529,15 @@ impl Walk<'_> {
                 "call the function with one argument list",
             ));
         }
-        bombs::check_scalar_call(&lower, function)
+        bombs::check_scalar_call(&lower, function, self.scope())
+    }
+
+    /// How often a call at the current point of the walk is evaluated.
+    fn scope(&self) -> Scope {
+        Scope {
+            per_row: self.selects.iter().any(|has_from| *has_from),
+            multiplier: self.lambdas.iter().map(|(_, n)| *n).product(),
+        }
     }
 }
 

@@ -94,6 +94,34 @@ pub enum StoreError {
         /// The limit that was hit.
         limit_ms: u64,
     },
+    /// A query did not stop within 0.75 s of its interrupt: the caller was answered and the
+    /// query left to finish on its own (its connection is not reused until then).
+    #[error(
+        "query stopped answering after {limit_ms} ms (time limit) and did not stop when interrupted; it was abandoned\nhint: ask a cheaper question: filter on timestamp or pid first, avoid long strings in per-row functions"
+    )]
+    Abandoned {
+        /// The limit that was hit.
+        limit_ms: u64,
+    },
+    /// The process's memory passed the ceiling while a query ran, and the query was stopped.
+    #[error(
+        "query stopped: the server's memory passed {limit_mib} MiB while it ran\nhint: aggregate or filter before building lists or long strings; select fewer columns"
+    )]
+    MemoryLimit {
+        /// The ceiling, in MiB.
+        limit_mib: u64,
+    },
+    /// The client went away or cancelled the request, and its query was interrupted.
+    #[error("query cancelled by the client")]
+    Cancelled,
+    /// Too many earlier queries ignored their interrupt and still run.
+    #[error(
+        "{running} earlier queries that ignored their time limit are still running\nhint: try again in a minute, with a cheaper query"
+    )]
+    Busy {
+        /// How many are still running.
+        running: usize,
+    },
     /// A query failed inside DuckDB.
     #[error("query failed: {message}\nhint: {hint}")]
     Query {

@@ -6,6 +6,7 @@ mod batch;
 pub mod catalog;
 pub mod clock;
 mod error;
+pub mod guarded;
 pub mod import;
 pub mod merge;
 mod overhead;
@@ -19,12 +20,13 @@ mod writer;
 use std::path::Path;
 
 pub use error::{Result, StoreError};
+pub use guarded::{QueryControl, query_detached};
 pub use overhead::{InSituRow, ModeSwitch, OverheadWindow, ProbeCost, SampledWindow};
 pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
 pub use row::{FromRow, row};
 pub use writer::{
-    Event, Frame, HistogramBucket, OpCount, ProcessInfo, REOPEN_ROWS, SessionInfo, SharedReader,
-    Writer, WriterOptions,
+    Event, Frame, HistogramBucket, LIVE_READERS, OpCount, ProcessInfo, REOPEN_ROWS, SessionInfo,
+    SharedReader, Writer, WriterOptions,
 };
 
 use error::DuckContext;

@@ -3,7 +3,6 @@
 //! compiled-in queries or [`GuardedSql`], with a timeout, row and byte caps, and sanitised cells.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use causeway_sqlguard::{GuardedSql, Policy};
@@ -12,6 +11,7 @@ use duckdb::{AccessMode, Config, Connection, Statement};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DuckContext, Result, StoreError};
+use crate::guarded::{QueryControl, Watchdog};
 use crate::sanitize::sanitize;
 
 /// Limits for one query from outside.
@@ -21,6 +21,10 @@ pub struct QueryLimits {
     pub timeout: Duration,
     /// Stop adding rows once the JSON size of the result passes this many bytes.
     pub max_bytes: usize,
+    /// Interrupt the query when the process's resident memory passes this many bytes (None:
+    /// [`crate::guarded::default_rss_ceiling`]). DuckDB's memory limit covers what its buffer
+    /// manager holds; this also catches what it allocates outside it.
+    pub max_rss_bytes: Option<u64>,
 }
 
 impl Default for QueryLimits {
@@ -28,6 +32,7 @@ impl Default for QueryLimits {
         Self {
             timeout: Duration::from_secs(10),
             max_bytes: 1 << 20,
+            max_rss_bytes: None,
         }
     }
 }
@@ -171,6 +176,27 @@ impl Reader {
         })
     }
 
+    /// What interrupts the query running on this reader's connection.
+    pub fn interrupt_handle(&self) -> Result<std::sync::Arc<duckdb::InterruptHandle>> {
+        Ok(self.conn()?.interrupt_handle())
+    }
+
+    /// Another connection on the same database (a pool of readers shares one DuckDB instance:
+    /// its cache and its memory limit).
+    pub fn try_clone(&self) -> Result<Reader> {
+        let conn = self
+            .conn()?
+            .try_clone()
+            .ctx(&self.path, "opening another connection")?;
+        Ok(Reader {
+            conn: Some(conn),
+            path: self.path.clone(),
+            policy: self.policy.clone(),
+            live: self.live,
+            schema_version: self.schema_version,
+        })
+    }
+
     /// The connection; an error when a live writer could not reopen the database.
     fn conn(&self) -> Result<&Connection> {
         self.conn.as_ref().ok_or_else(|| StoreError::Closed {
@@ -244,36 +270,49 @@ impl Reader {
 
     /// Runs a guarded query with limits. The guard runs again here (defence in depth).
     pub fn query(&self, sql: &GuardedSql, limits: &QueryLimits) -> Result<QueryResult> {
+        self.query_controlled(sql, limits, None)
+    }
+
+    /// [`Reader::query`], cancellable from another thread through `control` (a client that
+    /// went away). A watchdog interrupts the query at its time limit and when the process's
+    /// memory passes the ceiling.
+    pub fn query_controlled(
+        &self,
+        sql: &GuardedSql,
+        limits: &QueryLimits,
+        control: Option<&QueryControl>,
+    ) -> Result<QueryResult> {
         let again = causeway_sqlguard::guard(sql.as_str(), &self.policy, Some(sql.row_limit()))?;
         let row_limit = again.row_limit().min(sql.row_limit()) as usize;
+        if control.is_some_and(QueryControl::is_cancelled) {
+            return Err(StoreError::Cancelled);
+        }
         let started = Instant::now();
         let handle = self.conn()?.interrupt_handle();
-        let (done_tx, done_rx) = mpsc::channel::<()>();
-        let timeout = limits.timeout;
-        let watchdog = std::thread::spawn(move || {
-            if done_rx.recv_timeout(timeout) == Err(mpsc::RecvTimeoutError::Timeout) {
-                handle.interrupt();
-                true
-            } else {
-                false
-            }
-        });
+        if let Some(c) = control {
+            c.attach(handle.clone());
+        }
+        let watchdog = Watchdog::start(handle, limits);
         let outcome = if self.live {
             self.run_rolled_back(&again, row_limit, limits.max_bytes)
         } else {
             self.run(&again, row_limit, limits.max_bytes)
         };
-        let _ = done_tx.send(());
-        let interrupted = watchdog.join().unwrap_or(false);
-        match outcome {
-            Ok(mut r) => {
+        let stopped = watchdog.finish();
+        if let Some(c) = control {
+            c.detach();
+        }
+        match (outcome, stopped) {
+            // A stop that came after DuckDB finished is moot.
+            (Ok(mut r), _) => {
                 r.elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
                 Ok(r)
             }
-            Err(_) if interrupted => Err(StoreError::Timeout {
-                limit_ms: timeout.as_millis() as u64,
-            }),
-            Err(e) => Err(e),
+            (Err(_), Some(stop)) => Err(stop),
+            (Err(_), None) if control.is_some_and(QueryControl::is_cancelled) => {
+                Err(StoreError::Cancelled)
+            }
+            (Err(e), None) => Err(e),
         }
     }
 

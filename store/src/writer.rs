@@ -274,6 +274,10 @@ pub struct Writer {
 /// A live reader, shared with the writer that reopens its database.
 pub type SharedReader = Arc<Mutex<crate::Reader>>;
 
+/// Live readers a serving recording hands out ([`Writer::live_readers`]): tool calls run side by
+/// side on them, so one slow query does not hold the others.
+pub const LIVE_READERS: usize = 4;
+
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Writer")
@@ -368,6 +372,11 @@ impl Writer {
         live.retain(|r| r.strong_count() > 0);
         live.push(Arc::downgrade(&reader));
         Ok(reader)
+    }
+
+    /// [`LIVE_READERS`] live readers ([`Writer::live_reader`]).
+    pub fn live_readers(&self) -> Result<Vec<SharedReader>> {
+        (0..LIVE_READERS).map(|_| self.live_reader()).collect()
     }
 
     /// Opens an existing store to append more events for `opts.node` (sequence numbers continue).

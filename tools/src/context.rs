@@ -1,18 +1,38 @@
 //! What a tool runs against: the default trace, the directories of other traces it may open
-//! (by name only, never by a path an agent sends), the test-report location, and a cache of
-//! open read-only readers so repeated calls do not reopen DuckDB.
+//! (by name only, never by a path an agent sends), the test-report location, and a pool of
+//! read connections per trace (`pool.rs`) so calls run side by side without reopening DuckDB.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use causeway_store::Reader;
+use causeway_store::{QueryControl, QueryLimits, QueryResult, Reader, ReaderOptions};
 use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::check::Checker;
 use crate::error::ToolError;
 use crate::fleet::FleetHandle;
+use crate::pool::{ACQUIRE_WAIT, Pool};
+
+thread_local! {
+    /// The control of the tool call running on this thread ([`with_control`]): readers taken
+    /// during the call attach their connection to it, so cancelling the call interrupts them.
+    static CONTROL: RefCell<Option<Arc<QueryControl>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` (one tool call) with `control` as the current call's control.
+pub fn with_control<T>(control: Arc<QueryControl>, f: impl FnOnce() -> T) -> T {
+    let previous = CONTROL.with(|c| c.replace(Some(control)));
+    let out = f();
+    CONTROL.with(|c| *c.borrow_mut() = previous);
+    out
+}
+
+fn current_control() -> Option<Arc<QueryControl>> {
+    CONTROL.with(|c| c.borrow().clone())
+}
 
 /// One trace this server can open.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
@@ -34,7 +54,9 @@ pub struct Context {
     test_report: PathBuf,
     checker: Option<Checker>,
     fleet: Option<FleetHandle>,
-    readers: Mutex<HashMap<PathBuf, Arc<Mutex<Reader>>>>,
+    pools: Mutex<HashMap<PathBuf, Arc<Pool>>>,
+    sql_limits: QueryLimits,
+    reader_options: ReaderOptions,
 }
 
 impl std::fmt::Debug for Context {
@@ -58,8 +80,32 @@ impl Context {
             test_report: crate::report::default_path(),
             checker: None,
             fleet: None,
-            readers: Mutex::new(HashMap::new()),
+            pools: Mutex::new(HashMap::new()),
+            sql_limits: crate::sql::agent_limits(),
+            // One DuckDB thread per connection: concurrent calls then share the cores through
+            // the kernel's scheduler instead of queueing in one DuckDB task queue.
+            reader_options: ReaderOptions {
+                threads: 1,
+                ..ReaderOptions::default()
+            },
         }
+    }
+
+    /// Sets the limits of SQL from outside (`run_sql`): time, result bytes, memory ceiling.
+    pub fn with_sql_limits(mut self, limits: QueryLimits) -> Context {
+        self.sql_limits = limits;
+        self
+    }
+
+    /// The limits of SQL from outside.
+    pub fn sql_limits(&self) -> &QueryLimits {
+        &self.sql_limits
+    }
+
+    /// Sets how the connections to finished recordings are opened (DuckDB memory limit).
+    pub fn with_reader_options(mut self, options: ReaderOptions) -> Context {
+        self.reader_options = options;
+        self
     }
 
     /// Overrides where the self-test report is read from.
@@ -148,38 +194,70 @@ impl Context {
             })
     }
 
-    /// Serves `reader` for its file from now on: a live recording's reader, which shares the
-    /// writer's database (opening the file again would not see the rows still being written).
-    pub fn insert_reader(&self, reader: causeway_store::SharedReader) {
-        let path = reader
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .path()
-            .to_path_buf();
-        let mut map = self.readers.lock().unwrap_or_else(|p| p.into_inner());
-        map.insert(path, reader);
+    /// Serves a live recording's `readers` for their file from now on (opening the file again
+    /// would not see the rows still being written).
+    pub fn insert_readers(&self, readers: Vec<causeway_store::SharedReader>) {
+        let pool = Pool::live(readers);
+        let Some(path) = pool.path() else { return };
+        let mut map = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(path, Arc::new(pool));
     }
 
-    /// Runs `f` with the (cached) reader of a trace.
+    /// The pool of a trace, opened on first use.
+    fn pool(&self, trace: Option<&str>) -> Result<Arc<Pool>, ToolError> {
+        let path = self.resolve(trace)?;
+        let mut map = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = map.get(&path) {
+            return Ok(p.clone());
+        }
+        let pool = Arc::new(Pool::open(&path, &self.reader_options)?);
+        map.insert(path, pool.clone());
+        Ok(pool)
+    }
+
+    /// Runs `f` with a connection of a trace to itself. Cancelling the current call (see
+    /// [`with_control`]) interrupts what `f` runs on it.
     pub fn with_reader<T>(
         &self,
         trace: Option<&str>,
         f: impl FnOnce(&Reader) -> Result<T, ToolError>,
     ) -> Result<T, ToolError> {
-        let path = self.resolve(trace)?;
-        let reader = {
-            let mut map = self.readers.lock().unwrap_or_else(|p| p.into_inner());
-            match map.get(&path) {
-                Some(r) => r.clone(),
-                None => {
-                    let r = Arc::new(Mutex::new(Reader::open(&path)?));
-                    map.insert(path.clone(), r.clone());
-                    r
-                }
+        let lease = self.pool(trace)?.acquire(ACQUIRE_WAIT)?;
+        let reader = lease.lock().unwrap_or_else(|p| p.into_inner());
+        let control = current_control();
+        if let Some(c) = &control {
+            if c.is_cancelled() {
+                return Err(causeway_store::StoreError::Cancelled.into());
             }
-        };
-        let guard = reader.lock().unwrap_or_else(|p| p.into_inner());
-        f(&guard)
+            c.attach(reader.interrupt_handle()?);
+        }
+        let out = f(&reader);
+        if let Some(c) = &control {
+            c.detach();
+        }
+        out
+    }
+
+    /// Runs SQL from outside: guarded, on a connection of its own, on its own thread, answered
+    /// within `limits.timeout` plus 0.75 s whatever DuckDB does (a query that ignores its
+    /// interrupt is abandoned), stopped when the current call is cancelled. What `run_sql`
+    /// and `causeway query` share.
+    pub fn run_guarded(
+        &self,
+        trace: Option<&str>,
+        sql: &str,
+        limit: Option<u64>,
+        limits: &QueryLimits,
+    ) -> Result<QueryResult, ToolError> {
+        let guarded = causeway_sqlguard::guard(sql, &causeway_store::default_policy(), limit)?;
+        let lease = self.pool(trace)?.acquire(ACQUIRE_WAIT)?;
+        let control = current_control().unwrap_or_default();
+        Ok(causeway_store::query_detached(
+            lease,
+            guarded,
+            limits.clone(),
+            control,
+        )?)
     }
 }
 

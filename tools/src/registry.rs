@@ -315,6 +315,17 @@ pub fn call(ctx: &Context, name: &str, args: Value) -> Result<ToolOutput, ToolEr
     call_unsanitised_errors(ctx, name, args).map_err(ToolError::sanitised)
 }
 
+/// [`call`], stopped (its queries interrupted) when `control` is cancelled: the servers
+/// cancel it when the client disconnects or cancels the request.
+pub fn call_controlled(
+    ctx: &Context,
+    name: &str,
+    args: Value,
+    control: std::sync::Arc<causeway_store::QueryControl>,
+) -> Result<ToolOutput, ToolError> {
+    crate::context::with_control(control, || call(ctx, name, args))
+}
+
 fn call_unsanitised_errors(
     ctx: &Context,
     name: &str,

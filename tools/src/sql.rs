@@ -59,13 +59,12 @@ pub fn agent_limits() -> QueryLimits {
     QueryLimits {
         timeout: Duration::from_secs(10),
         max_bytes: budget::SQL_MAX_BYTES,
+        max_rss_bytes: None,
     }
 }
 
 /// `run_sql`.
 pub fn run_sql(ctx: &Context, p: &SqlParams) -> Result<QueryResult, ToolError> {
     let limit = Some(p.limit.map_or(DEFAULT_ROWS, u64::from));
-    ctx.with_reader(p.trace.as_deref(), |r| {
-        query_for(r, &p.sql, limit, &agent_limits())
-    })
+    ctx.run_guarded(p.trace.as_deref(), &p.sql, limit, ctx.sql_limits())
 }

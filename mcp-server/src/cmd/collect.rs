@@ -159,7 +159,7 @@ pub fn run(args: &CollectArgs) -> Result<()> {
         }
     })?;
     let ctx = Arc::new(context(&args.db, &[]));
-    ctx.insert_reader(store.live_reader()?);
+    ctx.insert_readers(store.live_readers()?);
     let ingest = Arc::new(
         Ingest::start(
             store,

@@ -40,6 +40,44 @@ pub struct HttpFlags {
     pub max_body: usize,
 }
 
+/// Limits of the SQL agents and scripts send (`run_sql`, the query API).
+#[derive(Debug, Clone, clap::Args)]
+pub struct QueryFlags {
+    /// Time limit of one query; a query that ignores its interrupt is answered 0.75 s later
+    /// and abandoned.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub query_timeout: Duration,
+    /// DuckDB memory limit of the connections serving queries (e.g. 512MB, 2GB); a query is
+    /// also stopped when the server's memory passes its size at start plus this plus 1 GiB.
+    #[arg(long, value_name = "SIZE", default_value = "2GB")]
+    pub query_memory: String,
+}
+
+impl QueryFlags {
+    /// `ctx` with these limits.
+    pub fn apply(&self, ctx: Context) -> Result<Context> {
+        let Some(bytes) = causeway_store::guarded::parse_size(&self.query_memory) else {
+            bail!(
+                "--query-memory '{}' is not a size\nhint: write it as DuckDB takes it, e.g. 512MB or 2GB",
+                self.query_memory
+            );
+        };
+        if self.query_timeout.is_zero() {
+            bail!("--query-timeout must be more than 0\nhint: e.g. --query-timeout 10s");
+        }
+        let limits = causeway_store::QueryLimits {
+            timeout: self.query_timeout,
+            max_rss_bytes: Some(causeway_store::guarded::rss_ceiling_for(bytes)),
+            ..causeway_tools::sql::agent_limits()
+        };
+        let options = causeway_store::ReaderOptions {
+            memory_limit: self.query_memory.clone(),
+            threads: 1,
+        };
+        Ok(ctx.with_sql_limits(limits).with_reader_options(options))
+    }
+}
+
 /// What to record with `--live` (the `causeway trace` options; others keep their defaults).
 #[derive(Debug, Clone, clap::Args)]
 pub struct LiveFlags {
@@ -81,6 +119,8 @@ pub struct McpArgs {
     pub traces_dir: Vec<PathBuf>,
     #[command(flatten)]
     pub http_flags: HttpFlags,
+    #[command(flatten)]
+    pub query: QueryFlags,
     #[command(flatten, next_help_heading = "Live recording")]
     pub live: LiveFlags,
     /// Fleet: with --nodes, agents also get `query_fleet` over these serving nodes (the bearer
@@ -177,8 +217,8 @@ pub fn start_live_recording(
     let live_ctx = ctx.clone();
     let hooks = TraceHooks {
         stop: Some(stop.clone()),
-        on_store: Some(Box::new(move |reader| {
-            live_ctx.insert_reader(reader);
+        on_store: Some(Box::new(move |readers| {
+            live_ctx.insert_readers(readers);
             let _ = ready_tx.send(());
         })),
         on_ready: None,
@@ -218,7 +258,7 @@ pub fn run(args: &McpArgs) -> Result<()> {
         .db
         .clone()
         .unwrap_or_else(|| PathBuf::from(NO_LOCAL_TRACE));
-    let mut ctx = context(&db, &args.traces_dir);
+    let mut ctx = args.query.apply(context(&db, &args.traces_dir))?;
     if !args.fleet.nodes.is_empty() {
         let token = crate::fleet::read_token(args.http_flags.token_file.as_deref())?;
         ctx = ctx.with_fleet(crate::fleet::handle(args.fleet.fleet(token)?));
@@ -277,13 +317,15 @@ pub struct ServeArgs {
     pub traces_dir: Vec<PathBuf>,
     #[command(flatten)]
     pub http_flags: HttpFlags,
+    #[command(flatten)]
+    pub query: QueryFlags,
 }
 
 /// Runs `serve`: MCP, the query API (`/api/v1/tools/{name}`, `/api/v1/time`) and `/metrics`
 /// over HTTP for a recorded trace, until Ctrl-C.
 pub fn run_serve(args: &ServeArgs) -> Result<()> {
     let opts = http_options(args.listen, &args.http_flags)?;
-    let ctx = Arc::new(context(&args.db, &args.traces_dir));
+    let ctx = Arc::new(args.query.apply(context(&args.db, &args.traces_dir))?);
     ctx.with_reader(None, |_| Ok(()))
         .map_err(|e| anyhow::anyhow!("{}\nhint: {}", e.message(), e.hint()))?;
     runtime()?.block_on(serve_http(ctx, opts, "serve", std::future::pending()))

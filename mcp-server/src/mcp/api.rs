@@ -156,14 +156,12 @@ pub async fn handle(
             }
         }
     };
-    let outcome =
-        tokio::task::spawn_blocking(move || causeway_tools::call(&ctx, &name, args)).await;
-    match outcome {
-        Ok(Ok(out)) => json_response(
+    // A client that disconnects drops this future: run_tool then cancels the call's queries.
+    match super::handler::run_tool(ctx, name, args, std::future::pending()).await {
+        Ok(out) => json_response(
             StatusCode::OK,
             &json!({"structured": out.structured, "text": out.text}),
         ),
-        Ok(Err(e)) => tool_error(&e),
-        Err(_) => bare(StatusCode::INTERNAL_SERVER_ERROR),
+        Err(e) => tool_error(&e),
     }
 }

@@ -70,18 +70,70 @@ pub fn error_result(e: &ToolError) -> CallToolResult {
     r
 }
 
-/// Runs one tool call on the blocking pool and shapes the MCP result.
-pub async fn call_tool(ctx: Arc<Context>, name: String, args: serde_json::Value) -> CallToolResult {
+/// Cancels a tool call's queries if the future waiting for it is dropped before it finished
+/// (hyper drops a request's future when its client disconnects).
+pub(crate) struct CancelOnDrop(Option<Arc<causeway_store::QueryControl>>);
+
+impl CancelOnDrop {
+    pub(crate) fn new(control: Arc<causeway_store::QueryControl>) -> Self {
+        Self(Some(control))
+    }
+
+    /// The call finished: nothing to cancel.
+    pub(crate) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            tracing::info!("the client went away: cancelling its tool call");
+            c.cancel();
+        }
+    }
+}
+
+/// Runs one tool call on the blocking pool, stopped when `cancelled` completes (the client
+/// cancelled the request) or when this future is dropped (the client went away).
+pub async fn run_tool(
+    ctx: Arc<Context>,
+    name: String,
+    args: serde_json::Value,
+    cancelled: impl std::future::Future<Output = ()>,
+) -> Result<causeway_tools::ToolOutput, ToolError> {
+    let control = causeway_store::QueryControl::new();
+    let on_drop = CancelOnDrop::new(control.clone());
+    let task_control = control.clone();
+    let mut task = tokio::task::spawn_blocking(move || {
+        causeway_tools::call_controlled(&ctx, &name, args, task_control)
+    });
+    let joined = tokio::select! {
+        r = &mut task => r,
+        () = cancelled => {
+            control.cancel();
+            task.await
+        }
+    };
+    on_drop.disarm();
+    joined.unwrap_or_else(|e| {
+        Err(ToolError::failed(
+            format!("the tool crashed: {e}"),
+            "report this as a bug",
+        ))
+    })
+}
+
+/// Runs one tool call and shapes the MCP result.
+pub async fn call_tool(
+    ctx: Arc<Context>,
+    name: String,
+    args: serde_json::Value,
+    cancelled: impl std::future::Future<Output = ()>,
+) -> CallToolResult {
     let started = std::time::Instant::now();
     let tool = name.clone();
-    let outcome = tokio::task::spawn_blocking(move || causeway_tools::call(&ctx, &name, args))
-        .await
-        .unwrap_or_else(|e| {
-            Err(ToolError::failed(
-                format!("the tool crashed: {e}"),
-                "report this as a bug",
-            ))
-        });
+    let outcome = run_tool(ctx, name, args, cancelled).await;
     let ms = started.elapsed().as_secs_f64() * 1e3;
     match outcome {
         Ok(out) => {
@@ -128,15 +180,21 @@ impl ServerHandler for CausewayServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let args = request
             .arguments
             .map(serde_json::Value::Object)
             .unwrap_or(serde_json::Value::Null);
-        Ok(call_tool(self.ctx.clone(), request.name.to_string(), args)
-            .await
-            .into())
+        let ct = context.ct.clone();
+        Ok(call_tool(
+            self.ctx.clone(),
+            request.name.to_string(),
+            args,
+            async move { ct.cancelled().await },
+        )
+        .await
+        .into())
     }
 
     async fn list_prompts(

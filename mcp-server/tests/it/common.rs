@@ -1,8 +1,11 @@
 //! Helpers: run the built binary, locate the shared reference traces, import them once.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// The reference trace `name` from ../shared/investigations.
 pub fn shared(name: &str) -> PathBuf {
@@ -76,4 +79,52 @@ pub fn listening_addr(child: &mut std::process::Child) -> String {
     }
     std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
     line.trim().rsplit(' ').next().unwrap().to_string()
+}
+
+/// A serving `causeway` child, killed when dropped.
+pub struct Http {
+    /// The process.
+    pub child: Child,
+    /// The address it listens on.
+    pub addr: String,
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One raw HTTP/1.1 request (Connection: close): status and the whole response.
+pub fn raw(
+    addr: &str,
+    request_line: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut req = format!("{request_line} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    if !body.is_empty() {
+        req.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = String::new();
+    let _ = s.read_to_string(&mut resp);
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, resp)
 }

@@ -133,7 +133,12 @@ fn hidden_characters_of_a_hostile_trace_reach_nobody() {
     let d = db.to_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
     // The visible part of the thread name survives.
-    let names = ok(&["query", "--db", d, "SELECT DISTINCT comm FROM events ORDER BY 1"]);
+    let names = ok(&[
+        "query",
+        "--db",
+        d,
+        "SELECT DISTINCT comm FROM events ORDER BY 1",
+    ]);
     assert!(names.contains("tail"), "{names}");
     assert_clean("query cells", &names);
     // A DuckDB error quoting a poisoned value.
@@ -180,11 +185,20 @@ fn hidden_characters_of_a_hostile_trace_reach_nobody() {
             "{args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert_clean(&format!("{args:?} stdout"), &String::from_utf8_lossy(&out.stdout));
-        assert_clean(&format!("{args:?} stderr"), &String::from_utf8_lossy(&out.stderr));
+        assert_clean(
+            &format!("{args:?} stdout"),
+            &String::from_utf8_lossy(&out.stdout),
+        );
+        assert_clean(
+            &format!("{args:?} stderr"),
+            &String::from_utf8_lossy(&out.stderr),
+        );
     }
     let json = std::fs::read_to_string(&perfetto).unwrap();
-    assert!(json.contains("tail"), "thread names are in the Perfetto file");
+    assert!(
+        json.contains("tail"),
+        "thread names are in the Perfetto file"
+    );
     assert_clean("perfetto export", &json);
     // Protobuf: length bytes may equal ESC or BEL, so those two are looked for in context.
     for f in [otlp.clone(), otlp.with_extension("logs.pb")] {
@@ -195,8 +209,16 @@ fn hidden_characters_of_a_hostile_trace_reach_nobody() {
             .collect();
         assert_clean(&format!("{}", f.display()), &text);
         let has = |needle: &[u8]| pb.windows(needle.len()).any(|w| w == needle);
-        assert!(has(b"]0;pwned"), "{}: the visible text is kept", f.display());
-        assert!(!has(b"\x1b]0;pwned") && !has(b"pwned\x07"), "{}", f.display());
+        assert!(
+            has(b"]0;pwned"),
+            "{}: the visible text is kept",
+            f.display()
+        );
+        assert!(
+            !has(b"\x1b]0;pwned") && !has(b"pwned\x07"),
+            "{}",
+            f.display()
+        );
     }
     // Every tool, as MCP and the query API call it.
     let ctx = causeway_tools::Context::new(db.clone(), vec![]);
@@ -206,9 +228,18 @@ fn hidden_characters_of_a_hostile_trace_reach_nobody() {
         ("get_stacks", serde_json::json!({})),
         ("describe_trace", serde_json::json!({})),
         ("list_traces", serde_json::json!({})),
-        ("run_sql", serde_json::json!({"sql": "SELECT * FROM chains"})),
-        ("run_sql", serde_json::json!({"sql": "SELECT comm, count(*) FROM events GROUP BY ALL"})),
-        ("run_sql", serde_json::json!({"sql": "SELECT * FROM stack_frames"})),
+        (
+            "run_sql",
+            serde_json::json!({"sql": "SELECT * FROM chains"}),
+        ),
+        (
+            "run_sql",
+            serde_json::json!({"sql": "SELECT comm, count(*) FROM events GROUP BY ALL"}),
+        ),
+        (
+            "run_sql",
+            serde_json::json!({"sql": "SELECT * FROM stack_frames"}),
+        ),
     ] {
         let out = causeway_tools::call(&ctx, name, args).unwrap();
         assert_clean(&format!("{name} text"), &out.text);

@@ -1,14 +1,15 @@
 //! `causeway mcp` end to end with raw JSON-RPC: stdio handshake and tool calls, tools/list budget on the wire, and the HTTP transport's refusals (token off
 //! loopback, 401 without the bearer token, 403 for a foreign Origin, 413 for a huge body).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+use crate::common::{Http, raw};
 
 const BIN: &str = env!("CARGO_BIN_EXE_causeway");
 
@@ -258,18 +259,6 @@ fn http_off_loopback_requires_a_token() {
     );
 }
 
-struct Http {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Http {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn http_server(token: &str) -> Http {
     let mut child = Command::new(BIN)
         .args(["mcp", "--db"])
@@ -340,39 +329,6 @@ fn http_refuses_without_details() {
         resp.contains("\"protocolVersion\":\"2025-11-25\""),
         "{resp}"
     );
-}
-
-/// One raw HTTP/1.1 request (Connection: close): status and the whole response.
-fn raw(
-    addr: &str,
-    request_line: &str,
-    host: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut req = format!("{request_line} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    if !body.is_empty() {
-        req.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
-    }
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut resp = String::new();
-    let _ = s.read_to_string(&mut resp);
-    let status = resp
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, resp)
 }
 
 fn get(addr: &str, host: &str, headers: &[(&str, &str)], path: &str) -> (u16, String) {

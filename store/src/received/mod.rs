@@ -80,6 +80,11 @@ impl CollectedStore {
         self.w.live_reader()
     }
 
+    /// [`crate::LIVE_READERS`] live readers, for serving tool calls side by side.
+    pub fn live_readers(&self) -> Result<Vec<crate::SharedReader>> {
+        self.w.live_readers()
+    }
+
     /// The file.
     pub fn path(&self) -> &Path {
         self.w.path()

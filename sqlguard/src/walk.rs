@@ -107,8 +107,9 @@ struct Walk<'p> {
     selects: Vec<bool>,
     /// Lambda expressions (by address) seen as arguments, with the length of their list.
     lambda_lists: HashMap<usize, f64>,
-    /// The lambdas being visited, innermost last: (address, list length).
-    lambdas: Vec<(usize, f64)>,
+    /// The lambdas and collecting aggregates being visited, innermost last: (address, how
+    /// many times they run what they enclose, whether it is an aggregate).
+    lambdas: Vec<(usize, f64, bool)>,
 }
 
 impl Visitor for Walk<'_> {
@@ -202,7 +203,16 @@ impl Visitor for Walk<'_> {
                 for (lambda, items) in costly::lambdas(function) {
                     self.lambda_lists.insert(address(lambda), items);
                 }
-                flow(self.check_function_call(function))
+                let checked = self.check_function_call(function);
+                let name = costly::lower_name(function);
+                if checked.is_ok()
+                    && self.scope().per_row
+                    && costly::COLLECTING_AGGREGATES.contains(&name.as_str())
+                {
+                    self.lambdas
+                        .push((address(expr), crate::cross::NOMINAL_TABLE_ROWS, true));
+                }
+                flow(checked)
             }
             Expr::Lambda(_) => {
                 let this = address(expr);
@@ -211,7 +221,7 @@ impl Visitor for Walk<'_> {
                     .get(&this)
                     .copied()
                     .unwrap_or(costly::UNKNOWN_LIST_ELEMENTS);
-                self.lambdas.push((this, items));
+                self.lambdas.push((this, items, false));
                 ControlFlow::Continue(())
             }
             Expr::Like {
@@ -254,11 +264,11 @@ impl Visitor for Walk<'_> {
     }
 
     fn post_visit_expr(&mut self, expr: &Expr) -> Flow {
-        if let Expr::Lambda(_) = expr
+        if matches!(expr, Expr::Lambda(_) | Expr::Function(_))
             && self
                 .lambdas
                 .last()
-                .is_some_and(|(a, _)| *a == address(expr))
+                .is_some_and(|(a, ..)| *a == address(expr))
         {
             self.lambdas.pop();
         }
@@ -536,7 +546,8 @@ impl Walk<'_> {
     fn scope(&self) -> Scope {
         Scope {
             per_row: self.selects.iter().any(|has_from| *has_from),
-            multiplier: self.lambdas.iter().map(|(_, n)| *n).product(),
+            multiplier: self.lambdas.iter().map(|(_, n, _)| *n).product(),
+            collected: self.lambdas.iter().any(|(.., aggregate)| *aggregate),
         }
     }
 }

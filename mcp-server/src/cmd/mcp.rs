@@ -35,9 +35,23 @@ pub struct HttpFlags {
     /// Extra allowed Host header name (repeatable; default off loopback: any, token required).
     #[arg(long, value_name = "HOST")]
     pub allow_host: Vec<String>,
-    /// Largest HTTP request body in bytes.
+    /// Largest HTTP request body in bytes (a larger declared body is answered 413 at once).
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
     pub max_body: usize,
+    /// Open HTTP connections served at once (more are answered 503); at most the process's
+    /// open-files limit less 128.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub max_connections: usize,
+    /// MCP sessions at once (a new session beyond it is answered 503; initializes arriving
+    /// together may pass it by their number); idle sessions close after 5 minutes.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_sessions: usize,
+    /// Time a client has to send a request's headers; also how long an idle connection stays.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub header_timeout: Duration,
+    /// Longest pause while a client sends a request body.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub body_timeout: Duration,
 }
 
 /// Limits of the SQL agents and scripts send (`run_sql`, the query API).
@@ -161,6 +175,10 @@ pub fn http_options(addr: SocketAddr, flags: &HttpFlags) -> Result<mcp::http::Ht
         allowed_origins: flags.allow_origin.clone(),
         allowed_hosts: flags.allow_host.clone(),
         max_body_bytes: flags.max_body,
+        max_connections: flags.max_connections,
+        max_sessions: flags.max_sessions,
+        header_timeout: flags.header_timeout,
+        body_timeout: flags.body_timeout,
     })
 }
 

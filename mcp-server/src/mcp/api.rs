@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use causeway_tools::{Context, ToolError};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Incoming};
+use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 
-use super::http::{Body, HttpOptions, bare};
+use super::http::{Body, HttpOptions, InBody, bare};
 
 /// Path prefix of the query API.
 pub const PREFIX: &str = "/api/v1/";
@@ -27,20 +27,6 @@ pub fn allowed_hosts(o: &HttpOptions) -> Option<Vec<String>> {
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()];
     hosts.extend(o.allowed_hosts.iter().cloned());
     Some(hosts)
-}
-
-fn host_ok(req: &Request<Incoming>, hosts: Option<&[String]>) -> bool {
-    let Some(hosts) = hosts else { return true };
-    let host = req
-        .headers()
-        .get(hyper::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    let name = match host.rsplit_once(':') {
-        Some((n, port)) if port.chars().all(|c| c.is_ascii_digit()) => n,
-        _ => host,
-    };
-    hosts.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
 
 pub(crate) fn with_body(
@@ -68,16 +54,12 @@ fn json_response(status: StatusCode, v: &Value) -> Response<Body> {
 /// `GET /metrics`: the Prometheus text exposition of the served trace. `gatherer` is the
 /// server's: a scrape of a live recording reads only the events recorded since the last one.
 pub async fn metrics(
-    req: &Request<Incoming>,
+    req: &Request<InBody>,
     ctx: Arc<Context>,
     gatherer: Arc<std::sync::Mutex<causeway_export::gather::Gatherer>>,
-    hosts: Option<&[String]>,
 ) -> Response<Body> {
     if req.method() != Method::GET {
         return bare(StatusCode::METHOD_NOT_ALLOWED);
-    }
-    if !host_ok(req, hosts) {
-        return bare(StatusCode::FORBIDDEN);
     }
     let text = tokio::task::spawn_blocking(move || {
         ctx.with_reader(None, |r| {
@@ -112,15 +94,7 @@ fn tool_error(e: &ToolError) -> Response<Body> {
 }
 
 /// `/api/v1/...`: `GET time`, `POST tools/{name}` with the tool's arguments as a JSON object.
-pub async fn handle(
-    req: Request<Incoming>,
-    ctx: Arc<Context>,
-    hosts: Option<&[String]>,
-    max_body: usize,
-) -> Response<Body> {
-    if !host_ok(&req, hosts) {
-        return bare(StatusCode::FORBIDDEN);
-    }
+pub async fn handle(req: Request<InBody>, ctx: Arc<Context>, max_body: usize) -> Response<Body> {
     let path = req
         .uri()
         .path()
@@ -141,7 +115,11 @@ pub async fn handle(
     }
     let body = match Limited::new(req.into_body(), max_body).collect().await {
         Ok(b) => b.to_bytes(),
-        Err(_) => return bare(StatusCode::PAYLOAD_TOO_LARGE),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return bare(StatusCode::PAYLOAD_TOO_LARGE);
+        }
+        // The client paused longer than --body-timeout, or went away.
+        Err(_) => return bare(StatusCode::REQUEST_TIMEOUT),
     };
     let args: Value = if body.is_empty() {
         Value::Null

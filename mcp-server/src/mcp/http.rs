@@ -1,7 +1,9 @@
 //! Streamable HTTP transport: rmcp's `StreamableHttpService` served through hyper-util, with
-//! Host and Origin validation (DNS-rebinding defence), a bearer token (constant-time compare),
-//! optional TLS (rustls), and a request body limit. Refusals are bare 401/403/413 responses that
-//! say nothing about the server.
+//! a bearer token (constant-time compare), optional TLS (rustls), and the limits of `limits.rs`
+//! on every route: Host and Origin (DNS-rebinding and cross-site defence), declared and actual
+//! body sizes, header and body timeouts, open connections and MCP sessions. Refusals are bare
+//! 401/403/413 responses that say nothing about the server, and 503 with `Retry-After` when a
+//! cap is reached.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -20,6 +22,20 @@ use tokio::net::TcpListener;
 use tower_service::Service;
 
 use super::handler::CausewayServer;
+use super::limits::{AcceptBackoff, AccessPolicy, declared_too_large};
+
+/// A 503 written straight to a connection over the cap, which is then closed.
+const OVER_CAPACITY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+/// A bare 503 asking the client to come back.
+fn unavailable() -> Response<Body> {
+    let mut r = bare(StatusCode::SERVICE_UNAVAILABLE);
+    r.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static("5"),
+    );
+    r
+}
 
 /// How the HTTP transport is exposed.
 #[derive(Debug, Clone)]
@@ -38,7 +54,18 @@ pub struct HttpOptions {
     pub allowed_hosts: Vec<String>,
     /// Largest request body in bytes.
     pub max_body_bytes: usize,
+    /// Open connections served at once; more are answered 503.
+    pub max_connections: usize,
+    /// MCP sessions at once; a new `initialize` beyond it is answered 503.
+    pub max_sessions: usize,
+    /// Time a client has to send a request's headers (and an idle keep-alive connection lives).
+    pub header_timeout: std::time::Duration,
+    /// Longest pause while a client sends a request body.
+    pub body_timeout: std::time::Duration,
 }
+
+/// A request body as the routes read it: cut off when the client pauses too long.
+pub(crate) type InBody = tower_http::timeout::TimeoutBody<Incoming>;
 
 pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
@@ -63,7 +90,7 @@ pub(crate) fn token_ok(presented: &[u8], expected: &[u8]) -> bool {
     diff == 0
 }
 
-fn authorized(req: &Request<Incoming>, token: Option<&str>) -> bool {
+fn authorized<B>(req: &Request<B>, token: Option<&str>) -> bool {
     let Some(expected) = token else { return true };
     req.headers()
         .get(hyper::header::AUTHORIZATION)
@@ -72,16 +99,10 @@ fn authorized(req: &Request<Incoming>, token: Option<&str>) -> bool {
         .is_some_and(|t| token_ok(t.trim().as_bytes(), expected.as_bytes()))
 }
 
-fn rmcp_config(o: &HttpOptions) -> StreamableHttpServerConfig {
+fn rmcp_config(o: &HttpOptions, policy: &AccessPolicy) -> StreamableHttpServerConfig {
     let loopback = o.addr.ip().is_loopback();
-    let scheme = if o.tls.is_some() { "https" } else { "http" };
-    let mut origins: Vec<String> = ["localhost", "127.0.0.1", "[::1]"]
-        .iter()
-        .map(|h| format!("{scheme}://{h}:*"))
-        .collect();
-    origins.extend(o.allowed_origins.iter().cloned());
     let mut config = StreamableHttpServerConfig::default()
-        .with_allowed_origins(origins)
+        .with_allowed_origins(policy.origins().to_vec())
         .enforce_origin_validation()
         .with_max_request_body_bytes(o.max_body_bytes);
     if !o.allowed_hosts.is_empty() {
@@ -181,43 +202,75 @@ pub async fn serve_with(
         )
     })?;
     let bound = listener.local_addr()?;
+    let scheme = if o.tls.is_some() { "https" } else { "http" };
+    let policy = Arc::new(AccessPolicy::new(
+        super::api::allowed_hosts(&o),
+        scheme,
+        &o.allowed_origins,
+    ));
     let mcp_ctx = ctx.clone();
+    let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || Ok(CausewayServer::new(mcp_ctx.clone())),
-        Arc::new(LocalSessionManager::default()),
-        rmcp_config(&o),
+        sessions.clone(),
+        rmcp_config(&o, &policy),
     );
     let token: Option<Arc<str>> = o.token.as_deref().map(Arc::from);
-    let metric_hosts: Option<Arc<[String]>> = super::api::allowed_hosts(&o).map(Arc::from);
     // One gatherer for every scrape: each reads only what was recorded since the last one.
     let gatherer = Arc::new(std::sync::Mutex::new(
         causeway_export::gather::Gatherer::default(),
     ));
     let max_body = o.max_body_bytes;
-    tracing::info!(addr = %bound, tls = tls.is_some(), auth = token.is_some(), "MCP over streamable HTTP");
+    let max_connections =
+        super::limits::connection_cap(o.max_connections, super::limits::raise_fd_limit());
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let (max_sessions, header_timeout, body_timeout) =
+        (o.max_sessions, o.header_timeout, o.body_timeout);
+    tracing::info!(addr = %bound, tls = tls.is_some(), auth = token.is_some(), max_connections, max_sessions, "MCP over streamable HTTP");
     on_ready(bound);
+    let mut backoff = AcceptBackoff::default();
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(s) => s,
+        let (mut stream, peer) = match listener.accept().await {
+            Ok(s) => {
+                backoff.succeeded();
+                s
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
+                // Out of descriptors: the pending connection stays queued; retrying at once
+                // would spin on the same error.
+                tokio::time::sleep(backoff.failed(&e)).await;
                 continue;
             }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let _ = tokio::time::timeout(
+                    std::time::Duration::from_secs(1),
+                    stream.write_all(OVER_CAPACITY),
+                )
+                .await;
+            });
+            tracing::debug!(%peer, "503: at the connection cap");
+            continue;
         };
         let service = service.clone();
         let token = token.clone();
         let tls = tls.clone();
         let ctx = ctx.clone();
-        let metric_hosts = metric_hosts.clone();
+        let policy = policy.clone();
         let otlp = otlp.clone();
         let gatherer = gatherer.clone();
+        let sessions = sessions.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let handler = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let mut service = service.clone();
                 let ok = authorized(&req, token.as_deref());
                 let ctx = ctx.clone();
-                let metric_hosts = metric_hosts.clone();
+                let policy = policy.clone();
                 let gatherer = gatherer.clone();
+                let sessions = sessions.clone();
                 let otlp = otlp.clone().filter(|_| {
                     matches!(
                         req.uri().path(),
@@ -232,22 +285,29 @@ pub async fn serve_with(
                         }
                         return Ok::<_, Infallible>(bare(StatusCode::UNAUTHORIZED));
                     }
+                    if let Some(code) = policy.refuse(&req) {
+                        tracing::info!(%peer, "403: Host or Origin not allowed");
+                        return Ok(bare(code));
+                    }
+                    let limit = otlp.as_ref().map_or(max_body, |o| o.max_body_bytes);
+                    if declared_too_large(&req, limit) {
+                        return Ok(bare(StatusCode::PAYLOAD_TOO_LARGE));
+                    }
+                    let req = req.map(|b| InBody::new(body_timeout, b));
                     if let Some(o) = otlp {
                         return Ok(super::otlp::handle_http(req, o.ingest, o.max_body_bytes).await);
                     }
                     if req.uri().path() == "/metrics" {
-                        return Ok(super::api::metrics(
-                            &req,
-                            ctx,
-                            gatherer,
-                            metric_hosts.as_deref(),
-                        )
-                        .await);
+                        return Ok(super::api::metrics(&req, ctx, gatherer).await);
                     }
                     if req.uri().path().starts_with(super::api::PREFIX) {
-                        return Ok(
-                            super::api::handle(req, ctx, metric_hosts.as_deref(), max_body).await,
-                        );
+                        return Ok(super::api::handle(req, ctx, max_body).await);
+                    }
+                    if starts_a_session(&req)
+                        && sessions.sessions.read().await.len() >= max_sessions
+                    {
+                        tracing::info!(%peer, max_sessions, "503: at the MCP session cap");
+                        return Ok(unavailable());
                     }
                     let resp = service.call(req).await?;
                     if resp.status() == StatusCode::FORBIDDEN {
@@ -257,15 +317,24 @@ pub async fn serve_with(
                     Ok(resp)
                 }
             });
-            let builder = hyper::server::conn::http1::Builder::new();
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout);
             let result = match tls {
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(s) => builder.serve_connection(TokioIo::new(s), handler).await,
-                    Err(e) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
+                Some(acceptor) => {
+                    match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => builder.serve_connection(TokioIo::new(s), handler).await,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
                     }
-                },
+                }
                 None => {
                     builder
                         .serve_connection(TokioIo::new(stream), handler)
@@ -277,6 +346,11 @@ pub async fn serve_with(
             }
         });
     }
+}
+
+/// A POST to `/mcp` without a session id: an `initialize` that would create a session.
+fn starts_a_session<B>(req: &Request<B>) -> bool {
+    req.method() == hyper::Method::POST && !req.headers().contains_key("mcp-session-id")
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod handler;
 pub mod http;
+pub mod limits;
 pub mod otlp;
 
 use std::sync::Arc;

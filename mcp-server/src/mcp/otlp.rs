@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use causeway_ingest::{Decoded, Ingest, SubmitError, decode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::{Bytes, Incoming};
+use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsService;
 use opentelemetry_proto::tonic::collector::logs::v1::{
@@ -121,7 +121,7 @@ fn refusal_response(r: Refusal) -> Response<Body> {
 
 /// `POST /v1/metrics` and `POST /v1/logs` (token already checked).
 pub async fn handle_http(
-    req: Request<Incoming>,
+    req: Request<super::http::InBody>,
     ingest: Arc<Ingest>,
     max_body: usize,
 ) -> Response<Body> {

@@ -70,6 +70,9 @@ SELECT list(range(1000)) FROM events
 SELECT list(repeat(comm, 1000)) FROM events
 SELECT array_agg(range(100)) FROM events e1, events e2 WHERE e1.timestamp < e2.timestamp + 1000
 SELECT histogram(timestamp) FROM events
+SELECT list(a.comm || b.comm) FROM events a JOIN events b ON a.pid = b.pid
+SELECT string_agg(a.comm, ',') FROM events a JOIN events b ON a.pid = b.pid
+SELECT a.pid, list(b.timestamp) FROM events a JOIN events b ON a.pid = b.pid GROUP BY ALL
 SELECT max(len(range(100000))) FROM events
 SELECT * FROM events ORDER BY random()
 WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r

@@ -8,6 +8,7 @@ mod collect_server;
 mod common;
 mod fleet;
 mod hostile;
+mod limits;
 mod live;
 mod mcp;
 mod otlp;

@@ -97,24 +97,24 @@ pub fn attribute(ctx: &Ctx<'_>) -> Result<Vec<ThreadAttribution>, StoreError> {
             for ((pid, warmup, op), (n, ns, with_off)) in calls {
                 let a = entry(&mut by, node, pid, tid, warmup);
                 a.slow_calls += n;
-                a.slow_ns += ns;
+                a.slow_ns = a.slow_ns.saturating_add(ns);
                 a.with_off_cpu += with_off;
                 *a.ops.entry(op_name(op).to_string()).or_default() += n;
             }
             for ((pid, warmup, ran, state), ns) in off {
                 let a = entry(&mut by, node, pid, tid, warmup);
-                a.off_inside_ns += ns;
+                a.off_inside_ns = a.off_inside_ns.saturating_add(ns);
                 match state {
                     0 => {
-                        a.preempted_ns += ns;
+                        a.preempted_ns = a.preempted_ns.saturating_add(ns);
                         let pid = ran.clamp(0, i64::from(u32::MAX)) as u32;
                         match a.ran_instead.iter_mut().find(|x| x.0 == pid) {
                             Some(x) => x.1 += ns,
                             None => a.ran_instead.push((pid, ns)),
                         }
                     }
-                    1 => a.blocked_ns += ns,
-                    _ => a.unknown_ns += ns,
+                    1 => a.blocked_ns = a.blocked_ns.saturating_add(ns),
+                    _ => a.unknown_ns = a.unknown_ns.saturating_add(ns),
                 }
             }
         }
@@ -164,21 +164,24 @@ pub struct OffCpuSplit {
 pub fn split(ctx: &Ctx<'_>, attr: &[ThreadAttribution]) -> OffCpuSplit {
     let mut s = OffCpuSplit::default();
     for t in &ctx.threads {
-        s.total_ns += t.off_ns;
+        s.total_ns = s.total_ns.saturating_add(t.off_ns);
         if t.gpu_calls == 0 {
-            s.non_gpu_threads_ns += t.off_ns;
+            s.non_gpu_threads_ns = s.non_gpu_threads_ns.saturating_add(t.off_ns);
             if s.largest_non_gpu.as_ref().is_none_or(|l| t.off_ns > l.3) && t.off_ns > 0 {
                 s.largest_non_gpu = Some((t.pid, t.tid, t.comm.clone(), t.off_ns));
             }
         }
     }
-    s.inside_slow_calls_ns = attr.iter().map(|a| a.off_inside_ns).sum();
+    s.inside_slow_calls_ns = attr
+        .iter()
+        .map(|a| a.off_inside_ns)
+        .fold(0, i64::saturating_add);
     let feeders: i64 = ctx
         .threads
         .iter()
         .filter(|t| t.gpu_calls > 0)
         .map(|t| t.off_ns)
-        .sum();
-    s.feeders_elsewhere_ns = (feeders - s.inside_slow_calls_ns).max(0);
+        .fold(0, i64::saturating_add);
+    s.feeders_elsewhere_ns = feeders.saturating_sub(s.inside_slow_calls_ns).max(0);
     s
 }

@@ -79,7 +79,7 @@ pub struct Overhead {
 }
 
 const WINDOWS_SQL: &str = "
-SELECT coalesce(sum(probe_ns), 0)::BIGINT, coalesce(sum(cpu_ns), 0)::BIGINT,
+SELECT coalesce((CASE WHEN sum(probe_ns) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(probe_ns) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(probe_ns) END), 0)::BIGINT, coalesce((CASE WHEN sum(cpu_ns) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(cpu_ns) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(cpu_ns) END), 0)::BIGINT,
        coalesce(max(probe_ns::DOUBLE / greatest(cpu_ns, probe_ns, 1)), 0) * 100,
        coalesce(max(budget_pct), 0)::DOUBLE, count(*)::BIGINT
 FROM probe_overhead

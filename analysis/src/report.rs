@@ -25,7 +25,11 @@ pub fn render_text(e: &Explain) -> String {
             "\nNo causal chain: nothing in this window costs the GPU path measurable time."
         );
     } else {
-        let total: i64 = e.chains.iter().map(|c| c.time_lost_ns).sum();
+        let total: i64 = e
+            .chains
+            .iter()
+            .map(|c| c.time_lost_ns)
+            .fold(0, i64::saturating_add);
         let _ = writeln!(
             o,
             "{} chain{}, {} estimated time lost, worst first.",

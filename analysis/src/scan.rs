@@ -59,8 +59,8 @@ const NODES_SQL: &str =
 const THREAD_OPS_SQL: &str = "
 SELECT pid, tid, op_id, gpu_id, comm,
        CASE WHEN op_id = 100 THEN (CASE arg1 WHEN 0 THEN 0 WHEN 1 THEN 1 ELSE 2 END) ELSE 0 END AS state,
-       count(*)::BIGINT, sum(duration), min(timestamp), max(timestamp), max(timestamp + duration),
-       max(duration), sum(arg0)
+       count(*)::BIGINT, (CASE WHEN sum(duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) END), min(timestamp), max(timestamp), (CASE WHEN max(timestamp::HUGEINT + duration) > 9223372036854775807 THEN 9223372036854775807 WHEN max(timestamp::HUGEINT + duration) < -9223372036854775808 THEN -9223372036854775808 ELSE max(timestamp::HUGEINT + duration) END),
+       max(duration), (CASE WHEN sum(arg0) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(arg0) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(arg0) END)
 FROM event_data WHERE (?::BOOLEAN OR node = ?) AND timestamp BETWEEN ? AND ?
 GROUP BY ALL";
 

@@ -124,7 +124,7 @@ WITH g AS (
            quantile_disc(duration, [0.5, 0.95, 0.99]) AS q,
            max(duration) AS mx,
            avg(duration)::DOUBLE AS mean,
-           sum(duration)::BIGINT AS total,
+           (CASE WHEN sum(duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) END)::BIGINT AS total,
            min(timestamp) AS first,
            max(timestamp) AS last
     FROM event_rows
@@ -139,17 +139,17 @@ ORDER BY s.source_id, g.n DESC, o.op";
 
 const OFF_CPU_SQL: &str = "
 SELECT count(*)::BIGINT,
-       coalesce(sum(duration), 0)::BIGINT,
-       coalesce(sum(duration) FILTER (WHERE arg1 = 0), 0)::BIGINT,
-       coalesce(sum(duration) FILTER (WHERE arg1 = 1), 0)::BIGINT,
-       coalesce(sum(duration) FILTER (WHERE arg1 NOT IN (0, 1)), 0)::BIGINT
+       coalesce((CASE WHEN sum(duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) END), 0)::BIGINT,
+       coalesce((CASE WHEN sum(duration) FILTER (WHERE arg1 = 0) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) FILTER (WHERE arg1 = 0) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) FILTER (WHERE arg1 = 0) END), 0)::BIGINT,
+       coalesce((CASE WHEN sum(duration) FILTER (WHERE arg1 = 1) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) FILTER (WHERE arg1 = 1) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) FILTER (WHERE arg1 = 1) END), 0)::BIGINT,
+       coalesce((CASE WHEN sum(duration) FILTER (WHERE arg1 NOT IN (0, 1)) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) FILTER (WHERE arg1 NOT IN (0, 1)) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) FILTER (WHERE arg1 NOT IN (0, 1)) END), 0)::BIGINT
 FROM event_rows
 WHERE op_id = 100 AND timestamp BETWEEN ? AND ?
   AND (?::BIGINT < 0 OR pid = ?::BIGINT)
   AND (?::BIGINT = -1 OR node_id = ?::BIGINT)";
 
 const COUNTED_SQL: &str = "
-SELECT o.source, o.op, c.op_id, sum(c.calls)::BIGINT, sum(c.stored)::BIGINT, sum(c.total_ns)::BIGINT
+SELECT o.source, o.op, c.op_id, (CASE WHEN sum(c.calls) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(c.calls) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(c.calls) END)::BIGINT, (CASE WHEN sum(c.stored) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(c.stored) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(c.stored) END)::BIGINT, (CASE WHEN sum(c.total_ns) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(c.total_ns) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(c.total_ns) END)::BIGINT
 FROM op_counts c JOIN ops o ON o.op_id = c.op_id
 WHERE c.window_end_ns >= ? AND c.window_start_ns <= ?
   AND (?::BIGINT < 0 OR c.pid = ?::BIGINT)
@@ -157,7 +157,7 @@ WHERE c.window_end_ns >= ? AND c.window_start_ns <= ?
 GROUP BY ALL";
 
 const HIST_SQL: &str = "
-SELECT log2_bucket, sum(count)::BIGINT
+SELECT log2_bucket, (CASE WHEN sum(count) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(count) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(count) END)::BIGINT
 FROM op_histograms
 WHERE op_id = ? AND window_end_ns >= ? AND window_start_ns <= ?
   AND (?::BIGINT < 0 OR pid = ?::BIGINT)
@@ -165,14 +165,14 @@ WHERE op_id = ? AND window_end_ns >= ? AND window_start_ns <= ?
 GROUP BY ALL ORDER BY 1";
 
 const TIMED_SQL: &str = "
-SELECT op_id, sum(count)::BIGINT FROM op_histograms
+SELECT op_id, (CASE WHEN sum(count) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(count) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(count) END)::BIGINT FROM op_histograms
 WHERE window_end_ns >= ? AND window_start_ns <= ?
   AND (?::BIGINT < 0 OR pid = ?::BIGINT)
   AND (?::VARCHAR = '' OR node = ?::VARCHAR)
 GROUP BY op_id";
 
 const DROPS_SQL: &str = "
-SELECT kind, sum(count)::BIGINT FROM drops
+SELECT kind, (CASE WHEN sum(count) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(count) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(count) END)::BIGINT FROM drops
 WHERE (?::VARCHAR = '' OR node = ?::VARCHAR)
 GROUP BY kind ORDER BY kind";
 

@@ -58,7 +58,7 @@ static STORED_SQL: LazyLock<String> = LazyLock::new(|| {
                 CASE WHEN l2f < 40 AND duration >= (2::BIGINT << l2f) THEN l2f + 1
                      WHEN l2f > 0 AND duration < (1::BIGINT << l2f) THEN l2f - 1
                      ELSE l2f END AS l2,
-                pb, count(*)::BIGINT, sum(duration)::BIGINT, sum(bytes)::BIGINT,
+                pb, count(*)::BIGINT, (CASE WHEN sum(duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) END)::BIGINT, (CASE WHEN sum(bytes) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(bytes) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(bytes) END)::BIGINT,
                 min(duration)::BIGINT, max(duration)::BIGINT
          FROM c GROUP BY ALL",
         prom.join(" "),
@@ -73,27 +73,26 @@ const NODE_IDS_SQL: &str =
 const LAST_SEQ_SQL: &str = "SELECT max(seq)::BIGINT FROM event_rows WHERE node_id = ? AND seq >= ?";
 /// Count, newest timestamp and time span of a node's events in a range (node_id, first, last).
 const NODE_RANGE_SQL: &str = "SELECT count(*)::BIGINT, max(timestamp)::BIGINT,
-    min(timestamp)::BIGINT, max(timestamp + duration)::BIGINT
+    min(timestamp)::BIGINT, (CASE WHEN max(timestamp::HUGEINT + duration) > 9223372036854775807 THEN 9223372036854775807 WHEN max(timestamp::HUGEINT + duration) < -9223372036854775808 THEN -9223372036854775808 ELSE max(timestamp::HUGEINT + duration) END)::BIGINT
   FROM event_rows WHERE node_id = ? AND seq BETWEEN ? AND ?";
 /// Off-CPU time of a node's processes in a range (node_id, first, last).
 const OFF_CPU_SQL: &str = "SELECT pid::BIGINT,
     CASE arg1 WHEN 0 THEN 'preempted' WHEN 1 THEN 'blocked' ELSE 'other' END AS state,
-    sum(duration)::BIGINT, count(*)::BIGINT
+    (CASE WHEN sum(duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) END)::BIGINT, count(*)::BIGINT
   FROM event_rows WHERE node_id = ? AND seq BETWEEN ? AND ? AND op_id = 100 GROUP BY ALL";
 /// Kernel call counts per (node, pid, op), over every window. Read whole at each update: one
 /// row per window and active op (far fewer than events), and a collected store replaces a
 /// node's latest snapshot rows in place, so these tables are not append-only.
-const KERNEL_SQL: &str = "SELECT c.node, c.pid::BIGINT, o.source, o.op, sum(c.calls)::BIGINT,
-    sum(c.stored)::BIGINT, sum(c.total_ns)::BIGINT, sum(c.bytes)::BIGINT,
+const KERNEL_SQL: &str = "SELECT c.node, c.pid::BIGINT, o.source, o.op, (CASE WHEN sum(c.calls) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(c.calls) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(c.calls) END)::BIGINT,
+    (CASE WHEN sum(c.stored) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(c.stored) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(c.stored) END)::BIGINT, (CASE WHEN sum(c.total_ns) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(c.total_ns) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(c.total_ns) END)::BIGINT, (CASE WHEN sum(c.bytes) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(c.bytes) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(c.bytes) END)::BIGINT,
     min(c.window_start_ns)::BIGINT, max(c.window_end_ns)::BIGINT
   FROM op_counts c JOIN ops o ON o.op_id = c.op_id GROUP BY ALL";
 /// Kernel histogram buckets per (node, pid, op), over every window (read whole, as above).
 const HIST_SQL: &str = "SELECT h.node, h.pid::BIGINT, o.source, o.op,
-    least(h.log2_bucket, 40)::INTEGER, sum(h.count)::BIGINT,
+    least(h.log2_bucket, 40)::INTEGER, (CASE WHEN sum(h.count) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(h.count) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(h.count) END)::BIGINT,
     min(h.window_start_ns)::BIGINT, max(h.window_end_ns)::BIGINT
   FROM op_histograms h JOIN ops o ON o.op_id = h.op_id GROUP BY ALL";
-const DROPS_SQL: &str =
-    "SELECT node, kind, sum(count)::BIGINT FROM drops GROUP BY ALL ORDER BY 1, 2";
+const DROPS_SQL: &str = "SELECT node, kind, (CASE WHEN sum(count) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(count) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(count) END)::BIGINT FROM drops GROUP BY ALL ORDER BY 1, 2";
 const NODES_SQL: &str = "SELECT n.node, n.hostname, n.cluster, coalesce(e.n, 0)::BIGINT, e.last
   FROM nodes n LEFT JOIN (SELECT node, count(*)::BIGINT AS n, max(timestamp)::BIGINT AS last
                           FROM event_data GROUP BY 1) e ON e.node = n.node
@@ -101,7 +100,7 @@ const NODES_SQL: &str = "SELECT n.node, n.hostname, n.cluster, coalesce(e.n, 0):
 const PROCESSES_SQL: &str = "SELECT node, pid::BIGINT, comm, rank, local_rank, world_size, cluster
   FROM processes ORDER BY 1, 2";
 const SPAN_SQL: &str = "SELECT min(s)::BIGINT, max(e)::BIGINT FROM (
-    SELECT min(timestamp) AS s, max(timestamp + duration) AS e FROM event_rows
+    SELECT min(timestamp) AS s, (CASE WHEN max(timestamp::HUGEINT + duration) > 9223372036854775807 THEN 9223372036854775807 WHEN max(timestamp::HUGEINT + duration) < -9223372036854775808 THEN -9223372036854775808 ELSE max(timestamp::HUGEINT + duration) END) AS e FROM event_rows
     UNION ALL SELECT min(window_start_ns), max(window_end_ns) FROM op_counts
     UNION ALL SELECT min(window_start_ns), max(window_end_ns) FROM op_histograms)";
 

@@ -92,9 +92,33 @@ pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     print_text(&s)
 }
 
+/// For commands that write a file through a temporary sibling (import, merge, export, demo):
+/// on SIGINT, SIGTERM or SIGHUP the unfinished file is removed before the process exits, so an
+/// interrupted run leaves nothing behind.
+fn remove_unfinished_on_signals() {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            let removed = causeway_store::remove_unfinished();
+            eprintln!("causeway: interrupted; removed {removed} unfinished file(s)");
+            // No exit handlers: DuckDB's may run while another thread is inside it.
+            signal_hook::low_level::exit(128 + sig);
+        }
+    });
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    if matches!(
+        cli.command,
+        Command::Import(_) | Command::Merge(_) | Command::Export(_) | Command::Demo(_)
+    ) {
+        remove_unfinished_on_signals();
+    }
     let result = match &cli.command {
         Command::Import(a) => cmd::import::run(a),
         Command::Merge(a) => cmd::merge::run(a),

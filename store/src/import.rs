@@ -25,6 +25,26 @@ pub enum ImportError {
         #[source]
         source: std::io::Error,
     },
+    /// The path is not a regular file (a directory, FIFO, socket or device would hang or fail).
+    #[error("{path}: is {kind}, not a file\nhint: give the path of a trace database (*.db)")]
+    NotAFile {
+        /// The source path.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// A column holds values of another type than a trace database's.
+    #[error(
+        "{path}: column {column} holds {found} values where a trace database has numbers (a different schema, not damage)\nhint: import takes trace databases recorded by the reference tool; check what wrote this file"
+    )]
+    WrongSchema {
+        /// The source file.
+        path: PathBuf,
+        /// The column.
+        column: String,
+        /// The SQLite type found.
+        found: String,
+    },
     /// The file is not an SQLite database.
     #[error(
         "{path}: not an SQLite database\nhint: import takes trace databases recorded by the reference tool (*.db); open causeway stores directly with --db"
@@ -84,6 +104,9 @@ pub struct SourceReport {
     pub events: u64,
     /// Events skipped (op unknown to the catalogue), counted in `drops` as `import_skipped`.
     pub skipped: u64,
+    /// Events skipped for an impossible value (a timestamp before 1970 or after 2116, a
+    /// negative or too large pid or tid), counted in `drops` as `import_invalid`.
+    pub invalid: u64,
     /// Distinct stacks written.
     pub stacks: u64,
     /// Causal chains written.
@@ -204,12 +227,32 @@ pub fn import(
 struct SqliteTrace {
     path: PathBuf,
     conn: rusqlite::Connection,
+    /// A private copy of the source and its pending journal, when SQLite must replay one
+    /// (opened there so the source is never written); removed with the import.
+    _copy: Option<tempfile::TempDir>,
     event_cols: HashSet<String>,
     event_count: u64,
     tables: HashSet<String>,
 }
 
 fn classify(path: &Path, e: rusqlite::Error) -> ImportError {
+    match &e {
+        rusqlite::Error::InvalidColumnType(_, column, found) => {
+            return ImportError::WrongSchema {
+                path: path.to_path_buf(),
+                column: column.clone(),
+                found: found.to_string(),
+            };
+        }
+        rusqlite::Error::IntegralValueOutOfRange(i, v) => {
+            return ImportError::WrongSchema {
+                path: path.to_path_buf(),
+                column: format!("#{i}"),
+                found: format!("out-of-range ({v})"),
+            };
+        }
+        _ => {}
+    }
     let detail = e.to_string();
     if detail.contains("file is not a database") {
         ImportError::NotSqlite {
@@ -223,40 +266,119 @@ fn classify(path: &Path, e: rusqlite::Error) -> ImportError {
     }
 }
 
+/// `path` with `suffix` appended (SQLite's `-wal` and `-journal` files).
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
+fn nonempty(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() > 0)
+}
+
+/// Opens a source without ever writing it or beside it: immutable (no `-wal`/`-shm` created,
+/// works on read-only media) when it has nothing to replay; when it has a write-ahead log or
+/// a hot journal SQLite must replay, a private copy of the file and that log is opened
+/// instead (SQLite cannot replay read-only, and the source must not change).
+fn open_source(
+    path: &Path,
+    header: &[u8; 100],
+) -> Result<(rusqlite::Connection, Option<tempfile::TempDir>), ImportError> {
+    // Bytes 18-19: file format versions, 2 in WAL mode.
+    let wal = header[18] == 2 && header[19] == 2;
+    let log = if wal {
+        Some(beside(path, "-wal"))
+    } else {
+        Some(beside(path, "-journal"))
+    }
+    .filter(|l| nonempty(l));
+    let Some(log) = log else {
+        let uri = format!("file:{}?immutable=1", uri_path(path));
+        let conn = rusqlite::Connection::open_with_flags(
+            uri,
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| classify(path, e))?;
+        return Ok((conn, None));
+    };
+    let unreadable = |source| ImportError::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("causeway-import-")
+        .tempdir()
+        .map_err(unreadable)?;
+    let copy = dir.path().join("source.db");
+    std::fs::copy(path, &copy).map_err(unreadable)?;
+    let suffix = if wal { "-wal" } else { "-journal" };
+    std::fs::copy(&log, beside(&copy, suffix)).map_err(unreadable)?;
+    tracing::info!(source = %path.display(), log = %log.display(), "replaying the source's log in a private copy");
+    let conn = rusqlite::Connection::open_with_flags(
+        &copy,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| classify(path, e))?;
+    Ok((conn, Some(dir)))
+}
+
+/// A path for an SQLite `file:` URI: `%`, `?` and `#` escaped.
+fn uri_path(path: &Path) -> String {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = String::new();
+    for c in abs.to_string_lossy().chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '?' => out.push_str("%3f"),
+            '#' => out.push_str("%23"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 impl SqliteTrace {
     fn open(path: &Path) -> Result<SqliteTrace, ImportError> {
         let meta = std::fs::metadata(path).map_err(|source| ImportError::Unreadable {
             path: path.to_path_buf(),
             source,
         })?;
-        if meta.is_dir() {
-            return Err(ImportError::Unreadable {
+        if !meta.is_file() {
+            use std::os::unix::fs::FileTypeExt;
+            let t = meta.file_type();
+            let kind = if t.is_dir() {
+                "a directory"
+            } else if t.is_fifo() {
+                "a FIFO"
+            } else if t.is_socket() {
+                "a socket"
+            } else if t.is_block_device() || t.is_char_device() {
+                "a device"
+            } else {
+                "not a regular file"
+            };
+            return Err(ImportError::NotAFile {
                 path: path.to_path_buf(),
-                source: std::io::Error::other("is a directory"),
+                kind,
             });
         }
-        std::fs::File::open(path).map_err(|source| ImportError::Unreadable {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let mut header = [0u8; 16];
+        let mut header = [0u8; 100];
         {
             use std::io::Read;
             let mut f = std::fs::File::open(path).map_err(|source| ImportError::Unreadable {
                 path: path.to_path_buf(),
                 source,
             })?;
-            if f.read_exact(&mut header).is_err() || &header != b"SQLite format 3\0" {
+            if f.read_exact(&mut header).is_err() || &header[..16] != b"SQLite format 3\0" {
                 return Err(ImportError::NotSqlite {
                     path: path.to_path_buf(),
                 });
             }
         }
-        let conn = rusqlite::Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| classify(path, e))?;
+        let (conn, copy) = open_source(path, &header)?;
         let tables: HashSet<String> = {
             let mut st = conn
                 .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
@@ -303,6 +425,7 @@ impl SqliteTrace {
         Ok(SqliteTrace {
             path: path.to_path_buf(),
             conn,
+            _copy: copy,
             event_cols,
             event_count: event_count as u64,
             tables,
@@ -425,10 +548,12 @@ impl SqliteTrace {
             col("comm", "''"),
             col("stack_ips", "''"),
         );
+        let sql = sql.replace(" FROM events ", ", rowid FROM events ");
         let mut st = self.sq(self.conn.prepare(&sql))?;
         let mut rows = self.sq(st.query([]))?;
         let mut current_node: Option<String> = None;
         let mut skipped: HashMap<(i64, i64), u64> = HashMap::new();
+        let mut invalid = Invalid::default();
         let mut ip_stacks: HashMap<i64, Vec<u64>> = HashMap::new();
         while let Some(r) = self.sq(rows.next())? {
             let node: String = {
@@ -453,11 +578,18 @@ impl SqliteTrace {
                 continue;
             };
             let pid: i64 = self.sq(r.get(3))?;
+            let tid: i64 = self.sq(r.get(4))?;
+            let timestamp: i64 = self.sq(r.get(1))?;
+            if let Some(why) = invalid_event(timestamp, pid, tid) {
+                invalid.note(self.sq(r.get(16))?, why);
+                continue;
+            }
             let mut ev = Event {
-                timestamp: self.sq(r.get(1))?,
+                timestamp,
+                // Outside 0..=MAX_EVENT_DURATION_NS the writer clamps it and counts it.
                 duration: self.sq(r.get(2))?,
                 pid: pid as u32,
-                tid: self.sq(r.get::<_, i64>(4))? as u32,
+                tid: tid as u32,
                 comm: String::new(),
                 op_id,
                 arg0: self.sq(r.get(7))?,
@@ -494,6 +626,18 @@ impl SqliteTrace {
         }
         progress(Progress { done: *done, total });
         w.flush()?;
+        if let Some((first, why)) = &invalid.first {
+            report.invalid = invalid.count;
+            w.record_drop(
+                "import_invalid",
+                None,
+                invalid.count,
+                &format!(
+                    "{origin}: events with an impossible value were skipped (the first: \
+                     events.rowid {first}, {why})"
+                ),
+            )?;
+        }
         for ((s, o), n) in &skipped {
             report.skipped += n;
             w.record_drop(
@@ -960,6 +1104,36 @@ impl SqliteTrace {
 }
 
 /// The reference tool's host events use other arg conventions; map them onto the catalogue's.
+/// The largest pid or tid Linux hands out (`PID_MAX_LIMIT`, 2^22).
+const MAX_PID: i64 = 1 << 22;
+
+/// Why an event cannot be stored as it is, if it cannot.
+fn invalid_event(timestamp: i64, pid: i64, tid: i64) -> Option<String> {
+    if !(0..=crate::MAX_TIMESTAMP_NS).contains(&timestamp) {
+        Some(format!("timestamp {timestamp} ns"))
+    } else if !(0..=MAX_PID).contains(&pid) {
+        Some(format!("pid {pid}"))
+    } else if !(0..=MAX_PID).contains(&tid) {
+        Some(format!("tid {tid}"))
+    } else {
+        None
+    }
+}
+
+/// Events skipped for an impossible value: how many, and the first with why.
+#[derive(Debug, Default)]
+struct Invalid {
+    count: u64,
+    first: Option<(i64, String)>,
+}
+
+impl Invalid {
+    fn note(&mut self, rowid: i64, why: String) {
+        self.count += 1;
+        self.first.get_or_insert((rowid, why));
+    }
+}
+
 fn normalise_reference_args(ev: &mut Event) {
     match catalog::op_by_id(ev.op_id).map(|o| o.name) {
         // Reference: arg1 = the switched task's pid, no next task, no run state.

@@ -2,6 +2,7 @@
 //! single batched writer, the locked-down reader that runs only compiled-in or guarded SQL, and
 //! the importer for trace databases recorded by the reference tool (SQLite).
 
+mod atomic;
 mod batch;
 pub mod catalog;
 pub mod clock;
@@ -19,14 +20,15 @@ mod writer;
 
 use std::path::Path;
 
+pub use atomic::{remove_unfinished, write_atomically};
 pub use error::{Result, StoreError};
 pub use guarded::{QueryControl, query_detached};
 pub use overhead::{InSituRow, ModeSwitch, OverheadWindow, ProbeCost, SampledWindow};
 pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
 pub use row::{FromRow, row};
 pub use writer::{
-    Event, Frame, HistogramBucket, LIVE_READERS, OpCount, ProcessInfo, REOPEN_ROWS, SessionInfo,
-    SharedReader, Writer, WriterOptions,
+    Event, Frame, HistogramBucket, LIVE_READERS, MAX_EVENT_DURATION_NS, MAX_TIMESTAMP_NS, OpCount,
+    ProcessInfo, REOPEN_ROWS, SessionInfo, SharedReader, Writer, WriterOptions,
 };
 
 use error::DuckContext;
@@ -158,58 +160,4 @@ pub(crate) fn check_schema(conn: &duckdb::Connection, path: &Path) -> Result<u32
         });
     }
     Ok(found)
-}
-
-/// Writes a new file through a temporary sibling and renames it into place only on success,
-/// so a failure leaves nothing behind. `build` receives the temporary path.
-pub fn write_atomically<T>(
-    out: &Path,
-    force: bool,
-    build: impl FnOnce(&Path) -> Result<T>,
-) -> Result<T> {
-    if out.exists() && !force {
-        return Err(StoreError::Exists {
-            path: out.to_path_buf(),
-        });
-    }
-    let dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    if !dir.is_dir() {
-        return Err(StoreError::Io {
-            path: dir.clone(),
-            action: "the output directory does not exist",
-            source: std::io::Error::from(std::io::ErrorKind::NotFound),
-        });
-    }
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "trace.duckdb".into());
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let cleanup = |tmp: &Path| {
-        let _ = std::fs::remove_file(tmp);
-        let mut wal = tmp.as_os_str().to_owned();
-        wal.push(".wal");
-        let _ = std::fs::remove_file(std::path::PathBuf::from(wal));
-    };
-    match build(&tmp) {
-        Ok(v) => {
-            std::fs::rename(&tmp, out).map_err(|source| {
-                cleanup(&tmp);
-                StoreError::Io {
-                    path: out.to_path_buf(),
-                    action: "moving the finished file into place",
-                    source,
-                }
-            })?;
-            Ok(v)
-        }
-        Err(e) => {
-            cleanup(&tmp);
-            Err(e)
-        }
-    }
 }

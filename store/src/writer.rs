@@ -80,6 +80,25 @@ impl Default for WriterOptions {
     }
 }
 
+/// The longest duration an event may store (2^53 ns, 104 days: a process's lifetime fits;
+/// sums of many stay exact in a double). Longer ones are clamped and counted.
+pub const MAX_EVENT_DURATION_NS: i64 = 1 << 53;
+
+/// The latest timestamp an event may store (2^62 ns, in 2116): `timestamp + duration` cannot
+/// overflow. Later (and negative) ones are clamped and counted.
+pub const MAX_TIMESTAMP_NS: i64 = 1 << 62;
+
+/// `ev` with its duration and timestamp clamped into the stored ranges, if they were outside.
+fn clamp(ev: &Event) -> Option<Event> {
+    let duration = ev.duration.clamp(0, MAX_EVENT_DURATION_NS);
+    let timestamp = ev.timestamp.clamp(0, MAX_TIMESTAMP_NS);
+    (duration != ev.duration || timestamp != ev.timestamp).then(|| Event {
+        duration,
+        timestamp,
+        ..ev.clone()
+    })
+}
+
 /// Rows between reopens of a long-lived writer ([`WriterOptions::reopen_rows`]): 16 DuckDB row
 /// groups. The reopen bench (`cargo bench -p causeway-store --bench reopen`) keeps the recording
 /// writer's heap flat with it, at 26-52 ms a reopen: 1,966,080 events take about 20 s to arrive
@@ -256,6 +275,9 @@ pub struct Writer {
     written: u64,
     /// Events in batches whose write failed; stored as a `write_failed` drop by `finish`.
     lost: u64,
+    /// Events whose duration or timestamp was outside the stored range and was clamped into
+    /// it; stored as a `clamped` drop by `finish`.
+    clamped: u64,
     /// Rows appended through [`Writer::conn`] by the owner (the cluster store), counted towards
     /// [`WriterOptions::reopen_rows`] with `written`.
     other_rows: u64,
@@ -348,6 +370,7 @@ impl Writer {
             oldest: None,
             written: 0,
             lost: 0,
+            clamped: 0,
             other_rows: 0,
             rows_at_open: 0,
             put_off: 0,
@@ -600,6 +623,15 @@ impl Writer {
 
     /// Buffers one event; hands a full chunk to DuckDB and commits a full batch.
     pub fn append(&mut self, ev: &Event) -> Result<()> {
+        let fixed;
+        let ev = match clamp(ev) {
+            Some(c) => {
+                self.clamped += 1;
+                fixed = c;
+                &fixed
+            }
+            None => ev,
+        };
         self.buf.push(self.next_seq, ev);
         self.next_seq += 1;
         if self.oldest.is_none() {
@@ -922,6 +954,17 @@ impl Writer {
     /// after the rest is done.
     pub fn finish(mut self) -> Result<()> {
         let flushed = self.flush();
+        if self.clamped > 0 {
+            self.record_drop(
+                "clamped",
+                None,
+                self.clamped,
+                &format!(
+                    "events whose duration was outside 0..={MAX_EVENT_DURATION_NS} ns or whose \
+                     timestamp was outside 0..={MAX_TIMESTAMP_NS} ns were clamped into range"
+                ),
+            )?;
+        }
         if self.lost > 0 {
             self.record_drop(
                 "write_failed",

@@ -66,7 +66,7 @@ const SPAN_SQL: &str =
     "SELECT coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_data";
 
 const STACKS_SQL: &str = "
-SELECT d.stack_hash, count(*)::BIGINT, sum(d.duration)::BIGINT, quantile_disc(d.duration, 0.5),
+SELECT d.stack_hash, count(*)::BIGINT, (CASE WHEN sum(d.duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(d.duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(d.duration) END)::BIGINT, quantile_disc(d.duration, 0.5),
        max(d.duration), string_agg(DISTINCT o.op, ',' ORDER BY o.op)
 FROM event_data d JOIN ops o ON o.op_id = d.op_id
 WHERE d.stack_hash <> 0 AND d.timestamp BETWEEN ? AND ?

@@ -102,7 +102,7 @@ WITH e AS (SELECT node, pid, count(*)::BIGINT AS n, any_value(comm) AS c FROM ev
 SELECT e.node, e.pid, coalesce(nullif(p.comm, ''), e.c, ''), e.n
 FROM e LEFT JOIN processes p ON p.node = e.node AND p.pid = e.pid
 ORDER BY e.n DESC, e.node, e.pid LIMIT ?";
-const DROPS_SQL: &str = "SELECT kind, sum(count)::BIGINT FROM drops GROUP BY kind ORDER BY kind";
+const DROPS_SQL: &str = "SELECT kind, (CASE WHEN sum(count) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(count) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(count) END)::BIGINT FROM drops GROUP BY kind ORDER BY kind";
 
 /// Describes one open trace: the function `causeway describe` and `describe_trace` share.
 pub fn describe_for(reader: &Reader, name: &str) -> Result<TraceDescription, ToolError> {

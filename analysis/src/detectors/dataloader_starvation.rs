@@ -49,7 +49,10 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             continue;
         }
         let wpids: std::collections::BTreeSet<u32> = workers.iter().map(|x| x.pid).collect();
-        let preempted: i64 = workers.iter().map(|x| x.preempted_ns).sum();
+        let preempted: i64 = workers
+            .iter()
+            .map(|x| x.preempted_ns)
+            .fold(0, i64::saturating_add);
         let switches: u64 = workers.iter().map(|x| x.switches).sum();
         let io: u64 = workers.iter().map(|x| x.io_requests).sum();
         let forks = ctx

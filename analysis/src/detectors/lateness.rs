@@ -59,7 +59,7 @@ ORDER BY w.node, w.pid, w.t"
 });
 
 const OFF_CPU_SQL: &str = "
-SELECT coalesce(sum(duration), 0)::BIGINT, coalesce(sum(duration) FILTER (WHERE arg1 = 0), 0)::BIGINT,
+SELECT coalesce((CASE WHEN sum(duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) END), 0)::BIGINT, coalesce((CASE WHEN sum(duration) FILTER (WHERE arg1 = 0) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) FILTER (WHERE arg1 = 0) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) FILTER (WHERE arg1 = 0) END), 0)::BIGINT,
        coalesce(mode(arg0), 0)::BIGINT
 FROM event_data WHERE op_id = 100 AND node = ? AND tid = ? AND timestamp BETWEEN ? AND ?";
 
@@ -143,7 +143,10 @@ fn by_peers(members: &[Member], steps: usize, stamps: &[i64]) -> Option<Late> {
         k0,
         late_steps: late_steps.len(),
         steps_after: steps - k0,
-        lost: late_steps.iter().map(|&k| lateness[k]).sum(),
+        lost: late_steps
+            .iter()
+            .map(|&k| lateness[k])
+            .fold(0, i64::saturating_add),
         typical: median(late_steps.iter().map(|&k| lateness[k]).collect()),
         since: stamps[k0],
         baseline: None,
@@ -186,7 +189,7 @@ fn by_own_baseline(members: &[Member], steps: usize, stamps: &[i64]) -> Option<L
         k0,
         late_steps: slow.len(),
         steps_after: steps - k0,
-        lost: excess.iter().sum(),
+        lost: excess.iter().copied().fold(0, i64::saturating_add),
         typical: median(excess),
         since: stamps[k0],
         baseline: Some(baseline),

@@ -43,9 +43,9 @@ f AS (
 SELECT m.node, m.pid, count(*)::BIGINT,
        quantile_disc(m.duration, 0.5) FILTER (WHERE m.third = 1),
        quantile_disc(m.duration, 0.5) FILTER (WHERE m.third = 3),
-       sum(m.duration)::BIGINT,
+       (CASE WHEN sum(m.duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(m.duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(m.duration) END)::BIGINT,
        count(*) FILTER (WHERE f.ptr IS NULL)::BIGINT,
-       coalesce(sum(m.arg0) FILTER (WHERE f.ptr IS NULL), 0)::BIGINT
+       coalesce((CASE WHEN sum(m.arg0) FILTER (WHERE f.ptr IS NULL) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(m.arg0) FILTER (WHERE f.ptr IS NULL) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(m.arg0) FILTER (WHERE f.ptr IS NULL) END), 0)::BIGINT
 FROM m LEFT JOIN f ON f.node = m.node AND f.pid = m.pid AND f.ptr = m.arg1
 GROUP BY 1, 2 HAVING count(*) >= {MIN_ALLOCS} ORDER BY 1, 2",
         named(&ALLOC_OPS),
@@ -81,12 +81,12 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         .map_err(duck(ctx.r, "measuring GPU allocations"))?;
     let mut out = Vec::new();
     for (node, pid, n, early, late, total, unfreed, unfreed_bytes) in rows {
-        let climb = late >= 3 * early.max(1) && late >= 200_000;
-        let leak = unfreed * 5 >= n && unfreed_bytes >= 1 << 30;
+        let climb = late >= early.max(1).saturating_mul(3) && late >= 200_000;
+        let leak = unfreed.saturating_mul(5) >= n && unfreed_bytes >= 1 << 30;
         if !climb && !leak {
             continue;
         }
-        let lost = (total - n * early).max(0);
+        let lost = total.saturating_sub(n.saturating_mul(early)).max(0);
         let comm = ctx.name(&node, pid);
         let frees: u64 = ["cudaFree", "cuMemFree"]
             .iter()

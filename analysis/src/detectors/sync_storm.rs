@@ -29,7 +29,10 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .filter(|o| o.node == t.node && o.pid == t.pid && SYNC_OPS.contains(&o.op.as_str()))
             .collect();
         let n: u64 = syncs.iter().map(|o| o.count).sum();
-        let sync_ns: i64 = syncs.iter().map(|o| o.total_ns).sum();
+        let sync_ns: i64 = syncs
+            .iter()
+            .map(|o| o.total_ns)
+            .fold(0, i64::saturating_add);
         let span = (t.last_ns - t.first_ns).max(1);
         let per_s = n as f64 / (span as f64 / 1e9);
         if per_s < MIN_SYNCS_PER_S

@@ -81,6 +81,12 @@ fn describe(r: &SourceReport) -> String {
             thousands(r.skipped)
         ));
     }
+    if r.invalid > 0 {
+        s.push_str(&format!(
+            "; {} events skipped for an impossible timestamp, pid or tid (counted in drops as import_invalid)",
+            thousands(r.invalid)
+        ));
+    }
     s.push('\n');
     s
 }

@@ -186,7 +186,7 @@ pub fn render(s: &TraceStats) -> String {
             thousands(c.switches),
             human_duration(c.total_ns)
         ));
-        if c.preempted_ns + c.blocked_ns > 0 {
+        if c.preempted_ns.saturating_add(c.blocked_ns) > 0 {
             out.push_str(&format!(
                 " ({} preempted while runnable, {} blocked/sleeping",
                 human_duration(c.preempted_ns),

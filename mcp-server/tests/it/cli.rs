@@ -265,3 +265,72 @@ fn merge_takes_reference_node_traces_and_refuses_a_source_as_output() {
         "{err}"
     );
 }
+
+/// An import interrupted by SIGINT or SIGTERM leaves no temporary file behind.
+#[test]
+fn an_interrupted_import_leaves_nothing() {
+    let sources: Vec<String> = [
+        "vllm-37343-logprobs-amplification.db",
+        "sample-cluster.db",
+        "sample-gpu-node-01.db",
+        "sample-gpu-node-02.db",
+        "sample-gpu-node-03.db",
+    ]
+    .iter()
+    .map(|n| shared(n).to_string_lossy().into_owned())
+    .collect();
+    for signal in [nix::sys::signal::SIGINT, nix::sys::signal::SIGTERM] {
+        let mut caught = false;
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let out = dir.path().join("out.duckdb");
+            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_causeway"))
+                .arg("import")
+                .args(&sources)
+                .arg("--db")
+                .arg(&out)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let started = std::time::Instant::now();
+            let temp = loop {
+                let found = std::fs::read_dir(dir.path())
+                    .unwrap()
+                    .flatten()
+                    .any(|e| e.file_name().to_string_lossy().contains(".tmp-"));
+                if found || started.elapsed() > std::time::Duration::from_secs(20) {
+                    break found;
+                }
+                if child.try_wait().unwrap().is_some() {
+                    break false;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            };
+            if !temp {
+                let _ = child.wait();
+                continue;
+            }
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+            let output = child.wait_with_output().unwrap();
+            if output.status.success() {
+                // It finished before the signal arrived: try again.
+                continue;
+            }
+            caught = true;
+            let left: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            assert!(left.is_empty(), "{signal:?} left {left:?}");
+            let err = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                err.contains("interrupted; removed 1 unfinished file"),
+                "{err}"
+            );
+            break;
+        }
+        assert!(caught, "{signal:?}: the import was never caught running");
+    }
+}

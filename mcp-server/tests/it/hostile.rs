@@ -253,3 +253,79 @@ fn hidden_characters_of_a_hostile_trace_reach_nobody() {
     .unwrap_err();
     assert_clean("run_sql error", &strings(&e.to_json()));
 }
+
+/// A source whose events hold values at the edges of their types: the importer skips or
+/// clamps them (counted), and every command then answers without overflowing.
+#[test]
+fn extreme_values_pass_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("edge.db");
+    std::fs::copy(shared("vllm-37343-logprobs-amplification.db"), &src).unwrap();
+    let mut perms = std::fs::metadata(&src).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&src, perms).unwrap();
+    {
+        let c = rusqlite::Connection::open(&src).unwrap();
+        c.execute_batch(
+            "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 1200),
+                  v(s, o) AS (VALUES (1, 3), (3, 1), (1, 6), (1, 1), (1, 2), (5, 1), (7, 1), (3, 3), (4, 5))
+             INSERT INTO events (timestamp, pid, tid, source, op, duration, arg0)
+             SELECT 1774000000000000000 + i, 37343, 37343, s, o, 9223372036854775807, 9223372036854775807
+             FROM g, v;
+             INSERT INTO events (timestamp, pid, tid, source, op, duration)
+             VALUES (-1, 1, 1, 1, 3, 5), (1774000000000000000, -1, 1, 1, 3, 5),
+                    (1774000000000000000, 1, 1, 1, 3, -9223372036854775808);",
+        )
+        .unwrap();
+    }
+    let out = dir.path().join("edge.duckdb");
+    let d = out.to_str().unwrap();
+    ok(&["import", src.to_str().unwrap(), "--db", d]);
+    let drops = ok(&[
+        "query",
+        "--db",
+        d,
+        "SELECT kind, sum(count) AS n FROM drops GROUP BY kind ORDER BY kind",
+    ]);
+    assert!(
+        drops.contains("clamped") && drops.contains("import_invalid"),
+        "{drops}"
+    );
+    let perfetto = dir.path().join("p.json");
+    let otlp = dir.path().join("o.pb");
+    for args in [
+        vec!["stats", "--db", d],
+        vec!["stats", "--db", d, "--json"],
+        vec!["explain", "--db", d],
+        vec!["explain", "--db", d, "--json"],
+        vec!["stacks", "--db", d],
+        vec!["describe", "--db", d],
+        vec![
+            "export",
+            "--db",
+            d,
+            "--format",
+            "perfetto",
+            "-o",
+            perfetto.to_str().unwrap(),
+        ],
+        vec![
+            "export",
+            "--db",
+            d,
+            "--format",
+            "otlp",
+            "-o",
+            otlp.to_str().unwrap(),
+        ],
+        vec![
+            "query",
+            "--db",
+            d,
+            "SELECT sum(duration), avg(duration), sum(arg0) FROM events",
+        ],
+    ] {
+        ok(&args);
+    }
+}

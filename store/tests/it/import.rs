@@ -226,7 +226,180 @@ fn bad_input_is_named_and_leaves_nothing() {
     let msg = expect_failure(&cut);
     assert!(msg.contains("damaged or truncated"), "{msg}");
 
-    assert!(expect_failure(dir.path()).contains("cannot read"));
+    assert!(expect_failure(dir.path()).contains("is a directory, not a file"));
+
+    // A FIFO would block the open forever.
+    let fifo = dir.path().join("pipe.db");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let t = std::time::Instant::now();
+    assert!(expect_failure(&fifo).contains("is a FIFO"));
+    assert!(t.elapsed() < std::time::Duration::from_secs(2));
+
+    // The right tables with the wrong column types: a schema problem, said as such.
+    let typed = dir.path().join("typed.db");
+    {
+        let c = rusqlite::Connection::open(&typed).unwrap();
+        c.execute_batch(
+            "CREATE TABLE events(timestamp INTEGER, pid INTEGER, tid INTEGER, source INTEGER,
+                                 op INTEGER, duration TEXT);
+             INSERT INTO events VALUES (1700000000000000000, 1, 1, 1, 3, 'slow');",
+        )
+        .unwrap();
+    }
+    let msg = expect_failure(&typed);
+    assert!(
+        msg.contains("column duration holds Text values") && msg.contains("different schema"),
+        "{msg}"
+    );
+}
+
+/// A copy of the vLLM trace whose events table has `rows` added (values as SQL).
+fn vllm_copy_with(dir: &std::path::Path, rows: &[&str]) -> std::path::PathBuf {
+    let src = dir.join("edited.db");
+    std::fs::copy(shared("vllm-37343-logprobs-amplification.db"), &src).unwrap();
+    let mut perms = std::fs::metadata(&src).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&src, perms).unwrap();
+    let c = rusqlite::Connection::open(&src).unwrap();
+    for r in rows {
+        c.execute(
+            &format!("INSERT INTO events (timestamp, pid, tid, source, op, duration) VALUES ({r})"),
+            [],
+        )
+        .unwrap();
+    }
+    src
+}
+
+/// Impossible values are skipped or clamped, counted in `drops`, and never reach analysis as
+/// an overflow or a conversion error.
+#[test]
+fn out_of_range_values_are_skipped_or_clamped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = 1_774_000_000_000_000_000i64;
+    let src = vllm_copy_with(
+        dir.path(),
+        &[
+            &format!("{t}, 37343, 37343, 1, 3, 9223372036854775807"),
+            &format!("{t}, 37343, 37343, 1, 3, 9223372036854775807"),
+            &format!("{t}, 37343, 37343, 1, 3, -5000"),
+            &format!("{t}, -1, 7, 1, 3, 1000"),
+            &format!("{t}, 7, 99999999999, 1, 3, 1000"),
+            "-5, 7, 7, 1, 3, 1000",
+        ],
+    );
+    let out = dir.path().join("out.duckdb");
+    let reports = import(&[src], &out, false, &ImportOptions::default(), &mut |_| {}).unwrap();
+    assert_eq!(reports[0].invalid, 3, "{reports:?}");
+    assert_eq!(reports[0].events, 10_869 + 3);
+    let r = Reader::open(&out).unwrap();
+    let drops = |kind: &'static str| -> i64 {
+        let sql: &'static str = match kind {
+            "import_invalid" => {
+                "SELECT sum(count)::BIGINT FROM drops WHERE kind = 'import_invalid'"
+            }
+            _ => "SELECT sum(count)::BIGINT FROM drops WHERE kind = 'clamped'",
+        };
+        r.prepare_trusted(sql)
+            .unwrap()
+            .query_row([], |row| row.get(0))
+            .unwrap()
+    };
+    assert_eq!(drops("import_invalid"), 3);
+    assert_eq!(drops("clamped"), 3);
+    let s = trace_stats(&r, &StatsQuery::default()).unwrap();
+    let launch = op(&s, "cudaLaunchKernel");
+    assert_eq!(launch.count, 553);
+    assert_eq!(launch.max_ns, causeway_store::MAX_EVENT_DURATION_NS);
+    assert!(launch.mean_ns > 0.0, "{launch:?}");
+    causeway_analysis::explain(&r, &causeway_analysis::ChainQuery::default()).unwrap();
+}
+
+/// A WAL-mode source with a write-ahead log still beside it: its last writes are imported,
+/// and nothing is created or changed beside the source (a read-only medium would do).
+#[test]
+fn a_wal_source_is_read_whole_without_writing_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = vllm_copy_with(dir.path(), &[]);
+    let side = dir.path().join("side");
+    std::fs::create_dir(&side).unwrap();
+    {
+        let c = rusqlite::Connection::open(&src).unwrap();
+        let mode: String = c
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        c.execute_batch("PRAGMA wal_autocheckpoint=0").unwrap();
+        c.execute(
+            "INSERT INTO events (timestamp, pid, tid, source, op, duration)
+             VALUES (1774000000000000000, 37343, 37343, 1, 3, 777)",
+            [],
+        )
+        .unwrap();
+        // The recording machine's view while it writes: the file and its log, copied aside.
+        std::fs::copy(&src, side.join("edited.db")).unwrap();
+        let mut wal = src.as_os_str().to_owned();
+        wal.push("-wal");
+        std::fs::copy(&wal, side.join("edited.db-wal")).unwrap();
+    }
+    let before: Vec<(String, Vec<u8>)> = listing(&side);
+    let out = dir.path().join("out.duckdb");
+    let reports = import(
+        &[side.join("edited.db")],
+        &out,
+        false,
+        &ImportOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(
+        reports[0].events, 10_870,
+        "the row only in the log came along"
+    );
+    assert_eq!(
+        listing(&side),
+        before,
+        "nothing was written beside the source"
+    );
+    // Without a log: opened immutable, nothing created either.
+    let plain = dir.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    std::fs::copy(
+        shared("vllm-37343-logprobs-amplification.db"),
+        plain.join("v.db"),
+    )
+    .unwrap();
+    let before = listing(&plain);
+    import(
+        &[plain.join("v.db")],
+        &dir.path().join("out2.duckdb"),
+        false,
+        &ImportOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(listing(&plain), before);
+}
+
+/// Every file of a directory with its bytes.
+fn listing(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 #[test]

@@ -333,3 +333,81 @@ fn run_demo_finds_the_scenarios_cause_and_nothing_on_healthy() {
     let e = call(&c, "run_demo", json!({"scenario": "nope"})).unwrap_err();
     assert!(e.to_string().contains("/scenario"), "{e}");
 }
+
+/// Values at the edges of their types (what a damaged or hostile source can hold, whatever the
+/// importer lets through): every tool answers, nothing overflows or fails to convert.
+#[test]
+fn extreme_values_neither_fail_nor_overflow() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("edge.duckdb");
+    let mut w = Writer::create(
+        &path,
+        WriterOptions {
+            node: "n".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let base = 1_700_000_000_000_000_000i64;
+    for (i, (duration, pid)) in [
+        (i64::MAX, 1u32),
+        (i64::MAX, 1),
+        (i64::MAX - 1, 2),
+        (-5, 1),
+        (0, u32::MAX),
+        (1_000, 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for op_id in [3u16, 1, 5] {
+            w.append(&Event {
+                timestamp: base + i as i64,
+                duration,
+                pid,
+                tid: pid,
+                comm: "edge".into(),
+                op_id,
+                arg0: i64::MAX,
+                arg1: i64::MIN,
+                ..Default::default()
+            })
+            .unwrap();
+        }
+    }
+    // Clamped to 2^53 ns each by the writer, 1,100 of them still sum past i64::MAX.
+    for i in 0..1100 {
+        w.append(&Event {
+            timestamp: base + 100 + i,
+            duration: i64::MAX,
+            pid: 3,
+            tid: 3,
+            comm: "long".into(),
+            op_id: 3,
+            arg0: i64::MAX,
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    w.finish().unwrap();
+    let c = Context::new(path, vec![]);
+    let clamped = ok(
+        &c,
+        "run_sql",
+        json!({"sql": "SELECT sum(count) FROM drops WHERE kind = 'clamped'"}),
+    );
+    // Four events of each of three ops above, and the 1,100.
+    assert_eq!(clamped.structured["rows"][0][0], 1112, "{}", clamped.text);
+    for (name, args) in [
+        ("get_trace_stats", json!({})),
+        ("get_causal_chains", json!({})),
+        ("get_stacks", json!({})),
+        ("describe_trace", json!({})),
+        (
+            "run_sql",
+            json!({"sql": "SELECT sum(duration), avg(duration) FROM events"}),
+        ),
+    ] {
+        ok(&c, name, args);
+    }
+}

@@ -3,9 +3,11 @@
 //! chains mapped back onto the trace tables, everything else kept generically), and [`Ingest`]
 //! queues them, bounded, for the one writer thread of the cluster store.
 
+mod admission;
 pub mod decode;
 mod queue;
 
+pub use admission::{DECODE_FACTOR, MemoryBudget, Reservation};
 pub use decode::Decoded;
 pub use queue::{Done, Ingest, IngestOptions, IngestStats, SubmitError};
 

@@ -1,7 +1,7 @@
 //! The ingest queue: network handlers submit decoded rows, one writer thread commits them to
 //! the cluster store in group commits (everything queued, up to a batch size, in one
 //! transaction) and then answers each submitter. The queue is bounded by items: when it is full
-//! a submit is refused (the network answers 503 / RESOURCE_EXHAUSTED, which OTLP senders
+//! a submit is refused (the network answers 503 / UNAVAILABLE, which OTLP senders
 //! retry) instead of anything being dropped.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +46,16 @@ pub enum SubmitError {
     /// The store is shutting down or its writer stopped.
     #[error("the cluster store is closing")]
     Closed,
+    /// One request holds more items than the whole queue: it can never be taken.
+    #[error(
+        "the request holds {items} points and records; at most {max} fit the ingest queue (--queue-items): split it into smaller batches"
+    )]
+    TooLarge {
+        /// Items in the request.
+        items: u64,
+        /// The queue's size.
+        max: u64,
+    },
 }
 
 /// Counters since start.
@@ -68,7 +78,7 @@ struct Counters {
 pub struct IngestStats {
     /// Requests whose rows were accepted into the queue.
     pub requests_accepted: u64,
-    /// Requests refused because the queue was full (503 / RESOURCE_EXHAUSTED).
+    /// Requests refused because the queue was full (503 / UNAVAILABLE).
     pub requests_busy: u64,
     /// Requests refused as malformed (400 / INVALID_ARGUMENT).
     pub requests_invalid: u64,
@@ -137,11 +147,19 @@ impl Ingest {
     }
 
     /// Queues decoded rows; `done` is called after they are committed. Refused when the queue
-    /// is full (nothing of `rows` is kept: the sender retries the whole request).
+    /// is full (nothing of `rows` is kept: the sender retries the whole request), and for good
+    /// when the rows alone are more than the whole queue holds.
     pub fn submit(&self, rows: Received, done: Done) -> Result<(), SubmitError> {
         let items = rows.items();
+        if items > self.opts.max_queued_items {
+            self.counters.invalid.fetch_add(1, Ordering::Relaxed);
+            return Err(SubmitError::TooLarge {
+                items,
+                max: self.opts.max_queued_items,
+            });
+        }
         let before = self.queued.fetch_add(items, Ordering::AcqRel);
-        if before > 0 && before + items > self.opts.max_queued_items {
+        if before + items > self.opts.max_queued_items {
             self.queued.fetch_sub(items, Ordering::AcqRel);
             self.counters.busy.fetch_add(1, Ordering::Relaxed);
             return Err(SubmitError::Busy { queued: before });

@@ -258,7 +258,7 @@ async fn grpc_sender(
                 .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
             match client.export(req).await {
                 Ok(_) => break,
-                Err(st) if st.code() == tonic::Code::ResourceExhausted => {
+                Err(st) if st.code() == tonic::Code::Unavailable => {
                     retries += 1;
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }

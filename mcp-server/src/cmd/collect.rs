@@ -36,11 +36,12 @@ pub struct CollectArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
     pub max_otlp_body: usize,
     /// Points and records waiting for the writer before senders are told to retry (503 /
-    /// RESOURCE_EXHAUSTED).
+    /// UNAVAILABLE).
     #[arg(long, value_name = "ITEMS", default_value_t = 1_000_000)]
     pub queue_items: u64,
     /// DuckDB memory limit of the store (writer and the tools' queries share it); DuckDB's own
-    /// default, 80% of RAM, would let its block cache grow with the store.
+    /// default, 80% of RAM, would let its block cache grow with the store. Requests being
+    /// decoded hold at most as much again together (more are told to retry).
     #[arg(long, value_name = "SIZE", default_value = "1GB")]
     pub memory_limit: String,
     #[command(flatten)]
@@ -75,8 +76,9 @@ async fn serve_grpc(
     addr: SocketAddr,
     receiver: GrpcReceiver,
     tls: Option<tonic::transport::ServerTlsConfig>,
-    max_body: usize,
+    admission: crate::mcp::otlp::GrpcAdmission,
 ) -> Result<()> {
+    let max_body = admission.max_message;
     use tonic::codec::CompressionEncoding::Gzip;
     let incoming = tonic::transport::server::TcpIncoming::bind(addr)
         .with_context(|| {
@@ -90,16 +92,25 @@ async fn serve_grpc(
             .tls_config(tls)
             .context("configuring TLS for OTLP/gRPC")?;
     }
-    let metrics = MetricsServiceServer::new(receiver.clone())
-        .max_decoding_message_size(max_body)
-        .accept_compressed(Gzip)
-        .send_compressed(Gzip);
-    let logs = LogsServiceServer::new(receiver)
-        .max_decoding_message_size(max_body)
-        .accept_compressed(Gzip)
-        .send_compressed(Gzip);
+    let metrics = tonic::service::interceptor::InterceptedService::new(
+        MetricsServiceServer::new(receiver.clone())
+            .max_decoding_message_size(max_body)
+            .accept_compressed(Gzip)
+            .send_compressed(Gzip),
+        admission.clone(),
+    );
+    let logs = tonic::service::interceptor::InterceptedService::new(
+        LogsServiceServer::new(receiver)
+            .max_decoding_message_size(max_body)
+            .accept_compressed(Gzip)
+            .send_compressed(Gzip),
+        admission,
+    );
     eprintln!("causeway collect: OTLP/gRPC listening on {bound}");
     builder
+        .layer(tower::util::MapResponseLayer::new(
+            crate::mcp::otlp::non_retryable_decode_errors,
+        ))
         .add_service(metrics)
         .add_service(logs)
         .serve_with_incoming(incoming)
@@ -170,9 +181,30 @@ pub fn run(args: &CollectArgs) -> Result<()> {
         )
         .context("starting the ingest writer")?,
     );
+    let Some(limit) = causeway_store::guarded::parse_size(&args.memory_limit) else {
+        bail!(
+            "--memory-limit '{}' is not a size\nhint: e.g. 1GB or 512MB",
+            args.memory_limit
+        );
+    };
+    let budget = causeway_ingest::MemoryBudget::new(limit);
+    // One request of the largest body must fit the budget alone; a gRPC message is reserved
+    // at its largest before it is decoded, so four fit at once.
+    let max_body = args.max_otlp_body.min(budget.largest_body() as usize);
+    if max_body < args.max_otlp_body {
+        tracing::warn!(
+            max_body,
+            "--max-otlp-body is more than --memory-limit can decode: lowered"
+        );
+    }
+    let admission = crate::mcp::otlp::GrpcAdmission {
+        budget: budget.clone(),
+        max_message: max_body.min((budget.largest_body() / 4) as usize),
+    };
     let routes = OtlpRoutes {
         ingest: ingest.clone(),
-        max_body_bytes: args.max_otlp_body,
+        budget,
+        max_body_bytes: max_body,
     };
     let receiver = GrpcReceiver {
         ingest: ingest.clone(),
@@ -185,7 +217,7 @@ pub fn run(args: &CollectArgs) -> Result<()> {
         });
         let grpc = async {
             match args.grpc_listen {
-                Some(addr) => serve_grpc(addr, receiver, grpc_tls, args.max_otlp_body).await,
+                Some(addr) => serve_grpc(addr, receiver, grpc_tls, admission).await,
                 None => std::future::pending().await,
             }
         };

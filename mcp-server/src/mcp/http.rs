@@ -171,6 +171,8 @@ fn tls_acceptor(
 pub struct OtlpRoutes {
     /// Where received rows go.
     pub ingest: Arc<causeway_ingest::Ingest>,
+    /// The memory the requests being decoded may hold together.
+    pub budget: Arc<causeway_ingest::MemoryBudget>,
     /// Largest OTLP request body.
     pub max_body_bytes: usize,
 }
@@ -289,13 +291,19 @@ pub async fn serve_with(
                         tracing::info!(%peer, "403: Host or Origin not allowed");
                         return Ok(bare(code));
                     }
-                    let limit = otlp.as_ref().map_or(max_body, |o| o.max_body_bytes);
-                    if declared_too_large(&req, limit) {
+                    // OTLP routes answer an oversized body themselves, with a google.rpc.Status.
+                    if otlp.is_none() && declared_too_large(&req, max_body) {
                         return Ok(bare(StatusCode::PAYLOAD_TOO_LARGE));
                     }
                     let req = req.map(|b| InBody::new(body_timeout, b));
                     if let Some(o) = otlp {
-                        return Ok(super::otlp::handle_http(req, o.ingest, o.max_body_bytes).await);
+                        return Ok(super::otlp::handle_http(
+                            req,
+                            o.ingest,
+                            o.max_body_bytes,
+                            o.budget,
+                        )
+                        .await);
                     }
                     if req.uri().path() == "/metrics" {
                         return Ok(super::api::metrics(&req, ctx, gatherer).await);

@@ -2,12 +2,14 @@
 //! protobuf) next to MCP on the HTTP server, and OTLP/gRPC (the collector Metrics and Logs
 //! services) on its own listener. Both decode into rows, hand them to the ingest queue and
 //! answer once they are committed: 200 / OK (with a partial success when some points were
-//! malformed), 400 / INVALID_ARGUMENT with what was wrong, 401 / UNAUTHENTICATED without the
-//! token, 503 / RESOURCE_EXHAUSTED (retryable) when the queue is full.
+//! malformed), 400 / INVALID_ARGUMENT with what was wrong, 413 / INVALID_ARGUMENT for what can
+//! never be taken (too large for the body limit or the whole queue), 401 / UNAUTHENTICATED
+//! without the token, 503 / UNAVAILABLE (retryable, the OTLP spec's codes) when the queue or
+//! the memory budget of requests in flight is full for now.
 
 use std::sync::Arc;
 
-use causeway_ingest::{Decoded, Ingest, SubmitError, decode};
+use causeway_ingest::{DECODE_FACTOR, Decoded, Ingest, MemoryBudget, SubmitError, decode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
@@ -43,6 +45,8 @@ pub struct RpcStatus {
 #[derive(Debug)]
 enum Refusal {
     Invalid(String),
+    /// Can never be taken as sent (non-retryable).
+    TooLarge(String),
     Busy(String),
     Unavailable(String),
 }
@@ -68,6 +72,7 @@ async fn ingest(ingest: &Ingest, d: Decoded, what: &str) -> Result<(u64, String)
         Err(e @ SubmitError::Busy { .. }) => {
             return Err(Refusal::Busy(format!("{e}; retry with backoff")));
         }
+        Err(e @ SubmitError::TooLarge { .. }) => return Err(Refusal::TooLarge(e.to_string())),
         Err(e @ SubmitError::Closed) => return Err(Refusal::Unavailable(e.to_string())),
     }
     match rx.await {
@@ -108,11 +113,14 @@ fn http_error(status: StatusCode, code: tonic::Code, message: String) -> Respons
 fn refusal_response(r: Refusal) -> Response<Body> {
     match r {
         Refusal::Invalid(m) => http_error(StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument, m),
-        Refusal::Busy(m) => http_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            tonic::Code::ResourceExhausted,
+        Refusal::TooLarge(m) => http_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            tonic::Code::InvalidArgument,
             m,
         ),
+        Refusal::Busy(m) => {
+            http_error(StatusCode::SERVICE_UNAVAILABLE, tonic::Code::Unavailable, m)
+        }
         Refusal::Unavailable(m) => {
             http_error(StatusCode::SERVICE_UNAVAILABLE, tonic::Code::Unavailable, m)
         }
@@ -124,10 +132,32 @@ pub async fn handle_http(
     req: Request<super::http::InBody>,
     ingest: Arc<Ingest>,
     max_body: usize,
+    budget: Arc<MemoryBudget>,
 ) -> Response<Body> {
     if req.method() != Method::POST {
         return bare(StatusCode::METHOD_NOT_ALLOWED);
     }
+    if super::limits::declared_too_large(&req, max_body) {
+        ingest.count_invalid();
+        return refusal_response(Refusal::TooLarge(format!(
+            "the request body is larger than {max_body} bytes; send smaller batches or raise --max-otlp-body"
+        )));
+    }
+    // The memory its decoding takes is reserved before the body is read; an unknown length
+    // reserves the largest body.
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(max_body as u64)
+        .min(max_body as u64);
+    let Some(mut reserved) = budget.try_reserve(declared.max(1) * DECODE_FACTOR) else {
+        return refusal_response(Refusal::Busy(format!(
+            "requests being decoded hold the collector's memory budget ({} MiB); retry with backoff",
+            budget.limit() >> 20
+        )));
+    };
     let content_type = req
         .headers()
         .get(hyper::header::CONTENT_TYPE)
@@ -166,7 +196,7 @@ pub async fn handle_http(
     let metrics = req.uri().path() == METRICS_PATH;
     let body = match Limited::new(req.into_body(), max_body).collect().await {
         Ok(b) => b.to_bytes(),
-        Err(_) => {
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             ingest.count_invalid();
             return http_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -176,6 +206,7 @@ pub async fn handle_http(
                 ),
             );
         }
+        Err(_) => return bare(StatusCode::REQUEST_TIMEOUT),
     };
     let body = if gzip {
         match gunzip(&body, max_body) {
@@ -188,6 +219,15 @@ pub async fn handle_http(
     } else {
         body
     };
+    let inflated = body.len() as u64;
+    if inflated > reserved.bytes() / DECODE_FACTOR
+        && !reserved.grow((inflated - reserved.bytes() / DECODE_FACTOR) * DECODE_FACTOR)
+    {
+        return refusal_response(Refusal::Busy(format!(
+            "requests being decoded hold the collector's memory budget ({} MiB); retry with backoff",
+            budget.limit() >> 20
+        )));
+    }
     let answer = if metrics {
         match decode_body::<ExportMetricsServiceRequest>(&ingest, body) {
             Ok(msg) => ingest_metrics(&ingest, &msg)
@@ -207,11 +247,12 @@ pub async fn handle_http(
     }
 }
 
-/// Inflates a gzip body, refusing more than `max` bytes once inflated.
+/// Inflates a gzip body, every member of it (RFC 1952 allows several, concatenated), refusing
+/// more than `max` bytes once inflated.
 fn gunzip(body: &[u8], max: usize) -> Result<Bytes, String> {
     use std::io::Read;
     let mut out = Vec::new();
-    flate2::read::GzDecoder::new(body)
+    flate2::read::MultiGzDecoder::new(body)
         .take(max as u64 + 1)
         .read_to_end(&mut out)
         .map_err(|e| format!("the body is not valid gzip: {e}"))?;
@@ -258,6 +299,25 @@ async fn ingest_logs(
     })
 }
 
+/// tonic answers a message it cannot decode with INTERNAL and one over the size limit with
+/// OUT_OF_RANGE, which OTLP senders retry forever (OUT_OF_RANGE is retryable by the OTLP spec,
+/// and neither request can ever succeed): both become INVALID_ARGUMENT.
+pub fn non_retryable_decode_errors<B>(mut resp: hyper::Response<B>) -> hyper::Response<B> {
+    let h = resp.headers();
+    let code = h.get("grpc-status").and_then(|v| v.to_str().ok());
+    let message = h
+        .get("grpc-message")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let decoding = message.contains("decode") || message.contains("too large");
+    if decoding && matches!(code, Some("11") | Some("13")) {
+        resp.headers_mut()
+            .insert("grpc-status", hyper::header::HeaderValue::from_static("3"));
+    }
+    resp
+}
+
 /// The gRPC Metrics and Logs services over the ingest queue.
 #[derive(Debug, Clone)]
 pub struct GrpcReceiver {
@@ -265,6 +325,38 @@ pub struct GrpcReceiver {
     pub ingest: Arc<Ingest>,
     /// The bearer token every call must carry in `authorization`.
     pub token: Arc<str>,
+}
+
+/// The memory a gRPC call reserves before tonic decodes its message (whose size is not known
+/// before): the largest message's worth, so the budget bounds how many are decoded at once.
+#[derive(Debug, Clone)]
+pub struct GrpcAdmission {
+    /// The shared budget.
+    pub budget: Arc<MemoryBudget>,
+    /// The largest message in bytes.
+    pub max_message: usize,
+}
+
+/// A reservation carried in a call's extensions until the call ends.
+#[derive(Debug, Clone)]
+struct Held(#[allow(dead_code)] Arc<causeway_ingest::Reservation>);
+
+impl tonic::service::Interceptor for GrpcAdmission {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        match self
+            .budget
+            .try_reserve(self.max_message as u64 * DECODE_FACTOR)
+        {
+            Some(r) => {
+                req.extensions_mut().insert(Held(Arc::new(r)));
+                Ok(req)
+            }
+            None => Err(tonic::Status::unavailable(format!(
+                "requests being decoded hold the collector's memory budget ({} MiB); retry with backoff",
+                self.budget.limit() >> 20
+            ))),
+        }
+    }
 }
 
 impl GrpcReceiver {
@@ -289,8 +381,9 @@ impl GrpcReceiver {
 
 fn grpc_status(r: Refusal) -> tonic::Status {
     match r {
-        Refusal::Invalid(m) => tonic::Status::invalid_argument(m),
-        Refusal::Busy(m) => tonic::Status::resource_exhausted(m),
+        Refusal::Invalid(m) | Refusal::TooLarge(m) => tonic::Status::invalid_argument(m),
+        // RESOURCE_EXHAUSTED is retryable for OTLP only with RetryInfo; UNAVAILABLE always is.
+        Refusal::Busy(m) => tonic::Status::unavailable(m),
         Refusal::Unavailable(m) => tonic::Status::unavailable(m),
     }
 }

@@ -18,6 +18,12 @@ pub struct Server {
 /// Starts `causeway collect --db DB` with `token` in CAUSEWAY_TOKEN; its later stderr goes to
 /// ours when `show_stderr`, else nowhere.
 pub fn start(db: &Path, token: &str, show_stderr: bool) -> Server {
+    start_with(db, token, show_stderr, &[])
+}
+
+/// [`start`] with more options for `collect`.
+#[allow(dead_code)] // the benchmark includes this file and does not call it
+pub fn start_with(db: &Path, token: &str, show_stderr: bool, extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_causeway"))
         .args([
             "collect",
@@ -28,6 +34,7 @@ pub fn start(db: &Path, token: &str, show_stderr: bool) -> Server {
             "--db",
         ])
         .arg(db)
+        .args(extra)
         .env("CAUSEWAY_TOKEN", token)
         .env("NO_COLOR", "1")
         .stdout(Stdio::piped())

@@ -4,6 +4,7 @@
 mod bombs;
 mod cli;
 mod collect;
+mod collect_limits;
 mod collect_server;
 mod common;
 mod fleet;
@@ -13,3 +14,13 @@ mod live;
 mod mcp;
 mod otlp;
 mod trace;
+
+/// The code of a google.rpc.Status body (0 when there is none).
+pub fn mcp_status_code(body: &[u8]) -> i32 {
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Status {
+        #[prost(int32, tag = "1")]
+        code: i32,
+    }
+    <Status as prost::Message>::decode(body).map_or(0, |s| s.code)
+}

@@ -288,14 +288,16 @@ fn past_the_seen_files_map_s_size_the_oldest_are_forgotten_and_reported_once_mor
     ));
     assert_eq!(summary.command_exit, Some(0));
     assert!(summary.map_hook.active, "{:?}", summary.map_hook);
-    // Every file reported once, then (at most) the first ones once more, and the workload's
-    // own libraries (the C library, the stand-ins: 3 here) once each. Run alone, all 200
-    // first files were forgotten (17,203 records); beside the whole test suite 115 were
-    // (17,118): the kernel's LRU is partly per CPU, so the oldest go first only roughly.
+    // Every file reported once, then the first ones once more, and the workload's own
+    // libraries (the C library, the stand-ins: 3 here) once each. Run alone, all 200 first
+    // files were forgotten (17,203 records); beside the whole suite 115 were (17,118). The
+    // kernel's LRU evicts in per-CPU batches, so under a CPU load on both cores some recent
+    // files went too (17,687). What a plain hash map gives, the recent files reported at
+    // every round (about 19,000), stays well above the bound.
     let records = summary.map_hook.records;
     eprintln!("records: {records}");
     assert!(
-        records >= u64::from(FILES) && records <= u64::from(FILES + FIRST) + 8,
+        records >= u64::from(FILES) && records <= u64::from(FILES + FIRST + RECENT * ROUNDS / 2),
         "{:?}",
         summary.map_hook
     );

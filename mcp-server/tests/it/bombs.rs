@@ -196,10 +196,10 @@ fn a_long_query_does_not_slow_other_tools() {
         )
     });
     std::thread::sleep(Duration::from_millis(300));
-    let started = Instant::now();
     let mut busy = Vec::new();
     let mut metrics = Vec::new();
-    for _ in 0..100 {
+    // Calls while the slow query runs (on a loaded machine fewer fit in its 10 s).
+    while busy.len() < 100 && !slow.is_finished() {
         let (code, _, took) = api(&addr, "get_trace_stats", &serde_json::json!({}));
         assert_eq!(code, 200);
         busy.push(took);
@@ -208,19 +208,20 @@ fn a_long_query_does_not_slow_other_tools() {
         assert_eq!(code, 200);
         metrics.push(t.elapsed());
     }
-    let during = started.elapsed();
     let (code, body, took) = slow.join().unwrap();
     eprintln!(
-        "get_trace_stats p99: idle {:?}, beside the slow query {:?}; /metrics p99 {:?}; the \
-         slow query: {code} after {took:?} ({})",
+        "get_trace_stats p99: idle {:?}, beside the slow query {:?} ({} calls); /metrics p99 \
+         {:?}; the slow query: {code} after {took:?} ({})",
         p99(idle.clone()),
         p99(busy.clone()),
+        busy.len(),
         p99(metrics.clone()),
         body["error"]
     );
     assert!(
-        took > during,
-        "the slow query ({took:?}) ran the whole time of the calls ({during:?})"
+        busy.len() >= 10,
+        "only {} calls beside the slow query",
+        busy.len()
     );
     assert_eq!(code, 422, "stopped at its time limit: {body}");
     // On a quiet machine the p99 stays under 50 ms (33 ms, debug build); the suite runs other

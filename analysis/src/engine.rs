@@ -52,6 +52,9 @@ pub struct Explain {
     pub window: Window,
     /// Nodes in it.
     pub nodes: Vec<String>,
+    /// Where the time of every GPU-calling thread and process went: a closed partition of
+    /// each one's span (processes first).
+    pub budgets: Vec<crate::budget::Budget>,
     /// Where off-CPU time went.
     pub off_cpu: OffCpuSplit,
     /// Per-thread attribution of slow calls.
@@ -84,6 +87,7 @@ pub fn explain_with(
     opts: ExplainOptions,
 ) -> Result<Explain, StoreError> {
     let ctx = Ctx::load(r, q)?;
+    let budgets = crate::budget::budgets(&ctx)?;
     let attr = attribute(&ctx)?;
     let off = split(&ctx, &attr);
     let mut rates = launch_rates(&ctx)?;
@@ -149,6 +153,7 @@ pub fn explain_with(
         chains,
         window: ctx.window,
         nodes: ctx.nodes.clone(),
+        budgets,
         off_cpu: off,
         attribution: attr,
         rates,

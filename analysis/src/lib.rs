@@ -3,6 +3,7 @@
 //! points, detectors, ranked chains) with the demo scenarios that exercise it.
 
 pub mod attribution;
+pub mod budget;
 pub mod chains;
 pub mod convention;
 pub mod cursor;
@@ -23,6 +24,7 @@ pub mod switches;
 pub mod timeline;
 pub mod window;
 
+pub use budget::{Budget, CallClass};
 pub use chains::{Chain, ChainQuery, Severity, TimelineItem, stored_chains};
 pub use engine::{Explain, ExplainOptions, ProcessStats, explain, explain_with};
 pub use overhead::{ModeSwitch, Overhead};

@@ -1,0 +1,710 @@
+//! The time budget: for every thread that makes GPU calls (and its process), a closed
+//! partition of its observed span in the window. Inside GPU calls, by class (launch, copies
+//! by direction with bytes and achieved bandwidth, synchronisation, allocation, free,
+//! collectives, other), each split into on-CPU, preempted and blocked; outside GPU calls:
+//! on-CPU host work, preempted (and by whom), blocked on its own sockets, on its own block
+//! I/O, or otherwise. The buckets sum to the span by construction (on-CPU time is what the
+//! calls and the off-CPU intervals leave); the span plus the time before the thread's first
+//! event and after its last is the window. Plus a host-side estimate of the process's GPU idle
+//! time and the longest stalls (no GPU call for a while) with their own split.
+//!
+//! A thread cannot start a call while it is off the CPU, so every off-CPU interval lies in at
+//! most one call: the one that started last before it. DuckDB's ASOF join finds that call for
+//! every interval (sort-based, no pairwise join), and the same for socket calls and for the
+//! process's block requests in flight.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::LazyLock;
+
+use causeway_store::StoreError;
+use causeway_store::catalog::{self, Source};
+use causeway_store::duckdb;
+use serde::Serialize;
+
+use crate::facts::Ctx;
+use crate::intervals::{Span, overlaps};
+use crate::opsets::{self, is_launch, is_sync, tid_list};
+use crate::scan::columns;
+use crate::switches::{MARGIN_NS, SWITCH_OP};
+
+/// A stall is a gap of at least this long between two GPU calls of a feeding thread.
+pub const STALL_MIN_NS: i64 = 100_000_000;
+
+/// Stalls reported per thread, longest first.
+pub const STALLS_PER_THREAD: usize = 3;
+
+/// The classes of GPU calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallClass {
+    /// Kernel and graph launches.
+    Launch,
+    /// Host-to-device copies.
+    CopyH2d,
+    /// Device-to-host copies.
+    CopyD2h,
+    /// Device-to-device and peer copies.
+    CopyD2d,
+    /// Other copies (host-to-host, unified addressing) and memsets.
+    CopyOther,
+    /// Synchronisations (the host waits for the GPU).
+    Sync,
+    /// Device memory allocations.
+    Alloc,
+    /// Device memory frees.
+    Free,
+    /// NCCL collectives and point-to-point calls.
+    Collective,
+    /// Everything else (graph capture, instantiation, ...).
+    Other,
+}
+
+impl CallClass {
+    /// The class of a catalogue op; `dir` is the copy direction (arg1) where it has one.
+    pub fn of(op_id: u16, dir: i64) -> CallClass {
+        let Some(o) = catalog::op_by_id(op_id) else {
+            return CallClass::Other;
+        };
+        if o.source == Source::Nccl {
+            return CallClass::Collective;
+        }
+        if is_launch(o.name) {
+            return CallClass::Launch;
+        }
+        if is_sync(o.name) {
+            return CallClass::Sync;
+        }
+        let n = o.name;
+        if n.contains("Memcpy") {
+            if n.contains("Peer") {
+                return CallClass::CopyD2d;
+            }
+            return match dir {
+                1 => CallClass::CopyH2d,
+                2 => CallClass::CopyD2h,
+                3 => CallClass::CopyD2d,
+                _ => CallClass::CopyOther,
+            };
+        }
+        if n.contains("Memset") {
+            return CallClass::CopyOther;
+        }
+        if n.contains("Free") {
+            return CallClass::Free;
+        }
+        if n.contains("Malloc") || n.contains("MemAlloc") {
+            return CallClass::Alloc;
+        }
+        CallClass::Other
+    }
+
+    /// Whether the class is a copy.
+    pub fn is_copy(self) -> bool {
+        matches!(
+            self,
+            CallClass::CopyH2d | CallClass::CopyD2h | CallClass::CopyD2d | CallClass::CopyOther
+        )
+    }
+}
+
+/// Time inside one class of GPU calls.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Inside {
+    /// The class.
+    pub class: Option<CallClass>,
+    /// Calls (starting in the window).
+    pub calls: u64,
+    /// Time in them (ns).
+    pub total_ns: i64,
+    /// Of which on the CPU.
+    pub on_cpu_ns: i64,
+    /// Off the CPU while runnable (preempted).
+    pub preempted_ns: i64,
+    /// Off the CPU, blocked or sleeping.
+    pub blocked_ns: i64,
+    /// Off the CPU in an unknown state (imported traces).
+    pub unknown_ns: i64,
+    /// Bytes moved (copies).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<i64>,
+    /// Bytes per second of call time (copies): for a synchronous copy the transfer rate; for
+    /// an asynchronous one, how fast the call returns (slow when it copies pageable memory
+    /// itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_per_s: Option<f64>,
+}
+
+/// Time outside GPU calls.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Outside {
+    /// On the CPU: host work (Python, data preparation, the framework).
+    pub on_cpu_ns: i64,
+    /// Off the CPU while runnable.
+    pub preempted_ns: i64,
+    /// Blocked inside its own socket calls.
+    pub blocked_net_ns: i64,
+    /// Blocked while a block I/O request of its process was in flight.
+    pub blocked_io_ns: i64,
+    /// Blocked otherwise (sleeping, waiting for other threads or processes).
+    pub blocked_other_ns: i64,
+    /// Off the CPU in an unknown state (imported traces).
+    pub unknown_ns: i64,
+}
+
+/// Who ran while a thread was preempted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Preemptor {
+    /// Thread id of the task that ran (0: idle).
+    pub tid: u32,
+    /// Its process, when it is traced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Its name (data from the traced machine).
+    pub name: String,
+    /// Preempted time (ns).
+    pub ns: i64,
+}
+
+/// A stretch without GPU calls on a feeding thread, with where its time went.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stall {
+    /// Start (ns since the epoch).
+    pub start_ns: i64,
+    /// Length (ns).
+    pub duration_ns: i64,
+    /// On the CPU.
+    pub on_cpu_ns: i64,
+    /// Preempted.
+    pub preempted_ns: i64,
+    /// Blocked or sleeping.
+    pub blocked_ns: i64,
+    /// Off the CPU in an unknown state.
+    pub unknown_ns: i64,
+}
+
+/// The budget of one thread (or, with `tid` = None, of a process: its threads' sums).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Budget {
+    /// Node.
+    pub node: String,
+    /// Process.
+    pub pid: u32,
+    /// Thread (None for a process total).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    /// Thread or process name (data from the traced machine).
+    pub comm: String,
+    /// The window (ns).
+    pub window_ns: i64,
+    /// The part of it the thread was seen in: from its first event to its last (ns); the
+    /// buckets below sum to it.
+    pub span_ns: i64,
+    /// GPU calls by class, largest first.
+    pub inside: Vec<Inside>,
+    /// Outside GPU calls.
+    pub outside: Outside,
+    /// Who ran while it was preempted (inside and outside calls), largest first (at most 5).
+    pub preemptors: Vec<Preemptor>,
+    /// Estimated GPU idle time of the process (no outstanding work, from a synchronisation
+    /// that drained the device to the next launch or copy): an estimate from the host side.
+    pub gpu_idle_estimate_ns: i64,
+    /// The longest stalls (at least 100 ms without a GPU call), longest first.
+    pub stalls: Vec<Stall>,
+    /// Where fewer events were stored than the kernel counted, which buckets that affects.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub coverage: Vec<String>,
+}
+
+impl Budget {
+    /// Time inside GPU calls (ns).
+    pub fn inside_ns(&self) -> i64 {
+        self.inside.iter().map(|i| i.total_ns).sum()
+    }
+
+    /// Preempted time, inside and outside calls (ns).
+    pub fn preempted_ns(&self) -> i64 {
+        self.inside.iter().map(|i| i.preempted_ns).sum::<i64>() + self.outside.preempted_ns
+    }
+
+    /// The sum of every bucket (ns): equals `span_ns` for a closed budget.
+    pub fn bucket_sum_ns(&self) -> i64 {
+        let o = &self.outside;
+        self.inside
+            .iter()
+            .map(|i| i.on_cpu_ns + i.preempted_ns + i.blocked_ns + i.unknown_ns)
+            .sum::<i64>()
+            + o.on_cpu_ns
+            + o.preempted_ns
+            + o.blocked_net_ns
+            + o.blocked_io_ns
+            + o.blocked_other_ns
+            + o.unknown_ns
+    }
+
+    /// The class row of `class`, if the thread made such calls.
+    pub fn class(&self, class: CallClass) -> Option<&Inside> {
+        self.inside.iter().find(|i| i.class == Some(class))
+    }
+}
+
+fn gpu_op(o: &catalog::OpInfo) -> bool {
+    opsets::is_gpu_source(o.source.name())
+}
+
+static NET: LazyLock<String> = LazyLock::new(|| opsets::op_filter(|o| o.source == Source::Net));
+
+/// Calls per (tid, op, direction) with their time and bytes, clipped to the window.
+static CALLS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT tid::BIGINT, op_id::BIGINT, arg1::BIGINT, count(*)::BIGINT,
+                sum(least(timestamp + duration, ?) - timestamp)::BIGINT, sum(arg0)::BIGINT
+         FROM event_data
+         WHERE (?::BOOLEAN OR node = ?) AND timestamp BETWEEN ? AND ? AND {}
+           AND list_contains(string_split(?, ',')::UINTEGER[], tid)
+         GROUP BY ALL",
+        opsets::GPU.as_str()
+    )
+});
+
+/// Every off-CPU interval of the threads, clipped to the window, with the GPU call, the
+/// socket call and the process's block I/O it falls in (ASOF joins), summed per (tid, state,
+/// task that ran, GPU op).
+static OFF_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH o AS (
+           SELECT tid, pid, greatest(s, ?) AS s, least(s + d, ?) AS e, ran, st FROM (
+             SELECT tid, pid, CASE WHEN ?::BOOLEAN THEN timestamp - duration ELSE timestamp END AS s,
+                    duration AS d, arg0 AS ran,
+                    CASE WHEN arg1 IN (0, 1) THEN arg1 ELSE 2 END AS st
+             FROM event_data
+             WHERE (?::BOOLEAN OR node = ?) AND op_id = {SWITCH_OP}
+               AND timestamp BETWEEN ? - {MARGIN_NS} AND ? + {MARGIN_NS}
+               AND list_contains(string_split(?, ',')::UINTEGER[], tid))
+           WHERE least(s + d, ?) > greatest(s, ?)),
+         c AS (
+           SELECT tid, timestamp AS s, timestamp + duration AS e, op_id, arg1 AS dir FROM event_data
+           WHERE (?::BOOLEAN OR node = ?) AND {gpu}
+             AND timestamp BETWEEN ? - {MARGIN_NS} AND ?
+             AND list_contains(string_split(?, ',')::UINTEGER[], tid)),
+         n AS (
+           SELECT tid, timestamp AS s, timestamp + duration AS e FROM event_data
+           WHERE (?::BOOLEAN OR node = ?) AND {net}
+             AND timestamp BETWEEN ? - {MARGIN_NS} AND ?
+             AND list_contains(string_split(?, ',')::UINTEGER[], tid)),
+         io AS (
+           SELECT pid, timestamp AS s,
+                  max(timestamp + duration) OVER (PARTITION BY pid ORDER BY timestamp
+                                                  ROWS UNBOUNDED PRECEDING) AS reach
+           FROM event_data
+           WHERE (?::BOOLEAN OR node = ?) AND {io}
+             AND timestamp BETWEEN ? - {MARGIN_NS} AND ?)
+         SELECT o.tid::BIGINT, o.st::BIGINT, o.ran::BIGINT,
+                CASE WHEN c.e > o.s THEN c.op_id ELSE -1 END::BIGINT AS op,
+                CASE WHEN c.e > o.s THEN c.dir ELSE -1 END::BIGINT AS dir,
+                sum(o.e - o.s)::BIGINT AS off_ns,
+                sum(CASE WHEN c.e > o.s THEN least(c.e, o.e) - o.s ELSE 0 END)::BIGINT AS in_gpu,
+                sum(CASE WHEN coalesce(c.e > o.s, false) THEN 0
+                         WHEN n.e > o.s THEN least(n.e, o.e) - o.s ELSE 0 END)::BIGINT AS in_net,
+                sum(CASE WHEN coalesce(c.e > o.s, false) OR coalesce(n.e > o.s, false) THEN 0
+                         WHEN io.reach > o.s THEN least(io.reach, o.e) - o.s ELSE 0 END)::BIGINT AS in_io
+         FROM o
+         ASOF LEFT JOIN c ON o.tid = c.tid AND c.s <= o.s
+         ASOF LEFT JOIN n ON o.tid = n.tid AND n.s <= o.s
+         ASOF LEFT JOIN io ON o.pid = io.pid AND io.s <= o.s
+         GROUP BY ALL",
+        gpu = opsets::GPU.as_str(),
+        net = NET.as_str(),
+        io = opsets::IO.as_str(),
+    )
+});
+
+/// Per process: the time from each call that drains the GPU (a synchronisation, a synchronous
+/// copy, a free) to the next call that gives it work (a launch, an asynchronous copy or
+/// memset), within the window.
+static IDLE_SQL: LazyLock<String> = LazyLock::new(|| {
+    let drain = opsets::op_filter(|o| {
+        gpu_op(o)
+            && (is_sync(o.name)
+                || matches!(
+                    o.name,
+                    "cudaMemcpy" | "cudaMemcpy2D" | "cuMemcpy" | "cudaFree" | "cuMemFree"
+                ))
+    });
+    let work = opsets::op_filter(|o| {
+        gpu_op(o) && (is_launch(o.name) || o.name.ends_with("Async") || o.source == Source::Nccl)
+    });
+    format!(
+        "WITH d AS (
+           SELECT pid, timestamp + duration AS e FROM event_data
+           WHERE (?::BOOLEAN OR node = ?) AND timestamp BETWEEN ? AND ? AND {drain}
+             AND list_contains(string_split(?, ',')::UINTEGER[], tid)),
+         w AS (
+           SELECT pid, timestamp AS s FROM event_data
+           WHERE (?::BOOLEAN OR node = ?) AND timestamp BETWEEN ? AND ? AND {work}
+             AND list_contains(string_split(?, ',')::UINTEGER[], tid))
+         SELECT d.pid::BIGINT, sum(least(w.s, ?) - d.e)::BIGINT
+         FROM d ASOF JOIN w ON d.pid = w.pid AND w.s >= d.e
+         WHERE w.s > d.e
+         GROUP BY ALL"
+    )
+});
+
+/// Calls the kernel counted and events stored, per (pid, op), over windows overlapping ours.
+const COUNTS_SQL: &str =
+    "SELECT pid::BIGINT, op_id::BIGINT, sum(calls)::BIGINT, sum(stored)::BIGINT
+    FROM op_counts WHERE (?::BOOLEAN OR node = ?) AND window_end_ns >= ? AND window_start_ns <= ?
+    GROUP BY ALL";
+
+/// Budgets of every thread with GPU calls under the context's pid filter, then one per
+/// process (its threads summed), processes first, busiest first.
+pub fn budgets(ctx: &Ctx<'_>) -> Result<Vec<Budget>, StoreError> {
+    let mut out = Vec::new();
+    for node in &ctx.nodes {
+        out.extend(node_budgets(ctx, node)?);
+    }
+    Ok(out)
+}
+
+fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
+    let r = ctx.r;
+    let w = ctx.window;
+    let feeders: Vec<_> = ctx
+        .threads
+        .iter()
+        .filter(|t| t.node == node && t.gpu_calls > 0)
+        .collect();
+    if feeders.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tids = tid_list(feeders.iter().map(|t| t.tid));
+    let only = ctx.only_node;
+    let resume = ctx.resume_convention(node);
+    let (from, until) = (w.from_ns, w.until_ns);
+
+    // Calls per class.
+    let [tid, op, dir, n, ns, bytes] = columns::<6>(
+        r,
+        CALLS_SQL.as_str(),
+        duckdb::params![until, only, node, from, until, tids],
+        "measuring GPU calls per class",
+    )?;
+    let mut inside: HashMap<u32, BTreeMap<CallClass, Inside>> = HashMap::new();
+    for i in 0..tid.len() {
+        let class = CallClass::of(op[i] as u16, dir[i]);
+        let row = inside
+            .entry(tid[i] as u32)
+            .or_default()
+            .entry(class)
+            .or_insert_with(|| Inside {
+                class: Some(class),
+                ..Inside::default()
+            });
+        row.calls += n[i].max(0) as u64;
+        row.total_ns = row.total_ns.saturating_add(ns[i].max(0));
+        if class.is_copy() {
+            *row.bytes.get_or_insert(0) = row.bytes.unwrap_or(0).saturating_add(bytes[i].max(0));
+        }
+    }
+
+    // Off-CPU time, where it fell.
+    let [otid, st, ran, oop, odir, off, in_gpu, in_net, in_io] = columns::<9>(
+        r,
+        OFF_SQL.as_str(),
+        duckdb::params![
+            from, until, resume, only, node, from, until, tids, until, from, // o
+            only, node, from, until, tids, // c
+            only, node, from, until, tids, // n
+            only, node, from, until // io
+        ],
+        "splitting off-CPU time by call",
+    )?;
+    let mut outside: HashMap<u32, Outside> = HashMap::new();
+    let mut preempted_by: HashMap<u32, HashMap<u32, i64>> = HashMap::new();
+    for i in 0..otid.len() {
+        let t = otid[i] as u32;
+        let state = st[i];
+        if state == 0 && ran[i] >= 0 {
+            *preempted_by
+                .entry(t)
+                .or_default()
+                .entry(ran[i] as u32)
+                .or_default() += off[i];
+        }
+        if oop[i] >= 0 {
+            let class = CallClass::of(oop[i] as u16, odir[i]);
+            let row = inside
+                .entry(t)
+                .or_default()
+                .entry(class)
+                .or_insert_with(|| Inside {
+                    class: Some(class),
+                    ..Inside::default()
+                });
+            let part = in_gpu[i];
+            match state {
+                0 => row.preempted_ns += part,
+                1 => row.blocked_ns += part,
+                _ => row.unknown_ns += part,
+            }
+            // What of the interval ran past the call's end is outside it.
+            add_outside(outside.entry(t).or_default(), state, off[i] - part, 0, 0);
+        } else {
+            add_outside(
+                outside.entry(t).or_default(),
+                state,
+                off[i],
+                in_net[i],
+                in_io[i],
+            );
+        }
+    }
+
+    // The process's GPU idle estimate.
+    let [ipid, idle] = columns::<2>(
+        r,
+        IDLE_SQL.as_str(),
+        duckdb::params![
+            only, node, from, until, tids, only, node, from, until, tids, until
+        ],
+        "estimating GPU idle time",
+    )?;
+    let idle: HashMap<u32, i64> = ipid
+        .iter()
+        .zip(&idle)
+        .map(|(&p, &i)| (p as u32, i.max(0)))
+        .collect();
+
+    let coverage = coverage_notes(ctx, node)?;
+    let threads_of: HashMap<u32, (u32, String)> = ctx
+        .threads
+        .iter()
+        .filter(|t| t.node == node)
+        .map(|t| (t.tid, (t.pid, t.comm.clone())))
+        .collect();
+
+    let mut out = Vec::new();
+    for t in &feeders {
+        let lo = t.first_ns.max(from);
+        let hi = t.last_ns.min(until);
+        let span = (hi - lo).max(0);
+        let mut rows: Vec<Inside> = inside
+            .remove(&t.tid)
+            .unwrap_or_default()
+            .into_values()
+            .collect();
+        for row in &mut rows {
+            row.on_cpu_ns =
+                (row.total_ns - row.preempted_ns - row.blocked_ns - row.unknown_ns).max(0);
+            if let Some(b) = row.bytes
+                && row.total_ns > 0
+            {
+                row.bytes_per_s = Some(b as f64 * 1e9 / row.total_ns as f64);
+            }
+        }
+        rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.class.cmp(&b.class)));
+        let mut o = outside.remove(&t.tid).unwrap_or_default();
+        let used: i64 = rows.iter().map(|r| r.total_ns).sum::<i64>()
+            + o.preempted_ns
+            + o.blocked_net_ns
+            + o.blocked_io_ns
+            + o.blocked_other_ns
+            + o.unknown_ns;
+        o.on_cpu_ns = (span - used).max(0);
+        let mut preemptors: Vec<Preemptor> = preempted_by
+            .remove(&t.tid)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(tid, ns)| {
+                let (pid, name) = match threads_of.get(&tid) {
+                    Some((pid, comm)) => (Some(*pid), comm.clone()),
+                    None if tid == 0 => (None, "idle".to_string()),
+                    None => (None, ctx.name(node, tid)),
+                };
+                Preemptor { tid, pid, name, ns }
+            })
+            .collect();
+        preemptors.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+        preemptors.truncate(5);
+        out.push(Budget {
+            node: node.to_string(),
+            pid: t.pid,
+            tid: Some(t.tid),
+            comm: t.comm.clone(),
+            window_ns: ctx.window_ns(),
+            span_ns: span,
+            inside: rows,
+            outside: o,
+            preemptors,
+            gpu_idle_estimate_ns: idle.get(&t.pid).copied().unwrap_or(0),
+            stalls: stalls(ctx, node, t.tid, lo, hi),
+            coverage: coverage.get(&t.pid).cloned().unwrap_or_default(),
+        });
+    }
+    let mut procs = processes(&out, ctx, node);
+    procs.append(&mut out);
+    Ok(procs)
+}
+
+fn add_outside(o: &mut Outside, state: i64, off: i64, net: i64, io: i64) {
+    let off = off.max(0);
+    match state {
+        0 => o.preempted_ns += off,
+        1 => {
+            let net = net.clamp(0, off);
+            let io = io.clamp(0, off - net);
+            o.blocked_net_ns += net;
+            o.blocked_io_ns += io;
+            o.blocked_other_ns += off - net - io;
+        }
+        _ => o.unknown_ns += off,
+    }
+}
+
+/// The longest gaps between GPU calls of one thread, split by its off-CPU intervals.
+fn stalls(ctx: &Ctx<'_>, node: &str, tid: u32, lo: i64, hi: i64) -> Vec<Stall> {
+    let Some(tl) = ctx.timelines.get(node) else {
+        return Vec::new();
+    };
+    let mut gaps: Vec<Span<()>> = tl
+        .gaps
+        .iter()
+        .filter(|g| g.tid == tid && g.end - g.start >= STALL_MIN_NS)
+        .map(|g| Span {
+            start: g.start.max(lo),
+            end: g.end.min(hi),
+            data: (),
+        })
+        .filter(|s| s.end > s.start)
+        .collect();
+    gaps.sort_by(|a, b| {
+        (b.end - b.start)
+            .cmp(&(a.end - a.start))
+            .then(a.start.cmp(&b.start))
+    });
+    gaps.truncate(STALLS_PER_THREAD);
+    gaps.sort_by_key(|g| g.start);
+    let off = ctx.switches.of(node, tid);
+    let mut out: Vec<Stall> = gaps
+        .iter()
+        .map(|g| Stall {
+            start_ns: g.start,
+            duration_ns: g.end - g.start,
+            on_cpu_ns: g.end - g.start,
+            preempted_ns: 0,
+            blocked_ns: 0,
+            unknown_ns: 0,
+        })
+        .collect();
+    overlaps(&gaps, off, |g, o, ns| {
+        if let Some(s) = out.iter_mut().find(|s| s.start_ns == g.start) {
+            match o.data.state {
+                0 => s.preempted_ns += ns,
+                1 => s.blocked_ns += ns,
+                _ => s.unknown_ns += ns,
+            }
+            s.on_cpu_ns -= ns;
+        }
+    });
+    for s in &mut out {
+        s.on_cpu_ns = s.on_cpu_ns.max(0);
+    }
+    out.sort_by(|a, b| {
+        b.duration_ns
+            .cmp(&a.duration_ns)
+            .then(a.start_ns.cmp(&b.start_ns))
+    });
+    out
+}
+
+/// Per process: notes on GPU ops whose events were stored for only part of the calls.
+fn coverage_notes(ctx: &Ctx<'_>, node: &str) -> Result<HashMap<u32, Vec<String>>, StoreError> {
+    let [pid, op, calls, stored] = columns::<4>(
+        ctx.r,
+        COUNTS_SQL,
+        duckdb::params![ctx.only_node, node, ctx.window.from_ns, ctx.window.until_ns],
+        "reading kernel call counts",
+    )?;
+    let mut out: HashMap<u32, Vec<String>> = HashMap::new();
+    for i in 0..pid.len() {
+        let (c, s) = (calls[i], stored[i]);
+        let Some(o) = catalog::op_by_id(op[i] as u16).filter(|o| gpu_op(o)) else {
+            continue;
+        };
+        if c > 0 && s < c && (c - s) * 100 >= c {
+            out.entry(pid[i] as u32).or_default().push(format!(
+                "{}: {s} of {c} calls stored ({:.0}%); time inside {} is counted from the stored calls only",
+                o.name,
+                s as f64 * 100.0 / c as f64,
+                o.name
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// One budget per process: the sums of its threads' (its span: the union of theirs).
+fn processes(threads: &[Budget], ctx: &Ctx<'_>, node: &str) -> Vec<Budget> {
+    let mut by: BTreeMap<u32, Budget> = BTreeMap::new();
+    for t in threads {
+        let p = by.entry(t.pid).or_insert_with(|| Budget {
+            node: node.to_string(),
+            pid: t.pid,
+            tid: None,
+            comm: ctx.name(node, t.pid),
+            window_ns: t.window_ns,
+            span_ns: 0,
+            inside: Vec::new(),
+            outside: Outside::default(),
+            preemptors: Vec::new(),
+            gpu_idle_estimate_ns: t.gpu_idle_estimate_ns,
+            stalls: Vec::new(),
+            coverage: t.coverage.clone(),
+        });
+        p.span_ns += t.span_ns;
+        for row in &t.inside {
+            match p.inside.iter_mut().find(|r| r.class == row.class) {
+                Some(r) => {
+                    r.calls += row.calls;
+                    r.total_ns += row.total_ns;
+                    r.on_cpu_ns += row.on_cpu_ns;
+                    r.preempted_ns += row.preempted_ns;
+                    r.blocked_ns += row.blocked_ns;
+                    r.unknown_ns += row.unknown_ns;
+                    if let Some(b) = row.bytes {
+                        *r.bytes.get_or_insert(0) += b;
+                    }
+                }
+                None => p.inside.push(row.clone()),
+            }
+        }
+        let (a, b) = (&mut p.outside, &t.outside);
+        a.on_cpu_ns += b.on_cpu_ns;
+        a.preempted_ns += b.preempted_ns;
+        a.blocked_net_ns += b.blocked_net_ns;
+        a.blocked_io_ns += b.blocked_io_ns;
+        a.blocked_other_ns += b.blocked_other_ns;
+        a.unknown_ns += b.unknown_ns;
+        for q in &t.preemptors {
+            match p.preemptors.iter_mut().find(|x| x.tid == q.tid) {
+                Some(x) => x.ns += q.ns,
+                None => p.preemptors.push(q.clone()),
+            }
+        }
+    }
+    let mut out: Vec<Budget> = by.into_values().collect();
+    for p in &mut out {
+        for row in &mut p.inside {
+            row.bytes_per_s = row
+                .bytes
+                .filter(|_| row.total_ns > 0)
+                .map(|b| b as f64 * 1e9 / row.total_ns as f64);
+        }
+        p.inside
+            .sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.class.cmp(&b.class)));
+        p.preemptors
+            .sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+        p.preemptors.truncate(5);
+    }
+    out.sort_by(|a, b| b.inside_ns().cmp(&a.inside_ns()).then(a.pid.cmp(&b.pid)));
+    out
+}

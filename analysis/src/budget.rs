@@ -253,16 +253,35 @@ fn gpu_op(o: &catalog::OpInfo) -> bool {
 
 static NET: LazyLock<String> = LazyLock::new(|| opsets::op_filter(|o| o.source == Source::Net));
 
+/// The GPU calls of the threads (from `MARGIN_NS` before the window), with whether each is
+/// nested in an earlier call of its thread (a runtime call's own driver call, recorded by
+/// tools that probe both): nested calls are left out of the budget, their time is their
+/// caller's. As SQL for a CTE; parameters: only, node, from, until, tids.
+static GPU_CALLS_CTE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "gc AS (
+           SELECT tid, op_id, arg0, arg1, timestamp AS s, timestamp + duration AS e,
+                  coalesce(max(timestamp + duration) OVER (
+                    PARTITION BY tid ORDER BY timestamp, duration DESC
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), -1) >= timestamp + duration
+                    AS nested
+           FROM event_data
+           WHERE (?::BOOLEAN OR node = ?) AND {}
+             AND timestamp BETWEEN ? - {MARGIN_NS} AND ?
+             AND list_contains(string_split(?, ',')::UINTEGER[], tid))",
+        opsets::GPU.as_str()
+    )
+});
+
 /// Calls per (tid, op, direction) with their time and bytes, clipped to the window.
 static CALLS_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT tid::BIGINT, op_id::BIGINT, arg1::BIGINT, count(*)::BIGINT,
-                sum(least(timestamp + duration, ?) - timestamp)::BIGINT, sum(arg0)::BIGINT
-         FROM event_data
-         WHERE (?::BOOLEAN OR node = ?) AND timestamp BETWEEN ? AND ? AND {}
-           AND list_contains(string_split(?, ',')::UINTEGER[], tid)
+        "WITH {}
+         SELECT tid::BIGINT, op_id::BIGINT, arg1::BIGINT, count(*)::BIGINT,
+                least(greatest(sum(least(e, ?) - s), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT, least(greatest(sum(arg0), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT
+         FROM gc WHERE NOT nested AND s >= ?
          GROUP BY ALL",
-        opsets::GPU.as_str()
+        GPU_CALLS_CTE.as_str()
     )
 });
 
@@ -281,11 +300,8 @@ static OFF_SQL: LazyLock<String> = LazyLock::new(|| {
                AND timestamp BETWEEN ? - {MARGIN_NS} AND ? + {MARGIN_NS}
                AND list_contains(string_split(?, ',')::UINTEGER[], tid))
            WHERE least(s + d, ?) > greatest(s, ?)),
-         c AS (
-           SELECT tid, timestamp AS s, timestamp + duration AS e, op_id, arg1 AS dir FROM event_data
-           WHERE (?::BOOLEAN OR node = ?) AND {gpu}
-             AND timestamp BETWEEN ? - {MARGIN_NS} AND ?
-             AND list_contains(string_split(?, ',')::UINTEGER[], tid)),
+         {gc},
+         c AS (SELECT tid, s, e, op_id, arg1 AS dir FROM gc WHERE NOT nested),
          n AS (
            SELECT tid, timestamp AS s, timestamp + duration AS e FROM event_data
            WHERE (?::BOOLEAN OR node = ?) AND {net}
@@ -301,18 +317,18 @@ static OFF_SQL: LazyLock<String> = LazyLock::new(|| {
          SELECT o.tid::BIGINT, o.st::BIGINT, o.ran::BIGINT,
                 CASE WHEN c.e > o.s THEN c.op_id ELSE -1 END::BIGINT AS op,
                 CASE WHEN c.e > o.s THEN c.dir ELSE -1 END::BIGINT AS dir,
-                sum(o.e - o.s)::BIGINT AS off_ns,
-                sum(CASE WHEN c.e > o.s THEN least(c.e, o.e) - o.s ELSE 0 END)::BIGINT AS in_gpu,
-                sum(CASE WHEN coalesce(c.e > o.s, false) THEN 0
-                         WHEN n.e > o.s THEN least(n.e, o.e) - o.s ELSE 0 END)::BIGINT AS in_net,
-                sum(CASE WHEN coalesce(c.e > o.s, false) OR coalesce(n.e > o.s, false) THEN 0
-                         WHEN io.reach > o.s THEN least(io.reach, o.e) - o.s ELSE 0 END)::BIGINT AS in_io
+                least(greatest(sum(o.e - o.s), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT AS off_ns,
+                least(greatest(sum(CASE WHEN c.e > o.s THEN least(c.e, o.e) - o.s ELSE 0 END), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT AS in_gpu,
+                least(greatest(sum(CASE WHEN coalesce(c.e > o.s, false) THEN 0
+                         WHEN n.e > o.s THEN least(n.e, o.e) - o.s ELSE 0 END), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT AS in_net,
+                least(greatest(sum(CASE WHEN coalesce(c.e > o.s, false) OR coalesce(n.e > o.s, false) THEN 0
+                         WHEN io.reach > o.s THEN least(io.reach, o.e) - o.s ELSE 0 END), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT AS in_io
          FROM o
          ASOF LEFT JOIN c ON o.tid = c.tid AND c.s <= o.s
          ASOF LEFT JOIN n ON o.tid = n.tid AND n.s <= o.s
          ASOF LEFT JOIN io ON o.pid = io.pid AND io.s <= o.s
          GROUP BY ALL",
-        gpu = opsets::GPU.as_str(),
+        gc = GPU_CALLS_CTE.as_str(),
         net = NET.as_str(),
         io = opsets::IO.as_str(),
     )
@@ -342,7 +358,7 @@ static IDLE_SQL: LazyLock<String> = LazyLock::new(|| {
            SELECT pid, timestamp AS s FROM event_data
            WHERE (?::BOOLEAN OR node = ?) AND timestamp BETWEEN ? AND ? AND {work}
              AND list_contains(string_split(?, ',')::UINTEGER[], tid))
-         SELECT d.pid::BIGINT, sum(least(w.s, ?) - d.e)::BIGINT
+         SELECT d.pid::BIGINT, least(greatest(sum(least(w.s, ?) - d.e), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT
          FROM d ASOF JOIN w ON d.pid = w.pid AND w.s >= d.e
          WHERE w.s > d.e
          GROUP BY ALL"
@@ -351,7 +367,7 @@ static IDLE_SQL: LazyLock<String> = LazyLock::new(|| {
 
 /// Calls the kernel counted and events stored, per (pid, op), over windows overlapping ours.
 const COUNTS_SQL: &str =
-    "SELECT pid::BIGINT, op_id::BIGINT, sum(calls)::BIGINT, sum(stored)::BIGINT
+    "SELECT pid::BIGINT, op_id::BIGINT, least(greatest(sum(calls), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT, least(greatest(sum(stored), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT
     FROM op_counts WHERE (?::BOOLEAN OR node = ?) AND window_end_ns >= ? AND window_start_ns <= ?
     GROUP BY ALL";
 
@@ -385,7 +401,7 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
     let [tid, op, dir, n, ns, bytes] = columns::<6>(
         r,
         CALLS_SQL.as_str(),
-        duckdb::params![until, only, node, from, until, tids],
+        duckdb::params![only, node, from, until, tids, until, from],
         "measuring GPU calls per class",
     )?;
     let mut inside: HashMap<u32, BTreeMap<CallClass, Inside>> = HashMap::new();

@@ -79,6 +79,42 @@ pub struct Chain {
     pub node: String,
     /// Where the chain came from: `engine` or `imported:<file>`.
     pub origin: String,
+    /// When a stored chain was detected (ns since the epoch; 0 for the engine's).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub detected_ns: i64,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+impl Chain {
+    /// The chain with its text through the sanitiser and capped (a stored chain's text comes
+    /// from another tool or machine).
+    pub fn sanitized(mut self) -> Chain {
+        use causeway_store::sanitize::sanitize_with as s;
+        self.id = s(&self.id, 80);
+        self.detector = s(&self.detector, 80);
+        self.summary = s(&self.summary, 400);
+        self.root_cause = s(&self.root_cause, 600);
+        self.explanation = s(&self.explanation, 2000);
+        self.evidence_sql = s(&self.evidence_sql, 2000);
+        self.node = s(&self.node, 120);
+        self.origin = s(&self.origin, 200);
+        self.recommendations = self
+            .recommendations
+            .iter()
+            .take(8)
+            .map(|r| s(r, 400))
+            .collect();
+        self.timeline.truncate(12);
+        for t in &mut self.timeline {
+            t.layer = s(&t.layer, 40);
+            t.op = s(&t.op, 80);
+            t.detail = s(&t.detail, 300);
+        }
+        self
+    }
 }
 
 /// Which chains to return.
@@ -124,6 +160,7 @@ pub fn stored_chains(r: &Reader, q: &ChainQuery) -> Result<Vec<Chain>, StoreErro
                 time_lost_ns: row.get(9)?,
                 node: row.get(10)?,
                 origin: row.get(11)?,
+                detected_ns: row.get(12)?,
             })
         })
         .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())

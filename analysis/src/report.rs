@@ -4,6 +4,7 @@
 
 use std::fmt::Write;
 
+use crate::budget::{Budget, CallClass};
 use crate::engine::Explain;
 use crate::fmt::{dur, thousands};
 
@@ -69,6 +70,9 @@ pub fn render_text(e: &Explain) -> String {
             let _ = writeln!(o, "     - {r}");
         }
         let _ = writeln!(o, "   evidence: {}", c.evidence_sql);
+    }
+    if !e.budgets.is_empty() {
+        let _ = writeln!(o, "\n{}", render_budgets(&e.budgets, e.window.from_ns));
     }
     let feeders: Vec<_> = e.attribution.iter().filter(|a| a.slow_calls > 0).collect();
     if !feeders.is_empty() {
@@ -137,6 +141,179 @@ pub fn render_text(e: &Explain) -> String {
         let _ = writeln!(o, "\nnotes:");
         for n in &e.notes {
             let _ = writeln!(o, "  - {n}");
+        }
+    }
+    o
+}
+
+fn share(part: i64, whole: i64) -> String {
+    format!("{:.1}%", part as f64 * 100.0 / whole.max(1) as f64)
+}
+
+/// Bytes per second for people: "6.7 GB/s".
+fn rate(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.1} GB/s", bps / 1e9)
+    } else if bps >= 1e6 {
+        format!("{:.1} MB/s", bps / 1e6)
+    } else {
+        format!("{:.0} kB/s", bps / 1e3)
+    }
+}
+
+fn class_name(c: Option<CallClass>) -> &'static str {
+    match c {
+        Some(CallClass::Launch) => "launch",
+        Some(CallClass::CopyH2d) => "copy H2D",
+        Some(CallClass::CopyD2h) => "copy D2H",
+        Some(CallClass::CopyD2d) => "copy D2D",
+        Some(CallClass::CopyOther) => "copy/memset",
+        Some(CallClass::Sync) => "sync",
+        Some(CallClass::Alloc) => "alloc",
+        Some(CallClass::Free) => "free",
+        Some(CallClass::Collective) => "collective",
+        Some(CallClass::Other) | None => "other",
+    }
+}
+
+/// One budget: where a process's or thread's time went, in lines for people. `t0` is the
+/// window start (stalls are placed relative to it).
+pub fn render_budget(b: &Budget, t0: i64) -> String {
+    let mut o = String::new();
+    let who = match b.tid {
+        Some(t) => format!("{} pid {} tid {}", b.comm, b.pid, t),
+        None => format!("{} pid {} (all its GPU-calling threads)", b.comm, b.pid),
+    };
+    let _ = writeln!(
+        o,
+        "  {who} on {}: seen {} of the window's {}",
+        b.node,
+        dur(b.span_ns),
+        dur(b.window_ns)
+    );
+    let span = b.span_ns;
+    let inside = b.inside_ns();
+    let _ = writeln!(
+        o,
+        "    inside GPU calls  {:>10} {:>6}",
+        dur(inside),
+        share(inside, span)
+    );
+    for i in &b.inside {
+        let mut extra = String::new();
+        if let Some(bytes) = i.bytes {
+            extra = format!(", {} MB", bytes / 1_000_000);
+            if let Some(r) = i.bytes_per_s {
+                extra.push_str(&format!(" at {}", rate(r)));
+            }
+        }
+        let _ = writeln!(
+            o,
+            "      {:<12} {:>10} {:>6}  {} calls{extra}; on-CPU {}, preempted {}, blocked {}, unknown {}",
+            class_name(i.class),
+            dur(i.total_ns),
+            share(i.total_ns, span),
+            thousands(i.calls),
+            dur(i.on_cpu_ns),
+            dur(i.preempted_ns),
+            dur(i.blocked_ns),
+            dur(i.unknown_ns)
+        );
+    }
+    let x = &b.outside;
+    let outside = span - inside;
+    let _ = writeln!(
+        o,
+        "    outside calls     {:>10} {:>6}",
+        dur(outside),
+        share(outside, span)
+    );
+    for (name, ns) in [
+        ("on-CPU (host work)", x.on_cpu_ns),
+        ("preempted", x.preempted_ns),
+        ("blocked on sockets", x.blocked_net_ns),
+        ("blocked on I/O", x.blocked_io_ns),
+        ("blocked, other", x.blocked_other_ns),
+        ("off-CPU, unknown", x.unknown_ns),
+    ] {
+        if ns > 0 {
+            let _ = writeln!(o, "      {name:<20} {:>10} {:>6}", dur(ns), share(ns, span));
+        }
+    }
+    if !b.preemptors.is_empty() {
+        let who: Vec<String> = b
+            .preemptors
+            .iter()
+            .map(|p| format!("{} (tid {}) {}", p.name, p.tid, dur(p.ns)))
+            .collect();
+        let _ = writeln!(o, "    preempted by: {}", who.join(", "));
+    }
+    let _ = writeln!(
+        o,
+        "    GPU idle, estimated from the host: {} (from a call that drained the GPU to the next work)",
+        dur(b.gpu_idle_estimate_ns)
+    );
+    for s in &b.stalls {
+        let _ = writeln!(
+            o,
+            "    stall at +{}: {} without a GPU call; on-CPU {}, preempted {}, blocked {}, unknown {}",
+            dur(s.start_ns - t0),
+            dur(s.duration_ns),
+            dur(s.on_cpu_ns),
+            dur(s.preempted_ns),
+            dur(s.blocked_ns),
+            dur(s.unknown_ns)
+        );
+    }
+    for c in &b.coverage {
+        let _ = writeln!(o, "    coverage: {c}");
+    }
+    o
+}
+
+/// Every budget, processes whose one thread has its own budget shown once (as the thread).
+pub fn render_budgets(budgets: &[Budget], t0: i64) -> String {
+    let mut o =
+        String::from("where the time went (each budget's buckets sum to the time it was seen):\n");
+    for b in budgets {
+        let threads = budgets
+            .iter()
+            .filter(|t| t.tid.is_some() && t.pid == b.pid && t.node == b.node)
+            .count();
+        if b.tid.is_none() && threads == 1 {
+            continue;
+        }
+        o.push_str(&render_budget(b, t0));
+    }
+    o
+}
+
+/// Chains stored in the file, shown apart from the findings and labelled by origin.
+pub fn render_stored(chains: &[crate::chains::Chain]) -> String {
+    let mut o = format!(
+        "\n{} chain(s) stored in the file: claims of another tool or node, not causeway's findings on these events\n",
+        chains.len()
+    );
+    for c in chains {
+        let _ = writeln!(
+            o,
+            "\n  [{}] {}  ({}, from {}{})",
+            c.severity.as_str(),
+            c.summary,
+            c.detector,
+            c.origin,
+            if c.node.is_empty() {
+                String::new()
+            } else {
+                format!(", node {}", c.node)
+            }
+        );
+        let _ = writeln!(o, "     root cause: {}", c.root_cause);
+        for r in &c.recommendations {
+            let _ = writeln!(o, "     their advice: {r}");
+        }
+        if !c.evidence_sql.is_empty() {
+            let _ = writeln!(o, "     evidence: {}", c.evidence_sql);
         }
     }
     o

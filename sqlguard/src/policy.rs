@@ -17,6 +17,8 @@ pub struct Policy {
     pub default_limit: u64,
     /// Upper bound on any row limit, including one the query names itself.
     pub max_limit: u64,
+    /// Names of values the store calls otherwise (an op's name in another tool): (old, new).
+    renamed: Vec<(String, String)>,
 }
 
 impl Policy {
@@ -34,7 +36,30 @@ impl Policy {
                 .collect(),
             default_limit: 1_000,
             max_limit: 10_000,
+            renamed: Vec::new(),
         }
+    }
+
+    /// Refuses string literals equal to an `old` name, saying the store's `new` one: a query
+    /// written for another tool's names would otherwise match nothing, silently.
+    pub fn with_renamed<I, S>(mut self, pairs: I) -> Self
+    where
+        I: IntoIterator<Item = (S, S)>,
+        S: Into<String>,
+    {
+        self.renamed = pairs
+            .into_iter()
+            .map(|(a, b)| (a.into(), b.into()))
+            .collect();
+        self
+    }
+
+    /// The store's name for `text`, if `text` is another tool's name of it.
+    pub(crate) fn renamed(&self, text: &str) -> Option<&str> {
+        self.renamed
+            .iter()
+            .find(|(old, _)| old == text)
+            .map(|(_, new)| new.as_str())
     }
 
     /// Sets the row limits (the default is clamped to the maximum; both are at least 1).

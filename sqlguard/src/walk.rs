@@ -276,6 +276,18 @@ impl Visitor for Walk<'_> {
     }
 
     fn pre_visit_value(&mut self, value: &ValueWithSpan) -> Flow {
+        if let Some(text) = value.value.clone().into_string()
+            && let Some(new) = self.policy.renamed(&text)
+        {
+            return stop(Rejection::new(
+                format!(
+                    "'{}' is another tool's name: this store calls it '{new}', so the query \
+                     would match nothing",
+                    excerpt(&text)
+                ),
+                format!("write '{new}' (the ops table lists every op with its reference name)"),
+            ));
+        }
         flow(check_value(&value.value))
     }
 }

@@ -135,6 +135,15 @@ pub enum StoreError {
         "unknown op '{0}'\nhint: the ops table lists every op: SELECT op, source, description FROM ops"
     )]
     UnknownOp(String),
+    /// A request that cannot be answered as asked (a window outside the trace, an unknown
+    /// process or node, no rows asked for).
+    #[error("{message}\nhint: {hint}")]
+    Invalid {
+        /// What is wrong with it.
+        message: String,
+        /// How to ask instead.
+        hint: String,
+    },
     /// The inputs cannot be combined as given (merge).
     #[error("{message}\nhint: {hint}")]
     Conflict {

@@ -823,6 +823,8 @@ impl SqliteTrace {
             } else {
                 serde_json::to_string(&[recs]).unwrap_or_default()
             };
+            // The reference tool's op names are ours where they differ (cudaDeviceSync).
+            let op = op_by_name(op).map_or(op.as_str(), |o| o.name);
             let evidence = if op.is_empty() {
                 String::new()
             } else {
@@ -844,9 +846,7 @@ impl SqliteTrace {
                 recs,
                 convert_timeline(timeline),
                 evidence,
-                catalog::op_by_name(op)
-                    .map(|o| o.name)
-                    .unwrap_or(op.as_str()),
+                op,
                 p50 * 1000,
                 p99 * 1000,
                 ratio,

@@ -36,9 +36,15 @@ use error::DuckContext;
 /// The DuckDB crate this store is built on, for compiled-in queries in sibling crates.
 pub use duckdb;
 
-/// The SQL policy for every store: its own relations only, default row caps.
+/// The SQL policy for every store: its own relations only, default row caps, and the
+/// reference tool's op names refused with ours.
 pub fn default_policy() -> causeway_sqlguard::Policy {
-    causeway_sqlguard::Policy::new(schema::RELATIONS.iter().copied())
+    causeway_sqlguard::Policy::new(schema::RELATIONS.iter().copied()).with_renamed(
+        catalog::OPS
+            .iter()
+            .filter(|o| !o.reference_name.is_empty() && o.reference_name != o.name)
+            .map(|o| (o.reference_name, o.name)),
+    )
 }
 
 /// This machine's node name: `CAUSEWAY_NODE`, else the hostname, else "local".

@@ -11,7 +11,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ToolError;
-use crate::stats::{DEFAULT_TOP_N, sanitize_chain, stats_for};
+use crate::stats::{DEFAULT_TOP_N, stats_for};
 
 /// Arguments of `run_demo`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -21,7 +21,7 @@ pub struct DemoParams {
     #[serde(default = "default_scenario")]
     #[schemars(schema_with = "scenario_schema")]
     pub scenario: String,
-    /// The scenario's healthy baseline instead (no chain expected).
+    /// The scenario's healthy twin (no chain expected).
     pub healthy: Option<bool>,
 }
 
@@ -148,7 +148,7 @@ pub fn run_demo(p: &DemoParams) -> Result<DemoResult, ToolError> {
             .chains
             .into_iter()
             .take(DEFAULT_TOP_N)
-            .map(sanitize_chain)
+            .map(causeway_analysis::Chain::sanitized)
             .collect(),
         total_chains,
     })

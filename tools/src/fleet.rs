@@ -80,7 +80,7 @@ pub struct FleetParams {
     /// Query for sql.
     #[schemars(length(min = 1, max = 16384))]
     pub sql: Option<String>,
-    /// Rows per node (sql) or chains (chains).
+    /// Rows per node (sql), or chains.
     #[schemars(range(min = 1, max = 1000))]
     pub limit: Option<u32>,
     /// Last DURATION of each trace.

@@ -12,7 +12,7 @@ use crate::error::ToolError;
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatsParams {
-    /// Trace name from list_traces (default: the server's trace).
+    /// Trace name (list_traces; default: the server's).
     pub trace: Option<String>,
     /// Last DURATION of the trace, e.g. 30s, 5m.
     pub since: Option<String>,
@@ -30,7 +30,7 @@ pub struct StatsParams {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChainsParams {
-    /// Trace name (default: the server's trace).
+    /// Trace name.
     pub trace: Option<String>,
     /// Last DURATION of the trace.
     pub since: Option<String>,
@@ -45,15 +45,17 @@ pub struct ChainsParams {
     /// Most chains to return (default 5).
     #[schemars(range(min = 1, max = 20))]
     pub top_n: Option<u32>,
-    /// next_cursor of a previous call.
+    /// A previous next_cursor.
     pub cursor: Option<String>,
+    /// Also the file's stored chains (other tools' claims).
+    pub stored: Option<bool>,
 }
 
 /// Arguments of `get_stacks`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StacksParams {
-    /// Trace name (default: the server's trace).
+    /// Trace name.
     pub trace: Option<String>,
     /// Only calls of this op, e.g. cudaLaunchKernel.
     pub op: Option<String>,
@@ -65,13 +67,13 @@ pub struct StacksParams {
     pub until: Option<String>,
     /// Only this process.
     pub pid: Option<u32>,
-    /// Most stacks (default 5), ranked by total time.
+    /// Most stacks (default 5), costliest first.
     #[schemars(range(min = 1, max = 20))]
     pub limit: Option<u32>,
     /// Frames per stack (default 12).
     #[schemars(range(min = 1, max = 64))]
     pub max_frames: Option<u32>,
-    /// next_cursor of a previous call.
+    /// A previous next_cursor.
     pub cursor: Option<String>,
 }
 
@@ -82,7 +84,7 @@ pub struct SqlParams {
     /// One read-only DuckDB query.
     #[schemars(length(min = 1, max = 16384))]
     pub sql: String,
-    /// Trace name (default: the server's trace).
+    /// Trace name.
     pub trace: Option<String>,
     /// Most rows (default 100).
     #[schemars(range(min = 1, max = 1000))]
@@ -93,7 +95,7 @@ pub struct SqlParams {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListTracesParams {
-    /// next_cursor of a previous call.
+    /// A previous next_cursor.
     pub cursor: Option<String>,
 }
 
@@ -101,7 +103,7 @@ pub struct ListTracesParams {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DescribeParams {
-    /// Trace name (default: the server's trace).
+    /// Trace name.
     pub trace: Option<String>,
 }
 

@@ -95,9 +95,11 @@ fn compact(v: &mut Value) {
             if let Some(Value::Object(props)) = o.get_mut("properties") {
                 props.values_mut().for_each(compact);
             }
-            // `"items": true` allows anything, as no "items" does.
-            if o.get("items") == Some(&Value::Bool(true)) {
-                o.remove("items");
+            // `"items": true` allows anything, as no "items" does; so does additionalProperties.
+            for k in ["items", "additionalProperties"] {
+                if o.get(k) == Some(&Value::Bool(true)) {
+                    o.remove(k);
+                }
             }
             for (k, x) in o.iter_mut() {
                 if k != "properties" {
@@ -200,7 +202,7 @@ pub fn tool_specs() -> &'static [ToolSpec] {
             spec::<ChainsParams, results::ChainsOut>(
                 "get_causal_chains",
                 "Causal chains",
-                "Ranked findings: root cause -> effect with severity, explanation, timeline, recommendations and evidence SQL.",
+                "Ranked findings (cause -> effect, severity, timeline, fixes, evidence SQL) and thread time budgets.",
             ),
             spec::<StacksParams, stacks::StacksResult>(
                 "get_stacks",
@@ -225,7 +227,7 @@ pub fn tool_specs() -> &'static [ToolSpec] {
             spec::<NoParams, check::CheckReport>(
                 "get_check",
                 "Tracing readiness",
-                "Can this machine trace GPU work? Kernel, BTF, privileges, uprobes, NVIDIA driver, CUDA/NCCL libraries and processes; fixes.",
+                "Can this machine trace GPU work? Kernel, BTF, privileges, uprobes, driver, CUDA/NCCL libraries; fixes.",
             ),
             spec::<DemoParams, results::DemoOut>(
                 "run_demo",
@@ -242,7 +244,7 @@ pub fn tool_specs() -> &'static [ToolSpec] {
                 ..spec::<fleet::FleetParams, fleet::FleetOut>(
                     "query_fleet",
                     "Ask every node",
-                    "Ask every serving node at once (sql, stats with slow-node outliers, chains ranked together, overview); rows get a node column.",
+                    "Ask every serving node at once (sql, stats with outlier nodes, chains ranked together, overview); rows gain a node column.",
                 )
             },
         ]

@@ -107,12 +107,20 @@ pub struct OffCpuOut {
 /// Output of `get_causal_chains`.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ChainsOut {
-    /// Ranked by time lost.
+    /// The engine's findings, ranked by time lost.
     pub chains: Vec<ChainOut>,
-    /// Chains found in all.
+    /// Findings in all.
     pub total: usize,
-    /// engine (analysed now) or stored (recorded in the trace file).
-    pub origin: String,
+    /// Where each GPU-calling process's and thread's time went: inside GPU calls by class and
+    /// outside them, split on-CPU/preempted/blocked/unknown (buckets sum to span_ns), preemptors,
+    /// gpu_idle_estimate_ns, longest stalls.
+    pub budgets: Vec<serde_json::Value>,
+    /// Caveats (conventions, chains stored in the file).
+    pub notes: Vec<String>,
+    /// Those chains (with `stored`), shaped like `chains`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Vec<serde_json::Map<String, serde_json::Value>>>")]
+    pub stored_chains: Option<Vec<ChainOut>>,
     /// Pass as cursor for more.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
@@ -143,8 +151,12 @@ pub struct ChainOut {
     pub time_lost_ns: i64,
     /// Node ('' = trace-wide).
     pub node: String,
-    /// engine or imported:FILE.
+    /// engine, imported:FILE, or the node that sent it.
     pub origin: String,
+    /// Detection time of a stored chain (ns); engine chains have none, so it stays out of the schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(skip)]
+    pub detected_ns: Option<i64>,
 }
 
 /// One timeline step.

@@ -112,14 +112,37 @@ pub fn chains(r: &ChainsResult) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{} of {} chains ({}), ranked by time lost",
+        "{} of {} findings, ranked by time lost",
         r.chains.len(),
-        r.total,
-        r.origin
+        r.total
     );
     chain_lines(&mut o, &r.chains);
     if let Some(n) = &r.next_cursor {
         let _ = writeln!(o, "more: call again with cursor {n}");
+    }
+    if !r.budgets.is_empty() {
+        let t0 = r
+            .budgets
+            .iter()
+            .flat_map(|b| b.stalls.iter().map(|s| s.start_ns))
+            .min()
+            .unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "\n{}",
+            causeway_analysis::report::render_budgets(&r.budgets, t0)
+        );
+    }
+    if let Some(stored) = &r.stored_chains {
+        let _ = writeln!(
+            o,
+            "\n{} chain(s) stored in the file (claims of another tool or node, not causeway's findings):",
+            stored.len()
+        );
+        chain_lines(&mut o, stored);
+    }
+    for n in &r.notes {
+        let _ = writeln!(o, "note: {n}");
     }
     note(&mut o);
     o

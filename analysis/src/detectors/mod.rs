@@ -127,6 +127,7 @@ impl Finding {
             evidence_sql: self.evidence_sql,
             time_lost_ns: self.time_lost_ns,
             node: self.node,
+            detected_ns: 0,
             origin: "engine".into(),
         }
     }

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use causeway_analysis::ChainQuery;
 use causeway_store::{Reader, StoreError};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
@@ -18,16 +17,19 @@ use crate::duck;
 pub struct LogsOptions {
     /// `observed_time_unix_nano` of every record: the export time.
     pub observed_ns: i64,
-    /// When the `chains` table is empty (a recording, a demo), run the analysis engine and
-    /// export its chains; off, such a trace exports no records.
-    pub engine_when_none: bool,
+    /// Export causeway's findings on the trace (the chains `explain` prints).
+    pub engine: bool,
+    /// Also export the chains stored in the file (imported from another tool, or received
+    /// from nodes), labelled by their origin.
+    pub stored: bool,
 }
 
 impl Default for LogsOptions {
     fn default() -> Self {
         LogsOptions {
             observed_ns: causeway_store::now_ns(),
-            engine_when_none: true,
+            engine: true,
+            stored: false,
         }
     }
 }
@@ -95,10 +97,11 @@ fn stored_chains(r: &Reader) -> Result<Vec<ChainRow>, StoreError> {
         .map_err(duck(r, "reading the chains"))
 }
 
-/// The analysis engine's chains, stamped with the end of the trace.
+/// Causeway's findings (what `explain` prints), stamped with the end of the trace.
 fn engine_chains(r: &Reader, detected_ns: i64) -> Result<Vec<ChainRow>, StoreError> {
-    let found = causeway_analysis::explain(r, &ChainQuery::default())?;
+    let found = causeway_analysis::findings(r, &causeway_analysis::FindingsQuery::default())?;
     Ok(found
+        .explain
         .chains
         .into_iter()
         .map(|c| ChainRow {
@@ -188,11 +191,14 @@ pub fn logs_request(
     r: &Reader,
     opts: &LogsOptions,
 ) -> Result<ExportLogsServiceRequest, StoreError> {
-    let mut chains = stored_chains(r)?;
     let facts_nodes = crate::gather::nodes_and_span(r)?;
-    if chains.is_empty() && opts.engine_when_none {
+    let mut chains = Vec::new();
+    if opts.engine {
         let end = facts_nodes.span.map_or(opts.observed_ns, |s| s.1);
         chains = engine_chains(r, end)?;
+    }
+    if opts.stored {
+        chains.extend(stored_chains(r)?);
     }
     let res = Resources::new(&facts_nodes);
     let mut by_node: BTreeMap<String, Vec<LogRecord>> = BTreeMap::new();

@@ -47,13 +47,14 @@ fn int(attrs: &[KeyValue], key: &str) -> Option<i64> {
 }
 
 /// Round trip through the wire format: what a receiver decodes.
-fn wire(r: &Reader) -> (ExportMetricsServiceRequest, ExportLogsServiceRequest) {
+fn wire(r: &Reader, stored_only: bool) -> (ExportMetricsServiceRequest, ExportLogsServiceRequest) {
     let m = otlp::metrics_request(r).unwrap();
     let l = otlp::logs_request(
         r,
         &LogsOptions {
             observed_ns: 1_800_000_000_000_000_000,
-            engine_when_none: true,
+            engine: !stored_only,
+            stored: stored_only,
         },
     )
     .unwrap();
@@ -179,7 +180,7 @@ fn check_histogram(p: &HistogramDataPoint) {
 fn fixture_histograms_follow_the_log2_contract_and_match_the_calls() {
     let dir = tempfile::tempdir().unwrap();
     let r = Reader::open(&fixture::fixture(dir.path())).unwrap();
-    let (m, _) = wire(&r);
+    let (m, _) = wire(&r, false);
     let h = histograms(&m);
     let calls = sums(&m, otlp::OP_CALLS, "{call}", "op");
     for (k, p) in &h {
@@ -232,7 +233,7 @@ fn fixture_histograms_follow_the_log2_contract_and_match_the_calls() {
 fn fixture_counters_and_resources() {
     let dir = tempfile::tempdir().unwrap();
     let r = Reader::open(&fixture::fixture(dir.path())).unwrap();
-    let (m, l) = wire(&r);
+    let (m, l) = wire(&r, false);
     let bytes = sums(&m, otlp::OP_BYTES, "By", "op");
     assert_eq!(
         bytes[&("gpu-a".into(), 100, "cudaMemcpy".into())],
@@ -348,7 +349,7 @@ fn stored_chains_become_log_records_with_the_severity_mapping() {
     let dir = tempfile::tempdir().unwrap();
     let db = crate::vllm(dir.path());
     let r = Reader::open(&db).unwrap();
-    let (m, l) = wire(&r);
+    let (m, l) = wire(&r, true);
     type Stored = (String, String, String, i64, String, String, i64, i64, f64);
     let stored: Vec<Stored> = r
         .prepare_trusted(
@@ -450,12 +451,12 @@ fn stored_chains_become_log_records_with_the_severity_mapping() {
 }
 
 #[test]
-fn engine_chains_are_exported_when_none_are_stored() {
+fn engine_findings_are_exported_and_stored_chains_only_on_request() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("incident.duckdb");
     write_scenario(&p, Scenario::Incident, false).unwrap();
     let r = Reader::open(&p).unwrap();
-    let (_, l) = wire(&r);
+    let (_, l) = wire(&r, false);
     let found = causeway_analysis::explain(&r, &causeway_analysis::ChainQuery::default())
         .unwrap()
         .chains;
@@ -487,7 +488,8 @@ fn engine_chains_are_exported_when_none_are_stored() {
         &r,
         &LogsOptions {
             observed_ns: 1,
-            engine_when_none: false,
+            engine: false,
+            stored: false,
         },
     )
     .unwrap();
@@ -520,7 +522,7 @@ fn show_attrs(attrs: &[KeyValue]) -> String {
 fn fixture_metrics_summary() {
     let dir = tempfile::tempdir().unwrap();
     let r = Reader::open(&fixture::fixture(dir.path())).unwrap();
-    let (m, _) = wire(&r);
+    let (m, _) = wire(&r, false);
     let mut o = String::new();
     for rm in &m.resource_metrics {
         let res = show_attrs(&rm.resource.as_ref().unwrap().attributes);

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use causeway_analysis::report::render_text;
-use causeway_analysis::{ChainQuery, ExplainOptions, explain_with};
+use causeway_analysis::{ChainQuery, FindingsQuery};
 use causeway_store::Reader;
 
 use crate::cmd::stats::WindowArgs;
@@ -29,7 +29,12 @@ pub struct ExplainArgs {
     /// At most this many chains.
     #[arg(long, value_name = "N")]
     pub top: Option<usize>,
-    /// Print JSON: {"chains": [...], ...} carrying everything the text shows.
+    /// Also show the chains stored in the file (imported from another tool, or sent by nodes):
+    /// their claims, labelled, never ranked with causeway's findings.
+    #[arg(long)]
+    pub stored: bool,
+    /// Print JSON: {"chains": [...], "budgets": [...], ...} carrying everything the text shows
+    /// (what get_causal_chains returns, unpaged).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -46,36 +51,27 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
     };
     let reader = Reader::open(db)?;
     let w = args.window.to_query()?;
-    let q = ChainQuery {
-        window: w.window,
-        pid: w.pid,
-        node: w.node,
-        top_n: args.top,
-    };
-    let mut e = explain_with(
-        &reader,
-        &q,
-        ExplainOptions {
-            per_process: args.per_process,
+    let q = FindingsQuery {
+        chains: ChainQuery {
+            window: w.window,
+            pid: w.pid,
+            node: w.node,
+            top_n: args.top,
         },
-    )?;
-    if e.chains.is_empty() {
-        // A cluster store (`causeway collect`) holds the nodes' chains and counters but no
-        // events to analyse: show the chains as stored, as get_causal_chains does.
-        let stored = causeway_analysis::stored_chains(&reader, &q)?;
-        if !stored.is_empty() {
-            e.notes.retain(|n| !n.starts_with("no causal chain"));
-            e.notes.push(format!(
-                "{} chain(s) stored in the file (sent by the nodes or imported), shown as stored: the analysis found none in its events",
-                stored.len()
-            ));
-            e.chains = stored.into_iter().map(sanitized).collect();
-        }
-    }
+        stored: args.stored,
+        per_process: args.per_process,
+    };
+    // The function get_causal_chains calls.
+    let f = causeway_tools::stats::findings_for(&reader, &q)
+        .map_err(|e| anyhow::anyhow!("{}\nhint: {}", e.message(), e.hint()))?;
     if args.json {
-        return crate::print_json(&e);
+        return crate::print_json(&f);
     }
-    crate::print_text(&render_text(&e))
+    let mut text = render_text(&f.explain);
+    if let Some(stored) = &f.stored_chains {
+        text.push_str(&causeway_analysis::report::render_stored(stored));
+    }
+    crate::print_text(&text)
 }
 
 /// `explain --nodes`: every node's chains (`get_causal_chains` through its query API), ranked
@@ -142,25 +138,4 @@ fn run_fleet(args: &ExplainArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Chain text from a file is data from other machines: strip control characters, cap lengths.
-fn sanitized(mut c: causeway_analysis::Chain) -> causeway_analysis::Chain {
-    use causeway_store::sanitize::sanitize_with;
-    for (field, cap) in [
-        (&mut c.summary, 400),
-        (&mut c.root_cause, 600),
-        (&mut c.explanation, 2000),
-        (&mut c.node, 120),
-        (&mut c.detector, 80),
-    ] {
-        *field = sanitize_with(field, cap);
-    }
-    c.recommendations = c
-        .recommendations
-        .iter()
-        .take(8)
-        .map(|r| sanitize_with(r, 400))
-        .collect();
-    c
 }

@@ -49,6 +49,10 @@ pub struct ExportArgs {
     /// Leave the causal chains out (Perfetto: no findings track; OTLP: no log records).
     #[arg(long)]
     pub no_chains: bool,
+    /// Also export the chains stored in the file (imported from another tool, or sent by
+    /// nodes), labelled by their origin; by default only causeway's findings.
+    #[arg(long, conflicts_with = "no_chains")]
+    pub stored_chains: bool,
     #[command(flatten, next_help_heading = "OTLP push (--format otlp)")]
     pub otlp: OtlpArgs,
 }
@@ -104,9 +108,16 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     let chains = if args.no_chains {
         Vec::new()
     } else {
-        causeway_tools::stats::chains_for(&reader, &ChainQuery::default())
-            .map_err(|e| anyhow!("{}\nhint: {}", e.message(), e.hint()))?
-            .0
+        // The findings explain prints; the file's stored chains only on request.
+        let q = causeway_analysis::FindingsQuery {
+            stored: args.stored_chains,
+            ..Default::default()
+        };
+        let f = causeway_tools::stats::findings_for(&reader, &q)
+            .map_err(|e| anyhow!("{}\nhint: {}", e.message(), e.hint()))?;
+        let mut chains = f.explain.chains;
+        chains.extend(f.stored_chains.unwrap_or_default());
+        chains
     };
     let opts = PerfettoOptions {
         max_events: args.max_events,
@@ -201,7 +212,13 @@ fn run_otlp(args: &ExportArgs) -> Result<()> {
     let logs = if args.no_chains {
         ExportLogsServiceRequest::default()
     } else {
-        causeway_export::otlp::logs_request(&reader, &LogsOptions::default())?
+        causeway_export::otlp::logs_request(
+            &reader,
+            &LogsOptions {
+                stored: args.stored_chains,
+                ..LogsOptions::default()
+            },
+        )?
     };
     drop(reader);
     let (resources, points, records) = (

@@ -518,8 +518,9 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
     );
 
     // The MCP tools over the store being written: chains as sent, stats from the counters.
-    let got = api(&c.http, "get_causal_chains", json!({}));
-    let chains = &got["structured"]["chains"];
+    // (A chain that arrived is another tool's claim: served on request, labelled.)
+    let got = api(&c.http, "get_causal_chains", json!({"stored": true}));
+    let chains = &got["structured"]["stored_chains"];
     assert_eq!(chains.as_array().unwrap().len(), 1, "{got}");
     assert_eq!(chains[0]["id"], "chain-1");
     assert_eq!(chains[0]["time_lost_ns"], 8_900_000_000i64);
@@ -618,12 +619,18 @@ fn collect_receives_otlp_over_http_and_grpc_into_one_store() {
             && described.contains("0 events (kernel counters only) over "),
         "{described}"
     );
-    // No events to analyse: explain shows the chains the nodes sent.
+    // No events to analyse: explain says so, and points at the chains the nodes sent, which
+    // --stored shows labelled as theirs.
     let explained = crate::common::ok(&["explain", "--db", dbs]);
     assert!(
-        explained.contains("#1 [HIGH] cudaLaunchKernel p99 is 784x its p50")
+        explained.contains("No causal chain") && explained.contains("--stored"),
+        "{explained}"
+    );
+    let explained = crate::common::ok(&["explain", "--db", dbs, "--stored"]);
+    assert!(
+        explained.contains("cudaLaunchKernel p99 is 784x its p50")
             && explained.contains("pin the tokenizer to other cores")
-            && explained.contains("shown as stored"),
+            && explained.contains("not causeway's findings"),
         "{explained}"
     );
     // What a person reads over the collected store: stats estimated from the histograms.
@@ -711,10 +718,20 @@ fn exports_of_two_nodes_collect_into_one_store() {
         );
         assert!(row[3].as_i64().unwrap() > 0, "chains of {node}: {row}");
     }
-    let stored = query(&vllm, "SELECT count(*) FROM chains")[0][0].clone();
+    // An export sends causeway's findings (not the chains the source file stored), once even
+    // when pushed twice.
+    let explain: Json = serde_json::from_str(&crate::common::ok(&[
+        "explain",
+        "--db",
+        vllm.to_str().unwrap(),
+        "--json",
+    ]))
+    .unwrap();
+    let found = explain["chains"].as_array().unwrap().len();
+    assert!(found > 0);
     let vllm_node = query(&vllm, "SELECT node FROM nodes")[0][0].clone();
     let row = rows.iter().find(|r| r[0] == vllm_node).unwrap();
-    assert_eq!(row[3], stored, "every stored chain, once");
+    assert_eq!(row[3], found, "every finding, once");
     assert_eq!(
         query(&db, "SELECT count(*) FROM nodes WHERE origin = 'collected'")[0][0],
         2

@@ -173,3 +173,28 @@ fn opening_something_else_is_a_clear_error() {
         "{missing}"
     );
 }
+
+#[test]
+fn another_tools_op_name_is_refused_with_ours() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crate::common::small_store(dir.path(), 10);
+    let r = Reader::open(&path).unwrap();
+    let e = run(
+        &r,
+        "SELECT count(*) FROM events WHERE op = 'cudaDeviceSync'",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("'cudaDeviceSync'")
+            && e.contains("'cudaDeviceSynchronize'")
+            && e.contains("hint:"),
+        "{e}"
+    );
+    // Our own name passes.
+    run(
+        &r,
+        "SELECT count(*) AS n FROM events WHERE op = 'cudaDeviceSynchronize'",
+    )
+    .unwrap();
+}

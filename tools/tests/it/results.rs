@@ -60,24 +60,56 @@ fn trace_stats_is_what_the_cli_prints() {
 
 #[test]
 fn chains_are_ranked_and_paged() {
+    // The incident demo (a design with several causes) gives the engine more than one finding.
     let dir = tempfile::tempdir().unwrap();
-    let c = ctx(dir.path());
-    let first = ok(&c, "get_causal_chains", json!({"top_n": 2})).structured;
-    assert_eq!(first["chains"].as_array().unwrap().len(), 2);
-    assert_eq!(first["next_cursor"], "2");
+    let db = dir.path().join("incident.duckdb");
+    let run = causeway_tools::demo::generate(
+        &db,
+        causeway_tools::demo::scenario("incident").unwrap(),
+        false,
+        false,
+        Default::default(),
+    )
+    .unwrap();
+    assert!(run.explain.chains.len() >= 2, "{:?}", run.explain.chains);
+    let c = Context::new(db.clone(), vec![]);
+    let first = ok(&c, "get_causal_chains", json!({"top_n": 1})).structured;
+    assert_eq!(first["chains"].as_array().unwrap().len(), 1);
+    assert_eq!(first["next_cursor"], "1");
     let total = first["total"].as_u64().unwrap();
-    assert!(total >= 3, "the vLLM trace has stored chains");
-    let lost: Vec<i64> = first["chains"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["time_lost_ns"].as_i64().unwrap())
-        .collect();
-    assert!(lost[0] >= lost[1], "ranked by time lost: {lost:?}");
-    let second = ok(&c, "get_causal_chains", json!({"top_n": 20, "cursor": "2"})).structured;
-    assert_eq!(second["chains"].as_array().unwrap().len() as u64, total - 2);
+    assert_eq!(total as usize, run.explain.chains.len());
+    let second = ok(&c, "get_causal_chains", json!({"top_n": 20, "cursor": "1"})).structured;
+    assert_eq!(second["chains"].as_array().unwrap().len() as u64, total - 1);
     assert!(second.get("next_cursor").is_none());
     assert_ne!(second["chains"][0]["id"], first["chains"][0]["id"]);
+    let lost = |c: &Value| c["time_lost_ns"].as_i64().unwrap();
+    assert!(
+        lost(&first["chains"][0]) >= lost(&second["chains"][0]),
+        "ranked by time lost"
+    );
+}
+
+#[test]
+fn stored_chains_come_only_on_request_and_labelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = ctx(dir.path());
+    let plain = ok(&c, "get_causal_chains", json!({})).structured;
+    assert!(plain.get("stored_chains").is_none());
+    let notes = plain["notes"].to_string();
+    assert!(notes.contains("stored in the file"), "{notes}");
+    let with = ok(&c, "get_causal_chains", json!({"stored": true})).structured;
+    assert_eq!(
+        with["chains"], plain["chains"],
+        "asking for stored chains changes no finding"
+    );
+    let stored = with["stored_chains"].as_array().unwrap();
+    assert!(
+        stored.len() >= 3,
+        "the vLLM recording carries the reference tool's chains"
+    );
+    for s in stored {
+        assert_ne!(s["origin"], "causeway", "{s}");
+    }
 }
 
 #[test]
@@ -282,17 +314,19 @@ fn recordings_without_stored_chains_get_the_engines_chains() {
     let sick = dir.path().join("sync.duckdb");
     write_scenario(&sick, Scenario::SyncStorm, false).unwrap();
     let r = causeway_store::Reader::open(&sick).unwrap();
-    let (chains, origin) =
-        causeway_tools::stats::chains_for(&r, &causeway_analysis::ChainQuery::default()).unwrap();
-    assert_eq!(origin, "engine");
-    assert_eq!(chains[0].detector, "sync_storm");
+    let f = causeway_tools::stats::findings_for(&r, &causeway_analysis::FindingsQuery::default())
+        .unwrap();
+    assert_eq!(f.explain.chains[0].detector, "sync_storm");
+    assert!(f.explain.chains.iter().all(|c| c.origin == "engine"));
 
     let sound = dir.path().join("healthy.duckdb");
     write_scenario(&sound, Scenario::Healthy, false).unwrap();
     let r = causeway_store::Reader::open(&sound).unwrap();
-    let (chains, origin) =
-        causeway_tools::stats::chains_for(&r, &causeway_analysis::ChainQuery::default()).unwrap();
-    assert_eq!(origin, "engine");
+    let chains =
+        causeway_tools::stats::findings_for(&r, &causeway_analysis::FindingsQuery::default())
+            .unwrap()
+            .explain
+            .chains;
     assert!(
         chains.is_empty(),
         "a healthy trace has no chain: {chains:?}"
@@ -317,8 +351,7 @@ fn run_demo_finds_the_scenarios_cause_and_nothing_on_healthy() {
         assert!(out["events"].as_u64().unwrap() > 1000);
         assert_eq!(out["stats"]["events"], out["events"]);
         assert!(stats_schema.is_valid(&out["stats"]), "{scenario}");
-        let page =
-            json!({"chains": out["chains"], "total": out["total_chains"], "origin": "engine"});
+        let page = json!({"chains": out["chains"], "total": out["total_chains"], "budgets": [], "notes": []});
         assert!(chains_schema.is_valid(&page), "{scenario}");
     }
     let healthy = ok(

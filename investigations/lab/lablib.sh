@@ -1,0 +1,89 @@
+# The lab's shell library, sourced by every case's `run` script: arguments, the stand-in build,
+# the datasets, and the recording itself (`causeway trace`).
+#
+#   run problem|healthy OUT_DIR     records the case's variant into OUT_DIR/trace.duckdb; the
+#                                   trace summary goes to OUT_DIR/trace.json, the collector's
+#                                   and the workload's messages to OUT_DIR/trace.log
+#
+# Environment: CAUSEWAY (the binary, default `causeway` on PATH), LAB_BUILD (where the stand-in
+# is built and the datasets are written, default $TMPDIR/causeway-lab; built when missing or
+# older than its sources).
+set -euo pipefail
+
+LAB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+W=$LAB/workloads
+CASE=$(basename "$(cd "$(dirname "$0")" && pwd)")
+VARIANT=${1:-}
+OUT=${2:-}
+if [[ $VARIANT != problem && $VARIANT != healthy || -z $OUT ]]; then
+	echo "usage: $0 problem|healthy OUT_DIR" >&2
+	exit 2
+fi
+CAUSEWAY=${CAUSEWAY:-causeway}
+LAB_BUILD=${LAB_BUILD:-${TMPDIR:-/tmp}/causeway-lab}
+PY=$LAB_BUILD/venv/bin/python3
+
+lab_build() {
+	local stamp=$LAB_BUILD/.built newer
+	newer=$(find "$LAB/standin" -newer "$stamp" -print -quit 2>/dev/null || echo missing)
+	if [[ ! -e $stamp || -n $newer ]]; then
+		(
+			flock 9
+			bash "$LAB/standin/build.sh" "$LAB_BUILD" >/dev/null
+			touch "$stamp"
+		) 9>"$LAB_BUILD.lock"
+	fi
+}
+mkdir -p "$LAB_BUILD"
+lab_build
+
+mkdir -p "$OUT"
+rm -rf "$OUT/trace.duckdb" "$OUT/trace.duckdb.wal" "$OUT/trace.duckdb.tmp"
+# This case's devices: processes of one case share a device by using the same name; cases
+# running side by side never do.
+export LAB_MACHINE="$CASE-$VARIANT-$$"
+export LD_LIBRARY_PATH="$LAB_BUILD/driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONDONTWRITEBYTECODE=1
+
+# Cleanup steps (run in reverse order at exit).
+LAB_CLEANUP=()
+lab_on_exit() { LAB_CLEANUP=("$1" "${LAB_CLEANUP[@]}"); }
+lab_cleanup() {
+	local c
+	for c in "${LAB_CLEANUP[@]}"; do eval "$c" || true; done
+	rm -f /dev/shm/lab-"$LAB_MACHINE"-gpu* 2>/dev/null || true
+}
+trap lab_cleanup EXIT
+
+# lab_dataset NAME FILES SAMPLE_KIB [LEVEL]: the directory of a dataset written by the lab
+# (once per build directory and shape; cases reading the same one share it).
+lab_dataset() {
+	local dir=$LAB_BUILD/data/$1-$2x$3k-z${4:-1}
+	if [[ ! -e $dir/READY ]]; then
+		(
+			flock 9
+			[[ -e $dir/READY ]] || "$PY" "$W/lab_data.py" make "$dir" --files "$2" --sample-bytes $(($3 * 1024)) \
+				--level "${4:-1}"
+		) 9>"$LAB_BUILD/data-$1.lock"
+	fi
+	echo "$dir"
+}
+
+# A free TCP port on the loopback interface.
+lab_free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# The training loops' step marker (one cudaMemsetAsync a step, torchlike.Model) keeps its probe
+# in full mode whatever the overhead budget does to the other calls: the ground-truth checks
+# count steps and measure the loop's window with it. Everything else is recorded as by default.
+STEP_MARKER=(--probe-mode cudaMemsetAsync=full)
+
+# lab_trace [TRACE OPTIONS] -- COMMAND...: records COMMAND with causeway.
+lab_trace() {
+	local rc=0
+	"$CAUSEWAY" trace --db "$OUT/trace.duckdb" "$@" >"$OUT/trace.json" 2>"$OUT/trace.log" || rc=$?
+	if ((rc != 0)); then
+		echo "$CASE/$VARIANT: causeway trace exited with $rc; the last lines of $OUT/trace.log:" >&2
+		tail -20 "$OUT/trace.log" >&2
+		return "$rc"
+	fi
+}

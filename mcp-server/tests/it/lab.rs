@@ -1,0 +1,383 @@
+//! The workload lab (investigations/lab): every case's problem and healthy variant recorded end
+//! to end by `causeway trace` on the stand-in device, each recording's ground truth checked with
+//! SQL, the engine's answer compared with the expected detector, and the accuracy table printed
+//! and written to $CARGO_TARGET_TMPDIR/lab-report.md. A failed recording or ground-truth check
+//! fails the test; a wrong answer from the engine is listed as a mismatch, not failed.
+//! Needs root like every BPF test (CI is root); CAUSEWAY_SKIP_BPF_TESTS=1 skips explicitly.
+//! CAUSEWAY_LAB_CASES=a,b runs only those cases.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::causeway;
+use crate::trace::bpf_tests;
+
+/// Longest a case's `run` may take before it is killed (a case takes 8-20 s).
+const RUN_TIMEOUT: Duration = Duration::from_secs(150);
+
+fn lab_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../investigations/lab")
+}
+
+/// One case directory and its case.json.
+struct Case {
+    name: String,
+    dir: PathBuf,
+    spec: Value,
+}
+
+impl Case {
+    /// Cases that pin CPUs, load both cores, or use the disk or memory run alone.
+    fn alone(&self) -> bool {
+        self.spec["schedule"] != "shared"
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let only: Option<Vec<String>> = std::env::var("CAUSEWAY_LAB_CASES")
+        .ok()
+        .map(|v| v.split(',').map(str::to_string).collect());
+    let mut out: Vec<Case> = std::fs::read_dir(lab_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("case.json").is_file())
+        .map(|e| {
+            let spec: Value =
+                serde_json::from_str(&std::fs::read_to_string(e.path().join("case.json")).unwrap())
+                    .unwrap_or_else(|err| panic!("{}: {err}", e.path().display()));
+            Case {
+                name: e.file_name().to_string_lossy().into_owned(),
+                dir: e.path(),
+                spec,
+            }
+        })
+        .filter(|c| only.as_ref().is_none_or(|o| o.contains(&c.name)))
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// One ground-truth check's result.
+struct Checked {
+    what: String,
+    value: Option<f64>,
+    bound: String,
+    ok: bool,
+}
+
+/// What one recorded variant gave.
+#[derive(Default)]
+struct Outcome {
+    case: String,
+    variant: String,
+    expected: Option<String>,
+    top: Option<(String, String, f64)>,
+    matched: bool,
+    events: u64,
+    drops: u64,
+    overhead_pct: Option<f64>,
+    wall_s: f64,
+    checks: Vec<Checked>,
+    error: Option<String>,
+}
+
+fn json_of(args: &[&str]) -> Result<Value, String> {
+    let out = causeway(args);
+    if !out.status.success() {
+        return Err(format!(
+            "causeway {}: {}",
+            args[0],
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("causeway {}: not JSON: {e}", args[0]))
+}
+
+/// Runs `run VARIANT OUT` of a case in its own process group, killed past RUN_TIMEOUT.
+fn record(case: &Case, variant: &str, out: &Path, build: &Path) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(out);
+    std::fs::create_dir_all(out).unwrap();
+    let log = std::fs::File::create(out.join("run.log")).unwrap();
+    let mut child = Command::new("bash")
+        .arg(case.dir.join("run"))
+        .arg(variant)
+        .arg(out)
+        .env("CAUSEWAY", env!("CARGO_BIN_EXE_causeway"))
+        .env("LAB_BUILD", build)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("running {}/run: {e}", case.name))?;
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > RUN_TIMEOUT {
+            let pg = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::killpg(pg, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.wait();
+            return Err(format!(
+                "{}/run {variant} took over {RUN_TIMEOUT:?}",
+                case.name
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    if !status.success() {
+        let log = std::fs::read_to_string(out.join("run.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        return Err(format!(
+            "{}/run {variant} failed ({status}); its last lines:\n{}",
+            case.name,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ));
+    }
+    Ok(())
+}
+
+fn bound_of(check: &Value) -> (Option<f64>, Option<f64>, String) {
+    let min = check["min"].as_f64();
+    let max = check["max"].as_f64();
+    let text = match (min, max) {
+        (Some(a), Some(b)) => format!("{a}..{b}"),
+        (Some(a), None) => format!(">= {a}"),
+        (None, Some(b)) => format!("<= {b}"),
+        (None, None) => "any".into(),
+    };
+    (min, max, text)
+}
+
+fn run_checks(spec: &Value, db: &str) -> Vec<Checked> {
+    let mut out = Vec::new();
+    for check in spec["checks"].as_array().into_iter().flatten() {
+        let (min, max, bound) = bound_of(check);
+        let sql = check["sql"].as_str().unwrap_or_default();
+        let value = json_of(&["query", "--db", db, "--json", sql])
+            .map(|v| v["rows"][0][0].as_f64())
+            .unwrap_or_else(|e| {
+                eprintln!("lab: check {:?} failed to run: {e}", check["what"]);
+                None
+            });
+        let ok = value.is_some_and(|v| min.is_none_or(|m| v >= m) && max.is_none_or(|m| v <= m));
+        out.push(Checked {
+            what: check["what"].as_str().unwrap_or_default().to_string(),
+            value,
+            bound,
+            ok,
+        });
+    }
+    out
+}
+
+/// Records one variant and reads everything the table needs from the recording.
+fn run_variant(case: &Case, variant: &str, runs: &Path, build: &Path) -> Outcome {
+    let spec = &case.spec["variants"][variant];
+    let mut o = Outcome {
+        case: case.name.clone(),
+        variant: variant.to_string(),
+        expected: spec["expected_detector"].as_str().map(str::to_string),
+        ..Outcome::default()
+    };
+    let out = runs.join(&case.name).join(variant);
+    let start = Instant::now();
+    let recorded = record(case, variant, &out, build);
+    o.wall_s = start.elapsed().as_secs_f64();
+    if let Err(e) = recorded {
+        o.error = Some(e);
+        return o;
+    }
+    let db = out.join("trace.duckdb");
+    let db = db.to_str().unwrap();
+    o.checks = run_checks(spec, db);
+    match json_of(&["explain", "--db", db, "--json"]) {
+        Ok(explain) => {
+            let chains = explain["chains"].as_array().cloned().unwrap_or_default();
+            o.top = chains.first().map(|c| {
+                (
+                    c["detector"].as_str().unwrap_or("?").to_string(),
+                    c["severity"].as_str().unwrap_or("?").to_string(),
+                    c["time_lost_ns"].as_f64().unwrap_or(0.0) / 1e9,
+                )
+            });
+            o.matched = match &o.expected {
+                Some(d) => o.top.as_ref().is_some_and(|t| &t.0 == d),
+                None => !chains
+                    .iter()
+                    .any(|c| matches!(c["severity"].as_str(), Some("MEDIUM" | "HIGH"))),
+            };
+        }
+        Err(e) => o.error = Some(e),
+    }
+    match json_of(&["stats", "--db", db, "--json"]) {
+        Ok(stats) => {
+            o.events = stats["events"].as_u64().unwrap_or(0);
+            o.drops = stats["drops"]["total"].as_u64().unwrap_or(0);
+            o.overhead_pct = stats["overhead"]["estimated_pct"].as_f64();
+        }
+        Err(e) => o.error = Some(e),
+    }
+    o
+}
+
+fn table(outcomes: &[Outcome], wall: Duration) -> String {
+    let mut s = String::new();
+    let matched = outcomes.iter().filter(|o| o.matched).count();
+    let problems: Vec<&Outcome> = outcomes.iter().filter(|o| o.variant == "problem").collect();
+    let healthy: Vec<&Outcome> = outcomes.iter().filter(|o| o.variant == "healthy").collect();
+    let _ = writeln!(
+        s,
+        "lab: {} recordings in {:.0} s; engine right on {matched} ({} of {} problems top-1, {} of {} healthy twins without a MEDIUM/HIGH chain); ground truth held on {} of {}\n",
+        outcomes.len(),
+        wall.as_secs_f64(),
+        problems.iter().filter(|o| o.matched).count(),
+        problems.len(),
+        healthy.iter().filter(|o| o.matched).count(),
+        healthy.len(),
+        outcomes
+            .iter()
+            .filter(|o| o.error.is_none() && o.checks.iter().all(|c| c.ok))
+            .count(),
+        outcomes.len()
+    );
+    s.push_str("| case | variant | expected | engine's top chain | match | ground truth | events | drops | overhead | wall |\n");
+    s.push_str("| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |\n");
+    for o in outcomes {
+        let top = o
+            .top
+            .as_ref()
+            .map_or("(none)".to_string(), |(d, sev, lost)| {
+                format!("{d} {sev} {lost:.2} s")
+            });
+        let truth = if let Some(e) = &o.error {
+            format!("ERROR: {}", e.lines().next().unwrap_or_default())
+        } else {
+            o.checks
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}{} = {} ({})",
+                        if c.ok { "" } else { "FAILED " },
+                        c.what,
+                        c.value.map_or("null".into(), |v| format!("{v:.3}")),
+                        c.bound
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s |",
+            o.case,
+            o.variant,
+            o.expected.as_deref().unwrap_or("none"),
+            top,
+            if o.matched { "yes" } else { "no" },
+            truth,
+            o.events,
+            o.drops,
+            o.overhead_pct.map_or("-".into(), |p| format!("{p:.2}%")),
+            o.wall_s
+        );
+    }
+    s
+}
+
+#[test]
+fn lab_records_every_case_and_its_ground_truth_holds() {
+    if !bpf_tests() {
+        return;
+    }
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    // Stable paths: the datasets are written once and kept; the last run's recordings stay
+    // there for inspection.
+    let build = tmp.join("lab-build");
+    let runs = tmp.join("lab-runs");
+    let started = Instant::now();
+    let out = Command::new("bash")
+        .arg(lab_dir().join("standin/build.sh"))
+        .arg(&build)
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "building the lab's stand-in (cc) failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // lablib.sh rebuilds a build directory without this stamp
+    std::fs::write(build.join(".built"), "").unwrap();
+
+    let all = cases();
+    assert!(
+        !all.is_empty(),
+        "no case.json under {}",
+        lab_dir().display()
+    );
+    let jobs = |alone: bool| -> VecDeque<(&Case, &'static str)> {
+        all.iter()
+            .filter(|c| c.alone() == alone)
+            .flat_map(|c| [(c, "problem"), (c, "healthy")])
+            .collect()
+    };
+    let outcomes = Mutex::new(Vec::new());
+    // Cases that disturb nothing run two at a time, the others one at a time.
+    for (queue, workers) in [(jobs(false), 2), (jobs(true), 1)] {
+        let queue = Mutex::new(queue);
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|| {
+                    while let Some((case, variant)) = queue.lock().unwrap().pop_front() {
+                        let o = run_variant(case, variant, &runs, &build);
+                        eprintln!(
+                            "lab: {}/{variant} recorded in {:.1} s{}",
+                            case.name,
+                            o.wall_s,
+                            o.error.as_ref().map_or(String::new(), |e| format!(": {e}"))
+                        );
+                        outcomes.lock().unwrap().push(o);
+                    }
+                });
+            }
+        });
+    }
+    let mut outcomes = outcomes.into_inner().unwrap();
+    outcomes.sort_by(|a, b| a.case.cmp(&b.case).then(b.variant.cmp(&a.variant)));
+    let report = table(&outcomes, started.elapsed());
+    eprintln!("{report}");
+    std::fs::write(tmp.join("lab-report.md"), &report).unwrap();
+
+    let failures: Vec<String> = outcomes
+        .iter()
+        .flat_map(|o| {
+            let mut f: Vec<String> = o
+                .error
+                .iter()
+                .map(|e| format!("{}/{}: {e}", o.case, o.variant))
+                .collect();
+            f.extend(o.checks.iter().filter(|c| !c.ok).map(|c| {
+                format!(
+                    "{}/{}: ground truth not reproduced: {} = {:?}, expected {} (the recording: {})",
+                    o.case,
+                    o.variant,
+                    c.what,
+                    c.value,
+                    c.bound,
+                    runs.join(&o.case).join(&o.variant).display()
+                )
+            }));
+            f
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -24,8 +24,13 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "sqlguard fuzz target builds (run it with: cd sqlguard/fuzz && cargo +nightly fuzz run guard)"
 cargo check --manifest-path sqlguard/fuzz/Cargo.toml
 
-step "cargo test (workspace)"
-cargo test --workspace --locked --no-fail-fast
+step "cargo test (workspace; the workload lab runs alone next)"
+cargo test --workspace --locked --no-fail-fast -- --skip lab::
+
+# The lab records real programs under real, injected contention: alone, so that other tests'
+# load does not become part of its cases.
+step "workload lab (investigations/lab, recorded with the real collector)"
+cargo test -p causeway --test it --locked lab:: -- --nocapture
 
 if [ -x conformance/run.sh ]; then
   step "MCP conformance (official suite + Python SDK client)"

@@ -124,6 +124,10 @@ pub struct Inside {
     pub blocked_ns: i64,
     /// Off the CPU in an unknown state (imported traces).
     pub unknown_ns: i64,
+    /// Calls the kernel counted, where more than were stored (sampled probes): the time and
+    /// splits above are from the stored calls only; scale by counted / calls to estimate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counted_calls: Option<u64>,
     /// Bytes moved (copies).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes: Option<i64>,
@@ -132,6 +136,23 @@ pub struct Inside {
     /// itself).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes_per_s: Option<f64>,
+}
+
+impl Inside {
+    /// Estimated time inside the class's calls, scaled to the calls the kernel counted.
+    pub fn estimated_total_ns(&self) -> i64 {
+        match self.counted_calls {
+            Some(c) if self.calls > 0 && c > self.calls => {
+                (self.total_ns as f64 * c as f64 / self.calls as f64) as i64
+            }
+            _ => self.total_ns,
+        }
+    }
+
+    /// Calls, the kernel's count where larger.
+    pub fn estimated_calls(&self) -> u64 {
+        self.counted_calls.unwrap_or(0).max(self.calls)
+    }
 }
 
 /// Time outside GPU calls.
@@ -208,7 +229,8 @@ pub struct Budget {
     /// Estimated GPU idle time of the process (no outstanding work, from a synchronisation
     /// that drained the device to the next launch or copy): an estimate from the host side.
     pub gpu_idle_estimate_ns: i64,
-    /// The longest stalls (at least 100 ms without a GPU call), longest first.
+    /// The longest stalls (at least 100 ms without a GPU call), longest first; none where GPU
+    /// probes were sampled (calls were made there but not all stored).
     pub stalls: Vec<Stall>,
     /// Where fewer events were stored than the kernel counted, which buckets that affects.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -358,9 +380,13 @@ static IDLE_SQL: LazyLock<String> = LazyLock::new(|| {
            SELECT pid, timestamp AS s FROM event_data
            WHERE (?::BOOLEAN OR node = ?) AND timestamp BETWEEN ? AND ? AND {work}
              AND list_contains(string_split(?, ',')::UINTEGER[], tid))
-         SELECT d.pid::BIGINT, least(greatest(sum(least(w.s, ?) - d.e), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT
-         FROM d ASOF JOIN w ON d.pid = w.pid AND w.s >= d.e
-         WHERE w.s > d.e
+         SELECT pid::BIGINT, least(greatest(sum(least(ws, ?) - fe), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT
+         FROM (
+           -- several drains before the same work idle the GPU once: from the first of them
+           SELECT d.pid, w.s AS ws, min(d.e) AS fe
+           FROM d ASOF JOIN w ON d.pid = w.pid AND w.s >= d.e
+           WHERE w.s > d.e
+           GROUP BY ALL)
          GROUP BY ALL"
     )
 });
@@ -404,6 +430,8 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
         duckdb::params![only, node, from, until, tids, until, from],
         "measuring GPU calls per class",
     )?;
+    let (coverage, ratio) = coverage_notes(ctx, node)?;
+    let pid_of: HashMap<u32, u32> = feeders.iter().map(|t| (t.tid, t.pid)).collect();
     let mut inside: HashMap<u32, BTreeMap<CallClass, Inside>> = HashMap::new();
     for i in 0..tid.len() {
         let class = CallClass::of(op[i] as u16, dir[i]);
@@ -416,6 +444,12 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
                 ..Inside::default()
             });
         row.calls += n[i].max(0) as u64;
+        let x = pid_of
+            .get(&(tid[i] as u32))
+            .and_then(|p| ratio.get(&(*p, op[i] as u16)))
+            .copied()
+            .unwrap_or(1.0);
+        *row.counted_calls.get_or_insert(0) += (n[i].max(0) as f64 * x).round() as u64;
         row.total_ns = row.total_ns.saturating_add(ns[i].max(0));
         if class.is_copy() {
             *row.bytes.get_or_insert(0) = row.bytes.unwrap_or(0).saturating_add(bytes[i].max(0));
@@ -490,7 +524,6 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
         .map(|(&p, &i)| (p as u32, i.max(0)))
         .collect();
 
-    let coverage = coverage_notes(ctx, node)?;
     let threads_of: HashMap<u32, (u32, String)> = ctx
         .threads
         .iter()
@@ -509,6 +542,7 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
             .into_values()
             .collect();
         for row in &mut rows {
+            row.counted_calls = row.counted_calls.filter(|&c| c > row.calls);
             row.on_cpu_ns =
                 (row.total_ns - row.preempted_ns - row.blocked_ns - row.unknown_ns).max(0);
             if let Some(b) = row.bytes
@@ -584,7 +618,9 @@ fn stalls(ctx: &Ctx<'_>, node: &str, tid: u32, lo: i64, hi: i64) -> Vec<Stall> {
     let mut gaps: Vec<Span<()>> = tl
         .gaps
         .iter()
-        .filter(|g| g.tid == tid && g.end - g.start >= STALL_MIN_NS)
+        .filter(|g| {
+            g.tid == tid && g.end - g.start >= STALL_MIN_NS && !ctx.sampled(node, g.start, g.end)
+        })
         .map(|g| Span {
             start: g.start.max(lo),
             end: g.end.min(hi),
@@ -632,8 +668,11 @@ fn stalls(ctx: &Ctx<'_>, node: &str, tid: u32, lo: i64, hi: i64) -> Vec<Stall> {
     out
 }
 
-/// Per process: notes on GPU ops whose events were stored for only part of the calls.
-fn coverage_notes(ctx: &Ctx<'_>, node: &str) -> Result<HashMap<u32, Vec<String>>, StoreError> {
+type Coverage = (HashMap<u32, Vec<String>>, HashMap<(u32, u16), f64>);
+
+/// Per process: notes on GPU ops whose events were stored for only part of the calls, and
+/// counted / stored per (pid, op) for those.
+fn coverage_notes(ctx: &Ctx<'_>, node: &str) -> Result<Coverage, StoreError> {
     let [pid, op, calls, stored] = columns::<4>(
         ctx.r,
         COUNTS_SQL,
@@ -641,11 +680,15 @@ fn coverage_notes(ctx: &Ctx<'_>, node: &str) -> Result<HashMap<u32, Vec<String>>
         "reading kernel call counts",
     )?;
     let mut out: HashMap<u32, Vec<String>> = HashMap::new();
+    let mut ratio = HashMap::new();
     for i in 0..pid.len() {
         let (c, s) = (calls[i], stored[i]);
         let Some(o) = catalog::op_by_id(op[i] as u16).filter(|o| gpu_op(o)) else {
             continue;
         };
+        if s > 0 && c > s {
+            ratio.insert((pid[i] as u32, op[i] as u16), c as f64 / s as f64);
+        }
         if c > 0 && s < c && (c - s) * 100 >= c {
             out.entry(pid[i] as u32).or_default().push(format!(
                 "{}: {s} of {c} calls stored ({:.0}%); time inside {} is counted from the stored calls only",
@@ -655,7 +698,7 @@ fn coverage_notes(ctx: &Ctx<'_>, node: &str) -> Result<HashMap<u32, Vec<String>>
             ));
         }
     }
-    Ok(out)
+    Ok((out, ratio))
 }
 
 /// One budget per process: the sums of its threads' (its span: the union of theirs).
@@ -680,6 +723,9 @@ fn processes(threads: &[Budget], ctx: &Ctx<'_>, node: &str) -> Vec<Budget> {
         for row in &t.inside {
             match p.inside.iter_mut().find(|r| r.class == row.class) {
                 Some(r) => {
+                    if row.counted_calls.is_some() || r.counted_calls.is_some() {
+                        r.counted_calls = Some(r.estimated_calls() + row.estimated_calls());
+                    }
                     r.calls += row.calls;
                     r.total_ns += row.total_ns;
                     r.on_cpu_ns += row.on_cpu_ns;

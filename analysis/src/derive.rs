@@ -37,6 +37,9 @@ fn keep(pid_filter: i64, pid: u32) -> bool {
     pid_filter < 0 || i64::from(pid) == pid_filter
 }
 
+/// process_exit (its duration is the lifetime).
+const EXIT_OP: u16 = 105;
+
 /// Derives the per-thread facts, warm-up ends and GPU launch groups of `node`.
 pub fn derive(
     node: &str,
@@ -94,7 +97,13 @@ pub fn derive(
             t.comm.clone_from(&row.comm);
         }
         t.first_ns = t.first_ns.min(row.first_ts);
-        t.last_ns = t.last_ns.max(row.last_end);
+        // A process_exit's duration is the process's lifetime, not time after the event.
+        let end = if row.op_id == EXIT_OP {
+            row.last_ts
+        } else {
+            row.last_end
+        };
+        t.last_ns = t.last_ns.max(end);
         if launch {
             t.launches += row.count;
         }

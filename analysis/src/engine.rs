@@ -98,6 +98,7 @@ pub fn explain_with(
         split: &off,
         rates: &rates,
         waits: &waits,
+        budgets: &budgets,
     };
     let mut chains = Vec::new();
     for (name, detect) in detectors::ALL {

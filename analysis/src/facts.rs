@@ -138,6 +138,9 @@ pub struct Ctx<'a> {
     pub timelines: HashMap<String, Timeline>,
     /// Whether the window holds one node only (per-node queries then skip the node filter).
     pub only_node: bool,
+    /// By node: stretches where some GPU op's probes were sampled (gaps between stored calls
+    /// there are not gaps between calls).
+    pub sampled: HashMap<String, Vec<(i64, i64)>>,
 }
 
 /// Kernel launches of one process on one GPU.
@@ -266,6 +269,13 @@ impl<'a> Ctx<'a> {
 
         let mut nodes: Vec<String> = threads.iter().map(|t| t.node.clone()).collect();
         nodes.dedup();
+        let mut sampled = HashMap::new();
+        for n in &nodes {
+            let spans = crate::overhead::sampled_spans(r, window.until_ns, n)?;
+            if !spans.is_empty() {
+                sampled.insert(n.clone(), spans);
+            }
+        }
         Ok(Ctx {
             r,
             window,
@@ -284,7 +294,15 @@ impl<'a> Ctx<'a> {
             spans,
             timelines,
             only_node,
+            sampled,
         })
+    }
+
+    /// Whether `[a, b)` of `node` lies in a stretch whose GPU calls were sampled.
+    pub fn sampled(&self, node: &str, a: i64, b: i64) -> bool {
+        self.sampled
+            .get(node)
+            .is_some_and(|s| crate::overhead::in_sampled(s, a, b))
     }
 
     /// Window length in ns (at least 1).

@@ -208,6 +208,45 @@ pub fn mode_switches(r: &Reader, until_ns: i64, node: &str) -> Result<Vec<ModeSw
         .map_err(duck(r, "reading probe-mode switches"))
 }
 
+/// The stretches of `node` in which some GPU op's probes were not in full mode (sampled,
+/// aggregated, entry only) up to `until_ns`, merged, oldest first: there, fewer calls were
+/// stored than made, so a stretch without stored calls is not a stretch without calls.
+pub fn sampled_spans(r: &Reader, until_ns: i64, node: &str) -> Result<Vec<(i64, i64)>, StoreError> {
+    let switches = mode_switches(r, until_ns, node)?;
+    let mut open: BTreeMap<&str, i64> = BTreeMap::new();
+    let mut spans: Vec<(i64, i64)> = Vec::new();
+    for s in &switches {
+        let gpu = causeway_store::catalog::op_by_name(&s.op)
+            .is_some_and(|o| crate::opsets::is_gpu_source(o.source.name()));
+        if !gpu {
+            continue;
+        }
+        if s.to == "full" {
+            if let Some(from) = open.remove(s.op.as_str()) {
+                spans.push((from, s.ts_ns));
+            }
+        } else {
+            open.entry(s.op.as_str()).or_insert(s.ts_ns);
+        }
+    }
+    spans.extend(open.into_values().map(|from| (from, i64::MAX)));
+    spans.sort_unstable();
+    let mut merged: Vec<(i64, i64)> = Vec::new();
+    for (a, b) in spans {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    Ok(merged)
+}
+
+/// Whether `[a, b)` overlaps one of `spans` (sorted, disjoint).
+pub fn in_sampled(spans: &[(i64, i64)], a: i64, b: i64) -> bool {
+    let i = spans.partition_point(|s| s.1 <= a);
+    spans.get(i).is_some_and(|s| s.0 < b)
+}
+
 /// The probe modes each op ran in during the window, from the switches (ops never switched ran
 /// in full mode and are absent).
 pub fn modes_in_window(switches: &[ModeSwitch], from_ns: i64) -> BTreeMap<String, Vec<String>> {

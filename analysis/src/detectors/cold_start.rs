@@ -5,13 +5,37 @@
 //! slow calls (>= 1 ms and >= 10x the op's p50; synchronisations excluded) whose excess over
 //! the p50 is >= 20 ms, at a density (slow calls per second) >= 10x the rest of the run.
 //! Time lost: the sum of (duration - p50) of those calls.
+//! Second trigger, for kernels first used all through the run (lazy loading of many kernels,
+//! JIT compilation of PTX-only modules): per process, the first launch of each kernel (launch
+//! arg0, the kernel) has a median >= 10x the median of its later launches, and the first
+//! launches exceed it by >= [`MIN_FIRST_USE_NS`] in all. Time lost: that excess.
 //! Severity: the common rule.
 //! Recommendation: warm up before taking traffic; load modules eagerly; capture graphs early.
 
-use causeway_store::StoreError;
+use causeway_store::{StoreError, duckdb};
 
-use super::{Finding, Input, d, lit, severity, step};
+use super::{Finding, Input, d, lit, pct, severity, step};
 use crate::chains::Chain;
+use crate::facts::duck;
+
+/// Least excess of first launches over later ones for the first-use trigger (a module with
+/// code for the device loads in well under a millisecond per kernel).
+pub const MIN_FIRST_USE_NS: i64 = 50_000_000;
+
+/// Per process: first launches of each kernel against later launches.
+const FIRST_USE_SQL: &str = "
+WITH l AS (
+  SELECT node, pid, op_id, arg0, duration,
+         row_number() OVER (PARTITION BY node, pid, op_id, arg0 ORDER BY timestamp) AS k
+  FROM event_data
+  WHERE op_id IN (3, 50) AND arg0 <> 0 AND timestamp BETWEEN ? AND ?
+    AND (?::BIGINT < 0 OR pid = ?::BIGINT) AND (?::VARCHAR = '' OR node = ?::VARCHAR))
+SELECT node, pid::BIGINT, count(*) FILTER (WHERE k = 1)::BIGINT,
+       coalesce(median(duration) FILTER (WHERE k = 1), 0)::BIGINT,
+       coalesce(median(duration) FILTER (WHERE k > 1), 0)::BIGINT,
+       coalesce(sum(duration) FILTER (WHERE k = 1), 0)::DOUBLE,
+       count(*) FILTER (WHERE k > 1)::BIGINT
+FROM l GROUP BY node, pid ORDER BY node, pid";
 
 /// Minimum excess time of warm-up calls.
 pub const MIN_LOST_NS: i64 = 20_000_000;
@@ -99,7 +123,90 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .into_chain(),
         );
     }
+    first_use(inp, &mut out)?;
     Ok(out)
+}
+
+/// The first-use trigger, for processes the warm-up trigger did not name.
+fn first_use(inp: &Input<'_>, out: &mut Vec<Chain>) -> Result<(), StoreError> {
+    let ctx = inp.ctx;
+    let rows: Vec<(String, i64, i64, i64, i64, f64, i64)> = ctx
+        .r
+        .prepare_trusted(FIRST_USE_SQL)?
+        .query_map(
+            duckdb::params![
+                ctx.window.from_ns,
+                ctx.window.until_ns,
+                ctx.pid,
+                ctx.pid,
+                ctx.node,
+                ctx.node
+            ],
+            causeway_store::row,
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(
+            ctx.r,
+            "comparing first launches of each kernel with later ones",
+        ))?;
+    for (node, pid, kernels, first_p50, later_p50, first_sum, later) in rows {
+        let pid = pid as u32;
+        if out
+            .iter()
+            .any(|c| c.node == node && c.summary.contains(&format!("(pid {pid})")))
+        {
+            continue;
+        }
+        let lost = (first_sum - (kernels * later_p50) as f64).max(0.0) as i64;
+        if kernels < 3 || later == 0 || first_p50 < 10 * later_p50.max(1) || lost < MIN_FIRST_USE_NS
+        {
+            continue;
+        }
+        let span = ctx
+            .threads
+            .iter()
+            .filter(|t| t.node == node && t.pid == pid)
+            .map(|t| (t.first_ns, t.last_ns))
+            .fold((i64::MAX, i64::MIN), |(a, b), (f, l)| (a.min(f), b.max(l)));
+        let span = (span.1 - span.0).max(1);
+        let comm = ctx.name(&node, pid);
+        out.push(
+            Finding {
+                detector: "cold_start",
+                node: node.clone(),
+                time_lost_ns: lost,
+                severity: severity(lost, ctx.node_span_ns(&node)),
+                summary: format!(
+                    "the first launch of each of {kernels} kernels of {comm} (pid {pid}) took {} (median) against {} later: {} ({} of its span)",
+                    d(first_p50),
+                    d(later_p50),
+                    d(lost),
+                    pct(lost, span)
+                ),
+                root_cause: "Cold start: each kernel's first launch loads (or JIT-compiles) its module lazily, so every new kernel pays for initialisation when it is first used".into(),
+                explanation: format!(
+                    "{comm} (pid {pid}) launched {kernels} distinct kernels; the first launch of each took {} (median), later launches of the same kernels {} ({later} of them). The first launches cost {} more than warm ones would. Times this long point at JIT compilation of PTX (the module has no code for this GPU's architecture) or at lazy module loading of many kernels, and they happen whenever a new kernel (a new shape, a new code path) is first used, not only at start.",
+                    d(first_p50),
+                    d(later_p50),
+                    d(lost)
+                ),
+                timeline: vec![
+                    step("CUDA", "cudaLaunchKernel", format!("{kernels} first launches, {} over warm launches", d(lost)), lost),
+                    step("GPU", "idle", "waiting for kernels to be loaded or compiled".into(), lost),
+                ],
+                recommendations: vec![
+                    "Ship code for the GPU's architecture (build with its sm_XX in TORCH_CUDA_ARCH_LIST / -gencode) so nothing is JIT-compiled; keep the JIT cache (CUDA_CACHE_PATH, CUDA_CACHE_MAXSIZE) on persistent storage.".into(),
+                    "Load modules at start with CUDA_MODULE_LOADING=EAGER and warm up every shape and code path before taking traffic.".into(),
+                ],
+                evidence_sql: format!(
+                    "SELECT arg0 AS kernel, min(duration) FILTER (WHERE k = 1) AS first_ns, median(duration) FILTER (WHERE k > 1) AS later_p50_ns, count(*) AS launches FROM (SELECT arg0, duration, row_number() OVER (PARTITION BY op, arg0 ORDER BY timestamp) AS k FROM events WHERE node = {} AND pid = {pid} AND op IN ('cudaLaunchKernel', 'cuLaunchKernel') AND arg0 <> 0) GROUP BY arg0 ORDER BY first_ns DESC LIMIT 50",
+                    lit(&node)
+                ),
+            }
+            .into_chain(),
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -6,11 +6,17 @@
 //! at least 0.5% of the node's span. Blocked (sleeping) time inside calls is not contention.
 //! Time lost: that preempted + unknown off-CPU time inside the calls.
 //! Severity: the common rule, capped at MEDIUM when most of it has an unknown run state.
+//! Second trigger, from the thread's time budget (contention also delays the launches between
+//! calls, where no call is slow): the thread was preempted by processes that make no GPU call
+//! (not its own job's ranks or workers feeding other GPUs) for >= 10% of its span and >= 100
+//! ms, inside calls or between them (ranks of collective jobs excepted: the straggler finding
+//! names a slow rank's local cause). Time lost: that preempted time; it replaces the first
+//! trigger's chain of the thread when at least twice as large.
 //! Recommendation: pin the feeding thread, move or deprioritise the tasks that ran instead.
 
 use causeway_store::StoreError;
 
-use super::{Finding, Input, d, lit, pct, severity, step};
+use super::{Finding, Input, d, lit, pct, severity, step, thread_budgets};
 use crate::chains::{Chain, Severity};
 
 /// Minimum preempted/unknown off-CPU time inside slow calls.
@@ -113,7 +119,103 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .into_chain(),
         );
     }
+    from_budgets(inp, &mut out);
     Ok(out)
+}
+
+/// The budget trigger: preemption by processes outside the GPU path, inside calls or between.
+fn from_budgets(inp: &Input<'_>, out: &mut Vec<Chain>) {
+    let ctx = inp.ctx;
+    for b in thread_budgets(inp) {
+        let tid = b.tid.unwrap_or_default();
+        // A rank of a collective job: a slow rank is the straggler finding, which names its
+        // local cause.
+        if b.class(crate::budget::CallClass::Collective).is_some() {
+            continue;
+        }
+        let gpu_pid = |pid: Option<u32>| {
+            pid.is_some_and(|p| {
+                ctx.threads
+                    .iter()
+                    .any(|t| t.node == b.node && t.pid == p && t.gpu_calls > 0)
+            })
+        };
+        let others: Vec<_> = b
+            .preemptors
+            .iter()
+            .filter(|p| p.tid != 0 && !gpu_pid(p.pid))
+            .collect();
+        let lost: i64 = others.iter().map(|p| p.ns).sum();
+        if lost < 100_000_000 || (lost as f64) < 0.10 * b.span_ns as f64 {
+            continue;
+        }
+        let names = others
+            .iter()
+            .take(3)
+            .map(|p| match p.pid {
+                Some(pid) => format!("{} (pid {pid}, tid {}) {}", p.name, p.tid, d(p.ns)),
+                None => format!("{} (tid {}) {}", p.name, p.tid, d(p.ns)),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let inside: i64 = b.inside.iter().map(|i| i.preempted_ns).sum();
+        let note = format!(
+            " Over its {} span the thread was preempted for {} by processes outside the GPU path ({names}): {} inside GPU calls and {} between them, where it would have launched the next work.",
+            d(b.span_ns),
+            d(lost),
+            d(inside.min(lost)),
+            d(b.outside.preempted_ns.min(lost))
+        );
+        // The slow-call chain of this thread stands unless the budget shows far more: its
+        // numbers come from its own evidence.
+        let key = format!("(tid {tid})");
+        if let Some(i) = out
+            .iter()
+            .position(|c| c.node == b.node && c.summary.contains(&key))
+        {
+            if lost < 2 * out[i].time_lost_ns {
+                continue;
+            }
+            out.remove(i);
+        }
+        let top = others[0];
+        let culprit = match top.pid {
+            Some(pid) => format!("{} (pid {pid})", top.name),
+            None => format!("{} (tid {})", top.name, top.tid),
+        };
+        out.push(
+            Finding {
+                detector: "cpu_contention",
+                node: b.node.clone(),
+                time_lost_ns: lost,
+                severity: severity(lost, ctx.node_span_ns(&b.node)),
+                summary: format!(
+                    "{} (tid {tid}) was preempted for {} ({} of its span), mostly by {culprit}",
+                    b.comm,
+                    d(lost),
+                    pct(lost, b.span_ns)
+                ),
+                root_cause: format!("CPU contention: {culprit} and other tasks take the CPU from the GPU-feeding thread, so its launches come late"),
+                explanation: format!(
+                    "{} (pid {}, tid {tid}) launches the GPU's work.{note} While it waits for a CPU the GPU drains its queue and idles.",
+                    b.comm, b.pid
+                ),
+                timeline: vec![
+                    step("HOST", "sched_switch", format!("{} preempted, mostly by {culprit}", d(lost)), lost),
+                    step("GPU", "idle", "the GPU waits for work that was not launched yet".into(), lost),
+                ],
+                recommendations: vec![
+                    format!("Pin {} (tid {tid}) to dedicated cores, e.g. `taskset -pc 2-3 {tid}`, and keep other work off them (isolcpus / cgroup cpusets).", b.comm),
+                    format!("Lower the priority of {culprit} (`renice +19`) or move it to other cores."),
+                ],
+                evidence_sql: format!(
+                    "SELECT arg0 AS ran_instead_tid, count(*) AS switches, sum(duration) AS preempted_ns FROM events WHERE node = {} AND tid = {tid} AND op = 'sched_switch' AND arg1 = 0 GROUP BY arg0 ORDER BY preempted_ns DESC LIMIT 20",
+                    lit(&b.node)
+                ),
+            }
+            .into_chain(),
+        );
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,9 @@
 //! its GPU calls for >= 10% of its span, not explained by its own socket or block I/O, and the
 //! node shows input workers (threads named like DataLoader workers, or child processes of the
 //! training process that make no GPU call).
+//! Gaps in stretches where GPU probes were sampled are not counted (calls were made there).
+//! When the workers spend at least half their lives in socket calls, the finding is
+//! `network_wait` (slow remote input) instead.
 //! Time lost: blocked time in gaps minus own socket and I/O waits. Severity: the common rule.
 //! Recommendation: more/persistent workers, pinned memory, prefetching, cheaper transforms.
 
@@ -59,6 +62,25 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .op(&w.node, w.pid, "process_fork")
             .map_or(0, |o| o.count);
         let memcpy = ctx.op(&w.node, w.pid, "cudaMemcpy");
+        // Workers that mostly wait in socket calls: the input comes over the network, slowly.
+        let net: i64 = workers
+            .iter()
+            .map(|x| x.net_ns)
+            .fold(0, i64::saturating_add);
+        // A worker's life is its process's, whatever threads it has.
+        let mut lives: std::collections::BTreeMap<u32, (i64, i64)> = Default::default();
+        for x in &workers {
+            let l = lives.entry(x.pid).or_insert((x.first_ns, x.last_ns));
+            *l = (l.0.min(x.first_ns), l.1.max(x.last_ns));
+        }
+        let life: i64 = lives
+            .values()
+            .map(|(a, b)| (b - a).max(0))
+            .fold(0, i64::saturating_add);
+        if life > 0 && net * 2 >= life {
+            out.push(remote_input(inp, w, t, lost, span, &wpids, net, life));
+            continue;
+        }
         out.push(
             Finding {
                 detector: "dataloader_starvation",
@@ -91,6 +113,67 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         );
     }
     Ok(out)
+}
+
+/// The starvation's cause is the network: the workers wait in socket calls for their samples.
+#[allow(clippy::too_many_arguments)]
+fn remote_input(
+    inp: &Input<'_>,
+    w: &super::waits::ThreadWaits,
+    t: &crate::facts::ThreadFacts,
+    lost: i64,
+    span: i64,
+    wpids: &std::collections::BTreeSet<u32>,
+    net: i64,
+    life: i64,
+) -> Chain {
+    let ctx = inp.ctx;
+    let pids = wpids
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    Finding {
+        detector: "network_wait",
+        node: w.node.clone(),
+        time_lost_ns: lost,
+        severity: severity(lost, ctx.node_span_ns(&w.node)),
+        summary: format!(
+            "{} (tid {}) slept {} waiting for input ({} of its span) while its {} input workers waited on the network {} of their time",
+            t.comm,
+            t.tid,
+            d(lost),
+            pct(lost, span),
+            wpids.len(),
+            pct(net, life)
+        ),
+        root_cause: "Slow remote input: the DataLoader workers fetch samples over the network (object store, NFS, a sample server) and spend their time waiting in socket calls, so batches arrive slower than the GPU consumes them".into(),
+        explanation: format!(
+            "{} (pid {}, tid {}) had {} gaps of 1 ms or more between GPU calls and slept {} in them with no socket or disk wait of its own. Its input workers (pids {pids}) spent {} of their {} in socket calls: they are waiting for the network, not computing, so more CPU or cheaper transforms would not help.",
+            t.comm,
+            t.pid,
+            t.tid,
+            w.gaps,
+            d(lost),
+            d(net),
+            d(life)
+        ),
+        timeline: vec![
+            step("NET", "socket", format!("input workers waiting on the network {}", d(net)), net),
+            step("HOST", "sched_switch", format!("training thread asleep {} waiting for batches", d(lost)), lost),
+            step("GPU", "idle", "no work between steps".into(), lost),
+        ],
+        recommendations: vec![
+            "Cache the dataset on local disk or in memory (or stage shards ahead of the epoch) instead of fetching every sample remotely.".into(),
+            "Fetch in larger objects (sharded archives such as WebDataset/tar shards) and with more concurrent requests per worker; raise num_workers or prefetch_factor: waiting workers do not need CPU.".into(),
+            "Check the link: bandwidth limits, retransmits (tcp_retransmit events) and the remote side's latency.".into(),
+        ],
+        evidence_sql: format!(
+            "SELECT pid, comm, op, count(*) AS calls, sum(duration) AS total_ns FROM events WHERE node = {} AND source = 'NET' AND pid IN ({pids}) GROUP BY ALL ORDER BY total_ns DESC LIMIT 20",
+            lit(&w.node)
+        ),
+    }
+    .into_chain()
 }
 
 fn is_child(ctx: &crate::facts::Ctx<'_>, node: &str, pid: u32, parent: u32) -> bool {

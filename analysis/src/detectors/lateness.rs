@@ -1,6 +1,8 @@
 //! Collective lateness, the straggler signal of synchronous jobs: all ranks step at the pace of
 //! the slowest, so launch rates look alike, but the slow rank reaches each collective last and
-//! barely waits in the synchronisation after it while its peers wait for it. Clock-free: the
+//! barely waits in it or in the synchronisation after it while its peers wait for it (NCCL
+//! returns from the call and waits on the device, seen in the next sync; a collective that
+//! rendezvous on the host waits inside the call: a member's wait is both). Clock-free: the
 //! waits are durations on each node's own clock.
 //!
 //! Members are ranks: every (node, process) that calls collectives (at least half as many as
@@ -39,7 +41,7 @@ static WAITS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "
 WITH c AS (
-  SELECT node, pid, tid, timestamp AS t FROM event_data
+  SELECT node, pid, tid, timestamp AS t, duration AS cd FROM event_data
   WHERE op_id IN (SELECT op_id FROM ops WHERE op IN ({COLLECTIVES_SQL}))
     AND timestamp BETWEEN ? AND ?),
 s AS (
@@ -47,7 +49,7 @@ s AS (
   WHERE op_id IN (SELECT op_id FROM ops WHERE op IN ({SYNCS_SQL}))
     AND timestamp BETWEEN ? AND ?),
 w AS (
-  SELECT c.node, c.pid, c.tid, c.t, s.d AS wait, s.t + s.d AS done
+  SELECT c.node, c.pid, c.tid, c.t, c.cd + s.d AS wait, s.t + s.d AS done
   FROM c ASOF JOIN s ON c.node = s.node AND c.tid = s.tid AND s.t >= c.t),
 members AS (SELECT node, pid, count(*) AS n FROM w GROUP BY ALL),
 keep AS (SELECT node, pid FROM members WHERE n * 2 >= (SELECT max(n) FROM members))

@@ -5,15 +5,18 @@
 //! Severity rule (all detectors unless their file says otherwise): the share of the node's
 //! traced span the chain's estimated time lost represents: HIGH >= 10%, MEDIUM >= 2%, LOW below.
 
+pub mod allocator_churn;
 pub mod cold_start;
 pub mod cpu_contention;
 pub mod dataloader_starvation;
+pub mod feeding_stall;
 pub mod gpu_contention;
 pub mod host_memory_pressure;
 pub mod io_stall;
 pub mod lateness;
 pub mod memory_fragmentation;
 pub mod network_wait;
+pub mod slow_copies;
 pub mod straggler;
 pub mod sync_storm;
 pub mod throughput_drop;
@@ -40,13 +43,15 @@ pub struct Input<'a> {
     pub rates: &'a [RateSeries],
     /// Host waits of threads (gaps, own I/O).
     pub waits: &'a [waits::ThreadWaits],
+    /// Time budgets of the GPU-calling threads and processes.
+    pub budgets: &'a [crate::budget::Budget],
 }
 
 /// A detector's entry point.
 pub type DetectFn = fn(&Input<'_>) -> Result<Vec<Chain>, StoreError>;
 
 /// Every detector, by stable name.
-pub const ALL: [(&str, DetectFn); 11] = [
+pub const ALL: [(&str, DetectFn); 14] = [
     ("cpu_contention", cpu_contention::detect),
     ("dataloader_starvation", dataloader_starvation::detect),
     ("sync_storm", sync_storm::detect),
@@ -58,6 +63,9 @@ pub const ALL: [(&str, DetectFn); 11] = [
     ("cold_start", cold_start::detect),
     ("gpu_contention", gpu_contention::detect),
     ("straggler", straggler::detect),
+    ("feeding_stall", feeding_stall::detect),
+    ("slow_copies", slow_copies::detect),
+    ("allocator_churn", allocator_churn::detect),
 ];
 
 /// The common severity rule.
@@ -136,6 +144,15 @@ impl Finding {
 /// SQL string literal.
 pub fn lit(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
+}
+
+/// The thread budgets (not the process totals) of GPU-calling threads.
+pub fn thread_budgets<'a>(
+    inp: &'a Input<'_>,
+) -> impl Iterator<Item = &'a crate::budget::Budget> + 'a {
+    inp.budgets
+        .iter()
+        .filter(|b| b.tid.is_some() && b.span_ns > 0)
 }
 
 /// Human duration (re-exported for detectors).

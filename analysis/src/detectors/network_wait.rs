@@ -1,7 +1,10 @@
 //! `network_wait`: the GPU-feeding thread blocks in socket calls (a parameter server, remote
 //! dataset, RPC), optionally with TCP retransmits on the node.
 //!
-//! Trigger: a launching thread spends >= 5% of its span and >= 50 ms inside net_send/net_recv.
+//! Trigger: a launching thread spends >= 5% of its span and >= 50 ms inside net_send/net_recv;
+//! for a rank of a collective job (NCCL calls), only its sleep in socket calls outside GPU calls
+//! counts (from its time budget): a collective's own socket traffic is the collective waiting
+//! for its peers, the straggler finding's subject.
 //! Time lost: that time (the thread cannot launch while it waits on the socket).
 //! Severity: the common rule, raised one level when the node retransmitted >= 20 segments.
 //! Recommendation: move network I/O off the feeding thread; prefetch; fix the network path.
@@ -17,7 +20,17 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let mut out = Vec::new();
     for t in ctx.feeders() {
         let span = (t.last_ns - t.first_ns).max(1);
-        if t.net_ns < 50_000_000 || (t.net_ns as f64) < 0.05 * span as f64 {
+        let budget = inp
+            .budgets
+            .iter()
+            .find(|b| b.node == t.node && b.tid == Some(t.tid));
+        let net_ns = match budget {
+            Some(b) if b.class(crate::budget::CallClass::Collective).is_some() => {
+                b.outside.blocked_net_ns
+            }
+            _ => t.net_ns,
+        };
+        if net_ns < 50_000_000 || (net_ns as f64) < 0.05 * span as f64 {
             continue;
         }
         let retx: u64 = ctx
@@ -26,7 +39,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .filter(|o| o.node == t.node && o.op == "tcp_retransmit")
             .map(|o| o.count)
             .sum();
-        let mut sev = severity(t.net_ns, ctx.node_span_ns(&t.node));
+        let mut sev = severity(net_ns, ctx.node_span_ns(&t.node));
         if retx >= 20 {
             sev = match sev {
                 Severity::Low => Severity::Medium,
@@ -37,19 +50,19 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             Finding {
                 detector: "network_wait",
                 node: t.node.clone(),
-                time_lost_ns: t.net_ns,
+                time_lost_ns: net_ns,
                 severity: sev,
-                summary: format!("{} (tid {}) waited {} in socket calls ({} of its span); {retx} TCP retransmits", t.comm, t.tid, d(t.net_ns), pct(t.net_ns, span)),
+                summary: format!("{} (tid {}) waited {} in socket calls ({} of its span); {retx} TCP retransmits", t.comm, t.tid, d(net_ns), pct(net_ns, span)),
                 root_cause: "Network wait: the thread that launches GPU work blocks on the network between steps".into(),
                 explanation: format!(
                     "{} (pid {}, tid {}) issued {} kernel launches and spent {} blocked in net_send/net_recv, time in which no work reached the GPU. The node recorded {retx} TCP retransmits{}.",
-                    t.comm, t.pid, t.tid, t.launches, d(t.net_ns),
+                    t.comm, t.pid, t.tid, t.launches, d(net_ns),
                     if retx > 0 { ", each of which stalls a stream for at least one retransmission timeout" } else { "" }
                 ),
                 timeline: vec![
-                    step("NET", "net_recv", format!("{} in socket calls on the feeding thread", d(t.net_ns)), t.net_ns),
+                    step("NET", "net_recv", format!("{} in socket calls on the feeding thread", d(net_ns)), net_ns),
                     step("TCP", "tcp_retransmit", format!("{retx} retransmits"), 0),
-                    step("GPU", "idle", "no launches while the thread waits".into(), t.net_ns),
+                    step("GPU", "idle", "no launches while the thread waits".into(), net_ns),
                 ],
                 recommendations: vec![
                     "Move network reads to a background thread or DataLoader workers and prefetch ahead of the step.".into(),

@@ -5,12 +5,18 @@
 //! syncs) per second of its span, >= 1 sync per 4 launches, and sync time >= 5% of the span.
 //! Time lost: sync time x (syncs - launches/20) / syncs: the waits beyond one sync per 20
 //! launches (a generous healthy baseline: one per step).
+//! Second trigger, from the thread's time budget (a host read is often a small device-to-host
+//! copy that waits inside the copy, not an explicit sync: torch's `.item()`): >= 100 host
+//! waits (syncs plus device-to-host copies) per second of the span, and the process's GPU idle
+//! estimate (drained by a wait until the next launch) >= 20% of the span, while the thread
+//! works more than it sleeps between calls. Time lost: that idle estimate.
 //! Severity: the common rule.
 //! Recommendation: remove per-step host reads of device values; batch them; use events.
 
 use causeway_store::StoreError;
 
-use super::{Finding, Input, d, lit, pct, severity, step};
+use super::{Finding, Input, d, lit, pct, severity, step, thread_budgets};
+use crate::budget::CallClass;
 use crate::chains::Chain;
 use crate::facts::SYNC_OPS;
 
@@ -72,6 +78,65 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 evidence_sql: format!(
                     "SELECT op, count(*) AS calls, sum(duration) AS total_ns, median(duration) AS p50_ns FROM events WHERE node = {} AND tid = {} AND source IN ('CUDA', 'DRIVER') GROUP BY op ORDER BY calls DESC",
                     lit(&t.node), t.tid
+                ),
+            }
+            .into_chain(),
+        );
+    }
+    let found: Vec<String> = out.iter().map(|c| c.summary.clone()).collect();
+    for b in thread_budgets(inp) {
+        let tid = b.tid.unwrap_or_default();
+        if found.iter().any(|s| s.contains(&format!("(tid {tid})"))) {
+            continue;
+        }
+        let syncs = b.class(CallClass::Sync).map_or(0, |c| c.estimated_calls());
+        let reads = b
+            .class(CallClass::CopyD2h)
+            .map_or(0, |c| c.estimated_calls());
+        let per_s = (syncs + reads) as f64 / (b.span_ns as f64 / 1e9);
+        let idle = b.gpu_idle_estimate_ns.min(b.span_ns);
+        let o = &b.outside;
+        let asleep = o.blocked_other_ns + o.blocked_net_ns + o.blocked_io_ns;
+        // A thread asleep more than it works between calls has nothing to launch (a server
+        // waiting for requests): the GPU idles for want of work, not because of the waits.
+        if per_s < MIN_SYNCS_PER_S
+            || (idle as f64) < 0.20 * b.span_ns as f64
+            || asleep >= o.on_cpu_ns
+        {
+            continue;
+        }
+        let waited = b
+            .class(CallClass::Sync)
+            .map_or(0, |c| c.estimated_total_ns())
+            + b.class(CallClass::CopyD2h)
+                .map_or(0, |c| c.estimated_total_ns());
+        let launches = b
+            .class(CallClass::Launch)
+            .map_or(0, |c| c.estimated_calls());
+        out.push(
+            Finding {
+                detector: "sync_storm",
+                node: b.node.clone(),
+                time_lost_ns: idle,
+                severity: severity(idle, ctx.node_span_ns(&b.node)),
+                summary: format!("{} host waits/s on {} (tid {tid}): {reads} device-to-host reads and {syncs} syncs, GPU idle {} ({} of its span)", per_s.round(), b.comm, d(idle), pct(idle, b.span_ns)),
+                root_cause: "Sync storm: the step reads device values on the host (.item(), .cpu(), .numpy(), printing a tensor), and each read waits for the GPU to drain".into(),
+                explanation: format!(
+                    "{} (pid {}, tid {tid}) waited for the GPU {} times ({reads} device-to-host copies, which wait for the stream before copying, and {syncs} synchronisations) against {launches} kernel launches, {} in all. After each wait the GPU has nothing queued until the thread launches again: the process's GPU had no outstanding work for an estimated {} ({} of the span).",
+                    b.comm, b.pid, syncs + reads, d(waited), d(idle), pct(idle, b.span_ns)
+                ),
+                timeline: vec![
+                    step("CUDA", "cudaMemcpyAsync", format!("{reads} device-to-host reads and {syncs} syncs, {} waiting", d(waited)), waited),
+                    step("GPU", "idle", "queue drained after every read; host and GPU serialised".into(), idle),
+                ],
+                recommendations: vec![
+                    "Find the host reads of device tensors in the step (.item(), .cpu(), .numpy(), bool(tensor), print) with torch.cuda.set_sync_debug_mode('warn').".into(),
+                    "Keep metrics on the GPU and read them every N steps; replace data-dependent Python branches with tensor ops (torch.where).".into(),
+                    "Where a host value is needed, copy asynchronously (non_blocking=True into pinned memory) and wait on a CUDA event later.".into(),
+                ],
+                evidence_sql: format!(
+                    "SELECT op, arg1 AS direction, count(*) AS calls, sum(duration) AS total_ns, median(duration) AS p50_ns FROM events WHERE node = {} AND tid = {tid} AND source IN ('CUDA', 'DRIVER') GROUP BY op, arg1 ORDER BY calls DESC",
+                    lit(&b.node)
                 ),
             }
             .into_chain(),

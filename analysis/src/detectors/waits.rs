@@ -1,5 +1,6 @@
 //! Host waits shared by the input-side detectors: for launching threads, the gaps of at least
-//! 1 ms between consecutive GPU calls and how much of them the thread slept (blocked off-CPU);
+//! 1 ms between consecutive GPU calls and how much of them the thread slept (blocked off-CPU),
+//! outside stretches where GPU probes were sampled (there, calls were made but not stored);
 //! for every thread, the off-CPU time that overlaps its *own* block I/O requests.
 
 use std::collections::{BTreeMap, HashMap};
@@ -124,7 +125,7 @@ fn gaps(
     for g in timeline
         .gaps
         .iter()
-        .filter(|g| tids.binary_search(&g.tid).is_ok())
+        .filter(|g| tids.binary_search(&g.tid).is_ok() && !ctx.sampled(node, g.start, g.end))
     {
         let e = totals.entry((g.pid, g.tid)).or_default();
         e.0 += 1;

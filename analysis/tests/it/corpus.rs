@@ -1,7 +1,9 @@
 //! Runs every case of `investigations/cases/*.json` (demo scenarios, their healthy baselines
 //! and reference traces imported from `../shared/investigations/` at test time), prints an
-//! accuracy table, and requires top-1 = 100% and zero chains on healthy cases. Every chain's
-//! evidence SQL must pass the SQL guard and run on the store.
+//! accuracy table (real recordings and synthetic scenarios apart), and requires top-1 = 100%
+//! and zero chains on healthy cases. Every case says how its label was established; every
+//! chain's evidence SQL must pass the SQL guard and return rows on the store; every time
+//! budget must close (its buckets sum to its span within 1%).
 
 use std::path::{Path, PathBuf};
 
@@ -17,8 +19,22 @@ struct Case {
     source_issue: Option<String>,
     expected_top: Option<String>,
     healthy: bool,
+    /// `real` (a recording) or `synthetic` (our generator).
+    kind: String,
+    /// How the label was established, independently of the engine.
+    established_by: String,
     #[allow(dead_code)]
     notes: String,
+}
+
+/// Cases and hits of one kind.
+#[derive(Default)]
+struct Tally {
+    cases: usize,
+    correct: usize,
+    labelled: usize,
+    healthy: usize,
+    false_chains: usize,
 }
 
 fn root() -> PathBuf {
@@ -78,7 +94,8 @@ fn corpus_accuracy() {
         .collect();
     files.sort();
     assert!(files.len() >= 20, "corpus too small: {}", files.len());
-    let (mut cases, mut correct, mut healthy, mut false_chains, mut skipped) = (0, 0, 0, 0, 0);
+    let mut tally: std::collections::BTreeMap<String, Tally> = Default::default();
+    let mut skipped = 0;
     let mut failures = Vec::new();
     println!(
         "\n{:<48} {:<24} {:<24} {:>6}  OK",
@@ -91,6 +108,16 @@ fn corpus_accuracy() {
             case.healthy,
             case.expected_top.is_none(),
             "{}: healthy cases have no expected_top",
+            case.name
+        );
+        assert!(
+            matches!(case.kind.as_str(), "real" | "synthetic"),
+            "{}: kind is real or synthetic",
+            case.name
+        );
+        assert!(
+            case.established_by.len() >= 40,
+            "{}: say how the label was established (the design, the published issue, or a manual analysis with its SQL)",
             case.name
         );
         let Some(db) = materialise(&case, dir.path()) else {
@@ -107,25 +134,47 @@ fn corpus_accuracy() {
                         case.name, c.evidence_sql
                     )
                 });
-            r.query(&g, &QueryLimits::default()).unwrap_or_else(|e| {
+            let rows = r.query(&g, &QueryLimits::default()).unwrap_or_else(|e| {
                 panic!(
                     "{}: evidence SQL failed: {e}\n{}",
                     case.name, c.evidence_sql
                 )
             });
+            assert!(
+                !rows.rows.is_empty(),
+                "{}: {} evidence SQL returns no row\n{}",
+                case.name,
+                c.detector,
+                c.evidence_sql
+            );
+        }
+        for b in &e.budgets {
+            let gap = (b.bucket_sum_ns() - b.span_ns).abs();
+            assert!(
+                gap as f64 <= 0.01 * b.span_ns.max(1) as f64,
+                "{}: the budget of {} (pid {}, tid {:?}) does not close: buckets {} ns, span {} ns",
+                case.name,
+                b.comm,
+                b.pid,
+                b.tid,
+                b.bucket_sum_ns(),
+                b.span_ns
+            );
         }
         let top = e
             .chains
             .first()
             .map_or("-".to_string(), |c| c.detector.clone());
-        cases += 1;
+        let t = tally.entry(case.kind.clone()).or_default();
+        t.cases += 1;
         let ok = if case.healthy {
-            healthy += 1;
-            false_chains += e.chains.len();
+            t.healthy += 1;
+            t.false_chains += e.chains.len();
             e.chains.is_empty()
         } else {
             let hit = case.expected_top.as_deref() == Some(top.as_str());
-            correct += usize::from(hit);
+            t.labelled += 1;
+            t.correct += usize::from(hit);
             hit
         };
         if !ok {
@@ -152,12 +201,22 @@ fn corpus_accuracy() {
             if ok { "yes" } else { "NO" }
         );
     }
-    let labelled = cases - healthy;
-    println!(
-        "\ncases {cases} (skipped {skipped}), top-1 correct {correct}/{labelled} ({:.0}%), healthy {healthy} with {false_chains} false chains\n",
-        correct as f64 * 100.0 / labelled.max(1) as f64
-    );
+    println!("\nskipped {skipped}");
+    for (kind, t) in &tally {
+        println!(
+            "{kind}: cases {}, top-1 correct {}/{} ({:.0}%), healthy {} with {} false chains",
+            t.cases,
+            t.correct,
+            t.labelled,
+            t.correct as f64 * 100.0 / t.labelled.max(1) as f64,
+            t.healthy,
+            t.false_chains
+        );
+    }
+    println!();
     assert!(failures.is_empty(), "{failures:#?}");
-    assert_eq!(correct, labelled);
-    assert_eq!(false_chains, 0);
+    for t in tally.values() {
+        assert_eq!(t.correct, t.labelled);
+        assert_eq!(t.false_chains, 0);
+    }
 }

@@ -207,10 +207,14 @@ fn export_writes_perfetto_json_atomically_and_refuses_to_overwrite() {
     ]);
     assert!(!missing.status.success());
     assert!(!scratch().join("x.json").exists(), "nothing is left behind");
+    // (Only this test's files: other tests write their own temporaries in the same directory.)
     let leftovers: Vec<_> = std::fs::read_dir(scratch())
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.contains(".tmp-") && (n.contains("x.json") || n.contains("vllm.perfetto.json"))
+        })
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }

@@ -2,7 +2,8 @@
 //! to end by `causeway trace` on the stand-in device, each recording's ground truth checked with
 //! SQL, the engine's answer compared with the expected detector, and the accuracy table printed
 //! and written to $CARGO_TARGET_TMPDIR/lab-report.md. A failed recording or ground-truth check
-//! fails the test; a wrong answer from the engine is listed as a mismatch, not failed.
+//! fails the test, and so does a wrong answer from the engine unless the variant lists it as a
+//! known miss (`engine_known_miss`, with why), which the table shows.
 //! Needs root like every BPF test (CI is root); CAUSEWAY_SKIP_BPF_TESTS=1 skips explicitly.
 //! CAUSEWAY_LAB_CASES=a,b runs only those cases.
 
@@ -78,6 +79,7 @@ struct Outcome {
     case: String,
     variant: String,
     expected: Option<String>,
+    known_miss: Option<String>,
     top: Option<(String, String, f64)>,
     matched: bool,
     events: u64,
@@ -187,6 +189,7 @@ fn run_variant(case: &Case, variant: &str, runs: &Path, build: &Path) -> Outcome
         case: case.name.clone(),
         variant: variant.to_string(),
         expected: spec["expected_detector"].as_str().map(str::to_string),
+        known_miss: spec["engine_known_miss"].as_str().map(str::to_string),
         ..Outcome::default()
     };
     let out = runs.join(&case.name).join(variant);
@@ -283,7 +286,12 @@ fn table(outcomes: &[Outcome], wall: Duration) -> String {
             o.variant,
             o.expected.as_deref().unwrap_or("none"),
             top,
-            if o.matched { "yes" } else { "no" },
+            match (o.matched, o.known_miss.is_some()) {
+                (true, false) => "yes",
+                (true, true) => "yes (listed as a known miss: remove that)",
+                (false, true) => "no (known miss)",
+                (false, false) => "NO",
+            },
             truth,
             o.events,
             o.drops,
@@ -365,6 +373,16 @@ fn lab_records_every_case_and_its_ground_truth_holds() {
                 .iter()
                 .map(|e| format!("{}/{}: {e}", o.case, o.variant))
                 .collect();
+            if o.error.is_none() && !o.matched && o.known_miss.is_none() {
+                f.push(format!(
+                    "{}/{}: the engine's top chain is {:?}, expected {} (the recording: {})",
+                    o.case,
+                    o.variant,
+                    o.top,
+                    o.expected.as_deref().unwrap_or("no MEDIUM/HIGH chain"),
+                    runs.join(&o.case).join(&o.variant).display()
+                ));
+            }
             f.extend(o.checks.iter().filter(|c| !c.ok).map(|c| {
                 format!(
                     "{}/{}: ground truth not reproduced: {} = {:?}, expected {} (the recording: {})",

@@ -13,6 +13,7 @@ mod lab;
 mod limits;
 mod live;
 mod mcp;
+mod one_answer;
 mod otlp;
 mod trace;
 

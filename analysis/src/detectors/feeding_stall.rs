@@ -1,0 +1,116 @@
+//! `feeding_stall`: the thread that feeds the GPU stops making GPU calls for a long stretch
+//! while it is not asleep: it computes on the host (Python scheduling, detokenisation, data
+//! preparation) or is off the CPU in an unknown state, and the GPU gets no work from it.
+//!
+//! Trigger (from the thread's time budget): a stall (no GPU call for >= 100 ms) of at least
+//! [`MIN_STALL_NS`] in which the thread was blocked (sleeping, its state known) for under half
+//! the time — a thread that sleeps is waiting for input, the network, the disk or a request, and
+//! those detectors or nothing own it — and such stalls make up >= 10% of the thread's span.
+//! Time lost: the length of those stalls. Severity: the common rule.
+//! Recommendation: profile the host side in the stall's window; move the work off the
+//! feeding thread or overlap it with GPU work.
+
+use causeway_store::StoreError;
+
+use super::{Finding, Input, d, lit, pct, severity, step, thread_budgets};
+use crate::chains::Chain;
+
+/// Shortest stall that counts.
+pub const MIN_STALL_NS: i64 = 1_000_000_000;
+
+/// Runs the detector.
+pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
+    let ctx = inp.ctx;
+    let mut out = Vec::new();
+    for b in thread_budgets(inp) {
+        let tid = b.tid.unwrap_or_default();
+        let stalls: Vec<_> = b
+            .stalls
+            .iter()
+            .filter(|s| s.duration_ns >= MIN_STALL_NS && s.blocked_ns * 2 < s.duration_ns)
+            .collect();
+        let lost: i64 = stalls.iter().map(|s| s.duration_ns).sum();
+        if stalls.is_empty() || (lost as f64) < 0.10 * b.span_ns as f64 {
+            continue;
+        }
+        let sum = |f: fn(&crate::budget::Stall) -> i64| stalls.iter().map(|s| f(s)).sum::<i64>();
+        let (cpu, pre, blk, unk) = (
+            sum(|s| s.on_cpu_ns),
+            sum(|s| s.preempted_ns),
+            sum(|s| s.blocked_ns),
+            sum(|s| s.unknown_ns),
+        );
+        let first = stalls[0];
+        let at = first.start_ns - ctx.window.from_ns;
+        let listed = stalls
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} from +{} ({} on the CPU, {} preempted, {} asleep, {} off the CPU in an unknown state)",
+                    d(s.duration_ns),
+                    d(s.start_ns - ctx.window.from_ns),
+                    d(s.on_cpu_ns),
+                    d(s.preempted_ns),
+                    d(s.blocked_ns),
+                    d(s.unknown_ns)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let unknown_note = if unk > 0 {
+            " The trace does not say why the thread was off the CPU for part of it (an imported trace stores no task state), so that part is reported as unknown, not as contention."
+        } else {
+            ""
+        };
+        out.push(
+            Finding {
+                detector: "feeding_stall",
+                node: b.node.clone(),
+                time_lost_ns: lost,
+                severity: severity(lost, ctx.node_span_ns(&b.node)),
+                summary: format!(
+                    "{} (tid {tid}) made no GPU call for {} from +{} ({} of its span): {} on the CPU, {} off it",
+                    b.comm,
+                    d(first.duration_ns),
+                    d(at),
+                    pct(lost, b.span_ns),
+                    d(cpu),
+                    d(pre + blk + unk)
+                ),
+                root_cause: "Feeding stall: the thread that launches the GPU's work spends a long stretch on host-side work (or off the CPU) instead of launching, so the GPU has nothing to do".into(),
+                explanation: format!(
+                    "{} (pid {}, tid {tid}) makes this process's GPU calls ({} of them in the window) but made none during {}. Its stalls: {listed}. Over its {} span it spent {} on the CPU outside GPU calls. It was not sleeping on input, disk or the network for most of these stretches (those would be another finding), so the host side itself is the bottleneck.{unknown_note}",
+                    b.comm,
+                    b.pid,
+                    b.inside.iter().map(|i| i.estimated_calls()).sum::<u64>(),
+                    d(lost),
+                    d(b.span_ns),
+                    d(b.outside.on_cpu_ns),
+                ),
+                timeline: vec![
+                    step("HOST", "on_cpu", format!("host work outside GPU calls during the stalls, {}", d(cpu)), cpu),
+                    step("HOST", "sched_switch", format!("off the CPU during the stalls: {} preempted, {} asleep, {} unknown", d(pre), d(blk), d(unk)), pre + blk + unk),
+                    step("GPU", "idle", "no work from the feeding thread".into(), lost),
+                ],
+                recommendations: vec![
+                    format!(
+                        "See what the thread runs in that window: `causeway stacks --db TRACE --pid {} --from +{:.1}s --until +{:.1}s` (recorded with --stacks), or `py-spy record --pid {}` while it happens.",
+                        b.pid,
+                        at as f64 / 1e9,
+                        (at + first.duration_ns) as f64 / 1e9,
+                        b.pid
+                    ),
+                    "Move host-side work (scheduling, detokenisation, logprob/sampling post-processing, data preparation) off the thread that launches, or overlap it with GPU work (asynchronous scheduling, CUDA graphs).".into(),
+                ],
+                evidence_sql: format!(
+                    "SELECT timestamp, op, duration, arg0, arg1 FROM events WHERE node = {} AND tid = {tid} AND timestamp + duration >= {} AND timestamp <= {} ORDER BY timestamp LIMIT 50",
+                    lit(&b.node),
+                    first.start_ns,
+                    first.start_ns + first.duration_ns
+                ),
+            }
+            .into_chain(),
+        );
+    }
+    Ok(out)
+}

@@ -1,0 +1,95 @@
+//! `slow_copies`: host-device copies that the calling thread performs itself, slowly: a copy
+//! from pageable (not page-locked) memory is staged through a pinned buffer by the driver on
+//! the calling thread, so the call takes the CPU for the whole transfer and cannot overlap the
+//! GPU's work. Every such copy is slow, so no copy is an outlier against its own median: the
+//! detector reads the thread's time budget instead.
+//!
+//! Trigger (per thread, per direction): >= 64 MiB copied, the thread on the CPU inside those
+//! copies for >= 20% of its span (waiting for the GPU inside a copy is not counted: that is the
+//! GPU being busy), at under [`MAX_GBPS`] GB/s of that CPU time.
+//! Time lost: the on-CPU time inside the copies (an asynchronous copy from pinned memory
+//! returns at once). Severity: the common rule.
+//! Recommendation: pinned memory (`pin_memory=True`), `non_blocking=True`, copies on a side
+//! stream.
+
+use causeway_store::StoreError;
+use causeway_store::catalog;
+
+use super::{Finding, Input, d, lit, pct, severity, step, thread_budgets};
+use crate::budget::CallClass;
+use crate::chains::Chain;
+
+/// Below this rate (bytes per second of the thread's CPU time in the copies) a copy is the
+/// thread's own memcpy, not a DMA transfer (PCIe 4.0 x16 moves ~25 GB/s).
+pub const MAX_GBPS: f64 = 12.0;
+
+/// Runs the detector.
+pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
+    let ctx = inp.ctx;
+    let mut out = Vec::new();
+    for b in thread_budgets(inp) {
+        let tid = b.tid.unwrap_or_default();
+        for (class, dir, name) in [
+            (CallClass::CopyH2d, 1, "host-to-device"),
+            (CallClass::CopyD2h, 2, "device-to-host"),
+        ] {
+            let Some(row) = b.class(class) else { continue };
+            let bytes = row.bytes.unwrap_or(0);
+            let scale = row.estimated_calls() as f64 / row.calls.max(1) as f64;
+            let cpu = ((row.on_cpu_ns + row.unknown_ns) as f64 * scale) as i64;
+            let bytes_est = (bytes as f64 * scale) as i64;
+            let gbps = bytes_est as f64 / cpu.max(1) as f64;
+            if bytes_est < 64 << 20 || (cpu as f64) < 0.20 * b.span_ns as f64 || gbps >= MAX_GBPS {
+                continue;
+            }
+            let copy_ops = catalog::OPS
+                .iter()
+                .filter(|o| o.name.contains("Memcpy") && !o.name.contains("Peer"))
+                .map(|o| lit(o.name))
+                .collect::<Vec<_>>()
+                .join(", ");
+            out.push(
+                Finding {
+                    detector: "slow_copies",
+                    node: b.node.clone(),
+                    time_lost_ns: cpu,
+                    severity: severity(cpu, ctx.node_span_ns(&b.node)),
+                    summary: format!(
+                        "{} (tid {tid}) spent {} ({} of its span) copying {} {name} at {:.1} GB/s on its own CPU",
+                        b.comm,
+                        d(cpu),
+                        pct(cpu, b.span_ns),
+                        crate::fmt::bytes(bytes_est),
+                        gbps
+                    ),
+                    root_cause: "Slow host-device copies: the copies come from pageable memory, so the driver stages them through a pinned buffer on the calling thread, which copies instead of launching".into(),
+                    explanation: format!(
+                        "{} (pid {}, tid {tid}) made {} {name} copies moving {}: {} inside them, {} of it on the CPU (the thread's own memcpy into the driver's staging buffer) and {} asleep waiting for the GPU. On the CPU that is {:.1} GB/s, well under a PCIe link's ~25 GB/s, and nothing else can run on the thread meanwhile: the GPU waits for the next launch. Copies from page-locked memory are DMA transfers that an asynchronous copy queues and returns from at once.",
+                        b.comm,
+                        b.pid,
+                        row.estimated_calls(),
+                        crate::fmt::bytes(bytes_est),
+                        d((row.total_ns as f64 * scale) as i64),
+                        d(cpu),
+                        d((row.blocked_ns as f64 * scale) as i64),
+                        gbps
+                    ),
+                    timeline: vec![
+                        step("CUDA", "cudaMemcpyAsync", format!("{} {name} copies, {} on the CPU", row.estimated_calls(), d(cpu)), cpu),
+                        step("GPU", "idle", "no launches while the thread copies".into(), cpu),
+                    ],
+                    recommendations: vec![
+                        "Copy from pinned memory: DataLoader(pin_memory=True), tensor.pin_memory(), or a preallocated pinned buffer (torch.empty(..., pin_memory=True)) reused every step.".into(),
+                        "Then copy asynchronously, .to(device, non_blocking=True), ideally on a side stream so the transfer overlaps compute.".into(),
+                    ],
+                    evidence_sql: format!(
+                        "SELECT op, count(*) AS calls, sum(arg0) AS bytes, sum(duration) AS total_ns, sum(arg0) / (sum(duration) / 1e9) / 1e9 AS gb_per_s_of_call_time FROM events WHERE node = {} AND tid = {tid} AND op IN ({copy_ops}) AND arg1 = {dir} GROUP BY op",
+                        lit(&b.node)
+                    ),
+                }
+                .into_chain(),
+            );
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,115 @@
+//! One answer everywhere: on every trace of the corpus (investigations/cases: the generator's
+//! scenarios and healthy twins, and the reference recordings in ../shared), `causeway explain
+//! --json` and the MCP server's get_causal_chains structuredContent carry the same chains in
+//! the same order, for the whole trace and for a window and a process.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::common::{ok, shared};
+use crate::mcp::StdioServer;
+
+/// Each corpus case's store in `dir`, named after the case.
+fn corpus(dir: &Path) -> Vec<(String, PathBuf)> {
+    let cases = Path::new(env!("CARGO_MANIFEST_DIR")).join("../investigations/cases");
+    let mut out = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(cases)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    for f in files {
+        let case: Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        let name = f.file_stem().unwrap().to_string_lossy().into_owned();
+        let db = dir.join(format!("{name}.duckdb"));
+        let d = db.to_str().unwrap();
+        let trace = case["trace"].as_str().unwrap();
+        if let Some(spec) = trace.strip_prefix("demo:") {
+            let (scenario, healthy) = match spec.strip_suffix(":healthy") {
+                Some(s) => (s, true),
+                None => (spec, false),
+            };
+            let mut args = vec!["demo", scenario, "--db", d, "--json"];
+            if healthy {
+                args.push("--healthy");
+            }
+            ok(&args);
+        } else {
+            let src = shared(trace.strip_prefix("shared:").unwrap());
+            ok(&["import", src.to_str().unwrap(), "--db", d]);
+        }
+        out.push((name, db));
+    }
+    out
+}
+
+fn cli_chains(db: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["explain", "--db", db.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    let v: Value = serde_json::from_str(&ok(&args)).unwrap();
+    v["chains"].clone()
+}
+
+fn mcp_chains(s: &mut StdioServer, trace: &str, extra: Value) -> Value {
+    let mut args = json!({"trace": trace, "top_n": 20});
+    for (k, v) in extra.as_object().unwrap() {
+        args[k] = v.clone();
+    }
+    let r = s.request(
+        "tools/call",
+        json!({"name": "get_causal_chains", "arguments": args}),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    let sc = &r["result"]["structuredContent"];
+    assert!(
+        sc["total"].as_u64().unwrap() <= 20,
+        "{trace}: more chains than a page"
+    );
+    sc["chains"].clone()
+}
+
+#[test]
+fn explain_json_and_mcp_structured_content_agree_on_every_corpus_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = corpus(dir.path());
+    assert!(traces.len() >= 30, "{}", traces.len());
+    let mut s = StdioServer::spawn(
+        Command::new(env!("CARGO_BIN_EXE_causeway"))
+            .args(["mcp", "--db"])
+            .arg(&traces[0].1)
+            .arg("--traces-dir")
+            .arg(dir.path()),
+    );
+    s.initialize("2025-11-25");
+    let mut with_chains = 0;
+    for (name, db) in &traces {
+        let cli = cli_chains(db, &[]);
+        let mcp = mcp_chains(&mut s, name, json!({}));
+        assert_eq!(
+            cli, mcp,
+            "{name}: explain --json and get_causal_chains differ"
+        );
+        with_chains += usize::from(!cli.as_array().unwrap().is_empty());
+    }
+    assert!(with_chains >= 15, "{with_chains} traces with chains");
+
+    // A window and a process of the vLLM recording: the same filters, the same answer.
+    let vllm = "shared-vllm-37343-logprobs-amplification";
+    let db = &traces.iter().find(|(n, _)| n == vllm).unwrap().1;
+    for (cli_args, mcp_args) in [
+        (vec!["--from", "+5s"], json!({"from": "+5s"})),
+        (vec!["--since", "30s"], json!({"since": "30s"})),
+        (vec!["--pid", "72801"], json!({"pid": 72801})),
+    ] {
+        let cli = cli_chains(db, &cli_args);
+        assert_eq!(
+            cli,
+            mcp_chains(&mut s, vllm, mcp_args.clone()),
+            "{cli_args:?} / {mcp_args}"
+        );
+    }
+}

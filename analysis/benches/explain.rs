@@ -29,6 +29,51 @@ fn time_explain(label: &str, db: &Path, runs: usize) {
     );
 }
 
+/// Where `explain`'s time goes (PHASES=1): the engine's steps, timed one by one.
+fn phases(label: &str, db: &Path) {
+    use causeway_analysis::{attribution, budget, detectors, facts, rates};
+    let r = Reader::open(db).expect("open");
+    let q = ChainQuery::default();
+    let t = Instant::now();
+    let ctx = facts::Ctx::load(&r, &q).expect("facts");
+    let mut line = format!(
+        "{label} phases: facts {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let t = Instant::now();
+    let budgets = budget::budgets(&ctx).expect("budgets");
+    line.push_str(&format!(
+        ", budgets {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    ));
+    let t = Instant::now();
+    let attr = attribution::attribute(&ctx).expect("attribution");
+    let off = attribution::split(&ctx, &attr);
+    let rates = rates::launch_rates(&ctx).expect("rates");
+    let waits = detectors::waits::host_waits(&ctx).expect("waits");
+    line.push_str(&format!(
+        ", attribution+rates+waits {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    ));
+    let input = detectors::Input {
+        ctx: &ctx,
+        attr: &attr,
+        split: &off,
+        rates: &rates,
+        waits: &waits,
+        budgets: &budgets,
+    };
+    for (name, detect) in detectors::ALL {
+        let t = Instant::now();
+        detect(&input).expect("detector");
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        if ms >= 1.0 {
+            line.push_str(&format!(", {name} {ms:.0} ms"));
+        }
+    }
+    println!("{line}");
+}
+
 fn synthetic(path: &Path, target: u64) -> u64 {
     let mut w = Writer::create(
         path,
@@ -93,6 +138,9 @@ fn main() {
         )
         .expect("import");
         time_explain("vllm-37343 (10,869 events)", &db, 10);
+        if std::env::var_os("PHASES").is_some() {
+            phases("vllm-37343", &db);
+        }
     } else {
         println!("vllm-37343: skipped ({} not found)", shared.display());
     }
@@ -100,12 +148,28 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10_000_000);
-    let db = dir.path().join("synthetic.duckdb");
+    // BENCH_DB=PATH keeps the synthetic store there (written once, reused) for profiling.
+    let keep = std::env::var_os("BENCH_DB").map(std::path::PathBuf::from);
+    let db = keep
+        .clone()
+        .unwrap_or_else(|| dir.path().join("synthetic.duckdb"));
     let t = Instant::now();
-    let n = synthetic(&db, target);
+    let n = if keep.is_some() && db.exists() {
+        Reader::open(&db)
+            .expect("open")
+            .prepare_trusted("SELECT count(*) FROM event_data")
+            .expect("count")
+            .query_row([], |r| r.get::<_, u64>(0))
+            .expect("count")
+    } else {
+        synthetic(&db, target)
+    };
     println!(
         "synthetic: wrote {n} events in {:.1} s",
         t.elapsed().as_secs_f64()
     );
     time_explain(&format!("synthetic ({n} events)"), &db, 3);
+    if std::env::var_os("PHASES").is_some() {
+        phases("synthetic", &db);
+    }
 }

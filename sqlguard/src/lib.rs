@@ -167,6 +167,23 @@ mod tests {
     }
 
     #[test]
+    fn from_first_with_clauses_runs_as_select_star() {
+        let g = guard(
+            "  from events where op = 'cudaLaunchKernel' order by duration desc limit 3",
+            &store(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            g.as_str(),
+            "SELECT * FROM events WHERE op = 'cudaLaunchKernel' ORDER BY duration DESC LIMIT 3"
+        );
+        // Still guarded: a relation outside the store is refused in this form too.
+        assert!(guard("FROM secrets WHERE 1 = 1", &store(), None).is_err());
+        assert!(guard("FROMevents WHERE 1 = 1", &store(), None).is_err());
+    }
+
+    #[test]
     fn accepts_a_query_and_caps_its_limit() {
         let g = guard("select * from events -- all", &store(), None).unwrap();
         assert_eq!(g.as_str(), "SELECT * FROM events LIMIT 1001");

@@ -73,11 +73,30 @@ const LABEL_MODIFIERS: &[&str] = &[
 const TWO_WORD_STATEMENTS: &[&str] = &["ALTER", "CREATE", "DROP", "EXPORT", "IMPORT"];
 
 /// Parses `sql` into exactly one statement, or explains why not.
+/// `SELECT * ` + `sql` when `sql` starts with FROM (DuckDB's FROM-first form).
+fn from_first(sql: &str) -> Option<String> {
+    let t = sql.trim_start();
+    let keyword = t.get(..4)?;
+    let next = t.as_bytes().get(4)?;
+    (keyword.eq_ignore_ascii_case("from") && next.is_ascii_whitespace())
+        .then(|| format!("SELECT * {t}"))
+}
+
 pub(crate) fn parse_one(sql: &str) -> Result<Statement, Rejection> {
-    let statements = Parser::new(&DuckDbDialect {})
-        .try_with_sql(sql)
-        .and_then(|mut parser| parser.parse_statements())
-        .map_err(|e| parse_failure(sql, &e))?;
+    let parse = |text: &str| {
+        Parser::new(&DuckDbDialect {})
+            .try_with_sql(text)
+            .and_then(|mut parser| parser.parse_statements())
+    };
+    let statements = match parse(sql) {
+        Ok(s) => s,
+        // DuckDB's FROM-first form without a SELECT (`FROM t WHERE ...`) means SELECT *; the
+        // parser takes `FROM t` alone but not its clauses, so it reads the SELECT * form.
+        Err(e) => match from_first(sql).map(|s| parse(&s)) {
+            Some(Ok(s)) => s,
+            _ => return Err(parse_failure(sql, &e)),
+        },
+    };
     let mut statements = statements.into_iter();
     match (statements.next(), statements.next()) {
         (Some(one), None) => Ok(one),

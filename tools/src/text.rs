@@ -52,7 +52,7 @@ pub fn stats(s: &TraceStats) -> String {
         s.window.until_ns,
         s.pid.map(|p| format!(", pid {p}")).unwrap_or_default()
     );
-    o.push_str("source op: count p50 p95 p99 max total\n");
+    o.push_str("source op: calls (kernel count where known) / stored events, p50 p95 p99 max total (of the stored)\n");
     for op in &s.ops {
         let mut mark = match op.percentiles {
             "exact" => String::new(),
@@ -71,11 +71,12 @@ pub fn stats(s: &TraceStats) -> String {
         }
         let _ = writeln!(
             o,
-            "{} {}: {}{} {} {} {} {} {}{mark}",
+            "{} {}: {}{}/{} {} {} {} {} {}{mark}",
             op.source,
             op.op,
             if op.calls_estimated { "~" } else { "" },
             op.counted_calls.unwrap_or(op.count),
+            op.count,
             dur(op.p50_ns),
             dur(op.p95_ns),
             dur(op.p99_ns),

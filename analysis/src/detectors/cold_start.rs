@@ -7,7 +7,7 @@
 //! Time lost: the sum of (duration - p50) of those calls.
 //! Second trigger, for kernels first used all through the run (lazy loading of many kernels,
 //! JIT compilation of PTX-only modules): per process, the first launch of each kernel (launch
-//! arg0, the kernel) has a median >= 10x the median of its later launches, and the first
+//! arg0, the kernel) has a median >= 10x the op's median launch, and the first
 //! launches exceed it by >= [`MIN_FIRST_USE_NS`] in all. Time lost: that excess.
 //! Severity: the common rule.
 //! Recommendation: warm up before taking traffic; load modules eagerly; capture graphs early.
@@ -23,19 +23,17 @@ use crate::facts::duck;
 pub const MIN_FIRST_USE_NS: i64 = 50_000_000;
 
 /// Per process: first launches of each kernel against later launches.
+// One hash aggregation (no sort): each kernel's first launch, then per launch op of a process.
 const FIRST_USE_SQL: &str = "
-WITH l AS (
-  SELECT node, pid, op_id, arg0, duration,
-         row_number() OVER (PARTITION BY node, pid, op_id, arg0 ORDER BY timestamp) AS k
+WITH k AS (
+  SELECT node, pid, op_id, arg_min(duration, timestamp) AS first_d, count(*) AS n
   FROM event_data
   WHERE op_id IN (3, 50) AND arg0 <> 0 AND timestamp BETWEEN ? AND ?
-    AND (?::BIGINT < 0 OR pid = ?::BIGINT) AND (?::VARCHAR = '' OR node = ?::VARCHAR))
-SELECT node, pid::BIGINT, count(*) FILTER (WHERE k = 1)::BIGINT,
-       coalesce(median(duration) FILTER (WHERE k = 1), 0)::BIGINT,
-       coalesce(median(duration) FILTER (WHERE k > 1), 0)::BIGINT,
-       coalesce(sum(duration) FILTER (WHERE k = 1), 0)::DOUBLE,
-       count(*) FILTER (WHERE k > 1)::BIGINT
-FROM l GROUP BY node, pid ORDER BY node, pid";
+    AND (?::BIGINT < 0 OR pid = ?::BIGINT) AND (?::VARCHAR = '' OR node = ?::VARCHAR)
+  GROUP BY node, pid, op_id, arg0)
+SELECT node, pid::BIGINT, op_id::BIGINT, count(*)::BIGINT, median(first_d)::BIGINT,
+       sum(first_d)::DOUBLE, (sum(n) - count(*))::BIGINT
+FROM k GROUP BY node, pid, op_id ORDER BY node, pid, op_id";
 
 /// Minimum excess time of warm-up calls.
 pub const MIN_LOST_NS: i64 = 20_000_000;
@@ -149,8 +147,15 @@ fn first_use(inp: &Input<'_>, out: &mut Vec<Chain>) -> Result<(), StoreError> {
             ctx.r,
             "comparing first launches of each kernel with later ones",
         ))?;
-    for (node, pid, kernels, first_p50, later_p50, first_sum, later) in rows {
+    for (node, pid, op_id, kernels, first_p50, first_sum, later) in rows {
         let pid = pid as u32;
+        // The op's median over all its launches: the first ones are few where it matters.
+        let op_name = if op_id == 3 {
+            "cudaLaunchKernel"
+        } else {
+            "cuLaunchKernel"
+        };
+        let later_p50 = ctx.op(&node, pid, op_name).map_or(0, |o| o.p50_ns);
         if out
             .iter()
             .any(|c| c.node == node && c.summary.contains(&format!("(pid {pid})")))
@@ -177,7 +182,7 @@ fn first_use(inp: &Input<'_>, out: &mut Vec<Chain>) -> Result<(), StoreError> {
                 time_lost_ns: lost,
                 severity: severity(lost, ctx.node_span_ns(&node)),
                 summary: format!(
-                    "the first launch of each of {kernels} kernels of {comm} (pid {pid}) took {} (median) against {} later: {} ({} of its span)",
+                    "the first launch of each of {kernels} kernels of {comm} (pid {pid}) took {} (median) against {} overall: {} ({} of its span)",
                     d(first_p50),
                     d(later_p50),
                     d(lost),
@@ -185,7 +190,7 @@ fn first_use(inp: &Input<'_>, out: &mut Vec<Chain>) -> Result<(), StoreError> {
                 ),
                 root_cause: "Cold start: each kernel's first launch loads (or JIT-compiles) its module lazily, so every new kernel pays for initialisation when it is first used".into(),
                 explanation: format!(
-                    "{comm} (pid {pid}) launched {kernels} distinct kernels; the first launch of each took {} (median), later launches of the same kernels {} ({later} of them). The first launches cost {} more than warm ones would. Times this long point at JIT compilation of PTX (the module has no code for this GPU's architecture) or at lazy module loading of many kernels, and they happen whenever a new kernel (a new shape, a new code path) is first used, not only at start.",
+                    "{comm} (pid {pid}) launched {kernels} distinct kernels; the first launch of each took {} (median), against {} for its {op_name} calls overall ({later} later launches). The first launches cost {} more than warm ones would. Times this long point at JIT compilation of PTX (the module has no code for this GPU's architecture) or at lazy module loading of many kernels, and they happen whenever a new kernel (a new shape, a new code path) is first used, not only at start.",
                     d(first_p50),
                     d(later_p50),
                     d(lost)

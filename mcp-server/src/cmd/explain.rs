@@ -33,6 +33,10 @@ pub struct ExplainArgs {
     /// their claims, labelled, never ranked with causeway's findings.
     #[arg(long)]
     pub stored: bool,
+    /// Show only the time budgets: where each GPU-calling thread's and process's time went
+    /// (inside GPU calls by class, outside them, preemptors, stalls).
+    #[arg(long, conflicts_with_all = ["stored", "per_process"])]
+    pub breakdown: bool,
     /// Print JSON: {"chains": [...], "budgets": [...], ...} carrying everything the text shows
     /// (what get_causal_chains returns, unpaged).
     #[arg(long)]
@@ -64,6 +68,15 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
     // The function get_causal_chains calls.
     let f = causeway_tools::stats::findings_for(&reader, &q)
         .map_err(|e| anyhow::anyhow!("{}\nhint: {}", e.message(), e.hint()))?;
+    if args.breakdown {
+        if args.json {
+            return crate::print_json(&f.explain.budgets);
+        }
+        return crate::print_text(&causeway_analysis::report::render_budgets(
+            &f.explain.budgets,
+            f.explain.window.from_ns,
+        ));
+    }
     if args.json {
         return crate::print_json(&f);
     }

@@ -121,6 +121,7 @@ pub fn render(s: &TraceStats) -> String {
                     if o.calls_estimated { "~" } else { "" },
                     thousands(o.counted_calls.unwrap_or(o.count))
                 ),
+                thousands(o.count),
                 micros(o.p50_ns),
                 micros(o.p95_ns),
                 micros(o.p99_ns),
@@ -134,7 +135,8 @@ pub fn render(s: &TraceStats) -> String {
         &[
             ("SOURCE", Align::Left),
             ("OP", Align::Left),
-            ("COUNT", Align::Right),
+            ("CALLS", Align::Right),
+            ("STORED", Align::Right),
             ("P50 us", Align::Right),
             ("P95 us", Align::Right),
             ("P99 us", Align::Right),
@@ -144,6 +146,9 @@ pub fn render(s: &TraceStats) -> String {
         ],
         &rows,
     ));
+    if s.ops.iter().any(|o| o.counted_calls.is_some()) {
+        out.push_str("CALLS: calls made (the kernel's count); STORED: events stored, which the percentiles and TOTAL describe\n");
+    }
     if s.ops.iter().any(|o| o.percentiles == "stored_only") {
         out.push_str("* the kernel counted more calls than were stored; percentiles cover the stored calls\n");
     }

@@ -338,3 +338,35 @@ fn an_interrupted_import_leaves_nothing() {
         assert!(caught, "{signal:?}: the import was never caught running");
     }
 }
+
+#[test]
+fn explain_breakdown_is_the_budgets_of_explain() {
+    let db = vllm_store();
+    let d = db.to_str().unwrap();
+    let text = ok(&["explain", "--db", d, "--breakdown"]);
+    assert!(
+        text.starts_with("where the time went") && text.contains("VLLM::EngineCor"),
+        "{text}"
+    );
+    assert!(!text.contains("root cause"), "only the budgets: {text}");
+    let budgets: serde_json::Value =
+        serde_json::from_str(&ok(&["explain", "--db", d, "--breakdown", "--json"])).unwrap();
+    let full: serde_json::Value =
+        serde_json::from_str(&ok(&["explain", "--db", d, "--json"])).unwrap();
+    assert_eq!(budgets, full["budgets"]);
+    assert!(!budgets.as_array().unwrap().is_empty());
+}
+
+#[test]
+fn from_first_sql_with_a_where_clause_runs() {
+    let db = vllm_store();
+    let out = ok(&[
+        "query",
+        "--db",
+        db.to_str().unwrap(),
+        "--json",
+        "FROM events WHERE op = 'cudaLaunchKernel' ORDER BY duration DESC LIMIT 2",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["rows"].as_array().unwrap().len(), 2, "{v}");
+}

@@ -98,12 +98,18 @@ async def session_checks(server, mode: str):
         assert any(o["op"] == "cudaLaunchKernel" for o in stats["ops"])
         assert "total" in stats["drops"]
 
-        chains = structured(await client.call_tool("get_causal_chains", {"top_n": 2}))
-        assert len(chains["chains"]) == 2 and chains["total"] >= 2
+        chains = structured(await client.call_tool("get_causal_chains", {"top_n": 1}))
+        assert len(chains["chains"]) == 1 and chains["total"] >= 2
         assert chains["chains"][0]["severity"] in ("HIGH", "MEDIUM", "LOW")
-        assert chains["next_cursor"] == "2"
-        more = structured(await client.call_tool("get_causal_chains", {"top_n": 2, "cursor": "2"}))
+        assert chains["chains"][0]["detector"] == "feeding_stall"
+        assert chains["budgets"], "each GPU thread's time budget"
+        assert chains["next_cursor"] == "1"
+        more = structured(await client.call_tool("get_causal_chains", {"top_n": 1, "cursor": "1"}))
         assert more["chains"][0]["id"] != chains["chains"][0]["id"]
+        # The reference tool's chains stored in the file: only on request, labelled.
+        assert "stored_chains" not in chains
+        stored = structured(await client.call_tool("get_causal_chains", {"stored": True}))
+        assert stored["stored_chains"] and all(c["origin"] != "engine" for c in stored["stored_chains"])
 
         stacks = structured(await client.call_tool("get_stacks", {"op": "cudaLaunchKernel", "limit": 3}))
         assert 1 <= len(stacks["stacks"]) <= 3

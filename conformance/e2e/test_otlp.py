@@ -116,24 +116,40 @@ def test_metrics_follow_the_contract(exported):
 
 
 def test_chains_are_log_records(exported):
+    """The exported chains are causeway's findings: those `causeway explain --json` prints."""
     _, logs = exported
     records = [(attrs(rl.resource.attributes), r) for rl in logs.resource_logs for sl in rl.scope_logs for r in sl.log_records]
-    [[n]] = query("SELECT count(*) FROM chains")
-    assert len(records) == n > 0
-    stored = {row[0]: row[1:] for row in query("SELECT chain_id, severity, summary, time_lost_ns FROM chains")}
+    out = subprocess.run([BIN, "explain", "--db", TRACE, "--json"], check=True, capture_output=True, text=True)
+    found = {c["id"]: c for c in json.loads(out.stdout)["chains"]}
+    assert len(records) == len(found) > 0
     for res, r in records:
         a = attrs(r.attributes)
         assert r.event_name == "causeway.chain"
-        chain_id = a["causeway.chain.id"][1]
-        severity, summary, lost = stored[chain_id]
-        text = {"CRITICAL": "HIGH"}.get(severity.upper(), severity.upper())
+        c = found[a["causeway.chain.id"][1]]
+        text = c["severity"].upper()
         assert r.severity_text == text and r.severity_number == SEVERITY[text]
-        assert r.body.string_value == summary
-        assert a["causeway.chain.time_lost_ns"] == ("int_value", lost)
-        assert a["causeway.chain.tail_ratio"][0] == "double_value"
+        assert r.body.string_value == c["summary"]
+        assert a["causeway.chain.time_lost_ns"] == ("int_value", c["time_lost_ns"])
+        assert a["causeway.chain.origin"] == ("string_value", "engine")
         assert a["causeway.chain.recommendations"][0] == "array_value"
         json.loads(a["causeway.chain.timeline"][1])
-        for key in ("detector", "root_cause", "explanation", "cuda_op", "evidence_sql"):
+        for key in ("detector", "root_cause", "explanation", "evidence_sql"):
             assert a[f"causeway.chain.{key}"][0] == "string_value"
         assert r.time_unix_nano > 0 and r.observed_time_unix_nano >= r.time_unix_nano
         assert res["service.name"] == ("string_value", "causeway")
+
+
+def test_stored_chains_only_on_request_and_labelled(tmp_path):
+    out = tmp_path / "otlp.pb"
+    subprocess.run([BIN, "export", "--db", TRACE, "--format", "otlp", "--stored-chains", "-o", str(out)],
+                   check=True, capture_output=True)
+    logs = ExportLogsServiceRequest()
+    logs.ParseFromString((tmp_path / "otlp.logs.pb").read_bytes())
+    records = [attrs(r.attributes) for rl in logs.resource_logs for sl in rl.scope_logs for r in sl.log_records]
+    [[n]] = query("SELECT count(*) FROM chains")
+    engine = [a for a in records if a["causeway.chain.origin"] == ("string_value", "engine")]
+    other = [a for a in records if a["causeway.chain.origin"] != ("string_value", "engine")]
+    assert engine and len(other) == n > 0
+    for a in other:
+        assert a["causeway.chain.tail_ratio"][0] == "double_value"
+        assert a["causeway.chain.cuda_op"][0] == "string_value"

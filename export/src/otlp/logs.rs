@@ -53,11 +53,13 @@ struct ChainRow {
     p50_ns: Option<i64>,
     p99_ns: Option<i64>,
     tail_ratio: Option<f64>,
+    /// `engine` (causeway's finding) or where a stored chain came from.
+    origin: String,
 }
 
 const CHAINS_SQL: &str = "SELECT chain_id, node, detector, detected_ns, severity, summary,
     root_cause, explanation, recommendations, timeline, evidence_sql, time_lost_ns, cuda_op,
-    p50_ns, p99_ns, tail_ratio
+    p50_ns, p99_ns, tail_ratio, origin
   FROM chains ORDER BY node, time_lost_ns DESC, chain_id";
 
 /// A stored JSON array of strings; text that is not one is kept as a single entry.
@@ -91,6 +93,7 @@ fn stored_chains(r: &Reader) -> Result<Vec<ChainRow>, StoreError> {
                 p50_ns: Some(row.get(13)?),
                 p99_ns: Some(row.get(14)?),
                 tail_ratio: Some(row.get(15)?),
+                origin: row.get(16)?,
             })
         })
         .and_then(|rows| rows.collect())
@@ -117,6 +120,7 @@ fn engine_chains(r: &Reader, detected_ns: i64) -> Result<Vec<ChainRow>, StoreErr
             recommendations: c.recommendations,
             evidence_sql: c.evidence_sql,
             time_lost_ns: c.time_lost_ns,
+            origin: c.origin,
             ..ChainRow::default()
         })
         .collect())
@@ -140,6 +144,7 @@ fn record(c: ChainRow, observed_ns: i64) -> LogRecord {
         s(&p("root_cause"), &c.root_cause),
         s(&p("explanation"), &c.explanation),
         i(&p("time_lost_ns"), c.time_lost_ns),
+        s(&p("origin"), &c.origin),
     ];
     if let Some(op) = &c.cuda_op {
         a.push(s(&p("cuda_op"), op));

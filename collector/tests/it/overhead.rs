@@ -547,10 +547,24 @@ fn a_call_its_calibration_keeps_in_full_mode_is_checked_in_situ_once_and_goes_ba
          of {budget:.1}% (fits under {:.1}%); went back: {went_back}",
         budget * 0.8
     );
-    if projected <= budget * 0.8 * 0.85 {
+    // A second, independent reading of the cost: the share of the job's progress lost while
+    // the probes were attached, measured in situ. The calibration run above happened at
+    // another moment of a loaded machine, so the decision is only asserted where both
+    // readings agree (each with a band of 15% around the threshold).
+    let slowdown: f64 = open(&db)
+        .query_row(
+            "SELECT slowdown FROM probe_in_situ WHERE op_id = 3 ORDER BY ts_ns DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap_or(0.0);
+    let lost_pct = slowdown * 100.0;
+    eprintln!("in situ the job lost {lost_pct:.1}% of its progress while attached");
+    let fits = budget * 0.8;
+    if projected <= fits * 0.85 && lost_pct <= fits * 0.85 {
         assert!(went_back, "{reasons:?}");
         assert_eq!(switches.len(), 2, "checked once: {switches:?}");
-    } else if projected >= budget * 0.8 * 1.15 {
+    } else if projected >= fits * 1.15 && lost_pct >= fits * 1.15 {
         assert!(!went_back, "{reasons:?}");
     }
     // Measured while sampled (stored with the next counts, every 5 s): the time measured
@@ -561,9 +575,12 @@ fn a_call_its_calibration_keeps_in_full_mode_is_checked_in_situ_once_and_goes_ba
            AND ts_ns >= (SELECT min(ts_ns) FROM probe_modes WHERE op_id = 3)",
         2,
     );
+    // The check lasts until the launches go back, or to the end when they stay sampled.
     let check_ns = q(
         &db,
-        "SELECT max(ts_ns) - min(ts_ns) FROM probe_modes WHERE op_id = 3",
+        "SELECT coalesce(nullif(max(ts_ns), min(ts_ns)), (SELECT max(timestamp) FROM events))
+                - min(ts_ns)
+         FROM probe_modes WHERE op_id = 3",
     );
     assert!(
         measured[0][0] > 0 && measured[0][1] <= check_ns,

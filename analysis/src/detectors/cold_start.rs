@@ -4,7 +4,8 @@
 //! Trigger: in a process's warm-up phase (its first max(1 s, 5% of its GPU-call span)), >= 3
 //! slow calls (>= 1 ms and >= 10x the op's p50; synchronisations excluded) whose excess over
 //! the p50 is >= 20 ms, at a density (slow calls per second) >= 10x the rest of the run.
-//! Time lost: the sum of (duration - p50) of those calls.
+//! Time lost: the sum of (duration - p50) of those calls, less the time the thread was
+//! preempted inside them (that is contention, not initialisation).
 //! Second trigger, for kernels first used all through the run (lazy loading of many kernels,
 //! JIT compilation of PTX-only modules): per process, the first launch of each kernel (launch
 //! arg0, the kernel) has a median >= 10x the op's median launch, and the first
@@ -48,7 +49,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .iter()
             .map(|(op, n)| *n as i64 * ctx.op(&a.node, a.pid, op).map_or(0, |o| o.p50_ns))
             .sum();
-        let lost = (a.slow_ns - excess).max(0);
+        // Time preempted inside them is contention's (a busy machine), not initialisation.
+        let lost = (a.slow_ns - excess - a.preempted_ns).max(0);
         let Some(t) = ctx
             .threads
             .iter()

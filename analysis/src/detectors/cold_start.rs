@@ -5,7 +5,8 @@
 //! slow calls (>= 1 ms and >= 10x the op's p50; synchronisations excluded) whose excess over
 //! the p50 is >= 20 ms, at a density (slow calls per second) >= 10x the rest of the run.
 //! Time lost: the sum of (duration - p50) of those calls, less the time the thread was
-//! preempted inside them (that is contention, not initialisation).
+//! preempted inside them (that is contention, not initialisation); not reported when the
+//! thread slept through most of them (it was waiting for the GPU, not initialising).
 //! Second trigger, for kernels first used all through the run (lazy loading of many kernels,
 //! JIT compilation of PTX-only modules): per process, the first launch of each kernel (launch
 //! arg0, the kernel) has a median >= 10x the op's median launch, and the first
@@ -67,7 +68,10 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .map_or(0, |b| b.slow_calls);
         let dense_warm = a.slow_calls as f64 / warm_len as f64;
         let dense_later = later as f64 / (span - warm_len).max(1) as f64;
-        if lost < MIN_LOST_NS || dense_warm < 10.0 * dense_later {
+        // Calls that slept most of their time were waiting (for the GPU's work, a copy's
+        // transfer), not initialising: a GPU-bound first step is not a cold start.
+        let waiting = a.blocked_ns.saturating_mul(2) > a.slow_ns;
+        if lost < MIN_LOST_NS || dense_warm < 10.0 * dense_later || waiting {
             continue;
         }
         let node_span = ctx.node_span_ns(&a.node);

@@ -44,6 +44,8 @@ pub const MIN_LOST_NS: i64 = 20_000_000;
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
     let mut out = Vec::new();
+    // (node, pid) of each chain, so the first-use trigger does not name a process twice.
+    let mut named: Vec<(String, u32)> = Vec::new();
     for a in inp.attr.iter().filter(|a| a.warmup && a.slow_calls >= 3) {
         let excess: i64 = a
             .ops
@@ -101,6 +103,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 ))
                 .unwrap_or_default()
         );
+        named.push((a.node.clone(), a.pid));
         out.push(
             Finding {
                 detector: "cold_start",
@@ -127,12 +130,16 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .into_chain(),
         );
     }
-    first_use(inp, &mut out)?;
+    first_use(inp, &mut out, &mut named)?;
     Ok(out)
 }
 
 /// The first-use trigger, for processes the warm-up trigger did not name.
-fn first_use(inp: &Input<'_>, out: &mut Vec<Chain>) -> Result<(), StoreError> {
+fn first_use(
+    inp: &Input<'_>,
+    out: &mut Vec<Chain>,
+    named: &mut Vec<(String, u32)>,
+) -> Result<(), StoreError> {
     let ctx = inp.ctx;
     let rows: Vec<(String, i64, i64, i64, i64, f64, i64)> = ctx
         .r
@@ -162,10 +169,7 @@ fn first_use(inp: &Input<'_>, out: &mut Vec<Chain>) -> Result<(), StoreError> {
             "cuLaunchKernel"
         };
         let later_p50 = ctx.op(&node, pid, op_name).map_or(0, |o| o.p50_ns);
-        if out
-            .iter()
-            .any(|c| c.node == node && c.summary.contains(&format!("(pid {pid})")))
-        {
+        if named.iter().any(|k| k.0 == node && k.1 == pid) {
             continue;
         }
         let lost = (first_sum - (kernels * later_p50) as f64).max(0.0) as i64;
@@ -181,6 +185,7 @@ fn first_use(inp: &Input<'_>, out: &mut Vec<Chain>) -> Result<(), StoreError> {
             .fold((i64::MAX, i64::MIN), |(a, b), (f, l)| (a.min(f), b.max(l)));
         let span = (span.1 - span.0).max(1);
         let comm = ctx.name(&node, pid);
+        named.push((node.clone(), pid));
         out.push(
             Finding {
                 detector: "cold_start",

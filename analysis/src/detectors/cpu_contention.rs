@@ -26,6 +26,8 @@ pub const MIN_LOST_NS: i64 = 20_000_000;
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
     let mut out = Vec::new();
+    // (node, tid) of each chain in `out`, in order.
+    let mut named: Vec<(String, u32)> = Vec::new();
     for a in inp.attr.iter().filter(|a| !a.warmup) {
         let lost = a.preempted_ns + a.unknown_ns;
         let span = ctx.node_span_ns(&a.node);
@@ -90,6 +92,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             "Do not set CUDA_LAUNCH_BLOCKING=1: it serialises launches and makes the loss worse."
                 .into(),
         );
+        named.push((a.node.clone(), a.tid));
         out.push(
             Finding {
                 detector: "cpu_contention",
@@ -119,12 +122,12 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .into_chain(),
         );
     }
-    from_budgets(inp, &mut out);
+    from_budgets(inp, &mut out, &mut named);
     Ok(out)
 }
 
 /// The budget trigger: preemption by processes outside the GPU path, inside calls or between.
-fn from_budgets(inp: &Input<'_>, out: &mut Vec<Chain>) {
+fn from_budgets(inp: &Input<'_>, out: &mut Vec<Chain>, named: &mut Vec<(String, u32)>) {
     let ctx = inp.ctx;
     for b in thread_budgets(inp) {
         let tid = b.tid.unwrap_or_default();
@@ -168,21 +171,19 @@ fn from_budgets(inp: &Input<'_>, out: &mut Vec<Chain>) {
         );
         // The slow-call chain of this thread stands unless the budget shows far more: its
         // numbers come from its own evidence.
-        let key = format!("(tid {tid})");
-        if let Some(i) = out
-            .iter()
-            .position(|c| c.node == b.node && c.summary.contains(&key))
-        {
+        if let Some(i) = named.iter().position(|k| k.0 == b.node && k.1 == tid) {
             if lost < 2 * out[i].time_lost_ns {
                 continue;
             }
             out.remove(i);
+            named.remove(i);
         }
         let top = others[0];
         let culprit = match top.pid {
             Some(pid) => format!("{} (pid {pid})", top.name),
             None => format!("{} (tid {})", top.name, top.tid),
         };
+        named.push((b.node.clone(), tid));
         out.push(
             Finding {
                 detector: "cpu_contention",

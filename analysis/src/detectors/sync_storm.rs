@@ -27,6 +27,8 @@ pub const MIN_SYNCS_PER_S: f64 = 100.0;
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
     let mut out = Vec::new();
+    // The threads the first trigger named, so the second does not name them again.
+    let mut named: Vec<(String, u32)> = Vec::new();
     for t in ctx.feeders() {
         // Per-op totals are per process; a feeding thread issues them in practice.
         let syncs: Vec<_> = ctx
@@ -54,6 +56,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .iter()
             .max_by_key(|o| o.count)
             .map_or("cudaStreamSynchronize".to_string(), |o| o.op.clone());
+        named.push((t.node.clone(), t.tid));
         out.push(
             Finding {
                 detector: "sync_storm",
@@ -83,10 +86,9 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .into_chain(),
         );
     }
-    let found: Vec<String> = out.iter().map(|c| c.summary.clone()).collect();
     for b in thread_budgets(inp) {
         let tid = b.tid.unwrap_or_default();
-        if found.iter().any(|s| s.contains(&format!("(tid {tid})"))) {
+        if named.contains(&(b.node.clone(), tid)) {
             continue;
         }
         let syncs = b.class(CallClass::Sync).map_or(0, |c| c.estimated_calls());

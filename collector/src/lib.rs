@@ -11,6 +11,7 @@ pub mod cost;
 pub mod discover;
 pub mod elfsyms;
 mod error;
+pub mod hold;
 pub mod host;
 mod insitu;
 pub mod live;

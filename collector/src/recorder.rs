@@ -8,7 +8,7 @@
 //! that measure their cost on the job (insitu.rs). At the end, drain and write the last window.
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -22,14 +22,15 @@ use causeway_bpf::load::{
     LoadConfig, open_and_load, sock_tracepoints_supported, uprobe_multi_supported,
 };
 use causeway_bpf::skel::CausewaySkel;
-use causeway_store::ModeSwitch;
 use causeway_store::catalog::op_by_id;
+use causeway_store::{LibraryAttach, ModeSwitch};
 use tracing::{debug, info, warn};
 
 use crate::attach::{Attached, OpProbes, attach_host, attach_process, drop_links};
 use crate::calibrate::calibrate;
 use crate::discover::{LibFile, cuda_files_in_maps, cuda_processes, static_runtime_of};
 use crate::error::CollectorError;
+use crate::hold::Holds;
 use crate::host;
 use crate::insitu::{Counts, Meter, sampled_ops};
 use crate::live::{Live, LiveView};
@@ -225,6 +226,12 @@ pub(crate) fn record(
         links.push(link);
         map_hook.active = true;
     }
+    // Processes of the command are held while the files they map are attached (hold.rs).
+    let holds = if map_hook.active && matches!(mode, Mode::Command(_)) && !args.no_hold {
+        Holds::start(&skel.maps.held, &skel.maps.hold_ctl, args.hold_timeout)
+    } else {
+        None
+    };
     let mut mapped_seen = HashSet::new();
     let mut exes_checked = HashSet::new();
     // Mapped files looked at for a CUDA runtime linked in (by their maps identity).
@@ -236,6 +243,9 @@ pub(crate) fn record(
     for (op, kind) in attached.first_insns() {
         ctl.set_first_insn(op, kind);
     }
+    // When tracing began for each process and library (store: library_attach).
+    let mut attach_rows = Vec::new();
+    let attached_at = causeway_store::now_ns();
     let enrol = |pid: u32| {
         skel.maps
             .targets
@@ -244,11 +254,15 @@ pub(crate) fn record(
     match mode {
         Mode::Pid(pid) => enrol(*pid).map_err(map_err("targets"))?,
         Mode::All => {
-            for (pid, _) in cuda_processes() {
+            for (pid, plibs) in cuda_processes() {
                 let _ = enrol(pid);
+                attach_rows.extend(plibs.iter().map(|l| running_row(pid, l, attached_at)));
             }
         }
         Mode::Command(_) => {}
+    }
+    if let Mode::Pid(pid) = mode {
+        attach_rows.extend(libs.iter().map(|l| running_row(*pid, l, attached_at)));
     }
     if attached.probes() == 0 {
         let target = match mode {
@@ -286,6 +300,19 @@ pub(crate) fn record(
         _ => None,
     };
     let root_pid = child.as_ref().map(Child::id).or(args.pid);
+    if let Some(c) = &child {
+        let at = causeway_store::now_ns();
+        attach_rows.extend(libs.iter().map(|l| LibraryAttach {
+            pid: c.id(),
+            library: l.path.display().to_string(),
+            how: "before_start",
+            process_start_ns: None,
+            mapped_ns: None,
+            attached_ns: at,
+            complete: true,
+        }));
+    }
+    let _ = sink.ctl.send(Ctl::Attach(std::mem::take(&mut attach_rows)));
     info!(probes = attached.probes(), files = attached.files(), pid = ?root_pid, "tracing");
 
     let state = RefCell::new(PollState::new(
@@ -394,6 +421,28 @@ pub(crate) fn record(
         let want = |op| wanted(&ctl, &sampler, op);
         let mapped = std::mem::take(&mut state.borrow_mut().mapped);
         let mut looked_at = !mapped.is_empty();
+        // Execs by traced processes, and in all-process mode program files exec'd by others:
+        // once such a file is looked at the kernel stays quiet for it (a process gone too soon
+        // to be looked at leaves it unmarked, and the next exec reports it again).
+        let (execs, programs) = {
+            let mut st = state.borrow_mut();
+            (
+                std::mem::take(&mut st.execs),
+                std::mem::take(&mut st.programs),
+            )
+        };
+        // Each held process's latest hold, read before its files are looked at.
+        let to_release: BTreeMap<u32, Option<u64>> =
+            holds.as_ref().map_or_else(BTreeMap::new, |h| {
+                (mapped.iter().map(|m| m.pid))
+                    .chain(programs.iter().map(|p| p.pid))
+                    .map(|pid| (pid, h.generation(pid)))
+                    .collect()
+            });
+        if let Some(d) = args.stall_attach.filter(|_| !to_release.is_empty()) {
+            std::thread::sleep(d);
+        }
+        let attached_before = map_hook.attached.len();
         for m in mapped {
             on_mapped(
                 &skel,
@@ -407,16 +456,6 @@ pub(crate) fn record(
                 &mut map_hook,
             );
         }
-        // Execs by traced processes, and in all-process mode program files exec'd by others:
-        // once such a file is looked at the kernel stays quiet for it (a process gone too soon
-        // to be looked at leaves it unmarked, and the next exec reports it again).
-        let (execs, programs) = {
-            let mut st = state.borrow_mut();
-            (
-                std::mem::take(&mut st.execs),
-                std::mem::take(&mut st.programs),
-            )
-        };
         let programs = programs
             .iter()
             .map(|p| (p.pid, p.ts_mono_ns, Some(p.file_key())));
@@ -439,6 +478,34 @@ pub(crate) fn record(
             for (op, kind) in attached.first_insns() {
                 ctl.set_first_insn(op, kind);
             }
+        }
+        if let Some(h) = &holds {
+            for (pid, seen) in to_release {
+                h.release(pid, seen);
+            }
+        }
+        if map_hook.attached.len() > attached_before {
+            let now = causeway_store::now_ns();
+            let rows = map_hook.attached[attached_before..]
+                .iter()
+                .map(|a| {
+                    let how = match &holds {
+                        Some(h) if h.timed_out(a.pid) => "hold_timeout",
+                        Some(_) => "held",
+                        None => "mapped",
+                    };
+                    LibraryAttach {
+                        pid: a.pid,
+                        library: a.library.display().to_string(),
+                        how,
+                        process_start_ns: None,
+                        mapped_ns: Some(now - (a.latency_us * 1_000) as i64),
+                        attached_ns: now,
+                        complete: how == "held",
+                    }
+                })
+                .collect();
+            let _ = sink.ctl.send(Ctl::Attach(rows));
         }
         // Small batches are held briefly so a fast-waking ring does not flood the channel.
         if last_flush.elapsed() >= Duration::from_millis(100) {
@@ -543,7 +610,7 @@ pub(crate) fn record(
         }
         if last_scan.elapsed() >= Duration::from_secs(if matches!(mode, Mode::All) { 2 } else { 1 })
         {
-            rescan(
+            let found = rescan(
                 &skel,
                 mode,
                 &mut attached,
@@ -551,6 +618,22 @@ pub(crate) fn record(
                 &|op| wanted(&ctl, &sampler, op),
                 &mut objects_checked,
             );
+            if !found.is_empty() {
+                let now = causeway_store::now_ns();
+                let rows = found
+                    .iter()
+                    .map(|(pid, l)| LibraryAttach {
+                        pid: *pid,
+                        library: l.path.display().to_string(),
+                        how: "rescan",
+                        process_start_ns: None,
+                        mapped_ns: None,
+                        attached_ns: now,
+                        complete: false,
+                    })
+                    .collect();
+                let _ = sink.ctl.send(Ctl::Attach(rows));
+            }
             for (op, kind) in attached.first_insns() {
                 ctl.set_first_insn(op, kind);
             }
@@ -575,6 +658,20 @@ pub(crate) fn record(
         {
             info!(pid, "traced process exited");
             break;
+        }
+    }
+    if let Some(h) = holds {
+        map_hook.hold = h.finish();
+        if map_hook.hold.timeouts > 0 {
+            let _ = sink.ctl.send(Ctl::Drop {
+                kind: "hold_timeout",
+                op: None,
+                count: map_hook.hold.timeouts,
+                detail: format!(
+                    "processes let go after {:?} before their libraries' probes were attached: their calls until then are missing",
+                    args.hold_timeout
+                ),
+            });
         }
     }
     // Detach every program before the last read: a thread's last full-mode events can still be
@@ -812,7 +909,24 @@ fn rescan_pid(
     new
 }
 
-/// Attaches library copies that appeared in traced processes since the last scan.
+/// The row of a library already mapped by a process running when the trace began.
+fn running_row(pid: u32, lib: &LibFile, attached_ns: i64) -> LibraryAttach {
+    let started = host::cpu_and_start(pid).map(|(_, since_boot)| {
+        attached_ns - (host::boottime_ns().saturating_sub(since_boot)) as i64
+    });
+    LibraryAttach {
+        pid,
+        library: lib.path.display().to_string(),
+        how: "running",
+        process_start_ns: started,
+        mapped_ns: None,
+        attached_ns,
+        complete: false,
+    }
+}
+
+/// Attaches library copies that appeared in traced processes since the last scan; returns
+/// them with their processes.
 fn rescan(
     skel: &CausewaySkel<'_>,
     mode: &Mode,
@@ -820,7 +934,8 @@ fn rescan(
     nccl: bool,
     want: &dyn Fn(u16) -> OpProbes,
     objects_checked: &mut HashSet<(u64, u64)>,
-) {
+) -> Vec<(u32, LibFile)> {
+    let mut found = Vec::new();
     let pids: Vec<u32> = match mode {
         Mode::All => cuda_processes().into_iter().map(|(p, _)| p).collect(),
         _ => skel
@@ -833,8 +948,10 @@ fn rescan(
     for pid in pids {
         for lib in rescan_pid(skel, mode, attached, nccl, want, pid, objects_checked) {
             info!(pid, lib = %lib.path.display(), "new library copy attached");
+            found.push((pid, lib));
         }
     }
+    found
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use causeway_store::catalog::op_by_id;
 use causeway_store::{
-    Event, Frame, HistogramBucket, InSituRow, ModeSwitch, OpCount, OverheadWindow, ProbeCost,
-    ProcessInfo, SampledWindow, SessionInfo, Writer, WriterOptions,
+    Event, Frame, HistogramBucket, InSituRow, LibraryAttach, ModeSwitch, OpCount, OverheadWindow,
+    ProbeCost, ProcessInfo, SampledWindow, SessionInfo, Writer, WriterOptions,
 };
 use crossbeam_channel::{Receiver, Sender, bounded, never, select, unbounded};
 use tracing::{debug, error, warn};
@@ -51,6 +51,8 @@ pub enum Ctl {
     Sampled(Vec<SampledWindow>),
     /// In-situ costs of sampled ops' probes.
     InSitu(Vec<InSituRow>),
+    /// When tracing began for processes and libraries.
+    Attach(Vec<LibraryAttach>),
 }
 
 /// Receives the readers of the live store as soon as it exists (live serving).
@@ -201,6 +203,7 @@ fn run(
                         Ctl::Overhead(rows) => w.record_overhead(&rows),
                         Ctl::Sampled(rows) => w.record_sampled(&rows),
                         Ctl::InSitu(rows) => w.record_in_situ(&rows),
+                        Ctl::Attach(rows) => w.record_library_attach(&rows),
                     };
                     if let Err(e) = res {
                         warn!(error = %e, "writing trace metadata failed");

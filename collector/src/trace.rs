@@ -153,6 +153,18 @@ pub struct TraceArgs {
     /// the periodic rescan of /proc/PID/maps only (every 1 s, 2 s for all processes).
     #[arg(long, hide = true)]
     pub no_map_hook: bool,
+    /// How long a process of the command may be stopped while the probes of a library it just
+    /// mapped (or a program it exec'd) are attached; past it, it runs on and the calls made
+    /// before the attach are missed (counted in the summary).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s", value_name = "DURATION")]
+    pub hold_timeout: Duration,
+    /// Never stop the command's processes while their libraries are attached: calls made within
+    /// milliseconds of mapping a CUDA library can then be missed.
+    #[arg(long)]
+    pub no_hold: bool,
+    /// Fault injection for tests: each attach after a mapping takes this much longer.
+    #[arg(skip)]
+    pub stall_attach: Option<Duration>,
     /// Time socket calls from system call entry to exit (whole-call durations, the send/recv
     /// family only; the path used on kernels before 6.3) instead of from their first block to
     /// their return; every system call on the machine pays for it (~170 ns each on the
@@ -242,6 +254,8 @@ pub struct MapHookSummary {
     pub records: u64,
     /// Files attached because of a record.
     pub attached: Vec<MapAttach>,
+    /// Processes of the command stopped until their new files' probes were attached.
+    pub hold: crate::hold::HoldSummary,
 }
 
 /// What a trace recorded.

@@ -23,7 +23,9 @@ use std::path::Path;
 pub use atomic::{remove_unfinished, write_atomically};
 pub use error::{Result, StoreError};
 pub use guarded::{QueryControl, query_detached};
-pub use overhead::{InSituRow, ModeSwitch, OverheadWindow, ProbeCost, SampledWindow};
+pub use overhead::{
+    InSituRow, LibraryAttach, ModeSwitch, OverheadWindow, ProbeCost, SampledWindow,
+};
 pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
 pub use row::{FromRow, row};
 pub use writer::{

@@ -184,10 +184,14 @@ fn copy_source(conn: &Connection, tmp: &Path, src: &Path, i: usize) -> Result<So
         .ctx(src, "reading its schema version")?;
     // Tables a source older than the schema that brought them lacks.
     let version = version.parse::<u32>().unwrap_or(0);
-    let newer = [(4, "probe_sampling"), (5, "probe_in_situ")]
-        .into_iter()
-        .filter(|(v, _)| version >= *v)
-        .map(|(_, t)| t);
+    let newer = [
+        (4, "probe_sampling"),
+        (5, "probe_in_situ"),
+        (7, "library_attach"),
+    ]
+    .into_iter()
+    .filter(|(v, _)| version >= *v)
+    .map(|(_, t)| t);
     let per_node: Vec<String> = PER_NODE_TABLES
         .iter()
         .copied()

@@ -215,3 +215,47 @@ impl Writer {
         Ok(())
     }
 }
+
+/// When tracing began for one process and library (`library_attach`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LibraryAttach {
+    /// The process.
+    pub pid: u32,
+    /// The file whose probes were attached.
+    pub library: String,
+    /// before_start, held, hold_timeout, mapped, rescan or running.
+    pub how: &'static str,
+    /// When the process started (ns), where it was running before the trace.
+    pub process_start_ns: Option<i64>,
+    /// When it mapped or exec'd the file (ns), where seen.
+    pub mapped_ns: Option<i64>,
+    /// When the probes were attached (ns).
+    pub attached_ns: i64,
+    /// No call of the process into the library can be missing before `attached_ns`.
+    pub complete: bool,
+}
+
+impl Writer {
+    /// Records when tracing began for processes and libraries.
+    pub fn record_library_attach(&mut self, rows: &[LibraryAttach]) -> Result<()> {
+        let (conn, path, node) = (self.conn(), self.path(), self.node().to_string());
+        let mut app = conn
+            .appender("library_attach")
+            .ctx(path, "opening the library_attach appender")?;
+        for r in rows {
+            app.append_row(params![
+                node,
+                r.pid,
+                r.library,
+                r.how,
+                r.process_start_ns,
+                r.mapped_ns,
+                r.attached_ns,
+                r.complete
+            ])
+            .ctx(path, "recording a library attach")?;
+        }
+        app.flush().ctx(path, "flushing library attaches")?;
+        Ok(())
+    }
+}

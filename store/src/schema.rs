@@ -14,7 +14,8 @@ use crate::catalog::{OPS, Source};
 /// 5: `probe_in_situ`, the cost of sampled ops' probes measured on the job (005_in_situ.sql).
 /// 6: `probe_sampling.switching_ns`, the detached time spent attaching or detaching the links
 /// (006_switching.sql).
-pub const SCHEMA_VERSION: u32 = 6;
+/// 7: `library_attach`, when tracing began for each process and library (007_library_attach.sql).
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// The oldest version this build reads: the event layout of version 2. Version-1 files are
 /// refused with a hint to import or record them again.
@@ -31,6 +32,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (4, include_str!("../sql/004_sampled.sql")),
     (5, include_str!("../sql/005_in_situ.sql")),
     (6, include_str!("../sql/006_switching.sql")),
+    (7, include_str!("../sql/007_library_attach.sql")),
 ];
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
@@ -59,6 +61,7 @@ pub const RELATIONS: &[&str] = &[
     "probe_overhead",
     "probe_sampling",
     "probe_in_situ",
+    "library_attach",
     "metric_points",
     "log_records",
 ];
@@ -345,6 +348,24 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "budget_pct",
         "%",
         "the --overhead-budget in force",
+    ),
+    (
+        "library_attach",
+        "how",
+        "",
+        "how tracing began for this process and library: before_start (attached before the command started), held (the process was stopped from its mapping until attached), hold_timeout (held, then let go before the attach), mapped (attached when the mapping was seen, not held), rescan (found by the periodic rescan), running (mapped by a process already running when the trace began)",
+    ),
+    (
+        "library_attach",
+        "attached_ns",
+        "ns",
+        "when the library's probes were attached: calls of pid into it before are not in the trace",
+    ),
+    (
+        "library_attach",
+        "complete",
+        "",
+        "true when no call of pid into the library can be missing before attached_ns",
     ),
     (
         "probe_sampling",

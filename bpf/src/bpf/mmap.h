@@ -28,6 +28,13 @@
 // the periodic rescan of the processes that map a CUDA library (every process maps libc). Uprobes are per inode, so once a
 // file is attached every later mapping of it, in any process, is covered: user space then adds
 // the file to `lib_files_seen` and the hook stays quiet for it.
+//
+// Holding (`hold_ctl`, set by user space when causeway started the command): reporting is not enough, a program
+// can call into a library within microseconds of mapping it, long before user space has attached
+// the probes (~20 ms). So the reporting process is stopped (SIGSTOP, taken on its return to user
+// space, before any instruction of the new code runs) and noted in `held`; user space attaches,
+// then deletes the entry and sends SIGCONT. A watchdog thread in user space releases any process
+// held longer than a timeout, so a stuck collector never freezes the job.
 #ifndef CAUSEWAY_MMAP_H
 #define CAUSEWAY_MMAP_H
 
@@ -38,6 +45,33 @@
 #define CW_MAP_ANONYMOUS 0x20
 /* Bytes of the file name read: enough for every stem below. */
 #define CW_LIB_NAME 16
+#define CW_SIGSTOP 19
+
+/* Processes stopped until user space has looked at the file they mapped or exec'd: tgid ->
+ * bpf_ktime_get_ns() of the latest hold (a new value tells user space a hold came in while it was
+ * attaching, mmap.h's comment at the top). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} held SEC(".maps");
+
+/* hold_ctl[0]: 1 while user space holds processes (set after load, cleared before the last
+ * release at the end of a trace). A map rather than a load-time constant so that it can end. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u8);
+} hold_ctl SEC(".maps");
+
+static __always_inline bool cw_holding(void)
+{
+	__u32 k = 0;
+	__u8 *on = bpf_map_lookup_elem(&hold_ctl, &k);
+	return on && *on;
+}
 
 /* Library files (and in all-process mode program files) user space has looked at (filled by the
  * collector from the records). LRU: a job that maps more files than this (a long session
@@ -104,6 +138,12 @@ static __always_inline void cw_report_file(__u32 tgid, __u8 lib, struct file *fi
 	e->pid = tgid;
 	e->ts = bpf_ktime_get_ns();
 	e->file = key;
+	if (cw_holding()) {
+		/* Noted before the stop and the record, so user space never misses a held process. */
+		__u64 now = e->ts;
+		bpf_map_update_elem(&held, &tgid, &now, BPF_ANY);
+		bpf_send_signal(CW_SIGSTOP);
+	}
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 }
 
@@ -134,13 +174,14 @@ static __always_inline void cw_lib_mapped(void)
 		cw_report_file(tgid, lib, file);
 }
 
-/* All-process mode: a process that is not traced exec'd `bprm`'s program. A program with the
- * CUDA runtime linked statically (nvcc's default) maps no CUDA library, so the hook above never
- * sees it; user space checks each program file once (one hash lookup per exec after that).
- * Traced processes report their execs as events (proc.h), which user space checks the same way. */
-static __always_inline void cw_program_execd(__u32 tgid, struct linux_binprm *bprm)
+/* A process exec'd `bprm`'s program: all-process mode, any process that is not traced; with
+ * holding, a traced one. A program with the CUDA runtime linked statically (nvcc's default) maps
+ * no CUDA library, so the hook above never sees it; user space checks each program file once (one
+ * hash lookup per exec after that). Without holding, traced processes report their execs as events
+ * (proc.h), which user space checks the same way. */
+static __always_inline void cw_program_execd(__u32 tgid, bool traced, struct linux_binprm *bprm)
 {
-	if (!uprobes_enrol || tgid == self_tgid || tgid == 0)
+	if (!(traced ? cw_holding() : uprobes_enrol) || tgid == self_tgid || tgid == 0)
 		return;
 	struct file *file = BPF_CORE_READ(bprm, file);
 	if (file)

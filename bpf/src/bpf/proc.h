@@ -54,9 +54,11 @@ int BPF_PROG(cw_process_exec, struct task_struct *p, pid_t old_pid, struct linux
 {
 	__u32 tgid = p->tgid;
 	if (!cw_is_target(tgid)) {
-		cw_program_execd(tgid, bprm);
+		cw_program_execd(tgid, false, bprm);
 		return 0;
 	}
+	/* Held until user space has checked the program (mmap.h); the event still records the exec. */
+	cw_program_execd(tgid, true, bprm);
 	cw_emit_proc(OP_PROCESS_EXEC, CW_KIND_PROC, tgid, p->pid, bpf_ktime_get_ns(), 0,
 		     p->real_parent->tgid, 0, p);
 	return 0;

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use causeway_collector::{TraceHooks, TraceSummary, run_trace_with};
 
-use crate::{args, bpf_test, db_path, op_totals_of, standin, trace};
+use crate::{args, bpf_test, db_path, op_totals_of, q, rows, standin, trace};
 
 /// The call mix of `loader` and `workload late`.
 const MIX: [(&str, i64); 3] = [
@@ -182,6 +182,176 @@ fn without_the_hook_a_library_loaded_later_waits_for_the_rescan() {
     eprintln!("without the hook, (op, events, kernel calls): {got:?}");
     let launches = got.iter().find(|c| c.0 == "cudaLaunchKernel").unwrap();
     assert!(launches.1 < 200 && launches.2 < 200, "{got:?}");
+}
+
+/// Every call of the mix recorded and the command's processes held and released (never by the
+/// timeout) while their files were attached.
+fn assert_held_and_recorded(db: &Path, summary: &TraceSummary) {
+    assert_eq!(summary.command_exit, Some(0));
+    assert_mix_recorded(db, None);
+    let h = &summary.map_hook.hold;
+    assert!(h.active && h.released >= 1, "{h:?}");
+    assert_eq!(h.timeouts, 0, "{h:?}");
+    // The store says tracing began in time for every process and library.
+    assert!(
+        q(db, "SELECT count(*) FROM library_attach WHERE complete") >= 1,
+        "{:?}",
+        rows(db, "SELECT pid, complete::INT FROM library_attach", 2)
+    );
+    assert_eq!(
+        q(db, "SELECT count(*) FROM library_attach WHERE NOT complete"),
+        0
+    );
+    eprintln!(
+        "held {} times, longest {} us, {} us in all",
+        h.released, h.max_us, h.total_us
+    );
+}
+
+/// The issue's case: a program that calls the runtime the moment `main` starts, exec'd by a
+/// wrapper (so its libraries are not known before the start): every call is in the store.
+#[test]
+fn a_program_that_calls_at_once_misses_no_call() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let script = format!("exec {} late 0", s.exe());
+    let summary = trace(&args(&db, &["sh", "-c", &script]));
+    assert_held_and_recorded(&db, &summary);
+}
+
+/// dlopen, then the calls at once.
+#[test]
+fn a_library_opened_with_dlopen_and_called_at_once_misses_no_call() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let lib = s.dir.join("libcudart.so.12");
+    let summary = trace(&args(
+        &db,
+        &[s.loader.to_str().unwrap(), lib.to_str().unwrap(), "0"],
+    ));
+    assert_held_and_recorded(&db, &summary);
+}
+
+/// A forked child opens the runtime and calls it at once; its parent never maps it.
+#[test]
+fn a_forked_child_that_opens_the_runtime_and_calls_at_once_misses_no_call() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let lib = s.dir.join("libcudart.so.12");
+    let summary = trace(&args(
+        &db,
+        &[
+            s.loader.to_str().unwrap(),
+            "fork",
+            lib.to_str().unwrap(),
+            "0",
+        ],
+    ));
+    assert_held_and_recorded(&db, &summary);
+}
+
+/// A program with the runtime linked statically, exec'd by a wrapper, calling at once.
+#[test]
+fn a_statically_linked_program_that_calls_at_once_misses_no_call() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let script = format!("exec {} late 0", s.static_workload.display());
+    let summary = trace(&args(&db, &["sh", "-c", &script]));
+    assert_held_and_recorded(&db, &summary);
+}
+
+/// An extension module with the runtime linked in, called the moment it is loaded.
+#[test]
+fn an_extension_module_called_at_once_misses_no_call() {
+    let Some(_g) = bpf_test() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let summary = trace(&extension_args(&db, 0));
+    assert_held_and_recorded(&db, &summary);
+}
+
+/// A collector that does not attach in time does not freeze the job: the watchdog lets the
+/// process go after the timeout, says so, and the calls it made meanwhile are missing (not
+/// invented).
+#[test]
+fn a_stuck_attach_releases_the_process_after_the_timeout() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let lib = s.dir.join("libcudart.so.12");
+    let mut a = args(
+        &db,
+        &[s.loader.to_str().unwrap(), lib.to_str().unwrap(), "0"],
+    );
+    a.hold_timeout = std::time::Duration::from_millis(200);
+    a.stall_attach = Some(std::time::Duration::from_millis(1500));
+    let started = std::time::Instant::now();
+    let summary = trace(&a);
+    assert_eq!(summary.command_exit, Some(0));
+    let h = &summary.map_hook.hold;
+    assert!(h.active && h.timeouts >= 1, "{h:?}");
+    // Released by the watchdog, not after the stalled attach (1.5 s per record handled).
+    assert!(h.max_us < 1_000_000, "{h:?}");
+    let launches = counts(&db, None)
+        .into_iter()
+        .find(|c| c.0 == "cudaLaunchKernel")
+        .unwrap();
+    assert!(launches.1 < 200, "{launches:?}");
+    assert_eq!(
+        q(
+            &db,
+            "SELECT sum(count)::BIGINT FROM drops WHERE kind = 'hold_timeout'"
+        ),
+        h.timeouts as i64
+    );
+    eprintln!("trace took {:?}", started.elapsed());
+}
+
+/// Attached to a process already running (`--pid`): the store says when tracing began for it
+/// and that its calls before are not in the trace; its later calls are all there.
+#[test]
+fn attaching_to_a_running_process_records_when_tracing_began() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let mut child = Command::new(&s.workload)
+        .args(["late", "4000"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut a = args(&db, &[]);
+    a.pid = Some(child.id());
+    let summary = trace(&a);
+    assert!(child.wait().unwrap().success());
+    assert!(
+        summary.map_hook.hold.released == 0,
+        "{:?}",
+        summary.map_hook
+    );
+    assert_mix_recorded(&db, Some(child.id()));
+    let got = rows(
+        &db,
+        &format!(
+            "SELECT count(*), min((NOT complete)::INT), min((how = 'running')::INT),
+                    min(attached_ns - process_start_ns)
+             FROM library_attach WHERE pid = {}",
+            child.id()
+        ),
+        4,
+    );
+    // libcudart and libcuda, each running since at least the 300 ms waited.
+    assert_eq!(got[0][..3], [2, 1, 1], "{got:?}");
+    assert!(got[0][3] >= 250_000_000, "{got:?}");
 }
 
 /// Traces all processes until `during` returns (called once the probes are attached).

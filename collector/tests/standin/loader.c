@@ -3,10 +3,14 @@
 //
 //   loader LIB MS         dlopen LIB, wait MS, then 3 cudaMalloc, 2 cudaMemcpy, 200 cudaLaunchKernel
 //   loader LIB MS ENTRY   dlopen LIB, wait MS, then call its ENTRY (extension.c's makes that mix)
+//   loader fork LIB MS    fork; the child does `loader LIB MS`, the parent waits for it
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct dim3 { unsigned int x, y, z; } dim3;
 typedef int (*malloc_fn)(void **p, size_t n);
@@ -24,6 +28,18 @@ static void sleep_ms(int ms)
 
 int main(int argc, char **argv)
 {
+	if (argc > 3 && !strcmp(argv[1], "fork")) {
+		pid_t child = fork();
+		if (child < 0)
+			return 1;
+		if (child > 0) {
+			int status = 0;
+			waitpid(child, &status, 0);
+			return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+		}
+		argv++;
+		argc--;
+	}
 	if (argc < 3)
 		return 2;
 	void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);

@@ -52,9 +52,9 @@ fn a_version_2_file_is_upgraded_and_extended() {
         c.execute_batch(
             "DROP VIEW metric_points; DROP TABLE metric_rows; DROP TABLE otlp_resources;
              DROP TABLE otlp_metrics; DROP TABLE log_records; DROP TABLE probe_sampling;
-             DROP TABLE probe_in_situ;
+             DROP TABLE probe_in_situ; DROP TABLE library_attach;
              DELETE FROM schema_columns
-               WHERE table_name IN ('metric_points', 'log_records', 'probe_sampling', 'probe_in_situ');
+               WHERE table_name IN ('metric_points', 'log_records', 'probe_sampling', 'probe_in_situ', 'library_attach');
              UPDATE meta SET value = '2' WHERE key = 'schema_version'",
         )
         .unwrap();
@@ -100,6 +100,13 @@ fn a_version_2_file_is_upgraded_and_extended() {
             "SELECT count(*) FROM schema_columns WHERE table_name = 'probe_in_situ'"
         ),
         14
+    );
+    assert_eq!(
+        count(
+            &r,
+            "SELECT count(*) FROM schema_columns WHERE table_name = 'library_attach'"
+        ),
+        8
     );
 }
 

@@ -86,6 +86,11 @@ pub const PROBES: &[ProbeSpec] = &[
     p(R, "cudaFree", 2, "cudaFree", 0),
     p(R, "cudaLaunchKernel", 3, "cudaLaunchKernel", 0),
     p(R, "cudaLaunchKernel_ptsz", 3, "cudaLaunchKernel", 0),
+    // CUDA 13's stubs get a handle once and launch with `__cudaLaunchKernel(handle, ...)`, which
+    // in NVIDIA's 12.9 and 13.x runtimes is a thunk that jumps to cudaLaunchKernel (probed above,
+    // so not probed itself: each launch would count twice).
+    p(R, "__cudaGetKernel", 15, "cudaGetKernel", 0),
+    p(R, "cudaGetKernel", 15, "cudaGetKernel", 0),
     p(R, "cudaMemcpy", 4, "cudaMemcpy", 0),
     p(R, "cudaMemcpy_ptds", 4, "cudaMemcpy", 0),
     p(R, "cudaStreamSynchronize", 5, "cudaStreamSynchronize", 0),

@@ -14,6 +14,7 @@ mod error;
 pub mod hold;
 pub mod host;
 mod insitu;
+pub mod kernels;
 pub mod live;
 pub mod overhead;
 mod poll;

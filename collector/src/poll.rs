@@ -14,10 +14,15 @@ use crossbeam_channel::TrySendError;
 use tracing::warn;
 
 use crate::host;
+use crate::kernels::Kernels;
 use crate::overhead::CpuReading;
 use crate::sink::{BATCH, Ctl, Sink};
 use crate::stacks::Stacks;
 
+/// cudaLaunchKernel: its arg0 is the kernel's host stub (or handle), named in kernels.rs.
+const OP_CUDA_LAUNCH_KERNEL: u16 = 3;
+/// cudaGetKernel: arg0 a host stub, arg1 the handle CUDA 13 stubs launch with.
+const OP_CUDA_GET_KERNEL: u16 = 15;
 /// Process lifecycle ops whose events the poll thread also acts on.
 const OP_PROCESS_EXEC: u16 = 104;
 const OP_PROCESS_EXIT: u16 = 105;
@@ -155,6 +160,8 @@ pub struct PollState {
     last: Option<(u32, Option<i32>)>,
     /// Stack handling, with `--stacks`.
     pub stacks: Option<Stacks>,
+    /// Kernel naming (None where its thread could not start).
+    pub kernels: Option<Kernels>,
     /// CUDA libraries mapped by traced processes (the library-load hook), for the recording
     /// loop to attach as soon as the poll returns.
     pub mapped: Vec<RawLib>,
@@ -169,7 +176,12 @@ pub struct PollState {
 impl PollState {
     /// New state; `offset_ns` converts CLOCK_MONOTONIC to Unix ns; the trace started at
     /// `trace_start_ns` (Unix ns: processes started later are new).
-    pub fn new(offset_ns: i64, trace_start_ns: i64, stacks: Option<Stacks>) -> PollState {
+    pub fn new(
+        offset_ns: i64,
+        trace_start_ns: i64,
+        stacks: Option<Stacks>,
+        kernels: Option<Kernels>,
+    ) -> PollState {
         PollState {
             offset_ns,
             batch: Vec::with_capacity(BATCH),
@@ -192,6 +204,7 @@ impl PollState {
             self_pid: std::process::id(),
             last: None,
             stacks,
+            kernels,
             mapped: Vec::new(),
             execs: Vec::new(),
             programs: Vec::new(),
@@ -250,6 +263,9 @@ impl PollState {
                 if let Some(st) = self.stacks.as_mut() {
                     st.maps.remember(raw.pid);
                 }
+                if let Some(k) = self.kernels.as_mut() {
+                    k.maps.remember(raw.pid);
+                }
                 rank
             }
         };
@@ -284,6 +300,10 @@ impl PollState {
                     st.maps.forget(raw.pid);
                     st.maps.remember(raw.pid);
                 }
+                if let Some(k) = self.kernels.as_mut() {
+                    k.maps.forget(raw.pid);
+                    k.maps.remember(raw.pid);
+                }
             }
             OP_PROCESS_EXIT => {
                 let started = timestamp - raw.duration_ns as i64;
@@ -291,6 +311,19 @@ impl PollState {
                 self.exits.insert(raw.pid, (raw.arg1 as u64, new));
                 if let Some(st) = self.stacks.as_mut() {
                     st.maps.forget(raw.pid);
+                }
+                if let Some(k) = self.kernels.as_mut() {
+                    k.maps.forget(raw.pid);
+                }
+            }
+            OP_CUDA_LAUNCH_KERNEL => {
+                if let Some(k) = self.kernels.as_mut() {
+                    k.launched(raw.pid, raw.arg0 as u64);
+                }
+            }
+            OP_CUDA_GET_KERNEL => {
+                if let Some(k) = self.kernels.as_mut() {
+                    k.handle(raw.pid, raw.arg1 as u64, raw.arg0 as u64);
                 }
             }
             _ => {}

@@ -33,6 +33,7 @@ use crate::error::CollectorError;
 use crate::hold::Holds;
 use crate::host;
 use crate::insitu::{Counts, Meter, sampled_ops};
+use crate::kernels::Kernels;
 use crate::live::{Live, LiveView};
 use crate::overhead::{Controller, is_call_op};
 use crate::poll::{PollState, read_stats};
@@ -315,10 +316,14 @@ pub(crate) fn record(
     let _ = sink.ctl.send(Ctl::Attach(std::mem::take(&mut attach_rows)));
     info!(probes = attached.probes(), files = attached.files(), pid = ?root_pid, "tracing");
 
+    let kernels = Kernels::start(sink.ctl.clone())
+        .inspect_err(|err| warn!(%err, "kernel naming thread not started: launches keep their stub addresses only"))
+        .ok();
     let state = RefCell::new(PollState::new(
         host::mono_to_unix_offset(),
         start_ns,
         stacks,
+        kernels,
     ));
     let mut rb = RingBufferBuilder::new();
     rb.add(&skel.maps.events, |data: &[u8]| {
@@ -441,6 +446,12 @@ pub(crate) fn record(
             });
         if let Some(d) = args.stall_attach.filter(|_| !to_release.is_empty()) {
             std::thread::sleep(d);
+        }
+        if let Some(k) = state.borrow_mut().kernels.as_mut() {
+            let pids: BTreeSet<u32> = mapped.iter().map(|m| m.pid).collect();
+            for pid in pids {
+                k.maps.refresh(pid);
+            }
         }
         let attached_before = map_hook.attached.len();
         for m in mapped {
@@ -719,6 +730,7 @@ pub(crate) fn record(
         let _ = sink.ctl.send(Ctl::InSitu(in_situ));
     }
     st.close_processes(sink);
+    let kernel_summary = st.kernels.take().map(Kernels::finish).unwrap_or_default();
     let distinct_stacks = st.stacks.take().map_or(0, |s| {
         let n = s.distinct;
         s.finish();
@@ -770,6 +782,7 @@ pub(crate) fn record(
         },
         stacks: distinct_stacks,
         map_hook,
+        kernels: kernel_summary,
     };
     Ok((summary, st.sent))
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use causeway_store::catalog::op_by_id;
 use causeway_store::{
-    Event, Frame, HistogramBucket, InSituRow, LibraryAttach, ModeSwitch, OpCount, OverheadWindow,
-    ProbeCost, ProcessInfo, SampledWindow, SessionInfo, Writer, WriterOptions,
+    Event, Frame, HistogramBucket, InSituRow, KernelName, LibraryAttach, ModeSwitch, OpCount,
+    OverheadWindow, ProbeCost, ProcessInfo, SampledWindow, SessionInfo, Writer, WriterOptions,
 };
 use crossbeam_channel::{Receiver, Sender, bounded, never, select, unbounded};
 use tracing::{debug, error, warn};
@@ -53,6 +53,8 @@ pub enum Ctl {
     InSitu(Vec<InSituRow>),
     /// When tracing began for processes and libraries.
     Attach(Vec<LibraryAttach>),
+    /// Kernel names.
+    Kernels(Vec<KernelName>),
 }
 
 /// Receives the readers of the live store as soon as it exists (live serving).
@@ -204,6 +206,7 @@ fn run(
                         Ctl::Sampled(rows) => w.record_sampled(&rows),
                         Ctl::InSitu(rows) => w.record_in_situ(&rows),
                         Ctl::Attach(rows) => w.record_library_attach(&rows),
+                        Ctl::Kernels(rows) => w.record_kernels(&rows),
                     };
                     if let Err(e) = res {
                         warn!(error = %e, "writing trace metadata failed");

@@ -89,7 +89,8 @@ impl MapsCache {
         }
     }
 
-    fn refresh(&mut self, pid: u32) {
+    /// Takes a new snapshot (the process mapped a new file).
+    pub fn refresh(&mut self, pid: u32) {
         if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
             self.procs.insert(pid, parse_maps(pid, &text));
         }

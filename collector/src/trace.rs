@@ -290,6 +290,8 @@ pub struct TraceSummary {
     pub stacks: u64,
     /// Libraries attached when they were mapped (the library-load hook).
     pub map_hook: MapHookSummary,
+    /// Kernels named from the launches' host stubs.
+    pub kernels: crate::kernels::KernelSummary,
 }
 
 fn libbpf_log(level: PrintLevel, msg: String) {

@@ -133,7 +133,7 @@ const DIR: &str = "direction: 0 host-to-host, 1 host-to-device, 2 device-to-host
 ops! {
     1 Cuda "cudaMalloc" "" : "GPU memory allocation"; dur CALL; a0 "bytes requested"; a1 "device pointer returned (0 on failure)";
     2 Cuda "cudaFree" "" : "GPU memory free"; dur CALL; a0 "device pointer freed"; a1 UNUSED;
-    3 Cuda "cudaLaunchKernel" "" : "Kernel launch through the runtime API (enqueue, not execution)"; dur CALL; a0 "kernel function pointer (resolve with stack_traces / symbols)"; a1 "grid size (x*y*z blocks), 0 when unread";
+    3 Cuda "cudaLaunchKernel" "" : "Kernel launch through the runtime API (enqueue, not execution)"; dur CALL; a0 "the kernel's host stub, or the cudaKernel_t handle of cudaGetKernel (CUDA 13 stubs): kernel_launches names it"; a1 "grid size (x*y*z blocks), 0 when unread";
     4 Cuda "cudaMemcpy" "" : "Synchronous host/device copy"; dur CALL; a0 "bytes"; a1 DIR;
     5 Cuda "cudaStreamSynchronize" "cudaStreamSync" : "Host waits for all work in one stream"; dur "time the host thread waited (ns)"; a0 "stream handle"; a1 UNUSED;
     6 Cuda "cudaDeviceSynchronize" "cudaDeviceSync" : "Host waits for all work on the device"; dur "time the host thread waited (ns)"; a0 UNUSED; a1 UNUSED;
@@ -145,6 +145,7 @@ ops! {
     12 Cuda "cudaMemcpyPeerAsync" "" : "Asynchronous copy between two GPUs (enqueue)"; dur CALL; a0 "bytes"; a1 "destination device";
     13 Cuda "cudaMemsetAsync" "" : "Asynchronous memset (enqueue)"; dur CALL; a0 "bytes"; a1 "value";
     14 Cuda "cudaEventSynchronize" "" : "Host waits for a CUDA event"; dur "time the host thread waited (ns)"; a0 "event handle"; a1 UNUSED;
+    15 Cuda "cudaGetKernel" "" : "Kernel handle of a host stub (CUDA 13 stubs launch with the handle it returns)"; dur CALL; a0 "the kernel's host stub (entry function)"; a1 "cudaKernel_t handle returned (0 on failure): cudaLaunchKernel's a0 in launches through it";
     30 Graph "cudaGraphLaunch" "" : "Launch of an instantiated CUDA graph"; dur CALL; a0 "graph exec handle"; a1 "stream handle";
     31 Graph "cudaStreamBeginCapture" "" : "Start of stream capture into a graph"; dur CALL; a0 "stream handle"; a1 "capture mode";
     32 Graph "cudaStreamEndCapture" "" : "End of stream capture"; dur CALL; a0 "stream handle"; a1 "graph handle returned";

@@ -24,7 +24,7 @@ pub use atomic::{remove_unfinished, write_atomically};
 pub use error::{Result, StoreError};
 pub use guarded::{QueryControl, query_detached};
 pub use overhead::{
-    InSituRow, LibraryAttach, ModeSwitch, OverheadWindow, ProbeCost, SampledWindow,
+    InSituRow, KernelName, LibraryAttach, ModeSwitch, OverheadWindow, ProbeCost, SampledWindow,
 };
 pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
 pub use row::{FromRow, row};

@@ -188,6 +188,7 @@ fn copy_source(conn: &Connection, tmp: &Path, src: &Path, i: usize) -> Result<So
         (4, "probe_sampling"),
         (5, "probe_in_situ"),
         (7, "library_attach"),
+        (7, "kernels"),
     ]
     .into_iter()
     .filter(|(v, _)| version >= *v)

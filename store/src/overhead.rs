@@ -259,3 +259,44 @@ impl Writer {
         Ok(())
     }
 }
+
+/// The name of the kernel whose host stub one process launched from one address (`kernels`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct KernelName {
+    /// The launching process.
+    pub pid: u32,
+    /// The stub's address (events.arg0 of the launches).
+    pub address: i64,
+    /// One per (module, symbol).
+    pub kernel_id: u32,
+    /// Demangled, without parameters.
+    pub name: String,
+    /// The raw symbol.
+    pub symbol: String,
+    /// File name of the module holding the stub.
+    pub module: String,
+}
+
+impl Writer {
+    /// Records kernel names.
+    pub fn record_kernels(&mut self, rows: &[KernelName]) -> Result<()> {
+        let (conn, path, node) = (self.conn(), self.path(), self.node().to_string());
+        let mut app = conn
+            .appender("kernels")
+            .ctx(path, "opening the kernels appender")?;
+        for r in rows {
+            app.append_row(params![
+                node,
+                r.pid,
+                r.address,
+                r.kernel_id,
+                r.name,
+                r.symbol,
+                r.module
+            ])
+            .ctx(path, "recording a kernel name")?;
+        }
+        app.flush().ctx(path, "flushing kernel names")?;
+        Ok(())
+    }
+}

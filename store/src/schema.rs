@@ -14,7 +14,8 @@ use crate::catalog::{OPS, Source};
 /// 5: `probe_in_situ`, the cost of sampled ops' probes measured on the job (005_in_situ.sql).
 /// 6: `probe_sampling.switching_ns`, the detached time spent attaching or detaching the links
 /// (006_switching.sql).
-/// 7: `library_attach`, when tracing began for each process and library (007_library_attach.sql).
+/// 7: `library_attach`, when tracing began for each process and library, and `kernels` with the
+/// `kernel_launches` view (007_attach_kernels.sql).
 pub const SCHEMA_VERSION: u32 = 7;
 
 /// The oldest version this build reads: the event layout of version 2. Version-1 files are
@@ -32,7 +33,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (4, include_str!("../sql/004_sampled.sql")),
     (5, include_str!("../sql/005_in_situ.sql")),
     (6, include_str!("../sql/006_switching.sql")),
-    (7, include_str!("../sql/007_library_attach.sql")),
+    (7, include_str!("../sql/007_attach_kernels.sql")),
 ];
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
@@ -62,6 +63,8 @@ pub const RELATIONS: &[&str] = &[
     "probe_sampling",
     "probe_in_situ",
     "library_attach",
+    "kernels",
+    "kernel_launches",
     "metric_points",
     "log_records",
 ];
@@ -348,6 +351,24 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "budget_pct",
         "%",
         "the --overhead-budget in force",
+    ),
+    (
+        "kernels",
+        "address",
+        "",
+        "the host stub's address: equals events.arg0 of this process's cudaLaunchKernel calls (join on node, pid, address, or read kernel_launches)",
+    ),
+    (
+        "kernels",
+        "name",
+        "",
+        "the kernel's demangled name without parameters (at::native::vectorized_elementwise_kernel<4, ...>); symbol has the raw one",
+    ),
+    (
+        "kernel_launches",
+        "kernel",
+        "",
+        "the launched kernel's name (kernels.name): cudaLaunchKernel events whose stub was named",
     ),
     (
         "library_attach",

@@ -62,6 +62,10 @@ static __always_inline void cw_read_args(struct pt_regs *ctx, __u16 op, __u32 au
 	case OP_CU_STREAM_SYNC:         /* (CUstream) */
 		st->arg0 = di;
 		break;
+	case OP_CUDA_GET_KERNEL:        /* (cudaKernel_t *kernel, const void *entryFuncAddr) */
+		st->arg0 = si;
+		st->out_ptr = di;
+		break;
 	case OP_CUDA_LAUNCH_KERNEL: {   /* (func, dim3 grid, dim3 block, void **args, size_t shmem, stream) */
 		__u64 gx = si & 0xffffffff, gy = si >> 32, gz = dx & 0xffffffff;
 		st->arg0 = di;

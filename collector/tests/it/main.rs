@@ -6,6 +6,7 @@
 
 mod calls;
 mod discovery;
+mod kernels;
 mod lifecycle;
 mod mapped;
 mod net;

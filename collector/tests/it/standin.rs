@@ -20,6 +20,61 @@ pub struct Standin {
     /// A Python extension module with the runtime linked in and its functions local, as CuPy's
     /// are (extension.c), in a `site-packages` directory.
     pub extension: PathBuf,
+    /// A module of [`KERNELS`] kernel host stubs with C++ mangled names
+    /// (`standin::kernel<I>(float*)`), linked against the stand-in runtime; its entry
+    /// `standinLaunchKernels` launches kernel I [`launches_of`]`(I)` times by its stub, and
+    /// `standinLaunchKernelsByHandle` as CUDA 13's stubs do, through a handle.
+    pub kernels: PathBuf,
+}
+
+/// Distinct kernels in the stand-in kernel module.
+pub const KERNELS: usize = 1000;
+
+/// Launches of kernel `i` made by the kernel module's entry.
+pub fn launches_of(i: usize) -> usize {
+    100 + i % 7
+}
+
+/// C source of the kernel module: host stubs named as nvcc names them (the device kernel's
+/// mangled name), each with its own body so that no two are folded into one.
+fn kernels_source() -> String {
+    let mut c = String::from(
+        "#include <stddef.h>\n\
+         typedef struct dim3 { unsigned int x, y, z; } dim3;\n\
+         int cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **args, size_t shmem, void *stream);\n\
+         int __cudaGetKernel(void **kernel, const void *entry);\n\
+         int __cudaLaunchKernel(void *kernel, dim3 g, dim3 b, void **args, size_t shmem, void *stream);\n",
+    );
+    for i in 0..KERNELS {
+        c.push_str(&format!(
+            "void k{i}(float *p) __asm__(\"_ZN7standin6kernelILi{i}EEEvPf\");\n\
+             void k{i}(float *p) {{ if (p) p[0] = {i}; }}\n"
+        ));
+    }
+    c.push_str("static void (*const kernels[])(float *) = {");
+    for i in 0..KERNELS {
+        c.push_str(&format!("k{i},"));
+    }
+    c.push_str(&format!(
+        "}};\nint standinLaunchKernels(void)\n{{\n\tdim3 g = {{ 1, 1, 1 }}, b = {{ 32, 1, 1 }};\n\
+         \tfor (int i = 0; i < {KERNELS}; i++)\n\
+         \t\tfor (int n = 0; n < 100 + i % 7; n++)\n\
+         \t\t\tcudaLaunchKernel((const void *)kernels[i], g, b, NULL, 0, NULL);\n\
+         \treturn 0;\n}}\n"
+    ));
+    // CUDA 13's stubs: a handle per kernel, got once, then launches with the handle.
+    c.push_str(&format!(
+        "static void *handles[{KERNELS}];\n\
+         int standinLaunchKernelsByHandle(void)\n{{\n\tdim3 g = {{ 1, 1, 1 }}, b = {{ 32, 1, 1 }};\n\
+         \tfor (int i = 0; i < {KERNELS}; i++) {{\n\
+         \t\tif (!handles[i] && __cudaGetKernel(&handles[i], (const void *)kernels[i]))\n\
+         \t\t\treturn 1;\n\
+         \t\tfor (int n = 0; n < 100 + i % 7; n++)\n\
+         \t\t\t__cudaLaunchKernel(handles[i], g, b, NULL, 0, NULL);\n\
+         \t}}\n\
+         \treturn 0;\n}}\n"
+    ));
+    c
 }
 
 fn cc(args: &[&str]) {
@@ -122,6 +177,20 @@ pub fn build(lib_flags: &[&str]) -> Standin {
         &s("cudart.c"),
         "-ldl",
     ]);
+    let kernels_c = dir.join("kernels.c");
+    std::fs::write(&kernels_c, kernels_source()).unwrap();
+    cc(&[
+        "-O1",
+        "-shared",
+        "-fPIC",
+        "-o",
+        &o("libstandin_kernels.so"),
+        kernels_c.to_str().unwrap(),
+        "-L",
+        &o(""),
+        "-lcudart",
+        "-Wl,-rpath,$ORIGIN",
+    ]);
     cc(&[
         "-O1",
         "-o",
@@ -136,6 +205,7 @@ pub fn build(lib_flags: &[&str]) -> Standin {
         loader: dir.join("loader"),
         static_workload: dir.join("workload-static"),
         extension: dir.join(EXTENSION),
+        kernels: dir.join("libstandin_kernels.so"),
         dir,
     }
 }

@@ -74,6 +74,43 @@ cudaError_t cudaFree(void *devPtr)
 	return 0;
 }
 
+/* The handle of a kernel, as CUDA 13's runtime hands out for a host stub: an opaque pointer of its
+ * own (a heap address, not the stub's). */
+typedef struct standin_kernel { const void *entry; } *cudaKernel_t;
+
+/* Shared by both entry points, as in NVIDIA's runtimes (neither calls the other). */
+static cudaError_t get_kernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr)
+{
+	if (!kernelPtr || !entryFuncAddr)
+		return 1;
+	cudaKernel_t k = malloc(sizeof(*k));
+	if (!k)
+		return 2;
+	k->entry = entryFuncAddr;
+	*kernelPtr = k;
+	return 0;
+}
+
+cudaError_t cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr)
+{
+	return get_kernel(kernelPtr, entryFuncAddr);
+}
+
+cudaError_t __cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr)
+{
+	return get_kernel(kernelPtr, entryFuncAddr);
+}
+
+cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+			     cudaStream_t stream);
+
+/* As in NVIDIA's runtimes: a thunk into cudaLaunchKernel, which gets the handle as its function. */
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+			       cudaStream_t stream)
+{
+	return cudaLaunchKernel(kernel, gridDim, blockDim, args, sharedMem, stream);
+}
+
 cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
 			     cudaStream_t stream)
 {

@@ -1,0 +1,124 @@
+//! Kernel names: every launch through cudaLaunchKernel is named after its kernel (the host
+//! stub's symbol in the module that maps it), stored once per (process, address) in `kernels`
+//! and grouped in `kernel_launches`: exact counts per kernel, as the workload was written.
+
+use causeway_collector::kernels::demangle;
+
+use crate::standin::{KERNELS, launches_of};
+use crate::{args, bpf_test, db_path, q, rows, standin, trace};
+
+/// A module of 1,000 kernels, opened with dlopen and launched at once (~103k launches): each
+/// kernel is named `standin::kernel<I>` and launched exactly as often as the module does.
+#[test]
+fn every_launch_is_named_after_its_kernel() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let mut a = args(
+        &db,
+        &[
+            s.loader.to_str().unwrap(),
+            s.kernels.to_str().unwrap(),
+            "0",
+            "standinLaunchKernels",
+        ],
+    );
+    // Every launch stored (the default budget would move them to a cheaper mode, without
+    // events), and a ring that holds them.
+    a.overhead_budget = 100.0;
+    a.ringbuf_size = 64 << 20;
+    let summary = trace(&a);
+    assert_eq!(summary.command_exit, Some(0));
+    let total: usize = (0..KERNELS).map(launches_of).sum();
+    assert_eq!(
+        q(
+            &db,
+            "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'"
+        ),
+        total as i64
+    );
+    let k = &summary.kernels;
+    assert_eq!(
+        (k.launches, k.addresses, k.named, k.kernels),
+        (total as u64, KERNELS as u64, KERNELS as u64, KERNELS as u64),
+        "{k:?}"
+    );
+    eprintln!(
+        "{} launches of {} kernels: poll thread {} us, naming thread {} us",
+        k.launches, k.kernels, k.poll_us, k.naming_us
+    );
+    // Names as the module's author wrote them, each launched as often as the module does.
+    let got = rows(
+        &db,
+        "SELECT regexp_extract(kernel, 'standin::kernel<(\\d+)>', 1)::BIGINT AS i, count(*),
+                count(DISTINCT kernel_id), min((kernel_module = 'libstandin_kernels.so')::INT)
+         FROM kernel_launches GROUP BY i ORDER BY i",
+        4,
+    );
+    let want: Vec<Vec<i64>> = (0..KERNELS)
+        .map(|i| vec![i as i64, launches_of(i) as i64, 1, 1])
+        .collect();
+    assert_eq!(got, want);
+    // The raw symbol is kept for exact matching, and names it.
+    let raw = rows(
+        &db,
+        "SELECT count(*) FROM kernels WHERE symbol = '_ZN7standin6kernelILi7EEEvPf'
+                                       AND name = 'standin::kernel<7>'",
+        1,
+    );
+    assert_eq!(raw, [[1]]);
+    assert_eq!(
+        demangle("_ZN7standin6kernelILi7EEEvPf"),
+        "standin::kernel<7>"
+    );
+}
+
+/// CUDA 13's way: a handle per kernel from `__cudaGetKernel`, then launches through
+/// `__cudaLaunchKernel(handle, ...)` (a thunk into cudaLaunchKernel): every launch counted once
+/// and named after the stub its handle was made for.
+#[test]
+fn launches_through_kernel_handles_are_named_after_their_stubs() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let mut a = args(
+        &db,
+        &[
+            s.loader.to_str().unwrap(),
+            s.kernels.to_str().unwrap(),
+            "0",
+            "standinLaunchKernelsByHandle",
+        ],
+    );
+    a.overhead_budget = 100.0;
+    a.ringbuf_size = 64 << 20;
+    let summary = trace(&a);
+    assert_eq!(summary.command_exit, Some(0));
+    let total: usize = (0..KERNELS).map(launches_of).sum();
+    assert_eq!(
+        q(
+            &db,
+            "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'"
+        ),
+        total as i64
+    );
+    assert_eq!(
+        q(
+            &db,
+            "SELECT count(*) FROM events WHERE op = 'cudaGetKernel' AND arg1 <> 0"
+        ),
+        KERNELS as i64
+    );
+    let got = rows(
+        &db,
+        "SELECT regexp_extract(kernel, 'standin::kernel<(\\d+)>', 1)::BIGINT AS i, count(*)
+         FROM kernel_launches GROUP BY i ORDER BY i",
+        2,
+    );
+    let want: Vec<Vec<i64>> = (0..KERNELS)
+        .map(|i| vec![i as i64, launches_of(i) as i64])
+        .collect();
+    assert_eq!(got, want);
+}

@@ -9,12 +9,13 @@
 //! time and the longest stalls (no GPU call for a while) with their own split.
 //!
 //! A thread cannot start a call while it is off the CPU, so every off-CPU interval lies in at
-//! most one call: the one that started last before it. DuckDB's ASOF join finds that call for
-//! every interval (sort-based, no pairwise join), and the same for socket calls and for the
-//! process's block requests in flight.
+//! most one call: the one that started last before it. The GPU-call pass finds that call for
+//! every interval as it goes through the thread's calls in order ([`pass`]), and the socket
+//! call and the process's block requests in flight for the others.
+
+pub mod pass;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::LazyLock;
 
 use causeway_store::StoreError;
 use causeway_store::catalog::{self, Source};
@@ -23,9 +24,8 @@ use serde::Serialize;
 
 use crate::facts::Ctx;
 use crate::intervals::{Span, overlaps};
-use crate::opsets::{self, is_launch, is_sync, tid_list};
+use crate::opsets::{self, is_launch, is_sync};
 use crate::scan::columns;
-use crate::switches::{MARGIN_NS, SWITCH_OP};
 
 /// A stall is a gap of at least this long between two GPU calls of a feeding thread.
 pub const STALL_MIN_NS: i64 = 100_000_000;
@@ -273,124 +273,6 @@ fn gpu_op(o: &catalog::OpInfo) -> bool {
     opsets::is_gpu_source(o.source.name())
 }
 
-static NET: LazyLock<String> = LazyLock::new(|| opsets::op_filter(|o| o.source == Source::Net));
-
-/// The GPU calls of the threads (from `MARGIN_NS` before the window), with whether each is
-/// nested in an earlier call of its thread (a runtime call's own driver call, recorded by
-/// tools that probe both): nested calls are left out of the budget, their time is their
-/// caller's. As SQL for a CTE; parameters: only, node, from, until, tids.
-static GPU_CALLS_CTE: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "gc AS (
-           SELECT tid, op_id, arg0, arg1, timestamp AS s, timestamp + duration AS e,
-                  coalesce(max(timestamp + duration) OVER (
-                    PARTITION BY tid ORDER BY timestamp, duration DESC
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), -1) >= timestamp + duration
-                    AS nested
-           FROM event_data
-           WHERE (?::BOOLEAN OR node = ?) AND {}
-             AND timestamp BETWEEN ? - {MARGIN_NS} AND ?
-             AND list_contains(string_split(?, ',')::UINTEGER[], tid))",
-        opsets::GPU.as_str()
-    )
-});
-
-/// Calls per (tid, op, direction) with their time and bytes, clipped to the window.
-static CALLS_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH {}
-         SELECT tid::BIGINT, op_id::BIGINT, arg1::BIGINT, count(*)::BIGINT,
-                least(greatest(sum(least(e, ?) - s), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT, least(greatest(sum(arg0), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT
-         FROM gc WHERE NOT nested AND s >= ?
-         GROUP BY ALL",
-        GPU_CALLS_CTE.as_str()
-    )
-});
-
-/// Every off-CPU interval of the threads, clipped to the window, with the GPU call, the
-/// socket call and the process's block I/O it falls in (ASOF joins), summed per (tid, state,
-/// task that ran, GPU op).
-static OFF_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH o AS (
-           SELECT tid, pid, greatest(s, ?) AS s, least(s + d, ?) AS e, ran, st FROM (
-             SELECT tid, pid, CASE WHEN ?::BOOLEAN THEN timestamp - duration ELSE timestamp END AS s,
-                    duration AS d, arg0 AS ran,
-                    CASE WHEN arg1 IN (0, 1) THEN arg1 ELSE 2 END AS st
-             FROM event_data
-             WHERE (?::BOOLEAN OR node = ?) AND op_id = {SWITCH_OP}
-               AND timestamp BETWEEN ? - {MARGIN_NS} AND ? + {MARGIN_NS}
-               AND list_contains(string_split(?, ',')::UINTEGER[], tid))
-           WHERE least(s + d, ?) > greatest(s, ?)),
-         {gc},
-         c AS (SELECT tid, s, e, op_id, arg1 AS dir FROM gc WHERE NOT nested),
-         n AS (
-           SELECT tid, timestamp AS s, timestamp + duration AS e FROM event_data
-           WHERE (?::BOOLEAN OR node = ?) AND {net}
-             AND timestamp BETWEEN ? - {MARGIN_NS} AND ?
-             AND list_contains(string_split(?, ',')::UINTEGER[], tid)),
-         io AS (
-           SELECT pid, timestamp AS s,
-                  max(timestamp + duration) OVER (PARTITION BY pid ORDER BY timestamp
-                                                  ROWS UNBOUNDED PRECEDING) AS reach
-           FROM event_data
-           WHERE (?::BOOLEAN OR node = ?) AND {io}
-             AND timestamp BETWEEN ? - {MARGIN_NS} AND ?)
-         SELECT o.tid::BIGINT, o.st::BIGINT, o.ran::BIGINT,
-                CASE WHEN c.e > o.s THEN c.op_id ELSE -1 END::BIGINT AS op,
-                CASE WHEN c.e > o.s THEN c.dir ELSE -1 END::BIGINT AS dir,
-                least(greatest(sum(o.e - o.s), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT AS off_ns,
-                least(greatest(sum(CASE WHEN c.e > o.s THEN least(c.e, o.e) - o.s ELSE 0 END), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT AS in_gpu,
-                least(greatest(sum(CASE WHEN coalesce(c.e > o.s, false) THEN 0
-                         WHEN n.e > o.s THEN least(n.e, o.e) - o.s ELSE 0 END), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT AS in_net,
-                least(greatest(sum(CASE WHEN coalesce(c.e > o.s, false) OR coalesce(n.e > o.s, false) THEN 0
-                         WHEN io.reach > o.s THEN least(io.reach, o.e) - o.s ELSE 0 END), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT AS in_io
-         FROM o
-         ASOF LEFT JOIN c ON o.tid = c.tid AND c.s <= o.s
-         ASOF LEFT JOIN n ON o.tid = n.tid AND n.s <= o.s
-         ASOF LEFT JOIN io ON o.pid = io.pid AND io.s <= o.s
-         GROUP BY ALL",
-        gc = GPU_CALLS_CTE.as_str(),
-        net = NET.as_str(),
-        io = opsets::IO.as_str(),
-    )
-});
-
-/// Per process: the time from each call that drains the GPU (a synchronisation, a synchronous
-/// copy, a free) to the next call that gives it work (a launch, an asynchronous copy or
-/// memset), within the window.
-static IDLE_SQL: LazyLock<String> = LazyLock::new(|| {
-    let drain = opsets::op_filter(|o| {
-        gpu_op(o)
-            && (is_sync(o.name)
-                || matches!(
-                    o.name,
-                    "cudaMemcpy" | "cudaMemcpy2D" | "cuMemcpy" | "cudaFree" | "cuMemFree"
-                ))
-    });
-    let work = opsets::op_filter(|o| {
-        gpu_op(o) && (is_launch(o.name) || o.name.ends_with("Async") || o.source == Source::Nccl)
-    });
-    format!(
-        "WITH d AS (
-           SELECT pid, timestamp + duration AS e FROM event_data
-           WHERE (?::BOOLEAN OR node = ?) AND timestamp BETWEEN ? AND ? AND {drain}
-             AND list_contains(string_split(?, ',')::UINTEGER[], tid)),
-         w AS (
-           SELECT pid, timestamp AS s FROM event_data
-           WHERE (?::BOOLEAN OR node = ?) AND timestamp BETWEEN ? AND ? AND {work}
-             AND list_contains(string_split(?, ',')::UINTEGER[], tid))
-         SELECT pid::BIGINT, least(greatest(sum(least(ws, ?) - fe), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT
-         FROM (
-           -- several drains before the same work idle the GPU once: from the first of them
-           SELECT d.pid, w.s AS ws, min(d.e) AS fe
-           FROM d ASOF JOIN w ON d.pid = w.pid AND w.s >= d.e
-           WHERE w.s > d.e
-           GROUP BY ALL)
-         GROUP BY ALL"
-    )
-});
-
 /// Calls the kernel counted and events stored, per (pid, op), over windows overlapping ours.
 const COUNTS_SQL: &str =
     "SELECT pid::BIGINT, op_id::BIGINT, least(greatest(sum(calls), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT, least(greatest(sum(stored), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT
@@ -408,7 +290,6 @@ pub fn budgets(ctx: &Ctx<'_>) -> Result<Vec<Budget>, StoreError> {
 }
 
 fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
-    let r = ctx.r;
     let w = ctx.window;
     let feeders: Vec<_> = ctx
         .threads
@@ -418,70 +299,51 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
     if feeders.is_empty() {
         return Ok(Vec::new());
     }
-    let tids = tid_list(feeders.iter().map(|t| t.tid));
-    let only = ctx.only_node;
-    let resume = ctx.resume_convention(node);
-    let (from, until) = (w.from_ns, w.until_ns);
+    let Some(found) = ctx.budget_calls.get(node) else {
+        return Ok(Vec::new());
+    };
 
     // Calls per class.
-    let [tid, op, dir, n, ns, bytes] = columns::<6>(
-        r,
-        CALLS_SQL.as_str(),
-        duckdb::params![only, node, from, until, tids, until, from],
-        "measuring GPU calls per class",
-    )?;
     let (coverage, ratio) = coverage_notes(ctx, node)?;
     let pid_of: HashMap<u32, u32> = feeders.iter().map(|t| (t.tid, t.pid)).collect();
     let mut inside: HashMap<u32, BTreeMap<CallClass, Inside>> = HashMap::new();
-    for i in 0..tid.len() {
-        let class = CallClass::of(op[i] as u16, dir[i]);
+    for c in &found.calls {
+        let class = CallClass::of(c.op, c.dir);
         let row = inside
-            .entry(tid[i] as u32)
+            .entry(c.tid)
             .or_default()
             .entry(class)
             .or_insert_with(|| Inside {
                 class: Some(class),
                 ..Inside::default()
             });
-        row.calls += n[i].max(0) as u64;
+        row.calls += c.calls.max(0) as u64;
         let x = pid_of
-            .get(&(tid[i] as u32))
-            .and_then(|p| ratio.get(&(*p, op[i] as u16)))
+            .get(&c.tid)
+            .and_then(|p| ratio.get(&(*p, c.op)))
             .copied()
             .unwrap_or(1.0);
-        *row.counted_calls.get_or_insert(0) += (n[i].max(0) as f64 * x).round() as u64;
-        row.total_ns = row.total_ns.saturating_add(ns[i].max(0));
+        *row.counted_calls.get_or_insert(0) += (c.calls.max(0) as f64 * x).round() as u64;
+        row.total_ns = row.total_ns.saturating_add(c.ns.max(0));
         if class.is_copy() {
-            *row.bytes.get_or_insert(0) = row.bytes.unwrap_or(0).saturating_add(bytes[i].max(0));
+            *row.bytes.get_or_insert(0) = row.bytes.unwrap_or(0).saturating_add(c.bytes.max(0));
         }
     }
 
     // Off-CPU time, where it fell.
-    let [otid, st, ran, oop, odir, off, in_gpu, in_net, in_io] = columns::<9>(
-        r,
-        OFF_SQL.as_str(),
-        duckdb::params![
-            from, until, resume, only, node, from, until, tids, until, from, // o
-            only, node, from, until, tids, // c
-            only, node, from, until, tids, // n
-            only, node, from, until // io
-        ],
-        "splitting off-CPU time by call",
-    )?;
     let mut outside: HashMap<u32, Outside> = HashMap::new();
     let mut preempted_by: HashMap<u32, HashMap<u32, i64>> = HashMap::new();
-    for i in 0..otid.len() {
-        let t = otid[i] as u32;
-        let state = st[i];
-        if state == 0 && ran[i] >= 0 {
+    for o in &found.off {
+        let t = o.tid;
+        if o.state == 0 && o.ran >= 0 {
             *preempted_by
                 .entry(t)
                 .or_default()
-                .entry(ran[i] as u32)
-                .or_default() += off[i];
+                .entry(o.ran as u32)
+                .or_default() += o.off_ns;
         }
-        if oop[i] >= 0 {
-            let class = CallClass::of(oop[i] as u16, odir[i]);
+        if let Some((op, dir)) = o.call {
+            let class = CallClass::of(op, dir);
             let row = inside
                 .entry(t)
                 .or_default()
@@ -490,39 +352,31 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
                     class: Some(class),
                     ..Inside::default()
                 });
-            let part = in_gpu[i];
-            match state {
+            let part = o.in_gpu_ns;
+            match o.state {
                 0 => row.preempted_ns += part,
                 1 => row.blocked_ns += part,
                 _ => row.unknown_ns += part,
             }
             // What of the interval ran past the call's end is outside it.
-            add_outside(outside.entry(t).or_default(), state, off[i] - part, 0, 0);
+            add_outside(
+                outside.entry(t).or_default(),
+                o.state,
+                o.off_ns - part,
+                0,
+                0,
+            );
         } else {
             add_outside(
                 outside.entry(t).or_default(),
-                state,
-                off[i],
-                in_net[i],
-                in_io[i],
+                o.state,
+                o.off_ns,
+                o.in_net_ns,
+                o.in_io_ns,
             );
         }
     }
-
-    // The process's GPU idle estimate.
-    let [ipid, idle] = columns::<2>(
-        r,
-        IDLE_SQL.as_str(),
-        duckdb::params![
-            only, node, from, until, tids, only, node, from, until, tids, until
-        ],
-        "estimating GPU idle time",
-    )?;
-    let idle: HashMap<u32, i64> = ipid
-        .iter()
-        .zip(&idle)
-        .map(|(&p, &i)| (p as u32, i.max(0)))
-        .collect();
+    let idle = &found.idle;
 
     let threads_of: HashMap<u32, (u32, String)> = ctx
         .threads
@@ -533,8 +387,8 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
 
     let mut out = Vec::new();
     for t in &feeders {
-        let lo = t.first_ns.max(from);
-        let hi = t.last_ns.min(until);
+        let lo = t.first_ns.max(w.from_ns);
+        let hi = t.last_ns.min(w.until_ns);
         let span = (hi - lo).max(0);
         let mut rows: Vec<Inside> = inside
             .remove(&t.tid)

@@ -1,13 +1,15 @@
 //! The facts every detector starts from, computed once per `explain` from two aggregating scans
 //! per node (DuckDB does the heavy lifting): the window, the nodes and how their sched_switch
 //! rows are timestamped, per-thread call and off-CPU totals, exact per-(pid, op) statistics,
-//! launches per GPU, warm-up phases, and the off-CPU intervals of the threads that matter.
+//! launches per GPU, warm-up phases, the off-CPU intervals of the threads that matter, and the
+//! GPU-call pass (slow calls, launch rates, gaps, the time budget's calls).
 
 use std::collections::{BTreeMap, HashMap};
 
 use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 
+use crate::budget::pass::{CallPass, NodeCalls};
 use crate::scan::{self, NodeRef};
 use crate::switches::Switches;
 use crate::timeline::{self, SlowRule, Timeline};
@@ -136,6 +138,8 @@ pub struct Ctx<'a> {
     /// Slow calls, launches per second and gaps between GPU calls, by node (nodes with GPU
     /// calls under the pid filter).
     pub timelines: HashMap<String, Timeline>,
+    /// The time budget's GPU calls and off-CPU attribution, by node (same nodes).
+    pub budget_calls: HashMap<String, NodeCalls>,
     /// Whether the window holds one node only (per-node queries then skip the node filter).
     pub only_node: bool,
     /// By node: stretches where some GPU op's probes were sampled (gaps between stored calls
@@ -196,6 +200,7 @@ impl<'a> Ctx<'a> {
         let mut switches = Switches::default();
         let mut spans = BTreeMap::new();
         let mut timelines = HashMap::new();
+        let mut budget_calls = HashMap::new();
         let rows_in_store = timeline::event_rows(r)?;
         let all_nodes = scan::nodes(r, window)?;
         let only_node = all_nodes.len() == 1;
@@ -221,25 +226,8 @@ impl<'a> Ctx<'a> {
             }
             let quantiles = scan::quantiles(r, &nref, window, pid)?;
             ops.extend(derive::op_facts(&n, &rows, &quantiles, &names_of_ops, pid));
-            if derived.threads.iter().any(|t| t.gpu_calls > 0) {
-                let rule = SlowRule {
-                    pid,
-                    p50: quantiles
-                        .iter()
-                        .map(|&(p, o, p50, _)| ((p, o), p50))
-                        .collect(),
-                    warm_end: derived.warm_ends.clone(),
-                };
-                let t = Timeline::load(r, &nref, window, rows_in_store, &rule)?;
-                timelines.insert(n.clone(), t);
-            }
-            warm_ends.extend(
-                derived
-                    .warm_ends
-                    .into_iter()
-                    .map(|(p, w)| ((n.clone(), p), w)),
-            );
-            // Off-CPU intervals of the threads that call the GPU or issue block I/O.
+            // Off-CPU intervals of the threads that call the GPU or issue block I/O (before
+            // the GPU-call pass, which attributes the feeding threads' to their calls).
             let mut tids: Vec<u32> = derived
                 .threads
                 .iter()
@@ -250,6 +238,34 @@ impl<'a> Ctx<'a> {
             tids.dedup();
             let resume = resume_nodes.contains(&format!("\x1f{n}\x1f"));
             switches.load(r, &nref, window, &tids, resume)?;
+            let mut feeders: Vec<u32> = derived
+                .threads
+                .iter()
+                .filter(|t| t.gpu_calls > 0)
+                .map(|t| t.tid)
+                .collect();
+            if !feeders.is_empty() {
+                feeders.sort_unstable();
+                feeders.dedup();
+                let rule = SlowRule {
+                    pid,
+                    p50: quantiles
+                        .iter()
+                        .map(|&(p, o, p50, _)| ((p, o), p50))
+                        .collect(),
+                    warm_end: derived.warm_ends.clone(),
+                };
+                let mut pass = CallPass::new(r, &nref, window, &feeders, &switches)?;
+                let t = Timeline::load(r, &nref, window, rows_in_store, &rule, &mut pass)?;
+                timelines.insert(n.clone(), t);
+                budget_calls.insert(n.clone(), pass.finish());
+            }
+            warm_ends.extend(
+                derived
+                    .warm_ends
+                    .into_iter()
+                    .map(|(p, w)| ((n.clone(), p), w)),
+            );
             threads.extend(derived.threads);
         }
 
@@ -293,6 +309,7 @@ impl<'a> Ctx<'a> {
             op_names: names_of_ops,
             spans,
             timelines,
+            budget_calls,
             only_node,
             sampled,
         })

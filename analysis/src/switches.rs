@@ -21,6 +21,8 @@ pub const MARGIN_NS: i64 = 60_000_000_000;
 /// What one off-CPU interval records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Off {
+    /// Process of the thread (as the row records it).
+    pub pid: u32,
     /// The task that ran instead (arg0), when known.
     pub ran: i64,
     /// Run state when switched out (arg1): 0 preempted, 1 blocked, other unknown.
@@ -35,7 +37,7 @@ pub struct Switches {
 
 static SWITCHES_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT tid::BIGINT, timestamp, duration, arg0, arg1 FROM event_data
+        "SELECT tid::BIGINT, pid::BIGINT, timestamp, duration, arg0, arg1 FROM event_data
          WHERE (?::BOOLEAN OR node = ?) AND op_id = {} AND timestamp BETWEEN ? - {MARGIN_NS} AND ? + {MARGIN_NS}
            AND list_contains(string_split(?, ',')::UINTEGER[], tid)",
         SWITCH_OP
@@ -63,13 +65,13 @@ impl Switches {
         let mut at = usize::MAX;
         let tids = tid_list(tids.iter().copied());
         let params = duckdb::params![node.only, node.name, w.from_ns, w.until_ns, tids];
-        for_each_batch::<5>(
+        for_each_batch::<6>(
             r,
             SWITCHES_SQL.as_str(),
             params,
             "reading off-CPU intervals",
             |cols| {
-                let [tid, ts, dur, arg0, arg1] = cols;
+                let [tid, pid, ts, dur, arg0, arg1] = cols;
                 for i in 0..tid.len() {
                     let th = tid[i] as u32;
                     if by_tid.get(at).is_none_or(|x| x.0 != th) {
@@ -87,6 +89,7 @@ impl Switches {
                         start,
                         end: start + dur[i],
                         data: Off {
+                            pid: pid[i] as u32,
                             ran: arg0[i],
                             state: arg1[i],
                         },

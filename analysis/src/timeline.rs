@@ -1,7 +1,8 @@
 //! One pass over the GPU calls of a node, in stored order and in bounded chunks of rows: the
-//! slow calls (for per-call attribution), kernel launches per second (for launch rates) and the
-//! gaps of at least 1 ms between consecutive calls of a thread (for the gap waits), so the
-//! largest class of events is read once instead of once per consumer.
+//! slow calls (for per-call attribution), kernel launches per second (for launch rates), the
+//! gaps of at least 1 ms between consecutive calls of a thread (for the gap waits) and the time
+//! budget's calls ([`crate::budget::pass`], which also reads the calls of the margin before the
+//! window), so the largest class of events is read once instead of once per consumer.
 //!
 //! Gaps follow calls in start order per thread (the previous call's end to the next start).
 //! Stores are written in about time order per thread, so a small reorder buffer per thread
@@ -19,10 +20,12 @@ use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 
 use crate::attribution::{SLOW_MIN_NS, SLOW_P50_FACTOR};
+use crate::budget::pass::{CallPass, ThreadCalls};
 use crate::cursor::{Call, Cursor};
 use crate::opsets::{self, is_gpu_source, is_launch, is_sync};
 use crate::scan::NodeRef;
 use crate::scan::{columns, for_each_batch};
+use crate::switches::MARGIN_NS;
 use crate::window::Window;
 
 /// A gap is a wait when it lasts at least this long (also the fallback's bucket width).
@@ -102,10 +105,11 @@ pub struct SlowRule {
 
 static CHUNK_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT pid::BIGINT, tid::BIGINT, op_id::BIGINT, timestamp, duration FROM event_rows
+        "SELECT pid::BIGINT, tid::BIGINT, op_id::BIGINT, timestamp, duration, arg0, arg1
+         FROM event_rows
          WHERE rowid BETWEEN ? AND ?
            AND (?::BOOLEAN OR node_id = (SELECT node_id FROM nodes WHERE node = ?))
-           AND timestamp BETWEEN ? AND ? AND {}",
+           AND timestamp BETWEEN ? - {MARGIN_NS} AND ? AND {}",
         opsets::GPU_PREFILTER.as_str()
     )
 });
@@ -135,13 +139,14 @@ pub fn event_rows(r: &Reader) -> Result<i64, StoreError> {
 }
 
 impl Timeline {
-    /// Runs the pass over the GPU calls of `node` in window `w`.
+    /// Runs the pass over the GPU calls of `node` in window `w`, feeding `calls` too.
     pub fn load(
         r: &Reader,
         node: &NodeRef<'_>,
         w: Window,
         rows: i64,
         rule: &SlowRule,
+        calls: &mut CallPass<'_>,
     ) -> Result<Timeline, StoreError> {
         // Per op id (the SQL filter is a superset of the catalogue's GPU ops).
         let mut kind = vec![0u8; usize::from(u16::MAX) + 1];
@@ -155,6 +160,8 @@ impl Timeline {
         }
         let mut t = Timeline::default();
         let mut cursors: Vec<Cursor> = Vec::new();
+        // The budget's state of each cursor's thread (feeding threads only).
+        let mut states: Vec<Option<ThreadCalls>> = Vec::new();
         let mut index: HashMap<u32, usize> = HashMap::new();
         let mut in_order = true;
         let mut p50 = ((u32::MAX, u16::MAX), 0i64);
@@ -168,10 +175,10 @@ impl Timeline {
             };
             let mut at = usize::MAX;
             let params = duckdb::params![lo, hi, node.only, node.name, w.from_ns, w.until_ns];
-            for_each_batch::<5>(r, CHUNK_SQL.as_str(), params, "reading GPU calls", |cols| {
-                let [pid, tid, op, ts, dur] = cols;
-                let rows = pid.iter().zip(tid).zip(op).zip(ts).zip(dur);
-                for ((((&p, &th), &o), &start), &d) in rows {
+            for_each_batch::<7>(r, CHUNK_SQL.as_str(), params, "reading GPU calls", |cols| {
+                let [pid, tid, op, ts, dur, arg0, arg1] = cols;
+                for i in 0..pid.len() {
+                    let (p, th, o, start, d) = (pid[i], tid[i], op[i], ts[i], dur[i]);
                     let (p, th, o) = (p as u32, th as u32, o as u16);
                     let k = kind[usize::from(o)];
                     if k == 0 {
@@ -179,14 +186,34 @@ impl Timeline {
                     }
                     if cursors.get(at).is_none_or(|c| c.tid != th) {
                         at = *index.entry(th).or_insert_with(|| {
-                            cursors.push(Cursor::new(th));
+                            cursors.push(Cursor::new(th, w.from_ns));
+                            states.push(calls.thread(th));
                             cursors.len() - 1
                         });
                     }
                     let c = &mut cursors[at];
+                    let state = &mut states[at];
                     let end = start + d;
+                    if let Some(b) = state {
+                        calls.read(b, p, o, start);
+                    }
                     if in_order {
-                        in_order = c.push(Call { pid: p, start, end }, &mut t.gaps);
+                        let call = Call {
+                            pid: p,
+                            op: o,
+                            start,
+                            end,
+                            arg0: arg0[i],
+                            arg1: arg1[i],
+                        };
+                        in_order = c.push(call, &mut t.gaps, &mut |x| {
+                            if let Some(b) = state {
+                                calls.take(b, x);
+                            }
+                        });
+                    }
+                    if start < w.from_ns {
+                        continue;
                     }
                     if k & LAUNCH != 0 {
                         c.count_launch(p, start, w.from_ns, &mut t.launches);
@@ -211,8 +238,16 @@ impl Timeline {
             })?;
             lo = hi.saturating_add(1);
         }
-        for c in &mut cursors {
-            c.finish(&mut t.gaps, &mut t.launches);
+        for (c, state) in cursors.iter_mut().zip(states) {
+            let mut state = state.filter(|_| in_order);
+            c.finish(&mut t.gaps, &mut t.launches, &mut |x| {
+                if let Some(b) = &mut state {
+                    calls.take(b, x);
+                }
+            });
+            if let Some(b) = state {
+                calls.finish_thread(b);
+            }
         }
         t.launches.sort_by_key(|l| (l.pid, l.tid, l.sec));
         t.launches.dedup_by(|b, a| {
@@ -224,6 +259,7 @@ impl Timeline {
         });
         if !in_order {
             t.gaps = bucketed_gaps(r, node, w)?;
+            calls.from_sorted_query(r)?;
         }
         t.gaps.sort_by_key(|g| (g.tid, g.start, g.end, g.pid));
         Ok(t)
@@ -348,7 +384,9 @@ mod tests {
             name: &node,
             only: true,
         };
-        Timeline::load(r, &nref, w, event_rows(r).unwrap(), &rule).unwrap()
+        let switches = crate::switches::Switches::default();
+        let mut calls = CallPass::new(r, &nref, w, &[], &switches).unwrap();
+        Timeline::load(r, &nref, w, event_rows(r).unwrap(), &rule, &mut calls).unwrap()
     }
 
     #[test]

@@ -15,6 +15,10 @@ pub const MAX_FRAMES: usize = 32;
 pub const STACK_EVENT_SIZE: usize = 16 + 8 * MAX_FRAMES;
 /// Size in bytes of one `struct cw_lib_event` ring-buffer record.
 pub const LIB_EVENT_SIZE: usize = 32;
+/// Bytes of the name in a `struct cw_name_event`.
+pub const NAME_LEN: usize = 128;
+/// Size in bytes of one `struct cw_name_event` ring-buffer record.
+pub const NAME_EVENT_SIZE: usize = 16 + NAME_LEN;
 /// Size in bytes of one `struct cw_file_key` (the `lib_files_seen` map key).
 pub const FILE_KEY_SIZE: usize = 16;
 /// `library` tag of a `struct cw_lib_event` reporting an exec'd program file (CW_LIB_EXEC).
@@ -204,6 +208,8 @@ pub struct RawLib {
     pub ts_mono_ns: u64,
     /// The file's kernel dev_t (MAJOR << 20 | MINOR) and inode number: the `lib_files_seen` key.
     pub file: (u64, u64),
+    /// The descriptor it was mapped from, where known (still open while the process is held).
+    pub fd: Option<u32>,
 }
 
 impl RawLib {
@@ -251,6 +257,35 @@ pub enum Record {
     Lib(RawLib),
     /// A program file exec'd by a process (all-process mode).
     Exec(RawExec),
+    /// The name a driver function or kernel handle was got by.
+    Name(RawName),
+}
+
+/// One decoded `struct cw_name_event`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawName {
+    /// The process.
+    pub pid: u32,
+    /// The call's op id (cuModuleGetFunction or cuLibraryGetKernel).
+    pub op: u16,
+    /// The CUfunction or CUkernel returned.
+    pub handle: u64,
+    /// The name (lossy UTF-8; empty where it could not be read).
+    pub name: String,
+}
+
+fn decode_name(b: &[u8]) -> Result<Record, DecodeError> {
+    if b.len() < NAME_EVENT_SIZE {
+        return Err(DecodeError::Short(b.len()));
+    }
+    let raw = &b[16..16 + NAME_LEN];
+    let end = raw.iter().position(|&c| c == 0).unwrap_or(NAME_LEN);
+    Ok(Record::Name(RawName {
+        pid: u32_at(b, 4),
+        op: u16_at(b, 2),
+        handle: u64_at(b, 8),
+        name: String::from_utf8_lossy(&raw[..end]).into_owned(),
+    }))
 }
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
@@ -296,6 +331,7 @@ pub fn decode_record(b: &[u8]) -> Result<Record, DecodeError> {
     match b.first() {
         Some(&8) => decode_stack(b).map(Record::Stack),
         Some(&9) => decode_lib(b),
+        Some(&10) => decode_name(b),
         _ => decode_event(b).map(Record::Event),
     }
 }
@@ -322,6 +358,7 @@ fn decode_lib(b: &[u8]) -> Result<Record, DecodeError> {
         },
         ts_mono_ns,
         file,
+        fd: u32::from(u16::from_le_bytes([b[2], b[3]])).checked_sub(1),
     }))
 }
 
@@ -473,6 +510,31 @@ mod tests {
         assert_eq!(offset_of!(types::cw_lib_event, ts), 8);
         assert_eq!(offset_of!(types::cw_lib_event, file), 16);
         assert_eq!(offset_of!(types::cw_file_key, ino), 8);
+        assert_eq!(size_of::<types::cw_name_event>(), NAME_EVENT_SIZE);
+        assert_eq!(offset_of!(types::cw_name_event, op), 2);
+        assert_eq!(offset_of!(types::cw_name_event, pid), 4);
+        assert_eq!(offset_of!(types::cw_name_event, handle), 8);
+        assert_eq!(offset_of!(types::cw_name_event, name), 16);
+    }
+
+    #[test]
+    fn decodes_a_name_record() {
+        let mut b = vec![0u8; NAME_EVENT_SIZE];
+        b[0] = 10;
+        b[2..4].copy_from_slice(&59u16.to_le_bytes());
+        b[4..8].copy_from_slice(&77u32.to_le_bytes());
+        b[8..16].copy_from_slice(&0xabcu64.to_le_bytes());
+        b[16..22].copy_from_slice(b"triton");
+        assert_eq!(
+            decode_record(&b),
+            Ok(Record::Name(RawName {
+                pid: 77,
+                op: 59,
+                handle: 0xabc,
+                name: "triton".into()
+            }))
+        );
+        assert_eq!(decode_record(&b[..40]), Err(DecodeError::Short(40)));
     }
 
     #[test]
@@ -489,8 +551,15 @@ mod tests {
             library: Some(Library::Cudart),
             ts_mono_ns: 5_000,
             file: ((8 << 20) | 1, 1234),
+            fd: None,
         };
         assert_eq!(decode_record(&b), Ok(Record::Lib(want)));
+        b[2] = 4;
+        assert!(matches!(
+            decode_record(&b),
+            Ok(Record::Lib(RawLib { fd: Some(3), .. }))
+        ));
+        b[2] = 0;
         assert_eq!(&want.file_key()[..], &b[16..32]);
         assert_eq!(decode_record(&b[..20]), Err(DecodeError::Short(20)));
         b[1] = 4;

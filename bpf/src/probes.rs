@@ -156,6 +156,10 @@ pub const PROBES: &[ProbeSpec] = &[
     p(D, "cuLaunchKernelEx", 56, "cuLaunchKernelEx", 0),
     p(D, "cuMemFree_v2", 57, "cuMemFree", 0),
     p(D, "cuStreamSynchronize", 58, "cuStreamSynchronize", 0),
+    // Names of JIT-compiled kernels (Triton, CuPy raw kernels): the launches' CUfunction.
+    p(D, "cuModuleGetFunction", 59, "cuModuleGetFunction", 0),
+    p(D, "cuLibraryGetKernel", 60, "cuLibraryGetKernel", 0),
+    p(D, "cuKernelGetFunction", 61, "cuKernelGetFunction", 0),
     p(N, "ncclAllReduce", 200, "ncclAllReduce", 0),
     p(N, "ncclBroadcast", 201, "ncclBroadcast", 0),
     p(N, "ncclReduce", 202, "ncclReduce", 0),

@@ -87,7 +87,7 @@ fn mapped_files(pid: u32) -> Vec<MappedFile> {
 }
 
 /// A path to the file `pid` maps as `path`, valid in the collector's mount namespace.
-fn path_here(pid: u32, path: &str) -> PathBuf {
+pub(crate) fn path_here(pid: u32, path: &str) -> PathBuf {
     let direct = PathBuf::from(path);
     let via_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
     // Same inode through the process's root means the same file in our namespace too.

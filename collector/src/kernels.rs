@@ -5,7 +5,11 @@
 //! (pid, address, kernel) rows to the writer (`kernels` table). The probes only store the address.
 //! CUDA 13's stubs launch with a handle instead (`__cudaLaunchKernel(handle, ...)`, a thunk into
 //! cudaLaunchKernel): `cudaGetKernel` events map each handle to its stub, and the handle's
-//! launches are named after the stub's kernel.
+//! launches are named after the stub's kernel. Kernels loaded through the driver (Triton, CuPy raw
+//! kernels, anything JIT-compiled) have no stub: when `cuModuleGetFunction`/`cuLibraryGetKernel`
+//! return, the BPF side sends the name and the handle (a `cw_name_event`: the caller's string may
+//! be gone by the time user space could read it); `cuKernelGetFunction` maps a kernel to its
+//! function; `cuLaunchKernel`'s handle is then named directly.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -25,12 +29,18 @@ use crate::stacks::MapsCache;
 /// Longest kernel name stored (template arguments can run to kilobytes).
 const MAX_NAME: usize = 1024;
 
-/// One launch address to name, located in its module.
+/// One launch address to name: located in its module, or named by the driver already.
 #[derive(Debug)]
 struct Job {
     pid: u32,
     address: u64,
-    loc: (PathBuf, u64),
+    what: What,
+}
+
+#[derive(Debug)]
+enum What {
+    Stub(PathBuf, u64),
+    Named(String),
 }
 
 /// The poll thread's side: which (process, address) pairs were handed over already, and the
@@ -42,6 +52,8 @@ pub struct Kernels {
     sent: HashSet<(u32, u64)>,
     /// Handle -> host stub, per process (cudaGetKernel).
     handles: HashMap<(u32, u64), u64>,
+    /// Driver handles (CUfunction, CUkernel) -> the name they were got by, per process.
+    names: HashMap<(u32, u64), String>,
     /// Launch addresses in no file mapping and of no known handle yet (a handle whose
     /// cudaGetKernel event is still in another thread's batch).
     unresolved: HashSet<(u32, u64)>,
@@ -86,6 +98,7 @@ impl Kernels {
             maps: MapsCache::default(),
             sent: HashSet::new(),
             handles: HashMap::new(),
+            names: HashMap::new(),
             unresolved: HashSet::new(),
             jobs: Some(tx),
             join: Some(join),
@@ -114,8 +127,48 @@ impl Kernels {
         }
     }
 
+    /// A driver handle (`cuModuleGetFunction`'s CUfunction, `cuLibraryGetKernel`'s CUkernel)
+    /// got by `name`; names that are not printable text are not kept.
+    pub fn named_handle(&mut self, pid: u32, handle: u64, name: String) {
+        if handle == 0 || name.is_empty() || !name.chars().all(|c| c.is_ascii_graphic()) {
+            debug!(pid, handle, "a driver kernel handle without a usable name");
+            return;
+        }
+        self.name_handle(pid, handle, name);
+    }
+
+    /// `cuKernelGetFunction`: `function` is `kernel`'s function.
+    pub fn kernel_function(&mut self, pid: u32, kernel: u64, function: u64) {
+        if let Some(name) = self.names.get(&(pid, kernel)).cloned() {
+            self.name_handle(pid, function, name);
+        }
+    }
+
+    fn name_handle(&mut self, pid: u32, handle: u64, name: String) {
+        if self.unresolved.remove(&(pid, handle))
+            && let Some(tx) = &self.jobs
+        {
+            let _ = tx.send(Job {
+                pid,
+                address: handle,
+                what: What::Named(name.clone()),
+            });
+        }
+        self.names.insert((pid, handle), name);
+    }
+
     fn locate(&mut self, pid: u32, address: u64) {
         if address == 0 || !self.sent.insert((pid, address)) {
+            return;
+        }
+        if let Some(name) = self.names.get(&(pid, address)).cloned() {
+            if let Some(tx) = &self.jobs {
+                let _ = tx.send(Job {
+                    pid,
+                    address,
+                    what: What::Named(name),
+                });
+            }
             return;
         }
         let stub = self
@@ -131,7 +184,7 @@ impl Kernels {
     /// Queues `address` to be named after the function at `stub`; false if `stub` is in no
     /// file mapping of the process.
     fn send(&mut self, pid: u32, address: u64, stub: u64) -> bool {
-        let Some(Some(loc)) = self.maps.locate(pid, &[stub]).pop() else {
+        let Some(Some((path, offset))) = self.maps.locate(pid, &[stub]).pop() else {
             debug!(
                 pid,
                 address, stub, "a launch address outside the process's file mappings"
@@ -139,7 +192,11 @@ impl Kernels {
             return false;
         };
         if let Some(tx) = &self.jobs {
-            let _ = tx.send(Job { pid, address, loc });
+            let _ = tx.send(Job {
+                pid,
+                address,
+                what: What::Stub(path, offset),
+            });
         }
         true
     }
@@ -191,42 +248,61 @@ impl Namer {
         }
     }
 
-    fn name(&mut self, jobs: &[Job]) -> Vec<KernelName> {
-        let mut by_file: HashMap<&PathBuf, Vec<&Job>> = HashMap::new();
-        for j in jobs {
-            by_file.entry(&j.loc.0).or_default().push(j);
+    fn id(&mut self, module: &str, symbol: &str) -> u32 {
+        let next = self.ids.len() as u32 + 1;
+        *self
+            .ids
+            .entry((module.to_string(), symbol.to_string()))
+            .or_insert(next)
+    }
+
+    fn row(&mut self, j: &Job, module: &str, symbol: &str) -> KernelName {
+        let symbol: String = symbol.chars().take(MAX_NAME).collect();
+        KernelName {
+            pid: j.pid,
+            address: j.address as i64,
+            kernel_id: self.id(module, &symbol),
+            name: demangle(&symbol).chars().take(MAX_NAME).collect(),
+            symbol,
+            module: module.to_string(),
         }
+    }
+
+    fn name(&mut self, jobs: &[Job]) -> Vec<KernelName> {
         let mut out = Vec::new();
+        let mut by_file: HashMap<&PathBuf, Vec<(&Job, u64)>> = HashMap::new();
+        for j in jobs {
+            match &j.what {
+                What::Stub(path, offset) => by_file.entry(path).or_default().push((j, *offset)),
+                // Loaded through the driver from memory: no module file.
+                What::Named(name) => out.push(self.row(j, "", name)),
+            }
+        }
         for (path, js) in by_file {
             let src = Source::Elf(Elf {
                 debug_syms: false,
                 ..Elf::new(path.clone())
             });
-            let offs: Vec<u64> = js.iter().map(|j| j.loc.1).collect();
+            let offs: Vec<u64> = js.iter().map(|(_, o)| *o).collect();
             let Ok(syms) = self.sym.symbolize(&src, Input::FileOffset(&offs)) else {
                 debug!(file = %path.display(), "kernel stubs could not be named");
                 continue;
             };
+            let syms: Vec<Option<String>> = syms
+                .into_iter()
+                .map(|s| match s {
+                    Symbolized::Sym(s) => Some(s.name.to_string()),
+                    _ => None,
+                })
+                .collect();
             let module = path
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            for (j, s) in js.iter().zip(syms) {
-                let Symbolized::Sym(s) = s else { continue };
-                let symbol: String = s.name.chars().take(MAX_NAME).collect();
-                let next = self.ids.len() as u32 + 1;
-                let id = *self
-                    .ids
-                    .entry((module.clone(), symbol.clone()))
-                    .or_insert(next);
-                out.push(KernelName {
-                    pid: j.pid,
-                    address: j.address as i64,
-                    kernel_id: id,
-                    name: demangle(&symbol).chars().take(MAX_NAME).collect(),
-                    symbol,
-                    module: module.clone(),
-                });
+            for ((j, _), s) in js.iter().zip(syms) {
+                if let Some(s) = s {
+                    out.push(self.row(j, &module, &s));
+                }
             }
         }
         out
@@ -279,12 +355,12 @@ mod tests {
             Job {
                 pid: me,
                 address: f,
-                loc: loc.clone(),
+                what: What::Stub(loc.0.clone(), loc.1),
             },
             Job {
                 pid: me + 1,
                 address: f + 1,
-                loc: (loc.0, loc.1 + 1),
+                what: What::Stub(loc.0, loc.1 + 1),
             },
         ]);
         assert_eq!(names.len(), 2, "{names:?}");

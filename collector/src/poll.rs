@@ -23,6 +23,11 @@ use crate::stacks::Stacks;
 const OP_CUDA_LAUNCH_KERNEL: u16 = 3;
 /// cudaGetKernel: arg0 a host stub, arg1 the handle CUDA 13 stubs launch with.
 const OP_CUDA_GET_KERNEL: u16 = 15;
+/// Driver launches: arg0 the CUfunction.
+const OP_CU_LAUNCH_KERNEL: u16 = 50;
+const OP_CU_LAUNCH_KERNEL_EX: u16 = 56;
+/// cuKernelGetFunction: arg0 the CUkernel, arg1 its CUfunction.
+const OP_CU_KERNEL_GET_FUNCTION: u16 = 61;
 /// Process lifecycle ops whose events the poll thread also acts on.
 const OP_PROCESS_EXEC: u16 = 104;
 const OP_PROCESS_EXIT: u16 = 105;
@@ -233,6 +238,11 @@ impl PollState {
             Record::Stack(s) if s.pid == self.self_pid => {}
             Record::Lib(l) if l.pid == self.self_pid => {}
             Record::Exec(x) if x.pid == self.self_pid => {}
+            Record::Name(n) => {
+                if let Some(k) = self.kernels.as_mut() {
+                    k.named_handle(n.pid, n.handle, n.name);
+                }
+            }
             Record::Event(e) => self.push(e, sink),
             Record::Lib(l) => self.mapped.push(l),
             Record::Exec(x) => self.programs.push(x),
@@ -316,7 +326,7 @@ impl PollState {
                     k.maps.forget(raw.pid);
                 }
             }
-            OP_CUDA_LAUNCH_KERNEL => {
+            OP_CUDA_LAUNCH_KERNEL | OP_CU_LAUNCH_KERNEL | OP_CU_LAUNCH_KERNEL_EX => {
                 if let Some(k) = self.kernels.as_mut() {
                     k.launched(raw.pid, raw.arg0 as u64);
                 }
@@ -324,6 +334,11 @@ impl PollState {
             OP_CUDA_GET_KERNEL => {
                 if let Some(k) = self.kernels.as_mut() {
                     k.handle(raw.pid, raw.arg1 as u64, raw.arg0 as u64);
+                }
+            }
+            OP_CU_KERNEL_GET_FUNCTION => {
+                if let Some(k) = self.kernels.as_mut() {
+                    k.kernel_function(raw.pid, raw.arg0 as u64, raw.arg1 as u64);
                 }
             }
             _ => {}

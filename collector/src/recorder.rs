@@ -296,6 +296,16 @@ pub(crate) fn record(
     if let Some(f) = on_ready {
         f();
     }
+    if let Mode::Command(cmd) = mode {
+        // Looked at already (attached, or checked for a static runtime): mapping or exec'ing
+        // them holds no process.
+        let exe = crate::discover::find_in_path(&cmd[0]);
+        for path in libs.iter().map(|l| l.path.clone()).chain(exe) {
+            if let Some(key) = kernel_file_key(&path) {
+                mark_seen(&skel, &key);
+            }
+        }
+    }
     let mut child = match mode {
         Mode::Command(cmd) => Some(spawn(cmd, args.json, args.stdio_is_protocol)?),
         _ => None,
@@ -447,12 +457,7 @@ pub(crate) fn record(
         if let Some(d) = args.stall_attach.filter(|_| !to_release.is_empty()) {
             std::thread::sleep(d);
         }
-        if let Some(k) = state.borrow_mut().kernels.as_mut() {
-            let pids: BTreeSet<u32> = mapped.iter().map(|m| m.pid).collect();
-            for pid in pids {
-                k.maps.refresh(pid);
-            }
-        }
+        let mapped_pids: BTreeSet<u32> = mapped.iter().map(|m| m.pid).collect();
         let attached_before = map_hook.attached.len();
         for m in mapped {
             on_mapped(
@@ -493,6 +498,14 @@ pub(crate) fn record(
         if let Some(h) = &holds {
             for (pid, seen) in to_release {
                 h.release(pid, seen);
+            }
+        }
+        // Kernel stubs in the new files are named from a snapshot of the mappings taken now,
+        // after the process was let go (a process that exits at once still has its launches
+        // named).
+        if let Some(k) = state.borrow_mut().kernels.as_mut() {
+            for pid in mapped_pids {
+                k.maps.refresh(pid);
             }
         }
         if map_hook.attached.len() > attached_before {
@@ -843,7 +856,32 @@ fn on_mapped(
         mark_seen(skel, &m.file_key());
         return;
     }
-    for lib in rescan_pid(skel, mode, attached, nccl, want, m.pid, objects_checked) {
+    // A file of another name, with its descriptor still open (the process is held): only that
+    // file needs a look, not every mapping of the process.
+    let one =
+        m.fd.filter(|_| m.library.is_none())
+            .and_then(|fd| std::fs::read_link(format!("/proc/{}/fd/{fd}", m.pid)).ok())
+            .and_then(|p| p.to_str().map(|p| crate::discover::path_here(m.pid, p)));
+    let found = match one {
+        Some(path) => {
+            let fresh = objects_checked.insert(m.file);
+            let lib = LibFile {
+                library: causeway_bpf::probes::Library::Cudart,
+                path,
+            };
+            if fresh
+                && crate::discover::links_cudart_statically(&lib.path)
+                && !attached.contains(&lib)
+                && attached.attach_lib(skel, &lib, nccl, want) > 0
+            {
+                vec![lib]
+            } else {
+                Vec::new()
+            }
+        }
+        None => rescan_pid(skel, mode, attached, nccl, want, m.pid, objects_checked),
+    };
+    for lib in found {
         let latency_us = host::monotonic_ns().saturating_sub(m.ts_mono_ns) / 1_000;
         info!(pid = m.pid, lib = %lib.path.display(), latency_us, "library attached when mapped");
         summary.attached.push(MapAttach {
@@ -855,6 +893,20 @@ fn on_mapped(
     // Seen even when nothing was attached: the file was attached before, is NCCL without
     // --nccl, or its process is gone (then the periodic rescan still finds other mappers).
     mark_seen(skel, &m.file_key());
+}
+
+/// The `lib_files_seen` key of a file: its device as the kernel encodes it (MAJOR << 20 | MINOR)
+/// and its inode. A file seen through an overlay may have another key in the kernel: then it is
+/// reported (and looked at) once more, no harm done.
+fn kernel_file_key(path: &std::path::Path) -> Option<[u8; causeway_bpf::abi::FILE_KEY_SIZE]> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    let dev = m.dev();
+    let (major, minor) = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
+    let mut k = [0u8; causeway_bpf::abi::FILE_KEY_SIZE];
+    k[..8].copy_from_slice(&(major << 20 | minor).to_le_bytes());
+    k[8..].copy_from_slice(&m.ino().to_le_bytes());
+    Some(k)
 }
 
 /// Tells the kernel that user space has looked at a library or program file, so that it is
@@ -984,6 +1036,31 @@ mod tests {
             e[8..12].copy_from_slice(&tid.to_le_bytes());
         }
         v
+    }
+
+    /// The key user space computes for a file is the one the kernel reports: the device in
+    /// /proc/PID/maps (MAJOR:MINOR, hex) is the kernel's.
+    #[test]
+    fn a_file_key_is_the_kernel_s() {
+        let exe = std::fs::canonicalize("/proc/self/exe").unwrap();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let line = maps
+            .lines()
+            .find(|l| l.ends_with(exe.to_str().unwrap()))
+            .unwrap();
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (major, minor) = f[3].split_once(':').unwrap();
+        let dev =
+            u64::from_str_radix(major, 16).unwrap() << 20 | u64::from_str_radix(minor, 16).unwrap();
+        let ino: u64 = f[4].parse().unwrap();
+        let key = kernel_file_key(&exe).unwrap();
+        assert_eq!(
+            (
+                u64::from_le_bytes(key[..8].try_into().unwrap()),
+                u64::from_le_bytes(key[8..].try_into().unwrap())
+            ),
+            (dev, ino)
+        );
     }
 
     /// The end-of-trace read of the events left in the threads' batches, on the real map of a

@@ -17,20 +17,23 @@ CREATE TABLE library_attach (
 );
 
 -- Kernel names. cudaLaunchKernel's first argument (events.arg0) is the host stub of the kernel,
--- whose symbol is the kernel's mangled name; the collector names each (process, address) once
--- from the module that maps it. `kernel_launches` puts the names on the launch events.
+-- whose symbol is the kernel's mangled name (or, CUDA 13, a handle cudaGetKernel made for a
+-- stub); the collector names each (process, address) once from the module that maps the stub.
+-- Driver launches (cuLaunchKernel, cuLaunchKernelEx) pass a CUfunction, named after the name it
+-- was got by (cuModuleGetFunction, cuLibraryGetKernel + cuKernelGetFunction; module ''). The
+-- `kernel_launches` view puts the names on the launch events.
 CREATE TABLE kernels (
     node      VARCHAR NOT NULL,
     pid       UINTEGER NOT NULL,
-    address   BIGINT NOT NULL,    -- = events.arg0 of the process's cudaLaunchKernel calls
+    address   BIGINT NOT NULL,    -- = events.arg0 of the process's launches (stub, handle, CUfunction)
     kernel_id UINTEGER NOT NULL,  -- one per (module, symbol) on the node
     name      VARCHAR NOT NULL,   -- demangled, without parameters
     symbol    VARCHAR NOT NULL,   -- the raw symbol, for exact matching
-    module    VARCHAR NOT NULL    -- file name of the module holding the stub
+    module    VARCHAR NOT NULL    -- file name of the module holding the stub ('' for driver-loaded code)
 );
 
 CREATE VIEW kernel_launches AS
 SELECT e.*, k.kernel_id, k.name AS kernel, k.symbol AS kernel_symbol, k.module AS kernel_module
 FROM events e
 JOIN kernels k ON k.node = e.node AND k.pid = e.pid AND k.address = e.arg0
-WHERE e.op = 'cudaLaunchKernel';
+WHERE e.op IN ('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx');

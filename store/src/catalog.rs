@@ -159,6 +159,9 @@ ops! {
     56 Driver "cuLaunchKernelEx" "" : "Extended kernel launch (clusters, attributes)"; dur CALL; a0 "CUfunction handle"; a1 "grid size (x*y*z blocks)";
     57 Driver "cuMemFree" "" : "GPU memory free (cuMemFree_v2)"; dur CALL; a0 "device pointer freed"; a1 UNUSED;
     58 Driver "cuStreamSynchronize" "" : "Host waits for all work in one stream"; dur "time the host thread waited (ns)"; a0 "stream handle"; a1 UNUSED;
+    59 Driver "cuModuleGetFunction" "" : "Function of a loaded module by name (Triton, CuPy raw kernels, JIT code)"; dur CALL; a0 "address of the name in the process (the collector reads it: kernels)"; a1 "CUfunction returned (0 on failure)";
+    60 Driver "cuLibraryGetKernel" "" : "Kernel of a loaded library by name (CUDA 12+ context-independent loading)"; dur CALL; a0 "address of the name in the process (the collector reads it: kernels)"; a1 "CUkernel returned (0 on failure)";
+    61 Driver "cuKernelGetFunction" "" : "The function of a CUkernel in the current context"; dur CALL; a0 "CUkernel"; a1 "CUfunction returned (0 on failure)";
     100 Host "sched_switch" "" : "A thread of a traced process was switched out and later back in"; dur "off-CPU time: from switch-out to switch-in (the event's timestamp is the switch-out)"; a0 "thread id (kernel task pid) of the task that ran next on that CPU (0 = idle)"; a1 "0 = preempted while runnable, 1 = blocked/sleeping (voluntary), 2 = other state";
     101 Host "sched_wakeup" "" : "A traced thread was woken and queued to run"; dur "run-queue latency: from wakeup to running (ns), 0 when unknown"; a0 "thread id (kernel task pid) of the waker"; a1 "target CPU";
     102 Host "mm_page_alloc" "" : "Kernel page allocations on behalf of a traced process (aggregated)"; dur "0"; a0 "bytes allocated"; a1 "allocation order";

@@ -356,7 +356,7 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "kernels",
         "address",
         "",
-        "the host stub's address: equals events.arg0 of this process's cudaLaunchKernel calls (join on node, pid, address, or read kernel_launches)",
+        "what the process's launches pass as events.arg0 (cudaLaunchKernel's host stub or CUDA 13 handle, cuLaunchKernel's CUfunction): join on node, pid, address, or read kernel_launches",
     ),
     (
         "kernels",
@@ -368,7 +368,7 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "kernel_launches",
         "kernel",
         "",
-        "the launched kernel's name (kernels.name): cudaLaunchKernel events whose stub was named",
+        "the launched kernel's name (kernels.name): launch events (cudaLaunchKernel, cuLaunchKernel, cuLaunchKernelEx) whose kernel was named",
     ),
     (
         "library_attach",

@@ -109,6 +109,15 @@ static __always_inline void cw_read_args(struct pt_regs *ctx, __u16 op, __u32 au
 		st->out_ptr = di;
 		break;
 	/* ---- CUDA driver ---- */
+	case OP_CU_MODULE_GET_FUNCTION: /* (CUfunction *hfunc, CUmodule hmod, const char *name) */
+	case OP_CU_LIBRARY_GET_KERNEL:  /* (CUkernel *pKernel, CUlibrary library, const char *name) */
+		st->arg0 = dx;
+		st->out_ptr = di;
+		break;
+	case OP_CU_KERNEL_GET_FUNCTION: /* (CUfunction *pFunc, CUkernel kernel) */
+		st->arg0 = si;
+		st->out_ptr = di;
+		break;
 	case OP_CU_LAUNCH_KERNEL:       /* (f, gridX, gridY, gridZ, blockX, blockY, blockZ, shmem, stream, params, extra) */
 		st->arg0 = di;
 		st->arg1 = (si & 0xffffffff) * (dx & 0xffffffff) * (cx & 0xffffffff);

@@ -336,6 +336,21 @@ static __always_inline int cw_exit(struct pt_regs *ctx)
 		bpf_probe_read_user(&v, sizeof(v), (void *)s.out_ptr);
 		s.arg1 = v;
 	}
+	if ((s.op == OP_CU_MODULE_GET_FUNCTION || s.op == OP_CU_LIBRARY_GET_KERNEL) && ret == 0 &&
+	    s.arg1) {
+		/* Kernel names of JIT-compiled code (kernels.rs): rare calls, sent at once. */
+		struct cw_name_event *ne = bpf_ringbuf_reserve(&events, sizeof(*ne), 0);
+		if (ne) {
+			ne->kind = CW_KIND_NAME;
+			ne->pad = 0;
+			ne->op = s.op;
+			ne->pid = task->tgid;
+			ne->handle = s.arg1;
+			if (bpf_probe_read_user_str(ne->name, sizeof(ne->name), (void *)s.arg0) < 0)
+				ne->name[0] = 0;
+			bpf_ringbuf_submit(ne, 0);
+		}
+	}
 	__u64 dur = now - s.ts;
 	struct cw_stat *st = cw_stat_at(s.slot);
 	if (st)

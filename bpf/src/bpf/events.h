@@ -16,6 +16,7 @@
 #define CW_KIND_OOM 7   /* OOM kill */
 #define CW_KIND_STACK 8 /* a user-space call stack seen for the first time (struct cw_stack_event) */
 #define CW_KIND_LIB 9   /* a traced process mapped a CUDA library executable (struct cw_lib_event) */
+#define CW_KIND_NAME 10 /* the name a driver function or kernel was got by (struct cw_name_event) */
 
 /* Libraries of a CW_KIND_LIB record (the file-name stems of bpf/src/probes.rs `Library`). */
 #define CW_LIB_CUDART 1 /* libcudart.so* */
@@ -55,6 +56,9 @@
 #define OP_CU_LAUNCH_KERNEL_EX 56
 #define OP_CU_MEM_FREE 57
 #define OP_CU_STREAM_SYNC 58
+#define OP_CU_MODULE_GET_FUNCTION 59
+#define OP_CU_LIBRARY_GET_KERNEL 60
+#define OP_CU_KERNEL_GET_FUNCTION 61
 #define OP_SCHED_SWITCH 100
 #define OP_SCHED_WAKEUP 101
 #define OP_MM_PAGE_ALLOC 102
@@ -121,6 +125,18 @@ struct cw_stack_event {
 	__u64 ips[CW_MAX_FRAMES];
 };
 
+/* The name cuModuleGetFunction / cuLibraryGetKernel got a handle by, read when the call returns
+ * (the caller's string may be gone by the time user space could read it). */
+#define CW_NAME_LEN 128
+struct cw_name_event {
+	__u8 kind;          /* CW_KIND_NAME */
+	__u8 pad;
+	__u16 op;           /* the call's op id */
+	__u32 pid;          /* process (tgid) */
+	__u64 handle;       /* the CUfunction / CUkernel returned */
+	char name[CW_NAME_LEN]; /* NUL-terminated, cut at CW_NAME_LEN - 1 bytes */
+};
+
 /* Identity of a mapped file: the kernel's dev_t of its file system (MAJOR << 20 | MINOR, not
  * the st_dev encoding of stat) and its inode number. */
 struct cw_file_key {
@@ -135,7 +151,7 @@ struct cw_file_key {
 struct cw_lib_event {
 	__u8 kind;          /* CW_KIND_LIB */
 	__u8 library;       /* CW_LIB_* */
-	__u16 pad;
+	__u16 fd1;          /* the descriptor mmap(2) mapped it from, + 1 (0: unknown, an exec, >= 65535) */
 	__u32 pid;          /* process (tgid) that mapped it */
 	__u64 ts;           /* CLOCK_MONOTONIC ns (bpf_ktime_get_ns) when the mapping existed */
 	struct cw_file_key file;

@@ -121,7 +121,7 @@ static __always_inline struct file *cw_fd_file(struct task_struct *t, __u64 fd)
 
 /* Sends one CW_KIND_LIB record for `file` (library tag `lib`) unless user space has seen the
  * file, with a wakeup: the process may call into it within milliseconds. */
-static __always_inline void cw_report_file(__u32 tgid, __u8 lib, struct file *file)
+static __always_inline void cw_report_file(__u32 tgid, __u8 lib, struct file *file, __u16 fd1)
 {
 	struct cw_file_key key = {
 		.dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev),
@@ -134,7 +134,7 @@ static __always_inline void cw_report_file(__u32 tgid, __u8 lib, struct file *fi
 		return; /* ring full: the periodic rescan finds a library (not a static program) */
 	e->kind = CW_KIND_LIB;
 	e->library = lib;
-	e->pad = 0;
+	e->fd1 = fd1;
 	e->pid = tgid;
 	e->ts = bpf_ktime_get_ns();
 	e->file = key;
@@ -171,7 +171,7 @@ static __always_inline void cw_lib_mapped(void)
 	if (!lib && !uprobes_enrol)
 		lib = CW_LIB_OBJECT;
 	if (lib)
-		cw_report_file(tgid, lib, file);
+		cw_report_file(tgid, lib, file, regs->r8 < 65535 ? (__u16)(regs->r8 + 1) : 0);
 }
 
 /* A process exec'd `bprm`'s program: all-process mode, any process that is not traced; with
@@ -185,7 +185,7 @@ static __always_inline void cw_program_execd(__u32 tgid, bool traced, struct lin
 		return;
 	struct file *file = BPF_CORE_READ(bprm, file);
 	if (file)
-		cw_report_file(tgid, CW_LIB_EXEC, file);
+		cw_report_file(tgid, CW_LIB_EXEC, file, 0);
 }
 
 SEC("tp_btf/mmap_lock_released")

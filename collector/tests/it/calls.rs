@@ -223,7 +223,9 @@ fn events_still_batched_when_the_trace_ends_are_stored() {
     let db = db_path(&dir);
     let calls = causeway_bpf::abi::BATCH - 3;
     let mut a = args(&db, &[s.exe(), "spin", &calls.to_string(), "8000"]);
-    a.duration = Some(std::time::Duration::from_millis(1500));
+    // Long enough for a loaded machine to start the command (its libraries are looked at
+    // while it waits), well within its 8 s of spinning.
+    a.duration = Some(std::time::Duration::from_secs(4));
     let summary = trace(&a);
     let pid = command_pid(&db);
     let _ = nix::sys::signal::kill(

@@ -4,7 +4,7 @@
 
 use causeway_collector::kernels::demangle;
 
-use crate::standin::{KERNELS, launches_of};
+use crate::standin::{KERNELS, kernels_module, launches_of};
 use crate::{args, bpf_test, db_path, q, rows, standin, trace};
 
 /// A module of 1,000 kernels, opened with dlopen and launched at once (~103k launches): each
@@ -19,7 +19,7 @@ fn every_launch_is_named_after_its_kernel() {
         &db,
         &[
             s.loader.to_str().unwrap(),
-            s.kernels.to_str().unwrap(),
+            kernels_module().to_str().unwrap(),
             "0",
             "standinLaunchKernels",
         ],
@@ -87,7 +87,7 @@ fn launches_through_kernel_handles_are_named_after_their_stubs() {
         &db,
         &[
             s.loader.to_str().unwrap(),
-            s.kernels.to_str().unwrap(),
+            kernels_module().to_str().unwrap(),
             "0",
             "standinLaunchKernelsByHandle",
         ],
@@ -121,4 +121,39 @@ fn launches_through_kernel_handles_are_named_after_their_stubs() {
         .map(|i| vec![i as i64, launches_of(i) as i64])
         .collect();
     assert_eq!(got, want);
+}
+
+/// Kernels loaded through the driver by name, as Triton does (cuModuleGetFunction, and
+/// cuLibraryGetKernel + cuKernelGetFunction), launched with cuLaunchKernel: each launch named
+/// after the name its function was got by, read from the process's memory.
+#[test]
+fn driver_launches_are_named_after_the_names_their_functions_were_got_by() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let (n, rounds) = (40, 25);
+    let mut a = args(&db, &[s.exe(), "jit", &n.to_string(), &rounds.to_string()]);
+    a.overhead_budget = 100.0;
+    let summary = trace(&a);
+    assert_eq!(summary.command_exit, Some(0));
+    let got = rows(
+        &db,
+        "SELECT regexp_extract(kernel, 'triton_poi_fused_add_(\\d+)', 1)::BIGINT AS i, count(*),
+                min((kernel_module = '')::INT), min((kernel = kernel_symbol)::INT)
+         FROM kernel_launches WHERE op = 'cuLaunchKernel' GROUP BY i ORDER BY i",
+        4,
+    );
+    // The workload's design: function i launched rounds x (1 + i % 3) times.
+    let want: Vec<Vec<i64>> = (0..n)
+        .map(|i| vec![i, rounds * (1 + i % 3), 1, 1])
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(
+        q(
+            &db,
+            "SELECT count(*) FROM events WHERE op IN ('cuModuleGetFunction', 'cuLibraryGetKernel', 'cuKernelGetFunction') AND arg1 <> 0"
+        ),
+        n + n / 2
+    );
 }

@@ -20,11 +20,34 @@ pub struct Standin {
     /// A Python extension module with the runtime linked in and its functions local, as CuPy's
     /// are (extension.c), in a `site-packages` directory.
     pub extension: PathBuf,
-    /// A module of [`KERNELS`] kernel host stubs with C++ mangled names
-    /// (`standin::kernel<I>(float*)`), linked against the stand-in runtime; its entry
-    /// `standinLaunchKernels` launches kernel I [`launches_of`]`(I)` times by its stub, and
-    /// `standinLaunchKernelsByHandle` as CUDA 13's stubs do, through a handle.
-    pub kernels: PathBuf,
+}
+
+/// Builds (once, only for the tests that use it: 1,000 functions take a while to compile) a
+/// module of [`KERNELS`] kernel host stubs with C++ mangled names (`standin::kernel<I>(float*)`)
+/// next to the stand-in runtime, linked against it; its entry `standinLaunchKernels` launches
+/// kernel I [`launches_of`]`(I)` times by its stub, and `standinLaunchKernelsByHandle` as CUDA
+/// 13's stubs do, through a handle.
+pub fn kernels_module() -> &'static Path {
+    static K: OnceLock<PathBuf> = OnceLock::new();
+    K.get_or_init(|| {
+        let dir = &get().dir;
+        let c = dir.join("kernels.c");
+        let so = dir.join("libstandin_kernels.so");
+        std::fs::write(&c, kernels_source()).unwrap();
+        cc(&[
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-o",
+            so.to_str().unwrap(),
+            c.to_str().unwrap(),
+            "-L",
+            dir.to_str().unwrap(),
+            "-lcudart",
+            "-Wl,-rpath,$ORIGIN",
+        ]);
+        so
+    })
 }
 
 /// Distinct kernels in the stand-in kernel module.
@@ -177,20 +200,6 @@ pub fn build(lib_flags: &[&str]) -> Standin {
         &s("cudart.c"),
         "-ldl",
     ]);
-    let kernels_c = dir.join("kernels.c");
-    std::fs::write(&kernels_c, kernels_source()).unwrap();
-    cc(&[
-        "-O1",
-        "-shared",
-        "-fPIC",
-        "-o",
-        &o("libstandin_kernels.so"),
-        kernels_c.to_str().unwrap(),
-        "-L",
-        &o(""),
-        "-lcudart",
-        "-Wl,-rpath,$ORIGIN",
-    ]);
     cc(&[
         "-O1",
         "-o",
@@ -205,7 +214,6 @@ pub fn build(lib_flags: &[&str]) -> Standin {
         loader: dir.join("loader"),
         static_workload: dir.join("workload-static"),
         extension: dir.join(EXTENSION),
-        kernels: dir.join("libstandin_kernels.so"),
         dir,
     }
 }

@@ -14,7 +14,47 @@ typedef struct CUlaunchConfig {
 	unsigned int numAttrs;
 } CUlaunchConfig;
 
+typedef void *CUmodule;
+typedef void *CUlibrary;
+typedef void *CUkernel;
+
 static volatile unsigned long sink;
+
+/* A function or kernel handle, as the driver hands out: an opaque heap pointer. */
+struct standin_function { char name[64]; };
+
+static CUresult new_handle(void **out, const char *name)
+{
+	if (!out || !name)
+		return 1;
+	struct standin_function *f = calloc(1, sizeof(*f));
+	if (!f)
+		return 2;
+	strncpy(f->name, name, sizeof(f->name) - 1);
+	*out = f;
+	return 0;
+}
+
+CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+	(void)hmod;
+	return new_handle(hfunc, name);
+}
+
+CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
+{
+	(void)library;
+	return new_handle(pKernel, name);
+}
+
+CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+	if (!pFunc || !kernel)
+		return 1;
+	/* A handle of its own, as the driver's is: only the collector's mapping names it. */
+	*pFunc = malloc(1);
+	return *pFunc ? 0 : 2;
+}
 static int sync_delay_ms;
 
 void standinCuSetSyncDelayMs(int ms) { sync_delay_ms = ms; }

@@ -68,6 +68,9 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
 		   unsigned shmem, void *stream, void **params, void **extra);
 int cuCtxSynchronize(void);
 void standinCuSetSyncDelayMs(int ms);
+int cuModuleGetFunction(void **hfunc, void *hmod, const char *name);
+int cuLibraryGetKernel(void **kernel, void *library, const char *name);
+int cuKernelGetFunction(void **hfunc, void *kernel);
 
 #include "mix.h"
 
@@ -541,6 +544,33 @@ static int mode_net(int ms, const char *out)
 	return 0;
 }
 
+/* JIT-style kernels (as Triton loads them): N functions got by name through the driver, the even
+ * ones with cuModuleGetFunction, the odd ones with cuLibraryGetKernel + cuKernelGetFunction, then
+ * each launched with cuLaunchKernel ROUNDS x (1 + i % 3) times. */
+static int mode_jit(int n, int rounds)
+{
+	static char names[256][48];
+	void *funcs[256];
+	if (n > 256)
+		return 2;
+	for (int i = 0; i < n; i++) {
+		snprintf(names[i], sizeof(names[i]), "triton_poi_fused_add_%d", i);
+		if (i % 2 == 0) {
+			if (cuModuleGetFunction(&funcs[i], NULL, names[i]))
+				return 1;
+		} else {
+			void *k = NULL;
+			if (cuLibraryGetKernel(&k, NULL, names[i]) || cuKernelGetFunction(&funcs[i], k))
+				return 1;
+		}
+	}
+	for (int r = 0; r < rounds; r++)
+		for (int i = 0; i < n; i++)
+			for (int j = 0; j <= i % 3; j++)
+				cuLaunchKernel(funcs[i], 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+	return 0;
+}
+
 static int mode_late(int ms)
 {
 	usleep((useconds_t)ms * 1000);
@@ -629,6 +659,8 @@ int main(int argc, char **argv)
 		return mode_spin(atoi(argv[2]), atoi(argv[3]));
 	if (!strcmp(m, "net") && argc > 3)
 		return mode_net(atoi(argv[2]), argv[3]);
+	if (!strcmp(m, "jit") && argc > 3)
+		return mode_jit(atoi(argv[2]), atoi(argv[3]));
 	if (!strcmp(m, "late") && argc > 2)
 		return mode_late(atoi(argv[2]));
 	if (!strcmp(m, "collide") && argc > 5)

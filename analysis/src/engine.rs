@@ -119,7 +119,7 @@ pub fn explain_with(
     if let Some(n) = q.top_n {
         chains.truncate(n);
     }
-    let mut notes = Vec::new();
+    let mut notes = crate::coverage::notes(r, &ctx.window, q.pid, q.node.as_deref())?;
     for n in &ctx.nodes {
         if ctx.resume_convention(n) {
             notes.push(format!("{n}: imported trace stamps sched_switch at switch-in; off-CPU intervals were read as [timestamp - duration, timestamp]"));

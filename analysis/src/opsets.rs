@@ -143,7 +143,7 @@ mod tests {
         assert_eq!(named(&["nope"]), "FALSE");
         assert_eq!(
             &*GPU,
-            "(op_id BETWEEN 1 AND 14 OR op_id BETWEEN 30 AND 33 OR op_id BETWEEN 50 AND 58 OR op_id BETWEEN 200 AND 207)"
+            "(op_id BETWEEN 1 AND 15 OR op_id BETWEEN 30 AND 33 OR op_id BETWEEN 50 AND 61 OR op_id BETWEEN 200 AND 207)"
         );
         for s in SYNC_OPS {
             assert!(catalog::op_by_name(s).is_some(), "{s}");

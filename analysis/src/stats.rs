@@ -108,11 +108,20 @@ pub struct TraceStats {
     /// controller only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overhead: Option<Overhead>,
+    /// Processes whose calls before some moment are not in the trace (coverage.rs).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// The kernels whose launches cost the most host time (named launches only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<crate::kernels::KernelStats>,
 }
 
 // The event queries read the physical `event_rows` (ids, no names) rather than the `event_data`
 // view: they need no names, and the view's joins made `stats` over 10M events ~25% dearer. A node
 // filter is resolved to its node_id first: -1 = every node, -2 = a node not in the file.
+/// Kernels listed by `stats`.
+const TOP_KERNELS: usize = 10;
+
 const NODE_ID_SQL: &str = "SELECT coalesce(max(node_id), -2)::BIGINT FROM nodes WHERE node = ?";
 
 const SPAN_SQL: &str = "SELECT count(*)::BIGINT, coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_rows";
@@ -436,7 +445,11 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
         .and_then(|rows| rows.collect())
         .map_err(duck(r, "listing nodes"))?;
 
+    let notes = crate::coverage::notes(r, &window, q.pid, q.node.as_deref())?;
+    let kernels = crate::kernels::top(r, &window, q.pid, q.node.as_deref(), TOP_KERNELS)?;
     Ok(TraceStats {
+        notes,
+        kernels,
         events,
         first_ns: if events > 0 { wfirst } else { 0 },
         last_ns: if events > 0 { wlast } else { 0 },

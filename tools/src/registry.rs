@@ -227,12 +227,12 @@ pub fn tool_specs() -> &'static [ToolSpec] {
             spec::<NoParams, check::CheckReport>(
                 "get_check",
                 "Tracing readiness",
-                "Can this machine trace GPU work? Kernel, BTF, privileges, uprobes, driver, CUDA/NCCL libraries; fixes.",
+                "Can this machine trace GPU work? Kernel, BTF, privileges, driver, CUDA/NCCL libraries; fixes.",
             ),
             spec::<DemoParams, results::DemoOut>(
                 "run_demo",
                 "Run a demo scenario",
-                "Synthetic scenario trace (no GPU): its stats and chains show what each finding looks like.",
+                "Synthetic scenario trace (no GPU) showing what each finding looks like.",
             ),
             spec::<NoParams, report::TestReportResult>(
                 "get_test_report",

@@ -35,12 +35,18 @@ pub struct TraceStatsOut {
     pub off_cpu: OffCpuOut,
     /// Lost events by kind, plus total.
     pub drops: BTreeMap<String, u64>,
-    /// Cost of causeway's probes, recordings only (kept untyped here to fit the tools/list
-    /// budget): {budget_pct, estimated_pct, peak_pct, probe_ns, cpu_ns, full_ns_per_call,
+    // Untyped here to fit the tools/list budget.
+    /// Cost of causeway's probes, recordings only: {budget_pct, estimated_pct, peak_pct, probe_ns, cpu_ns, full_ns_per_call,
     /// in_situ: [{op, pid, slowdown, lost_ns_per_hit, factor, ...}], switches: [{ts_ns, op, from,
     /// to, reason, overhead_pct}], switches_total}; docs/cli.md.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overhead: Option<serde_json::Value>,
+    /// Calls missing from the trace: [text].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notes: Option<serde_json::Value>,
+    /// Launches per kernel: {kernel, module, launches, p50_ns, p99_ns, total_ns}.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<serde_json::Value>,
 }
 
 /// Inclusive window bounds (ns epoch).

@@ -103,8 +103,29 @@ pub fn stats(s: &TraceStats) -> String {
             oh.estimated_pct, oh.budget_pct, oh.peak_pct, oh.switches_total
         );
     }
+    if !s.kernels.is_empty() {
+        let _ = writeln!(
+            o,
+            "top kernels by launch call time (host side): launches p50 p99 total"
+        );
+        for k in &s.kernels {
+            let _ = writeln!(
+                o,
+                "  {} [{}]: {} {} {} {}",
+                causeway_store::sanitize::sanitize(&k.kernel),
+                causeway_store::sanitize::sanitize(&k.module),
+                k.launches,
+                dur(k.p50_ns),
+                dur(k.p99_ns),
+                dur(k.total_ns)
+            );
+        }
+    }
     let drops: Vec<String> = s.drops.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let _ = writeln!(o, "drops: {}", drops.join(" "));
+    for n in &s.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
     o
 }
 

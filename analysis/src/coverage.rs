@@ -23,6 +23,21 @@ GROUP BY a.pid, a.how
 ORDER BY max(a.attached_ns) DESC, a.pid
 ";
 
+/// Whether a store of schema 7 or later (library_attach, kernels) answers `any_sql` (a
+/// `SELECT count(*) > 0 ...`) with true: older and imported stores have nothing to say.
+pub(crate) fn has_rows(
+    r: &Reader,
+    any_sql: &'static str,
+    what: &'static str,
+) -> Result<bool, StoreError> {
+    if r.schema_version() < 7 {
+        return Ok(false);
+    }
+    r.prepare_trusted(any_sql)?
+        .query_row([], |row| row.get(0))
+        .map_err(crate::facts::duck(r, what))
+}
+
 /// Notes shown at most; the rest are counted.
 const SHOWN: usize = 5;
 
@@ -35,14 +50,7 @@ pub fn notes(
     pid: Option<u32>,
     node: Option<&str>,
 ) -> Result<Vec<String>, StoreError> {
-    if r.schema_version() < 7 {
-        return Ok(Vec::new());
-    }
-    let any: bool = r
-        .prepare_trusted(ANY_SQL)?
-        .query_row([], |row| row.get(0))
-        .map_err(crate::facts::duck(r, "reading library_attach"))?;
-    if !any {
+    if !has_rows(r, ANY_SQL, "reading library_attach")? {
         return Ok(Vec::new());
     }
     let pid = pid.map_or(-1, i64::from);

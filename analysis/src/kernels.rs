@@ -46,14 +46,7 @@ pub fn top(
     node: Option<&str>,
     limit: usize,
 ) -> Result<Vec<KernelStats>, StoreError> {
-    if r.schema_version() < 7 {
-        return Ok(Vec::new());
-    }
-    let any: bool = r
-        .prepare_trusted(ANY_SQL)?
-        .query_row([], |row| row.get(0))
-        .map_err(crate::facts::duck(r, "reading kernels"))?;
-    if !any {
+    if !crate::coverage::has_rows(r, ANY_SQL, "reading kernels")? {
         return Ok(Vec::new());
     }
     let pid = pid.map_or(-1, i64::from);

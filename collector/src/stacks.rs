@@ -231,7 +231,8 @@ fn symbolise(sym: &Symbolizer, job: &Job) -> Vec<Frame> {
 }
 
 fn run(rx: Receiver<Job>, ctl: Sender<Ctl>) {
-    let sym = Symbolizer::new();
+    // The raw symbol is stored, for exact matching; readers demangle it for display.
+    let sym = Symbolizer::builder().enable_demangling(false).build();
     for job in rx {
         let frames = symbolise(&sym, &job);
         let _ = ctl.send(Ctl::Stack(job.hash as i64, frames));
@@ -279,7 +280,10 @@ mod tests {
             hash: 1,
             frames: vec![(ip, located[0].clone()), (1, None)],
         };
-        let frames = symbolise(&Symbolizer::new(), &job);
+        let frames = symbolise(
+            &Symbolizer::builder().enable_demangling(false).build(),
+            &job,
+        );
         assert!(
             frames[0]
                 .symbol

@@ -196,7 +196,7 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "stack_frames",
         "symbol",
         "",
-        "resolved symbol (with +offset), empty when unresolved",
+        "resolved symbol as the file names it (mangled for C++, for exact matching; get_stacks shows it demangled), with +offset; empty when unresolved",
     ),
     (
         "stack_frames",

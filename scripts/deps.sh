@@ -66,13 +66,15 @@ fi
 # (cudaErrorInsufficientDriver, ncclInvalidArgument) after entering and leaving the real
 # function. Pinned by version and hash (CuPy has one wheel per Python version, 3.10 to 3.14).
 pyenv=.deps/pyenv
-if ! "$pyenv/bin/python" -c 'import nvidia.cuda_runtime, nvidia.nccl, cupy_backends.cuda.api.runtime' 2>/dev/null; then
+# CUDA 13's runtime (nvidia/cu13/lib/libcudart.so.13) too: its stubs launch through kernel handles.
+if ! "$pyenv/bin/python" -c 'import nvidia.cuda_runtime, nvidia.nccl, nvidia.cu13, cupy_backends.cuda.api.runtime' 2>/dev/null; then
   echo "causeway setup: installing NVIDIA's CUDA runtime, NCCL and CuPy wheels from PyPI into $pyenv (test fixtures)" >&2
   rm -rf "$pyenv"
   python3 -m venv "$pyenv"
   req=$(mktemp)
   cat > "$req" <<'REQ'
 nvidia-cuda-runtime-cu12==12.9.79 --hash=sha256:25bba2dfb01d48a9b59ca474a1ac43c6ebf7011f1b0b8cc44f54eb6ac48a96c3
+nvidia-cuda-runtime==13.5.37 --hash=sha256:df2b79a8852f10d1fef8c848489c49eebb5754051bf870202a862831412b179d
 nvidia-nccl-cu12==2.32.3 --hash=sha256:bb94b2348e4861d5e8aa00b36c3d12d9bdf9c6369b82cbb723de0b582280a21c
 cupy-cuda12x==14.2.0 \
   --hash=sha256:0d3205b1ac1093b6019530ba3b7f7080e2283820f452f0c543a3560d58e0b9bf \

@@ -43,7 +43,10 @@ pub fn pyenv_python() -> PathBuf {
 /// site-packages, where PyTorch's copies live, checked to hold `files`.
 pub fn package_lib(module: &str, files: &[&str]) -> PathBuf {
     let out = Command::new(pyenv_python())
-        .args(["-c", &format!("import {module} as m; print(m.__path__[0])")])
+        .args([
+            "-c",
+            &format!("import {module} as m; print(list(m.__path__)[0])"),
+        ])
         .output()
         .unwrap();
     assert!(
@@ -482,4 +485,119 @@ with open(sys.argv[1], "w") as out:
                 .is_some_and(|n| n.to_string_lossy().starts_with("runtime.cpython"))
     });
     assert_eq!(sizes, [1 << 20, 2 << 20, 3 << 20]);
+}
+
+/// The jump target of a thunk `push rbp; mov rbp, rsp; pop rbp; jmp rel32` at `sym` in `lib`
+/// (what `__cudaLaunchKernel` is in NVIDIA's runtimes), as a virtual address.
+fn thunk_target(bytes: &[u8], elf: &goblin::elf::Elf<'_>, vaddr: u64) -> Option<u64> {
+    let seg = elf.program_headers.iter().find(|p| {
+        p.p_type == goblin::elf::program_header::PT_LOAD
+            && (p.p_vaddr..p.p_vaddr + p.p_filesz).contains(&vaddr)
+    })?;
+    let off = (vaddr - seg.p_vaddr + seg.p_offset) as usize;
+    let code = bytes.get(off..off + 10)?;
+    if code[..6] != [0x55, 0x48, 0x89, 0xe5, 0x5d, 0xe9] {
+        return None;
+    }
+    let rel = i32::from_le_bytes(code[6..10].try_into().unwrap());
+    Some((vaddr as i64 + 10 + i64::from(rel)) as u64)
+}
+
+/// What kernel naming and counting rest on, checked on NVIDIA's own 12.9 and 13.5 runtimes:
+/// CUDA 13's stubs launch through `__cudaLaunchKernel(handle, ...)`, a thunk that jumps to
+/// `cudaLaunchKernel` (so the probe on cudaLaunchKernel counts each launch once, and
+/// `__cudaLaunchKernel` must not be probed too), and both export `__cudaGetKernel` and
+/// `cudaGetKernel`, whose handles name the launches.
+#[test]
+fn the_real_runtimes_launch_through_handles_by_a_thunk_into_cuda_launch_kernel() {
+    let r12 = runtime_dir().join("libcudart.so.12");
+    let r13 = package_lib("nvidia.cu13", &["libcudart.so.13"]).join("libcudart.so.13");
+    for lib in [r12, r13] {
+        let bytes = std::fs::read(&lib).unwrap();
+        let elf = goblin::elf::Elf::parse(&bytes).unwrap();
+        let addr = |name: &str| {
+            elf.dynsyms
+                .iter()
+                .find(|s| elf.dynstrtab.get_at(s.st_name) == Some(name) && s.st_value != 0)
+                .map(|s| s.st_value)
+                .unwrap_or_else(|| panic!("{} does not export {name}", lib.display()))
+        };
+        for (thunk, target) in [
+            ("__cudaLaunchKernel", "cudaLaunchKernel"),
+            ("__cudaLaunchKernel_ptsz", "cudaLaunchKernel_ptsz"),
+        ] {
+            assert_eq!(
+                thunk_target(&bytes, &elf, addr(thunk)),
+                Some(addr(target)),
+                "{}: {thunk} is not a jump to {target}",
+                lib.display()
+            );
+        }
+        for name in ["__cudaGetKernel", "cudaGetKernel"] {
+            addr(name);
+        }
+        // The probe table agrees: launches are counted at cudaLaunchKernel only.
+        let probed: Vec<&str> = causeway_bpf::probes::PROBES
+            .iter()
+            .map(|p| p.symbol)
+            .collect();
+        assert!(!probed.contains(&"__cudaLaunchKernel"));
+        assert!(probed.contains(&"__cudaGetKernel") && probed.contains(&"cudaGetKernel"));
+    }
+}
+
+/// Python calling NVIDIA's CUDA 13 runtime the way CUDA 13 stubs do: a handle from
+/// `__cudaGetKernel`, then 20 launches through `__cudaLaunchKernel`. Without a driver each call
+/// fails after entering the real functions; every launch is counted exactly once (at
+/// cudaLaunchKernel, with the handle as its arg0) and the handle's cudaGetKernel is recorded.
+#[test]
+fn launches_through_the_real_cuda_13_runtime_s_handles_are_counted_once() {
+    let Some(_g) = bpf_test() else { return };
+    let lib = package_lib("nvidia.cu13", &["libcudart.so.13"]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let out = dir.path().join("codes.txt");
+    let script = r#"
+import ctypes, os, sys
+import nvidia.cu13 as m
+rt = ctypes.CDLL(os.path.join(list(m.__path__)[0], "lib", "libcudart.so.13"))
+class dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+stub = ctypes.cast(rt.cudaGetDeviceCount, ctypes.c_void_p)  # any function address will do
+h = ctypes.c_void_p()
+with open(sys.argv[1], "w") as out:
+    out.write("cudaGetKernel %d\n" % rt.__cudaGetKernel(ctypes.byref(h), stub))
+    f = rt.__cudaLaunchKernel
+    f.argtypes = [ctypes.c_void_p, dim3, dim3, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    for _ in range(20):
+        out.write("cudaLaunchKernel %d\n" % f(h or stub, dim3(1, 1, 1), dim3(32, 1, 1), None, 0, None))
+"#;
+    let py = pyenv_python();
+    let summary = trace(&args(
+        &db,
+        &[
+            "sh",
+            "-c",
+            "exec \"$0\" -c \"$1\" \"$2\"",
+            py.to_str().unwrap(),
+            script,
+            out.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(summary.command_exit, Some(0));
+    assert!(
+        summary.libraries.iter().any(|l| l.starts_with(&lib)),
+        "{:?}",
+        summary.libraries
+    );
+    let seen = codes(&out);
+    assert_eq!(seen["cudaLaunchKernel"].len(), 20);
+    assert_eq!(
+        op_totals(&db, "cudaLaunchKernel"),
+        (20, 20),
+        "(events, kernel count)"
+    );
+    assert_eq!(ret_codes(&db, "cudaLaunchKernel"), seen["cudaLaunchKernel"]);
+    assert_eq!(op_totals(&db, "cudaGetKernel"), (1, 1));
+    assert_eq!(ret_codes(&db, "cudaGetKernel"), seen["cudaGetKernel"]);
 }

@@ -16,7 +16,7 @@ use tracing::warn;
 use crate::host;
 use crate::kernels::Kernels;
 use crate::overhead::CpuReading;
-use crate::sink::{BATCH, Ctl, Sink};
+use crate::sink::{BATCH, Ctl, DropKind, Sink};
 use crate::stacks::Stacks;
 
 /// cudaLaunchKernel: its arg0 is the kernel's host stub (or handle), named in kernels.rs.
@@ -540,7 +540,7 @@ impl PollState {
                 );
                 let stack = op == DROP_STACK;
                 let _ = sink.ctl.send(Ctl::Drop {
-                    kind: "ringbuf_full",
+                    kind: DropKind::RingbufFull,
                     op: (!stack).then_some(op as u16),
                     count: delta,
                     detail: if stack {
@@ -555,7 +555,7 @@ impl PollState {
             let reported = self.channel_reported.entry(op).or_default();
             if n > *reported {
                 let _ = sink.ctl.send(Ctl::Drop {
-                    kind: "channel_full",
+                    kind: DropKind::ChannelFull,
                     op: Some(op),
                     count: n - *reported,
                     detail: "writer channel full".into(),

@@ -38,7 +38,7 @@ use crate::live::{Live, LiveView};
 use crate::overhead::{Controller, is_call_op};
 use crate::poll::{PollState, read_stats};
 use crate::sampling::{DEFAULT_DUTY, Sampler};
-use crate::sink::{Ctl, Sink};
+use crate::sink::{Ctl, DropKind, Sink};
 use crate::stacks::Stacks;
 use crate::trace::{
     InSituSummary, MapAttach, MapHookSummary, Mode, OpSummary, OverheadSummary, TraceArgs,
@@ -688,7 +688,7 @@ pub(crate) fn record(
         map_hook.hold = h.finish();
         if map_hook.hold.timeouts > 0 {
             let _ = sink.ctl.send(Ctl::Drop {
-                kind: "hold_timeout",
+                kind: DropKind::HoldTimeout,
                 op: None,
                 count: map_hook.hold.timeouts,
                 detail: format!(

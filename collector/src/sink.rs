@@ -21,6 +21,28 @@ pub const CHANNEL_BATCHES: usize = 256;
 /// Largest batch the poll thread sends.
 pub const BATCH: usize = 4096;
 
+/// Why events or calls were lost: the `drops.kind` the collector stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropKind {
+    /// The BPF ring buffer had no room for a record.
+    RingbufFull,
+    /// The channel from the poll thread to the writer was full.
+    ChannelFull,
+    /// A held process was let go before its libraries' probes were attached.
+    HoldTimeout,
+}
+
+impl DropKind {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropKind::RingbufFull => "ringbuf_full",
+            DropKind::ChannelFull => "channel_full",
+            DropKind::HoldTimeout => "hold_timeout",
+        }
+    }
+}
+
 /// Rare messages that must not be dropped.
 #[derive(Debug)]
 pub enum Ctl {
@@ -28,8 +50,8 @@ pub enum Ctl {
     Process(ProcessInfo),
     /// Count lost events.
     Drop {
-        /// "ringbuf_full", "channel_full", "write_failed" or "sampled".
-        kind: &'static str,
+        /// Why.
+        kind: DropKind,
         /// The op, when known.
         op: Option<u16>,
         /// How many.
@@ -197,7 +219,7 @@ fn run(
                 Ok(msg) => {
                     let res = match msg {
                         Ctl::Process(p) => w.upsert_process(&p),
-                        Ctl::Drop { kind, op, count, detail } => w.record_drop(kind, op, count, &detail),
+                        Ctl::Drop { kind, op, count, detail } => w.record_drop(kind.as_str(), op, count, &detail),
                         Ctl::Counts(counts, hist) => w.record_op_counts(&counts).and_then(|()| w.record_histogram(&hist)),
                         Ctl::Stack(hash, frames) => w.add_stack(hash, &frames),
                         Ctl::Costs(costs) => w.record_probe_costs(&costs),

@@ -148,19 +148,7 @@ impl Holds {
 
     /// Switches holding off, stops the watchdog and releases every process still held.
     pub(crate) fn finish(mut self) -> HoldSummary {
-        let _ = self.ctl.update(&0u32.to_ne_bytes(), &[0u8], MapFlags::ANY);
-        std::thread::sleep(SETTLE);
-        self.stop.store(true, Ordering::Release);
-        if let Some(w) = self.watchdog.take() {
-            let _ = w.join();
-        }
-        for pid in held_pids(&self.held) {
-            if let Some(since) = take(&self.held, pid) {
-                cont(pid);
-                self.counters.released.fetch_add(1, Ordering::Relaxed);
-                self.counters.held_for(since);
-            }
-        }
+        self.end();
         let c = &self.counters;
         HoldSummary {
             active: true,
@@ -170,22 +158,30 @@ impl Holds {
             total_us: c.total_us.load(Ordering::Relaxed),
         }
     }
+
+    /// Switches holding off and lets every held process go, once.
+    fn end(&mut self) {
+        let Some(w) = self.watchdog.take() else {
+            return;
+        };
+        let _ = self.ctl.update(&0u32.to_ne_bytes(), &[0u8], MapFlags::ANY);
+        std::thread::sleep(SETTLE);
+        self.stop.store(true, Ordering::Release);
+        let _ = w.join();
+        for pid in held_pids(&self.held) {
+            if let Some(since) = take(&self.held, pid) {
+                cont(pid);
+                self.counters.released.fetch_add(1, Ordering::Relaxed);
+                self.counters.held_for(since);
+            }
+        }
+    }
 }
 
 impl Drop for Holds {
     /// On an error path nobody calls `finish`: nothing may stay stopped.
     fn drop(&mut self) {
-        if self.watchdog.is_none() {
-            return;
-        }
-        let _ = self.ctl.update(&0u32.to_ne_bytes(), &[0u8], MapFlags::ANY);
-        std::thread::sleep(SETTLE);
-        self.stop.store(true, Ordering::Release);
-        for pid in held_pids(&self.held) {
-            if take(&self.held, pid).is_some() {
-                cont(pid);
-            }
-        }
+        self.end();
     }
 }
 

@@ -220,18 +220,6 @@ impl Kernels {
     }
 }
 
-/// The demangled name without parameters or return type (`at::native::kernel<float>`); the
-/// symbol itself where it is not a C++ one.
-pub fn demangle(symbol: &str) -> String {
-    let options = cpp_demangle::DemangleOptions::default()
-        .no_params()
-        .no_return_type();
-    match cpp_demangle::Symbol::new(symbol).map(|s| s.demangle_with_options(&options)) {
-        Ok(Ok(name)) => name,
-        _ => symbol.to_string(),
-    }
-}
-
 /// Names located addresses: per file, the symbol covering each offset (raw, then demangled).
 /// Kernel ids are given per (module, symbol), so one kernel launched by several processes or
 /// from several addresses keeps one id.
@@ -262,7 +250,10 @@ impl Namer {
             pid: j.pid,
             address: j.address as i64,
             kernel_id: self.id(module, &symbol),
-            name: demangle(&symbol).chars().take(MAX_NAME).collect(),
+            name: causeway_store::symbols::demangle(&symbol)
+                .chars()
+                .take(MAX_NAME)
+                .collect(),
             symbol,
             module: module.to_string(),
         }
@@ -334,6 +325,7 @@ mod tests {
 
     #[test]
     fn kernel_symbols_are_demangled_without_parameters() {
+        use causeway_store::symbols::demangle;
         assert_eq!(
             demangle(
                 "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"

@@ -313,15 +313,10 @@ pub(crate) fn record(
     let root_pid = child.as_ref().map(Child::id).or(args.pid);
     if let Some(c) = &child {
         let at = causeway_store::now_ns();
-        attach_rows.extend(libs.iter().map(|l| LibraryAttach {
-            pid: c.id(),
-            library: l.path.display().to_string(),
-            how: "before_start",
-            process_start_ns: None,
-            mapped_ns: None,
-            attached_ns: at,
-            complete: true,
-        }));
+        attach_rows.extend(
+            libs.iter()
+                .map(|l| Began::BeforeStart.row(c.id(), &l.path, at, None, None)),
+        );
     }
     let _ = sink.ctl.send(Ctl::Attach(std::mem::take(&mut attach_rows)));
     info!(probes = attached.probes(), files = attached.files(), pid = ?root_pid, "tracing");
@@ -509,24 +504,16 @@ pub(crate) fn record(
             }
         }
         if map_hook.attached.len() > attached_before {
-            let now = causeway_store::now_ns();
             let rows = map_hook.attached[attached_before..]
                 .iter()
                 .map(|a| {
                     let how = match &holds {
-                        Some(h) if h.timed_out(a.pid) => "hold_timeout",
-                        Some(_) => "held",
-                        None => "mapped",
+                        Some(h) if h.timed_out(a.pid) => Began::HoldTimeout,
+                        Some(_) => Began::Held,
+                        None => Began::Mapped,
                     };
-                    LibraryAttach {
-                        pid: a.pid,
-                        library: a.library.display().to_string(),
-                        how,
-                        process_start_ns: None,
-                        mapped_ns: Some(now - (a.latency_us * 1_000) as i64),
-                        attached_ns: now,
-                        complete: how == "held",
-                    }
+                    let mapped = a.attached_ns - (a.latency_us * 1_000) as i64;
+                    how.row(a.pid, &a.library, a.attached_ns, Some(mapped), None)
                 })
                 .collect();
             let _ = sink.ctl.send(Ctl::Attach(rows));
@@ -646,15 +633,7 @@ pub(crate) fn record(
                 let now = causeway_store::now_ns();
                 let rows = found
                     .iter()
-                    .map(|(pid, l)| LibraryAttach {
-                        pid: *pid,
-                        library: l.path.display().to_string(),
-                        how: "rescan",
-                        process_start_ns: None,
-                        mapped_ns: None,
-                        attached_ns: now,
-                        complete: false,
-                    })
+                    .map(|(pid, l)| Began::Rescan.row(*pid, &l.path, now, None, None))
                     .collect();
                 let _ = sink.ctl.send(Ctl::Attach(rows));
             }
@@ -888,6 +867,7 @@ fn on_mapped(
             pid: m.pid,
             library: lib.path,
             latency_us,
+            attached_ns: causeway_store::now_ns(),
         });
     }
     // Seen even when nothing was attached: the file was attached before, is NCCL without
@@ -943,6 +923,7 @@ fn on_exec(
         pid,
         library: lib.path,
         latency_us,
+        attached_ns: causeway_store::now_ns(),
     });
     true
 }
@@ -974,20 +955,62 @@ fn rescan_pid(
     new
 }
 
+/// How tracing began for a process and library (`library_attach.how`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Began {
+    /// Attached before the command started.
+    BeforeStart,
+    /// The process was stopped from its mapping until the attach.
+    Held,
+    /// Held, then let go by the watchdog before the attach.
+    HoldTimeout,
+    /// Attached when the mapping was seen, the process not held.
+    Mapped,
+    /// Found by the periodic rescan.
+    Rescan,
+    /// Mapped by a process already running when the trace began.
+    Running,
+}
+
+impl Began {
+    fn name(self) -> &'static str {
+        match self {
+            Began::BeforeStart => "before_start",
+            Began::Held => "held",
+            Began::HoldTimeout => "hold_timeout",
+            Began::Mapped => "mapped",
+            Began::Rescan => "rescan",
+            Began::Running => "running",
+        }
+    }
+
+    fn row(
+        self,
+        pid: u32,
+        library: &std::path::Path,
+        attached_ns: i64,
+        mapped_ns: Option<i64>,
+        process_start_ns: Option<i64>,
+    ) -> LibraryAttach {
+        LibraryAttach {
+            pid,
+            library: library.display().to_string(),
+            how: self.name(),
+            process_start_ns,
+            mapped_ns,
+            attached_ns,
+            // Only then can no call of the process into the library precede its probes.
+            complete: matches!(self, Began::BeforeStart | Began::Held),
+        }
+    }
+}
+
 /// The row of a library already mapped by a process running when the trace began.
 fn running_row(pid: u32, lib: &LibFile, attached_ns: i64) -> LibraryAttach {
     let started = host::cpu_and_start(pid).map(|(_, since_boot)| {
         attached_ns - (host::boottime_ns().saturating_sub(since_boot)) as i64
     });
-    LibraryAttach {
-        pid,
-        library: lib.path.display().to_string(),
-        how: "running",
-        process_start_ns: started,
-        mapped_ns: None,
-        attached_ns,
-        complete: false,
-    }
+    Began::Running.row(pid, &lib.path, attached_ns, None, started)
 }
 
 /// Attaches library copies that appeared in traced processes since the last scan; returns

@@ -241,6 +241,8 @@ pub struct MapAttach {
     pub library: PathBuf,
     /// From the mapping (mmap's return in the kernel) to its probes attached, in µs.
     pub latency_us: u64,
+    /// When the probes were attached (ns since the Unix epoch).
+    pub attached_ns: i64,
 }
 
 /// The library-load hook: libraries attached the moment a traced process mapped them.

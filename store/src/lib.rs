@@ -16,6 +16,7 @@ pub mod received;
 mod row;
 pub mod sanitize;
 pub mod schema;
+pub mod symbols;
 mod writer;
 
 use std::path::Path;

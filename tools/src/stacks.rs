@@ -137,7 +137,10 @@ pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, Too
         let all: Vec<FrameOut> = frames_stmt
             .query_map(params![hash], |r| {
                 Ok(FrameOut {
-                    symbol: sanitize_with(&demangle(&r.get::<_, String>(0)?), 160),
+                    symbol: sanitize_with(
+                        &causeway_store::symbols::demangle(&r.get::<_, String>(0)?),
+                        160,
+                    ),
                     module: sanitize_with(&r.get::<_, String>(1)?, 80),
                 })
             })
@@ -167,40 +170,4 @@ pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, Too
 /// `get_stacks`.
 pub fn get_stacks(ctx: &Context, p: &StacksParams) -> Result<StacksResult, ToolError> {
     ctx.with_reader(p.trace.as_deref(), |r| stacks_for(r, p))
-}
-
-/// A C++ (Itanium ABI) symbol as people read it, without parameters or return type
-/// (`at::native::masked_fill_kernel`), keeping a `+0x..` offset; anything else unchanged.
-pub fn demangle(symbol: &str) -> String {
-    let (base, offset) = match symbol.rfind("+0x") {
-        Some(i) => symbol.split_at(i),
-        None => (symbol, ""),
-    };
-    let base = base.strip_suffix(".isra.0").unwrap_or(base);
-    if !base.starts_with("_Z") {
-        return symbol.to_string();
-    }
-    let options = cpp_demangle::DemangleOptions::default()
-        .no_params()
-        .no_return_type();
-    match cpp_demangle::Symbol::new(base).map(|s| s.demangle_with_options(&options)) {
-        Ok(Ok(name)) => format!("{name}{offset}"),
-        _ => symbol.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod demangle_tests {
-    use super::demangle;
-
-    #[test]
-    fn cpp_symbols_are_demangled_and_others_kept() {
-        assert_eq!(
-            demangle("_ZN2at6native17masked_fill__cudaERNS_6TensorERKS1_RKN3c106ScalarE+0x6ea"),
-            "at::native::masked_fill__cuda+0x6ea"
-        );
-        assert_eq!(demangle("cudaLaunchKernel+0x10"), "cudaLaunchKernel+0x10");
-        assert_eq!(demangle("0x7f00"), "0x7f00");
-        assert_eq!(demangle("_Znot a symbol"), "_Znot a symbol");
-    }
 }

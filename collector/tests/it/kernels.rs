@@ -2,30 +2,28 @@
 //! stub's symbol in the module that maps it), stored once per (process, address) in `kernels`
 //! and grouped in `kernel_launches`: exact counts per kernel, as the workload was written.
 
-use causeway_collector::kernels::demangle;
+use std::path::{Path, PathBuf};
+
+use causeway_collector::TraceSummary;
+use causeway_store::symbols::demangle;
 
 use crate::standin::{KERNELS, kernels_module, launches_of};
 use crate::{args, bpf_test, db_path, q, rows, standin, trace};
 
-/// A module of 1,000 kernels, opened with dlopen and launched at once (~103k launches): each
-/// kernel is named `standin::kernel<I>` and launched exactly as often as the module does.
-#[test]
-fn every_launch_is_named_after_its_kernel() {
-    let Some(_g) = bpf_test() else { return };
-    let s = standin::get();
-    let dir = tempfile::tempdir().unwrap();
-    let db = db_path(&dir);
+/// Traces the loader opening the kernel module and calling `entry` at once, with every launch
+/// stored (the default budget would move them to a cheaper mode, without events) in a ring
+/// that holds them; checks that every launch the module makes was recorded.
+fn trace_kernel_module(dir: &Path, entry: &str) -> (PathBuf, TraceSummary) {
+    let db = dir.join("t.duckdb");
     let mut a = args(
         &db,
         &[
-            s.loader.to_str().unwrap(),
+            standin::get().loader.to_str().unwrap(),
             kernels_module().to_str().unwrap(),
             "0",
-            "standinLaunchKernels",
+            entry,
         ],
     );
-    // Every launch stored (the default budget would move them to a cheaper mode, without
-    // events), and a ring that holds them.
     a.overhead_budget = 100.0;
     a.ringbuf_size = 64 << 20;
     let summary = trace(&a);
@@ -38,6 +36,17 @@ fn every_launch_is_named_after_its_kernel() {
         ),
         total as i64
     );
+    (db, summary)
+}
+
+/// A module of 1,000 kernels, opened with dlopen and launched at once (~103k launches): each
+/// kernel is named `standin::kernel<I>` and launched exactly as often as the module does.
+#[test]
+fn every_launch_is_named_after_its_kernel() {
+    let Some(_g) = bpf_test() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (db, summary) = trace_kernel_module(dir.path(), "standinLaunchKernels");
+    let total: usize = (0..KERNELS).map(launches_of).sum();
     let k = &summary.kernels;
     assert_eq!(
         (k.launches, k.addresses, k.named, k.kernels),
@@ -80,30 +89,8 @@ fn every_launch_is_named_after_its_kernel() {
 #[test]
 fn launches_through_kernel_handles_are_named_after_their_stubs() {
     let Some(_g) = bpf_test() else { return };
-    let s = standin::get();
     let dir = tempfile::tempdir().unwrap();
-    let db = db_path(&dir);
-    let mut a = args(
-        &db,
-        &[
-            s.loader.to_str().unwrap(),
-            kernels_module().to_str().unwrap(),
-            "0",
-            "standinLaunchKernelsByHandle",
-        ],
-    );
-    a.overhead_budget = 100.0;
-    a.ringbuf_size = 64 << 20;
-    let summary = trace(&a);
-    assert_eq!(summary.command_exit, Some(0));
-    let total: usize = (0..KERNELS).map(launches_of).sum();
-    assert_eq!(
-        q(
-            &db,
-            "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'"
-        ),
-        total as i64
-    );
+    let (db, _) = trace_kernel_module(dir.path(), "standinLaunchKernelsByHandle");
     assert_eq!(
         q(
             &db,

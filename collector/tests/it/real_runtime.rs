@@ -332,17 +332,11 @@ fn the_real_nccl_is_probed_with_bytes_and_peers() {
 }
 
 /// Traces `script`, run by the environment's Python through a shell that execs it (so the
-/// environment is not known at the start), with the codes file as its argument. Checks that a
-/// file passing `runtime` was attached when mapped, and that its 3 cudaMalloc and 50
-/// cudaDeviceSynchronize calls were all counted and stored with the codes the script saw (each
-/// cudaErrorInsufficientDriver). Returns the sizes of the stored cudaMalloc calls, in order.
-fn python_calls_recorded(script: &str, runtime: impl Fn(&Path) -> bool) -> Vec<i64> {
-    let dir = tempfile::tempdir().unwrap();
-    let db = db_path(&dir);
-    let out = dir.path().join("codes.txt");
+/// environment is not known at the start), with `out` as its argument.
+fn trace_python(db: &Path, script: &str, out: &Path) -> causeway_collector::TraceSummary {
     let py = pyenv_python();
-    let summary = trace(&args(
-        &db,
+    trace(&args(
+        db,
         &[
             "sh",
             "-c",
@@ -351,7 +345,19 @@ fn python_calls_recorded(script: &str, runtime: impl Fn(&Path) -> bool) -> Vec<i
             script,
             out.to_str().unwrap(),
         ],
-    ));
+    ))
+}
+
+/// Traces `script`, run by the environment's Python through a shell that execs it (so the
+/// environment is not known at the start), with the codes file as its argument. Checks that a
+/// file passing `runtime` was attached when mapped, and that its 3 cudaMalloc and 50
+/// cudaDeviceSynchronize calls were all counted and stored with the codes the script saw (each
+/// cudaErrorInsufficientDriver). Returns the sizes of the stored cudaMalloc calls, in order.
+fn python_calls_recorded(script: &str, runtime: impl Fn(&Path) -> bool) -> Vec<i64> {
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let out = dir.path().join("codes.txt");
+    let summary = trace_python(&db, script, &out);
     assert_eq!(summary.command_exit, Some(0));
     let attached = summary
         .map_hook
@@ -572,18 +578,7 @@ with open(sys.argv[1], "w") as out:
     for _ in range(20):
         out.write("cudaLaunchKernel %d\n" % f(h or stub, dim3(1, 1, 1), dim3(32, 1, 1), None, 0, None))
 "#;
-    let py = pyenv_python();
-    let summary = trace(&args(
-        &db,
-        &[
-            "sh",
-            "-c",
-            "exec \"$0\" -c \"$1\" \"$2\"",
-            py.to_str().unwrap(),
-            script,
-            out.to_str().unwrap(),
-        ],
-    ));
+    let summary = trace_python(&db, script, &out);
     assert_eq!(summary.command_exit, Some(0));
     assert!(
         summary.libraries.iter().any(|l| l.starts_with(&lib)),

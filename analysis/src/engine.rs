@@ -120,6 +120,7 @@ pub fn explain_with(
         chains.truncate(n);
     }
     let mut notes = crate::coverage::notes(r, &ctx.window, q.pid, q.node.as_deref())?;
+    notes.extend(detectors::feeding_stall::startup_notes(&ctx, &budgets));
     for n in &ctx.nodes {
         if ctx.resume_convention(n) {
             notes.push(format!("{n}: imported trace stamps sched_switch at switch-in; off-CPU intervals were read as [timestamp - duration, timestamp]"));

@@ -258,7 +258,8 @@ impl<'a> Ctx<'a> {
                 let mut pass = CallPass::new(r, &nref, window, &feeders, &switches)?;
                 let t = Timeline::load(r, &nref, window, rows_in_store, &rule, &mut pass)?;
                 timelines.insert(n.clone(), t);
-                budget_calls.insert(n.clone(), pass.finish());
+                let sampled = crate::overhead::sampled_spans(r, window.until_ns, &n)?;
+                budget_calls.insert(n.clone(), pass.finish(&sampled));
             }
             warm_ends.extend(
                 derived

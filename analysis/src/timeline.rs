@@ -88,6 +88,13 @@ pub struct Timeline {
     pub gaps: Vec<Gap>,
     /// Seconds with at least one launch, by (pid, tid, sec).
     pub launches: Vec<LaunchSecond>,
+    /// Each launching thread's first kernel launch (ns), from shortly before the window on.
+    pub first_launch: HashMap<u32, i64>,
+    /// Each launching thread's start of steady launching (ns): its first launch in the first
+    /// second whose stored launches reach a tenth of its busiest second's (sampling lowers the
+    /// later seconds' counts, never the busiest, which full mode at the start records). Before it: start-up (imports, model and dataset construction, the odd
+    /// initialisation kernel).
+    pub steady_from: HashMap<u32, i64>,
     /// Slow calls (>= [`SLOW_MIN_NS`] and >= [`SLOW_P50_FACTOR`] x their (pid, op) p50).
     pub slow: Vec<SlowCall>,
 }
@@ -212,6 +219,10 @@ impl Timeline {
                             }
                         });
                     }
+                    if k & LAUNCH != 0 {
+                        let f = t.first_launch.entry(th).or_insert(start);
+                        *f = (*f).min(start);
+                    }
                     if start < w.from_ns {
                         continue;
                     }
@@ -257,6 +268,19 @@ impl Timeline {
             }
             same
         });
+        let mut per_tid: HashMap<u32, Vec<(i64, i64)>> = HashMap::new();
+        for l in &t.launches {
+            per_tid.entry(l.tid).or_default().push((l.sec, l.launches));
+        }
+        for (tid, mut secs) in per_tid {
+            secs.sort_unstable();
+            let most = secs.iter().map(|s| s.1).max().unwrap_or(0);
+            if let Some(&(sec, _)) = secs.iter().find(|s| s.1.saturating_mul(10) >= most) {
+                let from = w.from_ns.saturating_add(sec.saturating_mul(1_000_000_000));
+                let first = t.first_launch.get(&tid).copied().unwrap_or(from);
+                t.steady_from.insert(tid, first.max(from));
+            }
+        }
         if !in_order {
             t.gaps = bucketed_gaps(r, node, w)?;
             calls.from_sorted_query(r)?;

@@ -34,15 +34,8 @@ WORKLOADS=${WORKLOADS:-"mlp gpt"}
 mkdir -p "$OUT"
 work=$(mktemp -d /tmp/causeway-gpu.XXXXXX)
 
-if [ -n "${CAUSEWAY_GPU_BUNDLE:-}" ]; then
-    mkdir -p "$work/lib"
-    gunzip -c "$CAUSEWAY_GPU_BUNDLE/causeway.gz" >"$work/causeway" && chmod +x "$work/causeway"
-    for f in "$CAUSEWAY_GPU_BUNDLE"/lib/*.gz; do
-        gunzip -c "$f" >"$work/lib/$(basename "$f" .gz)"
-    done
-    export LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    CAUSEWAY="$work/causeway"
-fi
+# shellcheck source=scripts/gpu/unbundle.sh
+source "$here/unbundle.sh"
 CW=${CAUSEWAY:?set CAUSEWAY to the causeway binary or CAUSEWAY_GPU_BUNDLE to a bundle}
 export NO_COLOR=1 CAUSEWAY_LOG=info
 

@@ -3,7 +3,8 @@
 //! totals of the others per (op, direction), and every off-CPU interval attributed to the call
 //! it falls in, else to the thread's socket call or its process's block I/O in flight; per
 //! process, the GPU idle estimate (from a call that drains the GPU to the next that gives it
-//! work).
+//! work, counted from the process's first kernel launch on: before it, the GPU is not in use yet
+//! and start-up's copies and syncs are not a loop starving it).
 //!
 //! The pass releases each thread's calls in start order, so nesting is a running maximum of
 //! call ends (calls with equal starts: the longest first, as if sorted by duration descending)
@@ -134,6 +135,7 @@ struct Io {
 struct Idle {
     ends: Vec<i64>,
     first_work: Vec<i64>,
+    first_launch: i64,
 }
 
 /// What every thread's state reads.
@@ -155,6 +157,8 @@ pub struct CallPass<'a> {
     idle_of: HashMap<u32, usize>,
     /// Per op id: whether it gives the GPU work.
     work: Vec<bool>,
+    /// Per op id: whether it launches a kernel.
+    launch: Vec<bool>,
     done: HashSet<u32>,
     out: NodeCalls,
 }
@@ -192,9 +196,11 @@ impl<'a> CallPass<'a> {
     ) -> Result<CallPass<'a>, StoreError> {
         let feeders: HashSet<u32> = feeders.iter().copied().collect();
         let mut work = vec![false; usize::from(u16::MAX) + 1];
+        let mut launch = vec![false; usize::from(u16::MAX) + 1];
         let mut kind = vec![0u8; usize::from(u16::MAX) + 1];
         for o in catalog::OPS.iter() {
             work[usize::from(o.id)] = is_work(o);
+            launch[usize::from(o.id)] = is_gpu_source(o.source.name()) && is_launch(o.name);
             kind[usize::from(o.id)] = if o.source == Source::Net {
                 1
             } else if o.source == Source::Io {
@@ -261,6 +267,7 @@ impl<'a> CallPass<'a> {
             idle.push(Idle {
                 first_work: vec![i64::MAX; ends.len() + 1],
                 ends,
+                first_launch: i64::MAX,
             });
         }
         Ok(CallPass {
@@ -272,6 +279,7 @@ impl<'a> CallPass<'a> {
             idle,
             idle_of,
             work,
+            launch,
             done: HashSet::new(),
             out: NodeCalls::default(),
         })
@@ -313,6 +321,9 @@ impl<'a> CallPass<'a> {
             return;
         };
         let d = &mut self.idle[i];
+        if self.launch[usize::from(op)] {
+            d.first_launch = d.first_launch.min(start);
+        }
         // Calls of a thread come in about time order: the last slot usually fits.
         let fits =
             (hint == 0 || d.ends[hint - 1] <= start) && d.ends.get(hint).is_none_or(|&e| e > start);
@@ -407,7 +418,10 @@ impl<'a> CallPass<'a> {
 
     /// The node's results; feeding threads without a call read get their off-CPU intervals
     /// attributed outside calls.
-    pub fn finish(mut self) -> NodeCalls {
+    /// Ends the pass. `sampled`: the node's stretches where GPU probes were sampled; a drain
+    /// whose next work falls there is not measured (that work may not be stored), and the
+    /// idle of the measured drains stands for theirs.
+    pub fn finish(mut self, sampled: &[(i64, i64)]) -> NodeCalls {
         let mut rest: Vec<u32> = self.feeders.difference(&self.done).copied().collect();
         rest.sort_unstable();
         for tid in rest {
@@ -423,19 +437,25 @@ impl<'a> CallPass<'a> {
                 d.first_work[j] = d.first_work[j].min(d.first_work[j + 1]);
             }
             let mut sum: i128 = 0;
-            let mut any = false;
+            let (mut measured, mut unmeasured) = (0i128, 0i128);
             let mut last_ws = None;
             for (k, &e) in d.ends.iter().enumerate() {
                 let ws = d.first_work[k + 1];
                 // Several drains before the same work idle the GPU once: from the first.
-                if ws != i64::MAX && ws > e && last_ws != Some(ws) {
-                    sum += i128::from(ws.min(until)) - i128::from(e);
-                    any = true;
+                if ws != i64::MAX && ws > e && e >= d.first_launch && last_ws != Some(ws) {
                     last_ws = Some(ws);
+                    if crate::overhead::in_sampled(sampled, e, ws) {
+                        unmeasured += 1;
+                        continue;
+                    }
+                    sum += i128::from(ws.min(until)) - i128::from(e);
+                    measured += 1;
                 }
             }
-            if any {
-                self.out.idle.insert(pid, sat(sum));
+            if measured > 0 {
+                self.out
+                    .idle
+                    .insert(pid, sat(sum * (measured + unmeasured) / measured));
             }
         }
         self.out

@@ -4,14 +4,14 @@
 //! call, so the feeding thread waits where it should launch.
 //!
 //! Trigger (per thread, from its time budget; calls the kernel counted where probes were
-//! sampled): at least 10 frees per second of its span, and the time inside allocations and frees
-//! at least 10% of its span.
+//! sampled): at least 10 frees per second of its steady span (after start-up), and the time
+//! inside allocations and frees at least 10% of it.
 //! Time lost: the time inside the frees and allocations. Severity: the common rule.
 //! Recommendation: drop `empty_cache()` from the loop; let the caching allocator keep blocks.
 
 use causeway_store::StoreError;
 
-use super::{Finding, Input, d, lit, pct, severity, step, thread_budgets};
+use super::{Finding, Input, d, lit, pct, severity, span_words, steady_span, step, thread_budgets};
 use crate::budget::CallClass;
 use crate::chains::Chain;
 
@@ -32,8 +32,9 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         let free_ns = free.estimated_total_ns();
         let alloc_ns = alloc.map_or(0, |a| a.estimated_total_ns());
         let lost = free_ns.saturating_add(alloc_ns);
-        let per_s = frees as f64 / (b.span_ns as f64 / 1e9);
-        if per_s < MIN_FREES_PER_S || (lost as f64) < 0.10 * b.span_ns as f64 {
+        let span = steady_span(ctx, b);
+        let per_s = frees as f64 / (span as f64 / 1e9);
+        if per_s < MIN_FREES_PER_S || (lost as f64) < 0.10 * span as f64 {
             continue;
         }
         let sampled =
@@ -45,11 +46,12 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 time_lost_ns: lost,
                 severity: severity(lost, ctx.node_span_ns(&b.node)),
                 summary: format!(
-                    "{} (tid {tid}) freed and reallocated device memory {:.0} times a second: {} inside cudaFree/cudaMalloc ({} of its span)",
+                    "{} (tid {tid}) freed and reallocated device memory {:.0} times a second: {} inside cudaFree/cudaMalloc ({} of {})",
                     b.comm,
                     per_s,
                     d(lost),
-                    pct(lost, b.span_ns)
+                    pct(lost, span),
+                    span_words(span, b.span_ns)
                 ),
                 root_cause: "Allocator churn: device memory is released and allocated again every step (torch.cuda.empty_cache() in the loop, or allocations the caching allocator cannot reuse); every cudaFree synchronises the device".into(),
                 explanation: format!(

@@ -3,7 +3,8 @@
 //!
 //! Trigger: in a process's warm-up phase (its first max(1 s, 5% of its GPU-call span)), >= 3
 //! slow calls (>= 1 ms and >= 10x the op's p50; synchronisations excluded) whose excess over
-//! the p50 is >= 20 ms, at a density (slow calls per second) >= 10x the rest of the run.
+//! the p50 is >= 20 ms and >= 1% of the thread's span, at a density (slow calls per second)
+//! >= 10x the rest of the run.
 //! Time lost: the sum of (duration - p50) of those calls, less the time the thread was
 //! preempted inside them (that is contention, not initialisation); not reported when the
 //! thread slept through most of them (it was waiting for the GPU, not initialising).
@@ -40,6 +41,10 @@ FROM k GROUP BY node, pid, op_id ORDER BY node, pid, op_id";
 /// Minimum excess time of warm-up calls.
 pub const MIN_LOST_NS: i64 = 20_000_000;
 
+/// Minimum excess of warm-up calls as a share of the thread's span: tens of milliseconds of
+/// first allocations and library handles are every CUDA program's start, not a finding.
+pub const MIN_SHARE: f64 = 0.01;
+
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
@@ -73,7 +78,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         // Calls that slept most of their time were waiting (for the GPU's work, a copy's
         // transfer), not initialising: a GPU-bound first step is not a cold start.
         let waiting = a.blocked_ns.saturating_mul(2) > a.slow_ns;
-        if lost < MIN_LOST_NS || dense_warm < 10.0 * dense_later || waiting {
+        if lost < MIN_LOST_NS
+            || (lost as f64) < MIN_SHARE * span as f64
+            || dense_warm < 10.0 * dense_later
+            || waiting
+        {
             continue;
         }
         let node_span = ctx.node_span_ns(&a.node);

@@ -33,7 +33,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         else {
             continue;
         };
-        let span = (t.last_ns - t.first_ns).max(1);
+        let span = super::steady_span_ns(ctx, &t.node, t.pid, t.tid)
+            .unwrap_or((t.last_ns - t.first_ns).max(1));
         let lost = (w.blocked_in_gaps_ns - t.net_ns - w.io_wait_ns).max(0);
         if (lost as f64) < 0.10 * span as f64 {
             continue;
@@ -78,10 +79,16 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .map(|(a, b)| (b - a).max(0))
             .fold(0, i64::saturating_add);
         if life > 0 && net * 2 >= life {
-            out.push(remote_input(inp, w, t, lost, span, &wpids, net, life));
+            out.push((
+                w.pid,
+                w.tid != w.pid,
+                remote_input(inp, w, t, lost, span, &wpids, net, life),
+            ));
             continue;
         }
-        out.push(
+        out.push((
+            w.pid,
+            w.tid != w.pid,
             Finding {
                 detector: "dataloader_starvation",
                 node: w.node.clone(),
@@ -110,9 +117,15 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 ),
             }
             .into_chain(),
-        );
+        ));
     }
-    Ok(out)
+    // One finding per process, its main thread's where it launches: its launching threads wait
+    // together (see waits), and the main thread is the one that asks for the next batch.
+    out.sort_by(|a, b| {
+        (&a.2.node, a.0, a.1, b.2.time_lost_ns).cmp(&(&b.2.node, b.0, b.1, a.2.time_lost_ns))
+    });
+    out.dedup_by(|b, a| a.2.node == b.2.node && a.0 == b.0);
+    Ok(out.into_iter().map(|(_, _, c)| c).collect())
 }
 
 /// The starvation's cause is the network: the workers wait in socket calls for their samples.

@@ -5,7 +5,12 @@
 //! Trigger (from the thread's time budget): a stall (no GPU call for >= 100 ms) of at least
 //! [`MIN_STALL_NS`] in which the thread was blocked (sleeping, its state known) for under half
 //! the time — a thread that sleeps is waiting for input, the network, the disk or a request, and
-//! those detectors or nothing own it — and such stalls make up >= 10% of the thread's span.
+//! those detectors or nothing own it — and such stalls make up >= 10% of the thread's span
+//! after start-up.
+//! Stalls before the thread launches steadily (its first second with a tenth of the launches
+//! of its busiest second) are start-up (imports, model and dataset construction, library
+//! loading, lazy CUDA initialisation), not feeding: the same in a healthy run, and left to
+//! `cold_start` and the notes.
 //! Time lost: the length of those stalls. Severity: the common rule.
 //! Recommendation: profile the host side in the stall's window; move the work off the
 //! feeding thread or overlap it with GPU work.
@@ -18,19 +23,62 @@ use crate::chains::Chain;
 /// Shortest stall that counts.
 pub const MIN_STALL_NS: i64 = 1_000_000_000;
 
+/// When the thread started launching steadily, if it launched.
+pub fn steady_from(ctx: &crate::facts::Ctx<'_>, node: &str, tid: u32) -> Option<i64> {
+    ctx.timelines
+        .get(node)
+        .and_then(|t| t.steady_from.get(&tid).copied())
+}
+
+/// Notes for the stalls left out as start-up: per thread, how long it went without a GPU call
+/// before it launched steadily.
+pub fn startup_notes(
+    ctx: &crate::facts::Ctx<'_>,
+    budgets: &[crate::budget::Budget],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in budgets.iter().filter(|b| b.tid.is_some() && b.span_ns > 0) {
+        let tid = b.tid.unwrap_or_default();
+        let Some(f) = steady_from(ctx, &b.node, tid) else {
+            continue;
+        };
+        let before: i64 = b
+            .stalls
+            .iter()
+            .filter(|s| s.duration_ns >= MIN_STALL_NS && s.start_ns < f)
+            .map(|s| s.duration_ns)
+            .sum();
+        if before > 0 {
+            out.push(format!(
+                "start-up: {} (tid {tid}) made no GPU call for {} before it launched steadily from +{} (imports, model and data construction, library loading); not counted as a feeding stall",
+                b.comm,
+                d(before),
+                d(f - ctx.window.from_ns)
+            ));
+        }
+    }
+    out
+}
+
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
     let mut out = Vec::new();
     for b in thread_budgets(inp) {
         let tid = b.tid.unwrap_or_default();
+        let first_launch = steady_from(ctx, &b.node, tid);
         let stalls: Vec<_> = b
             .stalls
             .iter()
-            .filter(|s| s.duration_ns >= MIN_STALL_NS && s.blocked_ns * 2 < s.duration_ns)
+            .filter(|s| {
+                s.duration_ns >= MIN_STALL_NS
+                    && s.blocked_ns * 2 < s.duration_ns
+                    && first_launch.is_none_or(|f| s.start_ns >= f)
+            })
             .collect();
         let lost: i64 = stalls.iter().map(|s| s.duration_ns).sum();
-        if stalls.is_empty() || (lost as f64) < 0.10 * b.span_ns as f64 {
+        let span = super::steady_span(ctx, b);
+        if stalls.is_empty() || (lost as f64) < 0.10 * span as f64 {
             continue;
         }
         let sum = |f: fn(&crate::budget::Stall) -> i64| stalls.iter().map(|s| f(s)).sum::<i64>();
@@ -69,11 +117,12 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 time_lost_ns: lost,
                 severity: severity(lost, ctx.node_span_ns(&b.node)),
                 summary: format!(
-                    "{} (tid {tid}) made no GPU call for {} from +{} ({} of its span): {} on the CPU, {} off it",
+                    "{} (tid {tid}) made no GPU call for {} from +{} ({} of {}): {} on the CPU, {} off it",
                     b.comm,
                     d(first.duration_ns),
                     d(at),
-                    pct(lost, b.span_ns),
+                    pct(lost, span),
+                    super::span_words(span, b.span_ns),
                     d(cpu),
                     d(pre + blk + unk)
                 ),

@@ -4,7 +4,8 @@
 //! Trigger: a process with >= 20 allocation calls (cudaMalloc, cuMemAlloc, managed variants)
 //! whose p50 in the last third of them is >= 3x the first third and >= 200 us (latency climb),
 //! or whose allocations never freed (by pointer, where pointers were recorded) amount to >= 20%
-//! of calls and >= 1 GiB. A driver allocation nested in a runtime one is counted once.
+//! of calls and >= 1 GiB and go on into the last quarter of the process's span (memory
+//! allocated at start-up and kept, like weights and optimizer state, is not a leak). A driver allocation nested in a runtime one is counted once.
 //! Time lost: the allocation time above the first third's p50. Severity: the common rule.
 //! Recommendation: stop calling empty_cache per step, reuse buffers, set allocator options.
 
@@ -54,7 +55,8 @@ SELECT m.node, m.pid, count(*)::BIGINT,
        (CASE WHEN sum(m.duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(m.duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(m.duration) END)::BIGINT,
        count(*) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0)::BIGINT,
        coalesce((CASE WHEN sum(m.arg0) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(m.arg0) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(m.arg0) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0) END), 0)::BIGINT,
-       count(*) FILTER (WHERE m.arg1 <> 0)::BIGINT
+       count(*) FILTER (WHERE m.arg1 <> 0)::BIGINT,
+       coalesce(max(m.timestamp) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0), 0)::BIGINT
 FROM m LEFT JOIN f ON f.node = m.node AND f.pid = m.pid AND f.ptr = m.arg1
 GROUP BY 1, 2 HAVING count(*) >= {MIN_ALLOCS} ORDER BY 1, 2",
         named(&ALLOC_OPS),
@@ -78,7 +80,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     if allocs.values().all(|&n| n < MIN_ALLOCS) {
         return Ok(Vec::new());
     }
-    type Row = (String, u32, i64, i64, i64, i64, i64, i64, i64);
+    type Row = (String, u32, i64, i64, i64, i64, i64, i64, i64, i64);
     let rows: Vec<Row> = ctx
         .r
         .prepare_trusted(ALLOC_SQL.as_str())?
@@ -89,11 +91,24 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         .and_then(|rows| rows.collect())
         .map_err(duck(ctx.r, "measuring GPU allocations"))?;
     let mut out = Vec::new();
-    for (node, pid, n, early, late, total, unfreed, unfreed_bytes, with_ptr) in rows {
+    for (node, pid, n, early, late, total, unfreed, unfreed_bytes, with_ptr, last_unfreed) in rows {
         let climb = late >= early.max(1).saturating_mul(3) && late >= 200_000;
         // Only allocations whose pointer was recorded can be matched with a free (imported
-        // traces store none).
-        let leak = with_ptr > 0 && unfreed.saturating_mul(5) >= n && unfreed_bytes >= 1 << 30;
+        // traces store none). Weights, optimizer state and the caching allocator's blocks are
+        // allocated once and kept to the end: a leak keeps allocating into the last quarter.
+        let (first, last) = ctx
+            .threads
+            .iter()
+            .filter(|t| t.node == node && t.pid == pid)
+            .fold((i64::MAX, i64::MIN), |(a, b), t| {
+                (a.min(t.first_ns), b.max(t.last_ns))
+            });
+        let still_growing =
+            last_unfreed >= first.saturating_add((last.saturating_sub(first)) / 4 * 3);
+        let leak = with_ptr > 0
+            && unfreed.saturating_mul(5) >= n
+            && unfreed_bytes >= 1 << 30
+            && still_growing;
         if !climb && !leak {
             continue;
         }

@@ -155,6 +155,34 @@ pub fn thread_budgets<'a>(
         .filter(|b| b.tid.is_some() && b.span_ns > 0)
 }
 
+/// The part of a thread's span after start-up: from when it launched steadily
+/// ([`feeding_stall::steady_from`]) to its last event. Rate and share thresholds use it, so that seconds
+/// of imports and model construction at the start of a short trace do not dilute the loop.
+pub fn steady_span_ns(ctx: &crate::facts::Ctx<'_>, node: &str, pid: u32, tid: u32) -> Option<i64> {
+    let t = ctx
+        .threads
+        .iter()
+        .find(|t| t.node == node && t.pid == pid && t.tid == tid)?;
+    let from = feeding_stall::steady_from(ctx, node, tid).map_or(t.first_ns, |f| f.max(t.first_ns));
+    Some((t.last_ns - from).max(1))
+}
+
+/// [`steady_span_ns`] of a thread's budget, else its span.
+pub fn steady_span(ctx: &crate::facts::Ctx<'_>, b: &crate::budget::Budget) -> i64 {
+    b.tid
+        .and_then(|tid| steady_span_ns(ctx, &b.node, b.pid, tid))
+        .map_or(b.span_ns, |s| s.min(b.span_ns))
+}
+
+/// "its span", or "its span after start-up" where the steady span is shorter.
+pub fn span_words(steady: i64, span: i64) -> &'static str {
+    if steady < span {
+        "its span after start-up"
+    } else {
+        "its span"
+    }
+}
+
 /// Human duration (re-exported for detectors).
 pub fn d(ns: i64) -> String {
     dur(ns)

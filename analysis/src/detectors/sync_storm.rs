@@ -2,20 +2,22 @@
 //! `.item()` / `.cpu()` / `.numpy()` pattern), so the host cannot run ahead of the GPU.
 //!
 //! Trigger: on one launching thread, >= 100 synchronisations (stream/device/context/event
-//! syncs) per second of its span, >= 1 sync per 4 launches, and sync time >= 5% of the span.
+//! syncs) per second of its span after start-up, >= 1 sync per 4 launches, and sync time >= 5% of the span.
 //! Time lost: sync time x (syncs - launches/20) / syncs: the waits beyond one sync per 20
 //! launches (a generous healthy baseline: one per step).
 //! Second trigger, from the thread's time budget (a host read is often a small device-to-host
 //! copy that waits inside the copy, not an explicit sync: torch's `.item()`): >= 100 host
-//! waits (syncs plus device-to-host copies) per second of the span, and the process's GPU idle
-//! estimate (drained by a wait until the next launch) >= 20% of the span, while the thread
+//! waits (syncs plus device-to-host copies) per second of the span after start-up, the time
+//! inside those waits >= 2% of it (a read per step of a launch-bound loop waits microseconds:
+//! the GPU idles there because launching is slow, not because of the reads), and the process's
+//! GPU idle estimate (drained by a wait until the next launch) >= 20% of it, while the thread
 //! works more than it sleeps between calls. Time lost: that idle estimate.
 //! Severity: the common rule.
 //! Recommendation: remove per-step host reads of device values; batch them; use events.
 
 use causeway_store::StoreError;
 
-use super::{Finding, Input, d, lit, pct, severity, step, thread_budgets};
+use super::{Finding, Input, d, lit, pct, severity, steady_span, step, thread_budgets};
 use crate::budget::CallClass;
 use crate::chains::Chain;
 use crate::facts::SYNC_OPS;
@@ -23,13 +25,35 @@ use crate::facts::SYNC_OPS;
 /// Syncs per second that start to look like a storm.
 pub const MIN_SYNCS_PER_S: f64 = 100.0;
 
+/// Least share of the steady span spent inside host waits for the budget trigger.
+pub const MIN_WAIT_SHARE: f64 = 0.02;
+
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
     let mut out = Vec::new();
     // The threads the first trigger named, so the second does not name them again.
     let mut named: Vec<(String, u32)> = Vec::new();
-    for t in ctx.feeders() {
+    // Per-op totals are per process: name the launching thread of the process that made the
+    // most synchronisations itself (PyTorch's autograd thread launches more, the main thread
+    // reads the values).
+    let syncs_of = |node: &str, tid: u32| {
+        thread_budgets(inp)
+            .find(|b| b.node == node && b.tid == Some(tid))
+            .and_then(|b| b.class(CallClass::Sync))
+            .map_or(0, |c| c.calls)
+    };
+    let mut feeders = ctx.feeders();
+    feeders.sort_by_key(|t| {
+        (
+            t.node.clone(),
+            t.pid,
+            std::cmp::Reverse(syncs_of(&t.node, t.tid)),
+            t.tid,
+        )
+    });
+    feeders.dedup_by(|b, a| a.node == b.node && a.pid == b.pid);
+    for t in feeders {
         // Per-op totals are per process; a feeding thread issues them in practice.
         let syncs: Vec<_> = ctx
             .ops
@@ -41,7 +65,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .iter()
             .map(|o| o.total_ns)
             .fold(0, i64::saturating_add);
-        let span = (t.last_ns - t.first_ns).max(1);
+        let span = super::steady_span_ns(ctx, &t.node, t.pid, t.tid)
+            .unwrap_or((t.last_ns - t.first_ns).max(1));
         let per_s = n as f64 / (span as f64 / 1e9);
         if per_s < MIN_SYNCS_PER_S
             || (n as f64) < t.launches as f64 / 4.0
@@ -95,23 +120,25 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         let reads = b
             .class(CallClass::CopyD2h)
             .map_or(0, |c| c.estimated_calls());
-        let per_s = (syncs + reads) as f64 / (b.span_ns as f64 / 1e9);
-        let idle = b.gpu_idle_estimate_ns.min(b.span_ns);
+        let span = steady_span(ctx, b);
+        let per_s = (syncs + reads) as f64 / (span as f64 / 1e9);
+        let idle = b.gpu_idle_estimate_ns.min(span);
         let o = &b.outside;
         let asleep = o.blocked_other_ns + o.blocked_net_ns + o.blocked_io_ns;
-        // A thread asleep more than it works between calls has nothing to launch (a server
-        // waiting for requests): the GPU idles for want of work, not because of the waits.
-        if per_s < MIN_SYNCS_PER_S
-            || (idle as f64) < 0.20 * b.span_ns as f64
-            || asleep >= o.on_cpu_ns
-        {
-            continue;
-        }
         let waited = b
             .class(CallClass::Sync)
             .map_or(0, |c| c.estimated_total_ns())
             + b.class(CallClass::CopyD2h)
                 .map_or(0, |c| c.estimated_total_ns());
+        // A thread asleep more than it works between calls has nothing to launch (a server
+        // waiting for requests): the GPU idles for want of work, not because of the waits.
+        if per_s < MIN_SYNCS_PER_S
+            || (waited as f64) < MIN_WAIT_SHARE * span as f64
+            || (idle as f64) < 0.20 * span as f64
+            || asleep >= o.on_cpu_ns
+        {
+            continue;
+        }
         let launches = b
             .class(CallClass::Launch)
             .map_or(0, |c| c.estimated_calls());

@@ -1,7 +1,10 @@
 //! Host waits shared by the input-side detectors: for launching threads, the gaps of at least
-//! 1 ms between consecutive GPU calls and how much of them the thread slept (blocked off-CPU),
-//! outside stretches where GPU probes were sampled (there, calls were made but not stored);
-//! for every thread, the off-CPU time that overlaps its *own* block I/O requests.
+//! 1 ms between consecutive GPU calls and how much of them the thread slept (blocked off-CPU);
+//! for every thread, the off-CPU time that overlaps its *own* block I/O requests. A launching
+//! thread's gaps and I/O before it launches steadily (start-up) are left out.
+//! Where GPU probes were sampled, a stored gap may hold calls that were made but not stored, so
+//! there only sleeps of at least [`SAMPLED_MIN_SLEEP_NS`] count: a sleeping thread makes no call,
+//! and a launch that sleeps does so briefly (the driver spins first).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
@@ -14,7 +17,6 @@ use crate::facts::Ctx;
 use crate::intervals::{Span, overlaps, sort};
 use crate::opsets;
 use crate::scan::columns;
-use crate::switches::Off;
 
 /// Waits of one thread.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -46,6 +48,9 @@ static IO_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// Shortest single sleep counted inside a gap of a sampled stretch.
+pub const SAMPLED_MIN_SLEEP_NS: i64 = 1_000_000;
+
 /// Computes [`ThreadWaits`] for the window of `ctx`.
 pub fn host_waits(ctx: &Ctx<'_>) -> Result<Vec<ThreadWaits>, StoreError> {
     let (r, w) = (ctx.r, ctx.window);
@@ -70,8 +75,14 @@ pub fn host_waits(ctx: &Ctx<'_>) -> Result<Vec<ThreadWaits>, StoreError> {
         )?;
         let mut io: BTreeMap<u32, Vec<Span<()>>> = BTreeMap::new();
         let mut requests: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+        let steady = ctx.timelines.get(node).map(|t| &t.steady_from);
         for i in 0..pid.len() {
             let (p, t) = (pid[i] as u32, tid[i] as u32);
+            // A launching thread's reads before it launches steadily are start-up (imports
+            // reading libraries from a cold page cache), not the loop waiting on the disk.
+            if steady.and_then(|s| s.get(&t)).is_some_and(|&f| ts[i] < f) {
+                continue;
+            }
             *requests.entry((p, t)).or_default() += 1;
             io.entry(t).or_default().push(Span {
                 start: ts[i],
@@ -109,6 +120,23 @@ pub fn host_waits(ctx: &Ctx<'_>) -> Result<Vec<ThreadWaits>, StoreError> {
     Ok(by.into_values().collect())
 }
 
+/// The intersection of two lists of disjoint intervals sorted by start.
+fn intersect(a: &[(i64, i64)], b: &[(i64, i64)]) -> Vec<(i64, i64)> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        let (s, e) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+        if s < e {
+            out.push((s, e));
+        }
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
 /// Gaps of >= 1 ms between the GPU calls of the launching threads `tids` of `node`, and the
 /// blocked off-CPU time inside them.
 fn gaps(
@@ -120,34 +148,73 @@ fn gaps(
     let Some(timeline) = ctx.timelines.get(node) else {
         return Ok(());
     };
-    let mut per_tid: BTreeMap<u32, Vec<Span<()>>> = BTreeMap::new();
+    // Per thread: gaps in fully recorded stretches, then gaps in sampled ones.
+    type Gaps = [Vec<Span<()>>; 2];
+    let mut per_tid: BTreeMap<u32, Gaps> = BTreeMap::new();
     let mut totals: BTreeMap<(u32, u32), (u64, i64)> = BTreeMap::new();
-    for g in timeline
-        .gaps
-        .iter()
-        .filter(|g| tids.binary_search(&g.tid).is_ok() && !ctx.sampled(node, g.start, g.end))
-    {
+    for g in timeline.gaps.iter().filter(|g| {
+        tids.binary_search(&g.tid).is_ok()
+            && timeline
+                .steady_from
+                .get(&g.tid)
+                .is_none_or(|&f| g.start >= f)
+    }) {
         let e = totals.entry((g.pid, g.tid)).or_default();
         e.0 += 1;
         e.1 += g.end - g.start;
-        per_tid.entry(g.tid).or_default().push(Span {
+        let sampled = usize::from(ctx.sampled(node, g.start, g.end));
+        per_tid.entry(g.tid).or_default()[sampled].push(Span {
             start: g.start,
             end: g.end,
             data: (),
         });
     }
-    let mut blocked: HashMap<u32, i64> = HashMap::new();
-    for (t, mut v) in per_tid {
-        sort(&mut v);
-        let sleeps: Vec<Span<Off>> = ctx
-            .switches
+    // A launching thread that sleeps while another launching thread of its process works is
+    // handing over (PyTorch runs backward on its autograd thread while the main thread waits),
+    // not waiting for input: only the time every launching thread of the process sleeps counts.
+    let pid_of: HashMap<u32, u32> = ctx
+        .threads
+        .iter()
+        .filter(|x| x.node == node && tids.binary_search(&x.tid).is_ok())
+        .map(|x| (x.tid, x.pid))
+        .collect();
+    let sleeps_of = |t: u32, min: i64| -> Vec<(i64, i64)> {
+        ctx.switches
             .of(node, t)
             .iter()
-            .filter(|x| x.data.state == 1)
+            .filter(|x| x.data.state == 1 && x.end - x.start >= min)
+            .map(|x| (x.start, x.end))
+            .collect()
+    };
+    let mut blocked: HashMap<u32, i64> = HashMap::new();
+    for (t, gaps) in per_tid {
+        let others: Vec<u32> = tids
+            .iter()
             .copied()
+            .filter(|&o| o != t && pid_of.contains_key(&o) && pid_of.get(&o) == pid_of.get(&t))
             .collect();
         let mut ns = 0;
-        overlaps(&v, &sleeps, |_, _, ov| ns += ov);
+        for (sampled, mut v) in gaps.into_iter().enumerate() {
+            sort(&mut v);
+            let min = if sampled == 1 {
+                SAMPLED_MIN_SLEEP_NS
+            } else {
+                0
+            };
+            let mut all = sleeps_of(t, min);
+            for &o in &others {
+                all = intersect(&all, &sleeps_of(o, 0));
+            }
+            let sleeps: Vec<Span<()>> = all
+                .into_iter()
+                .map(|(start, end)| Span {
+                    start,
+                    end,
+                    data: (),
+                })
+                .collect();
+            overlaps(&v, &sleeps, |_, _, ov| ns += ov);
+        }
         blocked.insert(t, ns);
     }
     for ((p, t), (n, ns)) in totals {

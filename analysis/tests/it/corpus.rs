@@ -1,9 +1,11 @@
-//! Runs every case of `investigations/cases/*.json` (demo scenarios, their healthy baselines
-//! and reference traces imported from `../shared/investigations/` at test time), prints an
-//! accuracy table (real recordings and synthetic scenarios apart), and requires top-1 = 100%
-//! and zero chains on healthy cases. Every case says how its label was established; every
-//! chain's evidence SQL must pass the SQL guard and return rows on the store; every time
-//! budget must close (its buckets sum to its span within 1%).
+//! Runs every case of `investigations/cases/*.json` (demo scenarios, their healthy baselines,
+//! reference traces imported from `../shared/investigations/` at test time and our own real-GPU
+//! recordings in `investigations/recorded/`), prints an accuracy table (real recordings and
+//! synthetic scenarios apart), and requires top-1 = 100% and zero chains on healthy cases, except
+//! a miss a case lists with its reason (`engine_known_miss`), which the table shows. Every case
+//! says how its label was established, and a recording's `checks` (SQL with bounds) prove its
+//! problem is in the data; every chain's evidence SQL must pass the SQL guard and return rows on
+//! the store; every time budget must close (its buckets sum to its span within 1%).
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +27,21 @@ struct Case {
     established_by: String,
     #[allow(dead_code)]
     notes: String,
+    /// Why the engine gets this case wrong today; the case then may miss (and must: a fixed
+    /// miss fails until the entry is removed).
+    #[serde(default)]
+    engine_known_miss: Option<String>,
+    /// SQL on the store proving the label's premise, each value within its bounds.
+    #[serde(default)]
+    checks: Vec<Check>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Check {
+    what: String,
+    sql: String,
+    min: Option<f64>,
+    max: Option<f64>,
 }
 
 /// Cases and hits of one kind.
@@ -35,6 +52,7 @@ struct Tally {
     labelled: usize,
     healthy: usize,
     false_chains: usize,
+    known_misses: usize,
 }
 
 fn root() -> PathBuf {
@@ -57,10 +75,20 @@ fn materialise(case: &Case, dir: &Path) -> Option<PathBuf> {
         write_scenario(&out, s, healthy).expect("demo trace");
         return Some(out);
     }
+    if let Some(file) = case.trace.strip_prefix("recorded:") {
+        // Our own recordings are committed gzipped (a DuckDB store compresses ~10x).
+        let src = root().join("investigations/recorded").join(file);
+        let gz = std::fs::File::open(&src)
+            .unwrap_or_else(|e| panic!("{}: {}: {e}", case.name, src.display()));
+        let mut dst = std::fs::File::create(&out).unwrap();
+        std::io::copy(&mut flate2::read::GzDecoder::new(gz), &mut dst)
+            .unwrap_or_else(|e| panic!("{}: {}: {e}", case.name, src.display()));
+        return Some(out);
+    }
     let file = case
         .trace
         .strip_prefix("shared:")
-        .unwrap_or_else(|| panic!("{}: trace must be demo: or shared:", case.name));
+        .unwrap_or_else(|| panic!("{}: trace must be demo:, shared: or recorded:", case.name));
     // CAUSEWAY_SHARED_DIR overrides ../shared/investigations (e.g. from a git worktree).
     let shared = std::env::var_os("CAUSEWAY_SHARED_DIR")
         .map_or_else(|| root().join("../shared/investigations"), PathBuf::from);
@@ -125,6 +153,28 @@ fn corpus_accuracy() {
             continue;
         };
         let r = Reader::open(&db).unwrap();
+        for c in &case.checks {
+            let g = causeway_sqlguard::guard(&c.sql, r.policy(), None)
+                .unwrap_or_else(|e| panic!("{}: check '{}' refused: {e}", case.name, c.what));
+            let rows = r
+                .query(&g, &QueryLimits::default())
+                .unwrap_or_else(|e| panic!("{}: check '{}' failed: {e}", case.name, c.what));
+            let v = rows
+                .rows
+                .first()
+                .and_then(|row| row.first())
+                .and_then(|v| v.as_f64());
+            let v =
+                v.unwrap_or_else(|| panic!("{}: check '{}' returned no number", case.name, c.what));
+            assert!(
+                c.min.is_none_or(|m| v >= m) && c.max.is_none_or(|m| v <= m),
+                "{}: check '{}' = {v}, outside [{:?}, {:?}]: the recording no longer shows its premise",
+                case.name,
+                c.what,
+                c.min,
+                c.max
+            );
+        }
         let e = explain(&r, &ChainQuery::default()).unwrap();
         for c in &e.chains {
             let g =
@@ -177,7 +227,14 @@ fn corpus_accuracy() {
             t.correct += usize::from(hit);
             hit
         };
-        if !ok {
+        if let Some(why) = &case.engine_known_miss {
+            assert!(
+                !ok,
+                "{}: listed as a known miss ({why}) but the engine now gets it right: remove engine_known_miss",
+                case.name
+            );
+            t.known_misses += 1;
+        } else if !ok {
             failures.push(format!(
                 "{}: expected {:?}, got {:?}",
                 case.name,
@@ -198,25 +255,27 @@ fn corpus_accuracy() {
             case.expected_top.as_deref().unwrap_or("(healthy)"),
             top,
             e.chains.len(),
-            if ok { "yes" } else { "NO" }
+            match (ok, &case.engine_known_miss) {
+                (true, _) => "yes",
+                (false, Some(_)) => "NO (known miss)",
+                (false, None) => "NO",
+            }
         );
     }
     println!("\nskipped {skipped}");
     for (kind, t) in &tally {
         println!(
-            "{kind}: cases {}, top-1 correct {}/{} ({:.0}%), healthy {} with {} false chains",
+            "{kind}: cases {}, top-1 correct {}/{} ({:.0}%), healthy {} with {} false chains, {} known misses",
             t.cases,
             t.correct,
             t.labelled,
             t.correct as f64 * 100.0 / t.labelled.max(1) as f64,
             t.healthy,
-            t.false_chains
+            t.false_chains,
+            t.known_misses
         );
     }
     println!();
     assert!(failures.is_empty(), "{failures:#?}");
-    for t in tally.values() {
-        assert_eq!(t.correct, t.labelled);
-        assert_eq!(t.false_chains, 0);
-    }
+    // Every miss is either a failure above or a listed known miss.
 }

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+#! Records the labelled real-GPU cases of scripts/gpu/cases.py (each variant traced end to end by
+#! `causeway trace` in its default mode) into $OUT/recorded.tar.gz, one store per recording, and
+#! appends each recording's stats and explain to $OUT/report.txt. The stores become
+#! investigations/recorded/ (case files there say why each label holds).
+#
+#   CAUSEWAY=path/to/causeway [PYTHON=python3] [SECONDS_PER=8] [CASES="..."] bash scripts/gpu/record.sh
+#   (or CAUSEWAY_GPU_BUNDLE=DIR, as scripts/gpu/bundle.sh packs it)
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-/tmp/causeway-gpu}
+PY=${PYTHON:-python3}
+SECS=${SECONDS_PER:-8}
+CASES=${CASES:-"input-starvation sync-storm empty-cache cpu-contention"}
+mkdir -p "$OUT"
+work=$(mktemp -d /tmp/causeway-rec.XXXXXX)
+# shellcheck source=scripts/gpu/unbundle.sh
+source "$here/unbundle.sh"
+CW=${CAUSEWAY:?set CAUSEWAY or CAUSEWAY_GPU_BUNDLE}
+export NO_COLOR=1 CAUSEWAY_LOG=info PYTHONUNBUFFERED=1
+mkdir -p "$work/rec"
+
+for case in $CASES; do
+    for variant in problem healthy; do
+        db="$work/rec/$case-$variant.duckdb"
+        pre=()
+        bg=()
+        if [ "$case" = cpu-contention ]; then
+            pre=(taskset -c 3)
+            if [ "$variant" = problem ]; then
+                for _ in 1 2; do
+                    taskset -c 3 gzip -1 </dev/zero >/dev/null &
+                    bg+=($!)
+                done
+            fi
+        fi
+        echo "== record $case $variant" | tee -a "$OUT/logs.txt"
+        t0=$(date +%s.%N)
+        limit=$((SECS * 3 + 60))
+        timeout "$limit" "$CW" trace --db "$db" -- "${pre[@]}" "$PY" "$here/cases.py" "$case" \
+            --variant "$variant" --seconds "$SECS" >"$work/rec/$case-$variant.out" 2>>"$OUT/logs.txt"
+        rc=$?
+        for p in "${bg[@]}"; do kill "$p" 2>/dev/null; done
+        wait 2>/dev/null
+        {
+            echo "== $case $variant: rc $rc, $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s, $(du -h "$db" 2>/dev/null | cut -f1)"
+            grep -h "^{\"case\"" "$work/rec/$case-$variant.out"
+            [ -f "$db" ] || continue
+            "$CW" stats --db "$db" 2>&1 | head -40
+            "$CW" explain --db "$db" 2>&1 | head -30
+            "$CW" query --db "$db" "SELECT (SELECT count(*) FROM events WHERE op IN ('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx')) AS launches, (SELECT count(*) FROM kernel_launches) AS named, (SELECT count(*) FROM kernels) AS kernels" 2>&1
+            "$CW" query --db "$db" "SELECT kernel, count(*) AS n FROM kernel_launches GROUP BY 1 ORDER BY 2 DESC LIMIT 5" 2>&1
+            "$CW" query --db "$db" "SELECT how, count(*) AS n, bool_and(complete) AS complete FROM library_attach GROUP BY 1" 2>&1
+        } >>"$OUT/report.txt" 2>&1
+    done
+done
+tar -C "$work/rec" -czf "$OUT/recorded.tar.gz" .  # investigations/recorded/ keeps each store gzipped
+ls -l "$work/rec" >>"$OUT/report.txt"
+rm -rf "$work"

@@ -3,8 +3,8 @@
 //!
 //! Trigger: in a process's warm-up phase (its first max(1 s, 5% of its GPU-call span)), >= 3
 //! slow calls (>= 1 ms and >= 10x the op's p50; synchronisations excluded) whose excess over
-//! the p50 is >= 20 ms and >= 1% of the thread's span, at a density (slow calls per second)
-//! >= 10x the rest of the run.
+//! the p50 is >= 20 ms and >= 1% of the thread's span, at a density (slow calls per second) of
+//! at least 10x the rest of the run.
 //! Time lost: the sum of (duration - p50) of those calls, less the time the thread was
 //! preempted inside them (that is contention, not initialisation); not reported when the
 //! thread slept through most of them (it was waiting for the GPU, not initialising).

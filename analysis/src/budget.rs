@@ -422,7 +422,10 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
                 let (pid, name) = match threads_of.get(&tid) {
                     Some((pid, comm)) => (Some(*pid), comm.clone()),
                     None if tid == 0 => (None, "idle".to_string()),
-                    None => (None, ctx.name(node, tid)),
+                    None => match ctx.task(node, tid) {
+                        Some((pid, comm)) => (Some(*pid), comm.clone()),
+                        None => (None, ctx.name(node, tid)),
+                    },
                 };
                 Preemptor { tid, pid, name, ns }
             })

@@ -124,6 +124,8 @@ pub struct Ctx<'a> {
     pub names: HashMap<(String, u32), String>,
     /// Parent pids by (node, pid).
     pub parents: HashMap<(String, u32), u32>,
+    /// Tasks that are not traced but took a traced thread's CPU: (node, tid) -> (pid, name).
+    pub tasks: HashMap<(String, u32), (u32, String)>,
     /// Kernel launches per (node, GPU, process), all processes (a pid filter does not apply).
     pub gpu_launches: Vec<GpuLaunches>,
     /// End of each process's warm-up phase: its first max(1 s, 5% of its span) of GPU calls
@@ -179,6 +181,7 @@ const SPAN_SQL: &str =
     "SELECT coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_data";
 
 const NAMES_SQL: &str = "SELECT node, pid, comm, ppid FROM processes";
+const TASKS_SQL: &str = "SELECT node, tid, arg_min(pid, first_seen_ns), arg_min(comm, first_seen_ns) FROM tasks GROUP BY ALL";
 
 impl<'a> Ctx<'a> {
     /// Gathers the facts for `q`.
@@ -284,6 +287,18 @@ impl<'a> Ctx<'a> {
             parents.insert((n, pid), ppid);
         }
 
+        let mut tasks = HashMap::new();
+        if r.schema_version() >= 8 {
+            let rows: Vec<(String, u32, u32, String)> = r
+                .prepare_trusted(TASKS_SQL)?
+                .query_map([], causeway_store::row)
+                .and_then(|rows| rows.collect())
+                .map_err(duck(r, "reading the names of tasks not traced"))?;
+            for (n, tid, pid, comm) in rows {
+                tasks.insert((n, tid), (pid, causeway_store::sanitize::sanitize(&comm)));
+            }
+        }
+
         let mut nodes: Vec<String> = threads.iter().map(|t| t.node.clone()).collect();
         nodes.dedup();
         let mut sampled = HashMap::new();
@@ -304,6 +319,7 @@ impl<'a> Ctx<'a> {
             ops,
             names,
             parents,
+            tasks,
             gpu_launches,
             warm_ends,
             switches,
@@ -356,7 +372,18 @@ impl<'a> Ctx<'a> {
                     .find(|t| t.node == node && t.pid == pid)
                     .map(|t| t.comm.clone())
             })
+            .or_else(|| {
+                self.tasks
+                    .get(&(node.to_string(), pid))
+                    .map(|t| t.1.clone())
+            })
             .unwrap_or_else(|| "?".into())
+    }
+
+    /// The process and name of a task that is not traced (a preemptor), where the trace
+    /// recorded them.
+    pub fn task(&self, node: &str, tid: u32) -> Option<&(u32, String)> {
+        self.tasks.get(&(node.to_string(), tid))
     }
 
     /// Threads that launch kernels (the GPU-feeding threads), busiest first.

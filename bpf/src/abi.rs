@@ -16,9 +16,11 @@ pub const STACK_EVENT_SIZE: usize = 16 + 8 * MAX_FRAMES;
 /// Size in bytes of one `struct cw_lib_event` ring-buffer record.
 pub const LIB_EVENT_SIZE: usize = 32;
 /// Bytes of the name in a `struct cw_name_event`.
-pub const NAME_LEN: usize = 128;
+pub const NAME_LEN: usize = 4096;
 /// Size in bytes of one `struct cw_name_event` ring-buffer record.
 pub const NAME_EVENT_SIZE: usize = 16 + NAME_LEN;
+/// Size in bytes of one `struct cw_task_event` ring-buffer record.
+pub const TASK_EVENT_SIZE: usize = 40;
 /// Size in bytes of one `struct cw_file_key` (the `lib_files_seen` map key).
 pub const FILE_KEY_SIZE: usize = 16;
 /// `library` tag of a `struct cw_lib_event` reporting an exec'd program file (CW_LIB_EXEC).
@@ -259,6 +261,35 @@ pub enum Record {
     Exec(RawExec),
     /// The name a driver function or kernel handle was got by.
     Name(RawName),
+    /// A task not traced that took a traced thread's CPU.
+    Task(RawTask),
+}
+
+/// One decoded `struct cw_task_event`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawTask {
+    /// Thread id (sched_switch events' arg0).
+    pub tid: u32,
+    /// Its process.
+    pub tgid: u32,
+    /// Boot-time ns of the switch it was first seen at.
+    pub ts: u64,
+    /// Its thread name (lossy UTF-8).
+    pub comm: String,
+}
+
+fn decode_task(b: &[u8]) -> Result<Record, DecodeError> {
+    if b.len() < TASK_EVENT_SIZE {
+        return Err(DecodeError::Short(b.len()));
+    }
+    let raw = &b[24..40];
+    let end = raw.iter().position(|&c| c == 0).unwrap_or(raw.len());
+    Ok(Record::Task(RawTask {
+        tid: u32_at(b, 4),
+        tgid: u32_at(b, 8),
+        ts: u64_at(b, 16),
+        comm: String::from_utf8_lossy(&raw[..end]).into_owned(),
+    }))
 }
 
 /// One decoded `struct cw_name_event`.
@@ -332,6 +363,7 @@ pub fn decode_record(b: &[u8]) -> Result<Record, DecodeError> {
         Some(&8) => decode_stack(b).map(Record::Stack),
         Some(&9) => decode_lib(b),
         Some(&10) => decode_name(b),
+        Some(&11) => decode_task(b),
         _ => decode_event(b).map(Record::Event),
     }
 }
@@ -515,6 +547,31 @@ mod tests {
         assert_eq!(offset_of!(types::cw_name_event, pid), 4);
         assert_eq!(offset_of!(types::cw_name_event, handle), 8);
         assert_eq!(offset_of!(types::cw_name_event, name), 16);
+        assert_eq!(size_of::<types::cw_task_event>(), TASK_EVENT_SIZE);
+        assert_eq!(offset_of!(types::cw_task_event, tid), 4);
+        assert_eq!(offset_of!(types::cw_task_event, tgid), 8);
+        assert_eq!(offset_of!(types::cw_task_event, ts), 16);
+        assert_eq!(offset_of!(types::cw_task_event, comm), 24);
+    }
+
+    #[test]
+    fn decodes_a_task_record() {
+        let mut b = vec![0u8; TASK_EVENT_SIZE];
+        b[0] = 11;
+        b[4..8].copy_from_slice(&2165u32.to_le_bytes());
+        b[8..12].copy_from_slice(&2160u32.to_le_bytes());
+        b[16..24].copy_from_slice(&99u64.to_le_bytes());
+        b[24..28].copy_from_slice(b"gzip");
+        assert_eq!(
+            decode_record(&b),
+            Ok(Record::Task(RawTask {
+                tid: 2165,
+                tgid: 2160,
+                ts: 99,
+                comm: "gzip".into()
+            }))
+        );
+        assert_eq!(decode_record(&b[..30]), Err(DecodeError::Short(30)));
     }
 
     #[test]

@@ -26,8 +26,11 @@ use tracing::debug;
 use crate::sink::Ctl;
 use crate::stacks::MapsCache;
 
-/// Longest kernel name stored (template arguments can run to kilobytes).
+/// Longest demangled kernel name stored (template arguments can run to kilobytes).
 const MAX_NAME: usize = 1024;
+/// Longest raw symbol stored: the driver path's records hold up to 4,095 bytes
+/// (causeway_bpf::abi::NAME_LEN); demangling reads it whole.
+const MAX_SYMBOL: usize = 4096;
 
 /// One launch address to name: located in its module, or named by the driver already.
 #[derive(Debug)]
@@ -245,15 +248,16 @@ impl Namer {
     }
 
     fn row(&mut self, j: &Job, module: &str, symbol: &str) -> KernelName {
-        let symbol: String = symbol.chars().take(MAX_NAME).collect();
+        let name = causeway_store::symbols::demangle(symbol)
+            .chars()
+            .take(MAX_NAME)
+            .collect();
+        let symbol: String = symbol.chars().take(MAX_SYMBOL).collect();
         KernelName {
             pid: j.pid,
             address: j.address as i64,
             kernel_id: self.id(module, &symbol),
-            name: causeway_store::symbols::demangle(&symbol)
-                .chars()
-                .take(MAX_NAME)
-                .collect(),
+            name,
             symbol,
             module: module.to_string(),
         }

@@ -243,6 +243,14 @@ impl PollState {
                     k.named_handle(n.pid, n.handle, n.name);
                 }
             }
+            Record::Task(t) => {
+                let _ = sink.ctl.send(Ctl::Tasks(vec![causeway_store::TaskName {
+                    tid: t.tid,
+                    pid: t.tgid,
+                    comm: t.comm,
+                    first_seen_ns: t.ts as i64 + self.offset_ns,
+                }]));
+            }
             Record::Event(e) => self.push(e, sink),
             Record::Lib(l) => self.mapped.push(l),
             Record::Exec(x) => self.programs.push(x),

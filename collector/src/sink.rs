@@ -9,7 +9,8 @@ use std::time::Duration;
 use causeway_store::catalog::op_by_id;
 use causeway_store::{
     Event, Frame, HistogramBucket, InSituRow, KernelName, LibraryAttach, ModeSwitch, OpCount,
-    OverheadWindow, ProbeCost, ProcessInfo, SampledWindow, SessionInfo, Writer, WriterOptions,
+    OverheadWindow, ProbeCost, ProcessInfo, SampledWindow, SessionInfo, TaskName, Writer,
+    WriterOptions,
 };
 use crossbeam_channel::{Receiver, Sender, bounded, never, select, unbounded};
 use tracing::{debug, error, warn};
@@ -77,6 +78,8 @@ pub enum Ctl {
     Attach(Vec<LibraryAttach>),
     /// Kernel names.
     Kernels(Vec<KernelName>),
+    /// Names of tasks that are not traced but took a traced thread's CPU.
+    Tasks(Vec<TaskName>),
 }
 
 /// Receives the readers of the live store as soon as it exists (live serving).
@@ -229,6 +232,7 @@ fn run(
                         Ctl::InSitu(rows) => w.record_in_situ(&rows),
                         Ctl::Attach(rows) => w.record_library_attach(&rows),
                         Ctl::Kernels(rows) => w.record_kernels(&rows),
+                        Ctl::Tasks(rows) => w.record_tasks(&rows),
                     };
                     if let Err(e) = res {
                         warn!(error = %e, "writing trace metadata failed");

@@ -26,6 +26,7 @@ pub use error::{Result, StoreError};
 pub use guarded::{QueryControl, query_detached};
 pub use overhead::{
     InSituRow, KernelName, LibraryAttach, ModeSwitch, OverheadWindow, ProbeCost, SampledWindow,
+    TaskName,
 };
 pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
 pub use row::{FromRow, row};

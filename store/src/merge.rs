@@ -189,6 +189,7 @@ fn copy_source(conn: &Connection, tmp: &Path, src: &Path, i: usize) -> Result<So
         (5, "probe_in_situ"),
         (7, "library_attach"),
         (7, "kernels"),
+        (8, "tasks"),
     ]
     .into_iter()
     .filter(|(v, _)| version >= *v)

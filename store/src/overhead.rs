@@ -277,7 +277,40 @@ pub struct KernelName {
     pub module: String,
 }
 
+/// A task that is not traced but took a traced thread's CPU (`tasks`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TaskName {
+    /// Thread id (sched_switch arg0).
+    pub tid: u32,
+    /// Its process.
+    pub pid: u32,
+    /// Its thread name.
+    pub comm: String,
+    /// When it was first seen (Unix ns).
+    pub first_seen_ns: i64,
+}
+
 impl Writer {
+    /// Records the names of tasks that are not traced.
+    pub fn record_tasks(&mut self, rows: &[TaskName]) -> Result<()> {
+        let (conn, path, node) = (self.conn(), self.path(), self.node().to_string());
+        let mut app = conn
+            .appender("tasks")
+            .ctx(path, "opening the tasks appender")?;
+        for r in rows {
+            app.append_row(params![
+                node,
+                r.tid,
+                r.pid,
+                crate::sanitize::sanitize(&r.comm),
+                r.first_seen_ns
+            ])
+            .ctx(path, "recording a task name")?;
+        }
+        app.flush().ctx(path, "flushing task names")?;
+        Ok(())
+    }
+
     /// Records kernel names.
     pub fn record_kernels(&mut self, rows: &[KernelName]) -> Result<()> {
         let (conn, path, node) = (self.conn(), self.path(), self.node().to_string());

@@ -16,7 +16,9 @@ use crate::catalog::{OPS, Source};
 /// (006_switching.sql).
 /// 7: `library_attach`, when tracing began for each process and library, and `kernels` with the
 /// `kernel_launches` view (007_attach_kernels.sql).
-pub const SCHEMA_VERSION: u32 = 7;
+/// 8: `tasks`, the names of tasks that are not traced but took a traced thread's CPU
+/// (008_tasks.sql).
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// The oldest version this build reads: the event layout of version 2. Version-1 files are
 /// refused with a hint to import or record them again.
@@ -34,6 +36,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (5, include_str!("../sql/005_in_situ.sql")),
     (6, include_str!("../sql/006_switching.sql")),
     (7, include_str!("../sql/007_attach_kernels.sql")),
+    (8, include_str!("../sql/008_tasks.sql")),
 ];
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
@@ -65,6 +68,7 @@ pub const RELATIONS: &[&str] = &[
     "library_attach",
     "kernels",
     "kernel_launches",
+    "tasks",
     "metric_points",
     "log_records",
 ];
@@ -369,6 +373,12 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "kernel",
         "",
         "the launched kernel's name (kernels.name): launch events (cudaLaunchKernel, cuLaunchKernel, cuLaunchKernelEx) whose kernel was named",
+    ),
+    (
+        "tasks",
+        "tid",
+        "",
+        "a task that is not traced and took a traced thread's CPU: join sched_switch events' arg0 (the task that ran next) on node and tid for its name and process",
     ),
     (
         "library_attach",

@@ -236,6 +236,58 @@ mod tests {
         assert!(c[0].time_lost_ns > 1_000_000_000);
     }
 
+    /// A preemptor outside the trace is named from `tasks` (what the collector's scheduler
+    /// program read), in the chain and in the thread's budget, with its process.
+    #[test]
+    fn names_a_preemptor_outside_the_trace_from_tasks() {
+        use causeway_store::{Event, TaskName, Writer, WriterOptions};
+
+        use crate::demo::model::op;
+        const T0: i64 = 1_700_000_000_000_000_000;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.duckdb");
+        let mut w = Writer::create(&p, WriterOptions::default()).unwrap();
+        let ev = |timestamp, duration, op_id, arg0, arg1| Event {
+            timestamp,
+            duration,
+            pid: 10,
+            tid: 10,
+            comm: "python3".into(),
+            op_id,
+            arg0,
+            arg1,
+            ..Event::default()
+        };
+        // 2,000 launches 1 ms apart; after each, 0.6 ms off the CPU while tid 4242 runs.
+        for i in 0..2_000i64 {
+            let t = T0 + i * 1_000_000;
+            w.append(&ev(t, 20_000, op("cudaLaunchKernel"), 1, 0))
+                .unwrap();
+            w.append(&ev(t + 100_000, 600_000, op("sched_switch"), 4242, 0))
+                .unwrap();
+        }
+        w.record_tasks(&[TaskName {
+            tid: 4242,
+            pid: 4240,
+            comm: "gzip".into(),
+            first_seen_ns: T0 + 100_000,
+        }])
+        .unwrap();
+        w.finish().unwrap();
+        let r = causeway_store::Reader::open(&p).unwrap();
+        let e = crate::engine::explain(&r, &crate::chains::ChainQuery::default()).unwrap();
+        let c = e
+            .chains
+            .iter()
+            .find(|c| c.detector == "cpu_contention")
+            .unwrap_or_else(|| panic!("{:#?}", e.chains));
+        assert!(c.summary.contains("gzip"), "{}", c.summary);
+        let b = e.budgets.iter().find(|b| b.tid == Some(10)).unwrap();
+        assert_eq!(b.preemptors[0].tid, 4242);
+        assert_eq!(b.preemptors[0].pid, Some(4240));
+        assert_eq!(b.preemptors[0].name, "gzip");
+    }
+
     #[test]
     fn quiet_without_preemption() {
         assert!(chains_of(Scenario::CpuContention, true, "cpu_contention").is_empty());

@@ -17,6 +17,7 @@
 #define CW_KIND_STACK 8 /* a user-space call stack seen for the first time (struct cw_stack_event) */
 #define CW_KIND_LIB 9   /* a traced process mapped a CUDA library executable (struct cw_lib_event) */
 #define CW_KIND_NAME 10 /* the name a driver function or kernel was got by (struct cw_name_event) */
+#define CW_KIND_TASK 11 /* a task not traced that took the CPU from a traced thread (struct cw_task_event) */
 
 /* Libraries of a CW_KIND_LIB record (the file-name stems of bpf/src/probes.rs `Library`). */
 #define CW_LIB_CUDART 1 /* libcudart.so* */
@@ -126,8 +127,10 @@ struct cw_stack_event {
 };
 
 /* The name cuModuleGetFunction / cuLibraryGetKernel got a handle by, read when the call returns
- * (the caller's string may be gone by the time user space could read it). */
-#define CW_NAME_LEN 128
+ * (the caller's string may be gone by the time user space could read it). Mangled C++ kernel
+ * names run to hundreds of bytes (PyTorch's elementwise kernels, CUTLASS templates); the calls
+ * are rare (once per kernel), so a record holds up to 4 KiB. */
+#define CW_NAME_LEN 4096
 struct cw_name_event {
 	__u8 kind;          /* CW_KIND_NAME */
 	__u8 pad;
@@ -135,6 +138,20 @@ struct cw_name_event {
 	__u32 pid;          /* process (tgid) */
 	__u64 handle;       /* the CUfunction / CUkernel returned */
 	char name[CW_NAME_LEN]; /* NUL-terminated, cut at CW_NAME_LEN - 1 bytes */
+};
+
+/* A task that is not traced ran when a traced thread was switched out (a preemptor), sent the
+ * first time it is seen: the sched_switch events name it by thread id only, and it may be gone
+ * (or its thread id reused) by the time user space could read /proc. */
+struct cw_task_event {
+	__u8 kind;          /* CW_KIND_TASK */
+	__u8 pad;
+	__u16 pad2;
+	__u32 tid;          /* kernel pid of the task: the thread id (sched_switch arg0) */
+	__u32 tgid;         /* its process */
+	__u32 pad3;
+	__u64 ts;           /* boot-time ns of the switch */
+	char comm[16];      /* its thread name */
 };
 
 /* Identity of a mapped file: the kernel's dev_t of its file system (MAJOR << 20 | MINOR, not

@@ -40,6 +40,37 @@ struct {
 	__type(value, struct wakeup);
 } wakeups SEC(".maps");
 
+/* Tasks not traced already named to user space (a CW_KIND_TASK record each). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH_);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* tid */
+	__type(value, __u8);
+} tasks_seen SEC(".maps");
+
+/* Names `next`, a task that is not traced, the first time it takes a traced thread's CPU. */
+static __always_inline void cw_name_task(struct task_struct *next, __u64 now)
+{
+	__u32 tid = next->pid;
+	if (!tid || bpf_map_lookup_elem(&tasks_seen, &tid))
+		return;
+	__u8 one = 1;
+	bpf_map_update_elem(&tasks_seen, &tid, &one, BPF_ANY);
+	struct cw_task_event *te = bpf_ringbuf_reserve(&events, sizeof(*te), 0);
+	if (!te)
+		return;
+	te->kind = CW_KIND_TASK;
+	te->pad = 0;
+	te->pad2 = 0;
+	te->tid = tid;
+	te->tgid = next->tgid;
+	te->pad3 = 0;
+	te->ts = now;
+	if (bpf_probe_read_kernel_str(te->comm, sizeof(te->comm), next->comm) < 0)
+		te->comm[0] = 0;
+	bpf_ringbuf_submit(te, 0);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
@@ -59,6 +90,8 @@ int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct tas
 		bpf_map_update_elem(&offcpu, &ptid, &o, BPF_ANY);
 		if (o.state == 1)
 			cw_net_blocking(prev, ptid, now);
+		if (!cw_is_target(next->tgid))
+			cw_name_task(next, now);
 	}
 
 	__u32 ntid = next->pid, ntgid = next->tgid;

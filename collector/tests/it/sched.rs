@@ -1,4 +1,5 @@
-//! Off-CPU attribution: a thread preempted by a busy thread pinned to the same CPU.
+//! Off-CPU attribution: a thread preempted by a busy thread pinned to the same CPU, and by a
+//! process outside the trace, named in `tasks`.
 
 use crate::{args, bpf_test, db_path, q, standin, trace};
 
@@ -61,5 +62,64 @@ fn preemption_is_attributed_to_the_busy_thread() {
             )
         ),
         0
+    );
+}
+
+/// A process outside the trace (started before it, named by prctl) spins on the traced
+/// threads' CPU: its thread id in sched_switch arg0 has one `tasks` row with its name and
+/// process, and the traced busy thread, which preempts the victim too, has none.
+#[test]
+fn a_preemptor_outside_the_trace_is_named() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let out = dir.path().join("tids.txt");
+    let mut hog = std::process::Command::new(s.exe())
+        .args(["hog", "cw_hog", "4000"])
+        .spawn()
+        .unwrap();
+    trace(&args(
+        &db,
+        &[s.exe(), "preempt", out.to_str().unwrap(), "1500"],
+    ));
+    let _ = hog.kill();
+    let _ = hog.wait();
+    let hog_pid = i64::from(hog.id());
+    let text = std::fs::read_to_string(&out).unwrap();
+    let busy: i64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("busy "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        q(
+            &db,
+            &format!("SELECT count(*) FROM events WHERE op = 'sched_switch' AND arg0 = {hog_pid}")
+        ) > 0,
+        "the hog never ran in a traced thread's place"
+    );
+    assert_eq!(
+        q(
+            &db,
+            &format!(
+                "SELECT count(*) FROM tasks WHERE tid = {hog_pid} AND pid = {hog_pid} AND comm = 'cw_hog'"
+            )
+        ),
+        1
+    );
+    assert_eq!(
+        q(
+            &db,
+            &format!("SELECT count(*) FROM tasks WHERE tid = {busy}")
+        ),
+        0
+    );
+    assert_eq!(
+        q(&db, "SELECT count(*) - count(DISTINCT tid) FROM tasks"),
+        0,
+        "a task is named once"
     );
 }

@@ -3,6 +3,8 @@
 //   calls OUT          fixed mix of runtime and driver calls (counts, sizes, directions below)
 //   sync MS            cudaDeviceSynchronize, cudaStreamSynchronize, cuCtxSynchronize sleeping MS each
 //   preempt OUT MS     a "victim" thread and a "busy" thread pinned to CPU 0 spin for MS; OUT gets tids
+//   hog NAME MS        names itself NAME (prctl) and spins on CPU 0 for MS, calling nothing: a
+//                      process outside the trace that takes a traced thread's CPU
 //   fork N M           parent launches N kernels, a forked child M kernels; parent waits
 //   rate N [OUT [T [R]]] N cudaLaunchKernel calls on each of T threads (default 1), back to back
 //                      or paced to R calls/s in all (default 0: unpaced); ns per call on stdout,
@@ -35,6 +37,7 @@
 //                      and one cudaStreamSynchronize sleeping MS, the second while the first is
 //                      alive; OUT gets both tids
 #define _GNU_SOURCE
+#include <sys/prctl.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -177,6 +180,17 @@ static int mode_preempt(const char *out, int ms)
 	while (now_ns() < end)
 		launch(1);
 	pthread_join(t, NULL);
+	return 0;
+}
+
+static int mode_hog(const char *name, int ms)
+{
+	prctl(PR_SET_NAME, name, 0, 0, 0);
+	pin_cpu0();
+	long end = now_ns() + (long)ms * 1000000L;
+	volatile unsigned long x = 0;
+	while (now_ns() < end)
+		x++;
 	return 0;
 }
 
@@ -544,17 +558,35 @@ static int mode_net(int ms, const char *out)
 	return 0;
 }
 
+/* The name of JIT kernel i: triton_poi_fused_add_I, except that every fifth is a mangled C++
+ * name as long as PyTorch's (at::native::triton_poi_fused_add_I_xx...()): 300 bytes, or 3,000
+ * for every tenth. */
+static void jit_name(char *out, size_t cap, int i)
+{
+	if (i % 5 != 4) {
+		snprintf(out, cap, "triton_poi_fused_add_%d", i);
+		return;
+	}
+	char ident[3100];
+	int len = snprintf(ident, sizeof(ident), "triton_poi_fused_add_%d_", i);
+	size_t want = i % 10 == 9 ? 3000 : 300;
+	while ((size_t)len < want && (size_t)len + 1 < sizeof(ident))
+		ident[len++] = 'x';
+	ident[len] = 0;
+	snprintf(out, cap, "_ZN2at6native%d%sEv", len, ident);
+}
+
 /* JIT-style kernels (as Triton loads them): N functions got by name through the driver, the even
  * ones with cuModuleGetFunction, the odd ones with cuLibraryGetKernel + cuKernelGetFunction, then
  * each launched with cuLaunchKernel ROUNDS x (1 + i % 3) times. */
 static int mode_jit(int n, int rounds)
 {
-	static char names[256][48];
+	static char names[256][3200];
 	void *funcs[256];
 	if (n > 256)
 		return 2;
 	for (int i = 0; i < n; i++) {
-		snprintf(names[i], sizeof(names[i]), "triton_poi_fused_add_%d", i);
+		jit_name(names[i], sizeof(names[i]), i);
 		if (i % 2 == 0) {
 			if (cuModuleGetFunction(&funcs[i], NULL, names[i]))
 				return 1;
@@ -635,6 +667,8 @@ int main(int argc, char **argv)
 		return mode_sync(atoi(argv[2]));
 	if (!strcmp(m, "preempt") && argc > 3)
 		return mode_preempt(argv[2], atoi(argv[3]));
+	if (!strcmp(m, "hog") && argc > 3)
+		return mode_hog(argv[2], atoi(argv[3]));
 	if (!strcmp(m, "fork") && argc > 3)
 		return mode_fork(atoi(argv[2]), atoi(argv[3]), argc > 4 ? atoi(argv[4]) : 0);
 	if (!strcmp(m, "rate") && argc > 2)

@@ -1,7 +1,7 @@
 //! One answer everywhere: on every trace of the corpus (investigations/cases: the generator's
-//! scenarios and healthy twins, and the reference recordings in ../shared), `causeway explain
-//! --json` and the MCP server's get_causal_chains structuredContent carry the same chains in
-//! the same order, for the whole trace and for a window and a process.
+//! scenarios and healthy twins, the reference recordings in ../shared and our GPU recordings),
+//! `causeway explain --json` and the MCP server's get_causal_chains structuredContent carry the
+//! same chains in the same order, for the whole trace and for a window and a process.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,6 +38,13 @@ fn corpus(dir: &Path) -> Vec<(String, PathBuf)> {
                 args.push("--healthy");
             }
             ok(&args);
+        } else if let Some(file) = trace.strip_prefix("recorded:") {
+            // Our own GPU recordings, committed gzipped.
+            let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../investigations/recorded")
+                .join(file);
+            let mut gz = flate2::read::GzDecoder::new(std::fs::File::open(src).unwrap());
+            std::io::copy(&mut gz, &mut std::fs::File::create(&db).unwrap()).unwrap();
         } else {
             let src = shared(trace.strip_prefix("shared:").unwrap());
             ok(&["import", src.to_str().unwrap(), "--db", d]);

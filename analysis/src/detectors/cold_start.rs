@@ -11,7 +11,8 @@
 //! Second trigger, for kernels first used all through the run (lazy loading of many kernels,
 //! JIT compilation of PTX-only modules): per process, the first launch of each kernel (launch
 //! arg0, the kernel) has a median >= 10x the op's median launch, and the first
-//! launches exceed it by >= [`MIN_FIRST_USE_NS`] in all. Time lost: that excess.
+//! launches exceed it by >= [`MIN_FIRST_USE_NS`] and 1% of the process's span in all. Time
+//! lost: that excess.
 //! Severity: the common rule.
 //! Recommendation: warm up before taking traffic; load modules eagerly; capture graphs early.
 
@@ -193,6 +194,9 @@ fn first_use(
             .map(|t| (t.first_ns, t.last_ns))
             .fold((i64::MAX, i64::MIN), |(a, b), (f, l)| (a.min(f), b.max(l)));
         let span = (span.1 - span.0).max(1);
+        if (lost as f64) < MIN_SHARE * span as f64 {
+            continue;
+        }
         let comm = ctx.name(&node, pid);
         named.push((node.clone(), pid));
         out.push(

@@ -2,7 +2,9 @@
 //! `.item()` / `.cpu()` / `.numpy()` pattern), so the host cannot run ahead of the GPU.
 //!
 //! Trigger: on one launching thread, >= 100 synchronisations (stream/device/context/event
-//! syncs) per second of its span after start-up, >= 1 sync per 4 launches, and sync time >= 5% of the span.
+//! syncs) per second of its span after start-up, more than 1 sync per 20 launches, and sync
+//! time >= 5% of that span; counts and times from its budget, scaled to the kernel's counts
+//! where the probes were sampled.
 //! Time lost: sync time x (syncs - launches/20) / syncs: the waits beyond one sync per 20
 //! launches (a generous healthy baseline: one per step).
 //! Second trigger, from the thread's time budget (a host read is often a small device-to-host
@@ -65,16 +67,29 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .iter()
             .map(|o| o.total_ns)
             .fold(0, i64::saturating_add);
+        // Where the probes were sampled the stored calls are a part: the thread's budget scales
+        // its classes by the kernel's counts.
+        let budget = thread_budgets(inp).find(|b| b.node == t.node && b.tid == Some(t.tid));
+        let est = |c: CallClass| {
+            budget
+                .and_then(|b| b.class(c))
+                .map_or((0, 0), |c| (c.estimated_calls(), c.estimated_total_ns()))
+        };
+        let (n, sync_ns) = (
+            n.max(est(CallClass::Sync).0),
+            sync_ns.max(est(CallClass::Sync).1),
+        );
+        let launches = t.launches.max(est(CallClass::Launch).0);
         let span = super::steady_span_ns(ctx, &t.node, t.pid, t.tid)
             .unwrap_or((t.last_ns - t.first_ns).max(1));
         let per_s = n as f64 / (span as f64 / 1e9);
         if per_s < MIN_SYNCS_PER_S
-            || (n as f64) < t.launches as f64 / 4.0
+            || (n as f64) < launches as f64 / 20.0
             || (sync_ns as f64) < 0.05 * span as f64
         {
             continue;
         }
-        let expected = t.launches as f64 / 20.0;
+        let expected = launches as f64 / 20.0;
         let lost = (sync_ns as f64 * ((n as f64 - expected) / n as f64).max(0.0)) as i64;
         let d2h = ctx.op(&t.node, t.pid, "cudaMemcpy").map_or(0, |o| o.count);
         let main = syncs
@@ -88,11 +103,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 node: t.node.clone(),
                 time_lost_ns: lost,
                 severity: severity(lost, ctx.node_span_ns(&t.node)),
-                summary: format!("{} syncs/s on {} (tid {}): one per {:.1} launches, {} waiting ({} of its span)", per_s.round(), t.comm, t.tid, t.launches as f64 / n.max(1) as f64, d(sync_ns), pct(sync_ns, span)),
+                summary: format!("{} syncs/s on {} (tid {}): one per {:.1} launches, {} waiting ({} of its span)", per_s.round(), t.comm, t.tid, launches as f64 / n.max(1) as f64, d(sync_ns), pct(sync_ns, span)),
                 root_cause: "Sync storm: the training step reads device values on the host (.item(), .cpu(), .numpy(), printing a tensor), forcing a GPU synchronisation each time".into(),
                 explanation: format!(
                     "{} (pid {}, tid {}) made {} synchronisations ({}) against {} kernel launches and {} synchronous cudaMemcpy calls. Each sync drains the GPU queue, so the host cannot enqueue the next kernels while the GPU works and the GPU idles while the host catches up. Beyond one sync per 20 launches, these waits cost an estimated {}.",
-                    t.comm, t.pid, t.tid, n, main, t.launches, d2h, d(lost)
+                    t.comm, t.pid, t.tid, n, main, launches, d2h, d(lost)
                 ),
                 timeline: vec![
                     step("CUDA", &main, format!("{n} syncs, {} total wait", d(sync_ns)), sync_ns),

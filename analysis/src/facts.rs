@@ -147,6 +147,9 @@ pub struct Ctx<'a> {
     /// By node: stretches where some GPU op's probes were sampled (gaps between stored calls
     /// there are not gaps between calls).
     pub sampled: HashMap<String, Vec<(i64, i64)>>,
+    /// By node: the stretches where an op that can wait (anything but a launch: a sync, a copy,
+    /// a free) was sampled, so a sleep between stored calls may have been inside one.
+    pub sampled_waits: HashMap<String, Vec<(i64, i64)>>,
 }
 
 /// Kernel launches of one process on one GPU.
@@ -302,10 +305,15 @@ impl<'a> Ctx<'a> {
         let mut nodes: Vec<String> = threads.iter().map(|t| t.node.clone()).collect();
         nodes.dedup();
         let mut sampled = HashMap::new();
+        let mut sampled_waits = HashMap::new();
         for n in &nodes {
             let spans = crate::overhead::sampled_spans(r, window.until_ns, n)?;
             if !spans.is_empty() {
                 sampled.insert(n.clone(), spans);
+                let waits = crate::overhead::sampled_spans_of(r, window.until_ns, n, |op| {
+                    !crate::opsets::is_launch(op)
+                })?;
+                sampled_waits.insert(n.clone(), waits);
             }
         }
         Ok(Ctx {
@@ -329,6 +337,7 @@ impl<'a> Ctx<'a> {
             budget_calls,
             only_node,
             sampled,
+            sampled_waits,
         })
     }
 

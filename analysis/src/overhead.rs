@@ -212,12 +212,23 @@ pub fn mode_switches(r: &Reader, until_ns: i64, node: &str) -> Result<Vec<ModeSw
 /// aggregated, entry only) up to `until_ns`, merged, oldest first: there, fewer calls were
 /// stored than made, so a stretch without stored calls is not a stretch without calls.
 pub fn sampled_spans(r: &Reader, until_ns: i64, node: &str) -> Result<Vec<(i64, i64)>, StoreError> {
+    sampled_spans_of(r, until_ns, node, |_| true)
+}
+
+/// [`sampled_spans`] of the GPU ops `keep` accepts.
+pub fn sampled_spans_of(
+    r: &Reader,
+    until_ns: i64,
+    node: &str,
+    keep: impl Fn(&str) -> bool,
+) -> Result<Vec<(i64, i64)>, StoreError> {
     let switches = mode_switches(r, until_ns, node)?;
     let mut open: BTreeMap<&str, i64> = BTreeMap::new();
     let mut spans: Vec<(i64, i64)> = Vec::new();
     for s in &switches {
         let gpu = causeway_store::catalog::op_by_name(&s.op)
-            .is_some_and(|o| crate::opsets::is_gpu_source(o.source.name()));
+            .is_some_and(|o| crate::opsets::is_gpu_source(o.source.name()))
+            && keep(&s.op);
         if !gpu {
             continue;
         }

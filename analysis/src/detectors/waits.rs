@@ -2,9 +2,11 @@
 //! 1 ms between consecutive GPU calls and how much of them the thread slept (blocked off-CPU);
 //! for every thread, the off-CPU time that overlaps its *own* block I/O requests. A launching
 //! thread's gaps and I/O before it launches steadily (start-up) are left out.
-//! Where GPU probes were sampled, a stored gap may hold calls that were made but not stored, so
-//! there only sleeps of at least [`SAMPLED_MIN_SLEEP_NS`] count: a sleeping thread makes no call,
-//! and a launch that sleeps does so briefly (the driver spins first).
+//! Where GPU probes were sampled, a stored gap may hold calls that were made but not stored.
+//! Where only launches were sampled, sleeps of at least [`SAMPLED_MIN_SLEEP_NS`] count (a
+//! sleeping thread makes no call, and a launch that sleeps does so briefly: the driver spins
+//! first); where an op that waits (a sync, a copy) was sampled, a sleep may have been inside
+//! one of its calls, and the gap is left out.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
@@ -158,6 +160,10 @@ fn gaps(
                 .steady_from
                 .get(&g.tid)
                 .is_none_or(|&f| g.start >= f)
+            && !ctx
+                .sampled_waits
+                .get(node)
+                .is_some_and(|s| crate::overhead::in_sampled(s, g.start, g.end))
     }) {
         let e = totals.entry((g.pid, g.tid)).or_default();
         e.0 += 1;

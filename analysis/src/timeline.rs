@@ -92,8 +92,8 @@ pub struct Timeline {
     pub first_launch: HashMap<u32, i64>,
     /// Each launching thread's start of steady launching (ns): its first launch in the first
     /// second whose stored launches reach a tenth of its busiest second's (sampling lowers the
-    /// later seconds' counts, never the busiest, which full mode at the start records). Before it: start-up (imports, model and dataset construction, the odd
-    /// initialisation kernel).
+    /// later seconds' counts, never the busiest, which full mode at the start records). Before
+    /// it: start-up (imports, model and dataset construction, the odd initialisation kernel).
     pub steady_from: HashMap<u32, i64>,
     /// Slow calls (>= [`SLOW_MIN_NS`] and >= [`SLOW_P50_FACTOR`] x their (pid, op) p50).
     pub slow: Vec<SlowCall>,

@@ -5,7 +5,8 @@
 //! whose p50 in the last third of them is >= 3x the first third and >= 200 us (latency climb),
 //! or whose allocations never freed (by pointer, where pointers were recorded) amount to >= 20%
 //! of calls and >= 1 GiB and go on into the last quarter of the process's span (memory
-//! allocated at start-up and kept, like weights and optimizer state, is not a leak). A driver allocation nested in a runtime one is counted once.
+//! allocated at start-up and kept, like weights and optimizer state, is not a leak). A driver
+//! allocation nested in a runtime one is counted once.
 //! Time lost: the allocation time above the first third's p50. Severity: the common rule.
 //! Recommendation: stop calling empty_cache per step, reuse buffers, set allocator options.
 

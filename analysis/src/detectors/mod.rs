@@ -156,8 +156,8 @@ pub fn thread_budgets<'a>(
 }
 
 /// The part of a thread's span after start-up: from when it launched steadily
-/// ([`feeding_stall::steady_from`]) to its last event. Rate and share thresholds use it, so that seconds
-/// of imports and model construction at the start of a short trace do not dilute the loop.
+/// ([`feeding_stall::steady_from`]) to its last event. Rate and share thresholds use it, so that
+/// seconds of imports and model construction at the start of a short trace do not dilute the loop.
 pub fn steady_span_ns(ctx: &crate::facts::Ctx<'_>, node: &str, pid: u32, tid: u32) -> Option<i64> {
     let t = ctx
         .threads

@@ -389,6 +389,14 @@ impl<'a> Ctx<'a> {
             .unwrap_or_else(|| "?".into())
     }
 
+    /// When a launching thread started launching steadily (the end of its start-up), if it
+    /// launched: [`crate::timeline::Timeline::steady_from`].
+    pub fn steady_from(&self, node: &str, tid: u32) -> Option<i64> {
+        self.timelines
+            .get(node)
+            .and_then(|t| t.steady_from.get(&tid).copied())
+    }
+
     /// The process and name of a task that is not traced (a preemptor), where the trace
     /// recorded them.
     pub fn task(&self, node: &str, tid: u32) -> Option<&(u32, String)> {

@@ -23,13 +23,6 @@ use crate::chains::Chain;
 /// Shortest stall that counts.
 pub const MIN_STALL_NS: i64 = 1_000_000_000;
 
-/// When the thread started launching steadily, if it launched.
-pub fn steady_from(ctx: &crate::facts::Ctx<'_>, node: &str, tid: u32) -> Option<i64> {
-    ctx.timelines
-        .get(node)
-        .and_then(|t| t.steady_from.get(&tid).copied())
-}
-
 /// Notes for the stalls left out as start-up: per thread, how long it went without a GPU call
 /// before it launched steadily.
 pub fn startup_notes(
@@ -39,7 +32,7 @@ pub fn startup_notes(
     let mut out = Vec::new();
     for b in budgets.iter().filter(|b| b.tid.is_some() && b.span_ns > 0) {
         let tid = b.tid.unwrap_or_default();
-        let Some(f) = steady_from(ctx, &b.node, tid) else {
+        let Some(f) = ctx.steady_from(&b.node, tid) else {
             continue;
         };
         let before: i64 = b
@@ -66,14 +59,14 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let mut out = Vec::new();
     for b in thread_budgets(inp) {
         let tid = b.tid.unwrap_or_default();
-        let first_launch = steady_from(ctx, &b.node, tid);
+        let steady = ctx.steady_from(&b.node, tid);
         let stalls: Vec<_> = b
             .stalls
             .iter()
             .filter(|s| {
                 s.duration_ns >= MIN_STALL_NS
                     && s.blocked_ns * 2 < s.duration_ns
-                    && first_launch.is_none_or(|f| s.start_ns >= f)
+                    && steady.is_none_or(|f| s.start_ns >= f)
             })
             .collect();
         let lost: i64 = stalls.iter().map(|s| s.duration_ns).sum();

@@ -156,14 +156,17 @@ pub fn thread_budgets<'a>(
 }
 
 /// The part of a thread's span after start-up: from when it launched steadily
-/// ([`feeding_stall::steady_from`]) to its last event. Rate and share thresholds use it, so that
-/// seconds of imports and model construction at the start of a short trace do not dilute the loop.
+/// ([`crate::facts::Ctx::steady_from`]) to its last event. Rate and share thresholds use it, so
+/// that seconds of imports and model construction at the start of a short trace do not dilute
+/// the loop.
 pub fn steady_span_ns(ctx: &crate::facts::Ctx<'_>, node: &str, pid: u32, tid: u32) -> Option<i64> {
     let t = ctx
         .threads
         .iter()
         .find(|t| t.node == node && t.pid == pid && t.tid == tid)?;
-    let from = feeding_stall::steady_from(ctx, node, tid).map_or(t.first_ns, |f| f.max(t.first_ns));
+    let from = ctx
+        .steady_from(node, tid)
+        .map_or(t.first_ns, |f| f.max(t.first_ns));
     Some((t.last_ns - from).max(1))
 }
 

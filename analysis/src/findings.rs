@@ -62,15 +62,27 @@ fn validate(r: &Reader, q: &FindingsQuery) -> Result<(), StoreError> {
     if q.chains.top_n == Some(0) {
         return Err(invalid(
             "asked for 0 chains".into(),
-            "ask for 1 or more (--top N / top_n), or leave it out for every chain",
+            "ask for 1 or more (--limit N / limit), or leave it out for every chain",
         ));
     }
+    check_filter(r, q.chains.window, q.chains.pid, q.chains.node.as_deref())
+}
+
+/// Refuses a window outside the trace, and a process or node the trace does not have: every
+/// command and tool that takes them (stats, explain, stacks) answers these with an error, not
+/// with an empty table.
+pub fn check_filter(
+    r: &Reader,
+    window: crate::WindowSpec,
+    pid: Option<u32>,
+    node: Option<&str>,
+) -> Result<(), StoreError> {
     let (events, first, last): (i64, i64, i64) = r
         .prepare_trusted(SPAN_SQL)?
         .query_row([], causeway_store::row)
         .map_err(crate::facts::duck(r, "reading the trace span"))?;
     if events > 0 {
-        let w = q.chains.window.resolve(first, last);
+        let w = window.resolve(first, last);
         if w.until_ns < first || w.from_ns > last || w.until_ns < w.from_ns {
             return Err(invalid(
                 format!(
@@ -85,7 +97,7 @@ fn validate(r: &Reader, q: &FindingsQuery) -> Result<(), StoreError> {
             ));
         }
     }
-    if let Some(pid) = q.chains.pid {
+    if let Some(pid) = pid {
         let p = i64::from(pid);
         let known: i64 = r
             .prepare_trusted(PID_SQL)?
@@ -98,7 +110,7 @@ fn validate(r: &Reader, q: &FindingsQuery) -> Result<(), StoreError> {
             ));
         }
     }
-    if let Some(node) = q.chains.node.as_deref().filter(|n| !n.is_empty()) {
+    if let Some(node) = node.filter(|n| !n.is_empty()) {
         let known: i64 = r
             .prepare_trusted(NODE_SQL)?
             .query_row([node], |row| row.get(0))

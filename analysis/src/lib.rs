@@ -30,7 +30,7 @@ pub mod window;
 pub use budget::{Budget, CallClass};
 pub use chains::{Chain, ChainQuery, Severity, TimelineItem, stored_chains};
 pub use engine::{Explain, ExplainOptions, ProcessStats, explain, explain_with};
-pub use findings::{Findings, FindingsQuery, findings};
+pub use findings::{Findings, FindingsQuery, check_filter, findings};
 pub use overhead::{ModeSwitch, Overhead};
 pub use stats::{OffCpu, OpStats, StatsQuery, TraceStats, trace_stats};
 pub use window::{TimeError, TimeRef, Window, WindowSpec};

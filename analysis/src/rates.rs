@@ -172,12 +172,19 @@ pub fn change_point(xs: &[u32]) -> Option<ChangePoint> {
             best = Some((score, k));
         }
     }
-    best.map(|(_, k)| ChangePoint {
+    let (_, k) = best?;
+    let (before, after) = (median(&xs[..k]), median(&xs[k..]));
+    // The best split of a flat series is still a split: with the typical second the same on
+    // both sides (within 5%), the level did not change and there is nothing to report.
+    if (before - after).abs() <= 0.05 * before.max(after) {
+        return None;
+    }
+    Some(ChangePoint {
         probe_mode: None,
         at_second: k,
-        before_median: median(&xs[..k]),
+        before_median: before,
         before_low: lower_quartile(&xs[..k]),
-        after_median: median(&xs[k..]),
+        after_median: after,
     })
 }
 
@@ -206,6 +213,15 @@ mod tests {
         ];
         let c = change_point(&xs).unwrap();
         assert!(c.before_low < 20.0, "{c:?}");
+    }
+
+    #[test]
+    fn a_flat_series_has_no_change_point() {
+        // The healthy demo's loop: 1,320 launches a second, give or take one.
+        let xs = [1320, 1321, 1319, 1320, 1322, 1318, 1320, 1321, 1320, 1319];
+        assert_eq!(change_point(&xs), None);
+        let xs = [1320, 1320, 1320, 1320, 1320, 1000, 1320, 1320, 1320, 1320];
+        assert_eq!(change_point(&xs), None, "one slow second is not a level");
     }
 
     #[test]

@@ -226,6 +226,7 @@ fn histogram_percentile(buckets: &[(u8, u64)], p_permille: u64) -> i64 {
 
 /// Computes [`TraceStats`] for `q` over the store behind `r`.
 pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError> {
+    crate::findings::check_filter(r, q.window, q.pid, q.node.as_deref())?;
     let (total, first, last): (i64, i64, i64) = r
         .prepare_trusted(SPAN_SQL)?
         .query_row([], causeway_store::row)

@@ -19,12 +19,27 @@ pub enum TimeRef {
 
 /// Why a time or duration could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "cannot read time '{input}': {why}\nhint: use ns since the Unix epoch (1774099500000000000), RFC 3339 (2026-03-21T13:25:00Z), +DURATION after the trace start (+30s) or -DURATION before its end (-5m)"
-)]
+#[error("cannot read {what} '{input}': {why}\nhint: {hint}")]
 pub struct TimeError {
+    what: &'static str,
     input: String,
     why: String,
+    hint: &'static str,
+}
+
+const TIME_HINT: &str = "use ns since the Unix epoch (1774099500000000000), RFC 3339 (2026-03-21T13:25:00Z), +DURATION after the trace start (+30s) or -DURATION before its end (-5m)";
+const DURATION_HINT: &str =
+    "use a duration such as 30s, 5m, 1h30m or 250ms (since: that much of the trace's end)";
+
+impl TimeError {
+    fn time(input: &str, why: String) -> TimeError {
+        TimeError {
+            what: "time",
+            input: input.to_string(),
+            why,
+            hint: TIME_HINT,
+        }
+    }
 }
 
 fn parse_duration(s: &str) -> Result<i64, String> {
@@ -36,8 +51,10 @@ fn parse_duration(s: &str) -> Result<i64, String> {
 /// Parses a duration such as `5m`, `250ms`, `1h30m` into ns.
 pub fn parse_duration_ns(s: &str) -> Result<i64, TimeError> {
     parse_duration(s).map_err(|why| TimeError {
+        what: "duration",
         input: s.to_string(),
         why,
+        hint: DURATION_HINT,
     })
 }
 
@@ -46,10 +63,7 @@ impl FromStr for TimeRef {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let t = s.trim();
-        let err = |why: String| TimeError {
-            input: s.to_string(),
-            why,
-        };
+        let err = |why: String| TimeError::time(s, why);
         if let Some(rest) = t.strip_prefix('+') {
             return parse_duration(rest).map(TimeRef::AfterStart).map_err(err);
         }
@@ -107,8 +121,10 @@ impl WindowSpec {
         if let Some(s) = since {
             if from.is_some() || until.is_some() {
                 return Err(TimeError {
+                    what: "since",
                     input: s.to_string(),
                     why: "since cannot be combined with from/until".into(),
+                    hint: "give either since, or from and/or until",
                 });
             }
             return Ok(WindowSpec::Since(parse_duration_ns(s)?));

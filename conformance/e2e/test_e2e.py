@@ -44,7 +44,7 @@ def free_port() -> int:
 def http_server():
     port = free_port()
     proc = subprocess.Popen(
-        [BIN, "mcp", "--db", TRACE, "--http", f"127.0.0.1:{port}"],
+        [BIN, "mcp", "--db", TRACE, "--listen", f"127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -55,7 +55,7 @@ def http_server():
         while time.time() < deadline and "listening on" not in line:
             line = proc.stderr.readline()
             if not line and proc.poll() is not None:
-                raise RuntimeError("causeway mcp --http exited early")
+                raise RuntimeError("causeway mcp --listen exited early")
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()

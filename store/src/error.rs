@@ -34,6 +34,14 @@ pub enum StoreError {
         /// What was missing.
         why: String,
     },
+    /// A trace recorded by the reference tool (SQLite): it must be imported first.
+    #[error(
+        "{path}: this is a reference trace (SQLite), not a causeway store: run causeway import first\nhint: causeway import {path} -o NEW.duckdb, then pass --db NEW.duckdb"
+    )]
+    ReferenceTrace {
+        /// The file.
+        path: PathBuf,
+    },
     /// The store was written by a newer causeway.
     #[error(
         "{path}: schema version {found} is newer than this causeway supports ({supported})\nhint: upgrade causeway"
@@ -48,7 +56,7 @@ pub enum StoreError {
     },
     /// The store was written by an older causeway, with a layout this build does not read.
     #[error(
-        "{path}: schema version {found} is older than this causeway reads ({supported})\nhint: import the source trace again (`causeway import SRC.db --db NEW.duckdb`) or record it again"
+        "{path}: schema version {found} is older than this causeway reads ({supported})\nhint: import the source trace again (`causeway import SRC.db -o NEW.duckdb`) or record it again"
     )]
     OlderSchema {
         /// The file.
@@ -60,7 +68,7 @@ pub enum StoreError {
     },
     /// The trace file does not exist.
     #[error(
-        "{path}: no such trace file\nhint: list traces with `causeway list`, or record one with `causeway import` / `causeway trace`"
+        "{path}: no such trace file\nhint: list traces with `causeway traces`, or make one with `causeway import` / `causeway trace`"
     )]
     Missing {
         /// The path given.

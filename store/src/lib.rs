@@ -138,6 +138,39 @@ pub(crate) fn remove_stale_temp_dir(path: &Path) {
     }
 }
 
+/// Looks at a file's header before DuckDB does: a reference trace (SQLite) gets its own error
+/// (DuckDB would answer "loading external extensions is disabled", trying its SQLite scanner),
+/// and any other file that is not DuckDB's is named as such.
+pub(crate) fn sniff(path: &Path) -> Result<()> {
+    use std::io::Read;
+    let mut head = [0u8; 16];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|source| StoreError::Io {
+            path: path.to_path_buf(),
+            action: "reading the file header",
+            source,
+        })?;
+    if head.starts_with(b"SQLite format 3\0") {
+        return Err(StoreError::ReferenceTrace {
+            path: path.to_path_buf(),
+        });
+    }
+    // DuckDB's main header: an 8-byte checksum, then the magic "DUCK".
+    if n >= 12 && &head[8..12] != b"DUCK" || (n > 0 && n < 12) {
+        return Err(StoreError::NotAStore {
+            path: path.to_path_buf(),
+            why: "not a DuckDB file".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether `path` is a DuckDB file (by its header; nothing is opened with DuckDB).
+pub fn looks_like_store(path: &Path) -> bool {
+    sniff(path).is_ok() && std::fs::metadata(path).is_ok_and(|m| m.len() >= 12)
+}
+
 /// Verifies the file is a causeway store of a version this build reads (from
 /// [`schema::MIN_VERSION`], the event layout this build knows, up to [`schema::SCHEMA_VERSION`]);
 /// returns its version.

@@ -111,6 +111,7 @@ impl Reader {
                 path: path.to_path_buf(),
             });
         }
+        crate::sniff(path)?;
         let config = Config::default()
             .access_mode(AccessMode::ReadOnly)
             .and_then(|c| c.enable_external_access(false))

@@ -567,7 +567,8 @@ impl Writer {
     }
 
     /// Records (or updates) the node row with its origin and cluster, giving a new node the
-    /// next `node_id`.
+    /// next `node_id`. Only a recorded node has this machine's host name: an imported one was
+    /// traced elsewhere (OTLP `host.name` must not name the importing machine).
     pub fn register_node(&mut self, origin: &str, cluster: &str) -> Result<()> {
         let host = if origin == "recorded" {
             crate::default_node_name()
@@ -608,6 +609,7 @@ impl Writer {
             .execute(
                 "INSERT INTO nodes (node, node_id, hostname, cluster, origin) VALUES (?, ?, ?, ?, ?)
                  ON CONFLICT (node) DO UPDATE SET origin = excluded.origin,
+                     hostname = excluded.hostname,
                      cluster = CASE WHEN excluded.cluster = '' THEN nodes.cluster ELSE excluded.cluster END",
                 params![self.opts.node, node_id, host, cluster, origin],
             )

@@ -142,6 +142,11 @@ impl Context {
         &self.default_db
     }
 
+    /// The directories searched for more traces.
+    pub fn traces_dirs(&self) -> &[PathBuf] {
+        &self.traces_dirs
+    }
+
     /// Where the self-test report lives.
     pub fn test_report_path(&self) -> &Path {
         &self.test_report
@@ -150,7 +155,11 @@ impl Context {
     /// Every trace this server can open: the default first, then the directories' `*.duckdb`
     /// files sorted by name (a name already taken is skipped).
     pub fn traces(&self) -> Vec<TraceEntry> {
-        let mut out = vec![entry(&self.default_db, true)];
+        // The CLI's `traces` may have no default (an empty path).
+        let mut out: Vec<TraceEntry> = (!self.default_db.as_os_str().is_empty())
+            .then(|| entry(&self.default_db, true))
+            .into_iter()
+            .collect();
         let mut found: Vec<PathBuf> = Vec::new();
         for dir in &self.traces_dirs {
             let Ok(rd) = std::fs::read_dir(dir) else {
@@ -158,7 +167,11 @@ impl Context {
             };
             for e in rd.flatten() {
                 let p = e.path();
-                if p.extension().is_some_and(|x| x == "duckdb") && p.is_file() {
+                // Only files DuckDB would open: a stray or half-copied file is not a trace.
+                if p.extension().is_some_and(|x| x == "duckdb")
+                    && p.is_file()
+                    && causeway_store::looks_like_store(&p)
+                {
                     found.push(p);
                 }
             }

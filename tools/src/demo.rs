@@ -11,7 +11,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ToolError;
-use crate::stats::{DEFAULT_TOP_N, stats_for};
+use crate::stats::{DEFAULT_LIMIT, stats_for};
 
 /// Arguments of `run_demo`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -147,7 +147,7 @@ pub fn run_demo(p: &DemoParams) -> Result<DemoResult, ToolError> {
             .explain
             .chains
             .into_iter()
-            .take(DEFAULT_TOP_N)
+            .take(DEFAULT_LIMIT)
             .map(causeway_analysis::Chain::sanitized)
             .collect(),
         total_chains,

@@ -8,7 +8,7 @@ pub enum ToolError {
     /// An argument broke its schema (wrong type, out of range, unknown field, ...).
     #[error("invalid argument {field}: {rule}\nhint: {hint}")]
     InvalidArgument {
-        /// JSON pointer of the failing field (`/top_n`), or `(arguments)` for the object.
+        /// JSON pointer of the failing field (`/limit`), or `(arguments)` for the object.
         field: String,
         /// The rule it broke.
         rule: String,

@@ -227,9 +227,9 @@ fn median(v: &mut [f64]) -> f64 {
 /// absolute deviation with 3+ nodes (as the straggler detector), a 2x ratio with two.
 fn merge_stats(answers: &[NodeAnswer]) -> (Vec<Vec<Value>>, Vec<String>) {
     let mut rows = Vec::new();
-    // op -> [(node, p50, count)]
-    let mut per_op: std::collections::BTreeMap<String, Vec<(String, f64, u64)>> =
-        Default::default();
+    // (source, op) -> [(node, p50, count)]
+    type PerNode = Vec<(String, f64, u64)>;
+    let mut per_op: std::collections::BTreeMap<(String, String), PerNode> = Default::default();
     for a in answers.iter().filter(|a| a.ok) {
         for o in a
             .result
@@ -251,16 +251,22 @@ fn merge_stats(answers: &[NodeAnswer]) -> (Vec<Vec<Value>>, Vec<String>) {
                 o["total_ns"].clone(),
             ]);
             if count > 0 && p50 > 0 {
+                let source = o["source"].as_str().unwrap_or("").to_string();
                 per_op
-                    .entry(op)
+                    .entry((source, op))
                     .or_default()
                     .push((a.node.clone(), p50 as f64, count));
             }
         }
     }
     let mut outliers = Vec::new();
-    for (op, nodes) in &per_op {
+    for ((source, op), nodes) in &per_op {
         let xs: Vec<f64> = nodes.iter().map(|n| n.1).collect();
+        // A GPU call slower than the fleet's is the straggler's mark. A host op that differs
+        // either way is worth a look too: sched_switch p50 of 0.76 ms on one node against 50 ms
+        // on the others means its threads are switched out constantly, or the others sleep.
+        let host = !matches!(source.as_str(), "CUDA" | "DRIVER" | "NCCL");
+        let outlier = causeway_analysis::detectors::straggler::outlier;
         let (who, rule) = match nodes.len() {
             0 | 1 => continue,
             2 => {
@@ -270,7 +276,7 @@ fn merge_stats(answers: &[NodeAnswer]) -> (Vec<Vec<Value>>, Vec<String>) {
                 }
                 (hi, "the other node")
             }
-            _ => match causeway_analysis::detectors::straggler::outlier(&xs, true) {
+            _ => match outlier(&xs, true).or_else(|| outlier(&xs, false).filter(|_| host)) {
                 Some(i) => (i, "the fleet median, a MAD outlier"),
                 None => continue,
             },
@@ -283,10 +289,12 @@ fn merge_stats(answers: &[NodeAnswer]) -> (Vec<Vec<Value>>, Vec<String>) {
             .collect();
         let m = median(&mut others);
         let (node, p50, count) = &nodes[who];
-        outliers.push(format!(
-            "{node}: {op} p50 {:.1}x {rule} ({count} calls)",
-            p50 / m
-        ));
+        let ratio = if *p50 >= m {
+            format!("{:.1}x", p50 / m)
+        } else {
+            format!("1/{:.0} of", m / p50)
+        };
+        outliers.push(format!("{node}: {op} p50 {ratio} {rule} ({count} calls)"));
     }
     (rows, outliers)
 }
@@ -351,6 +359,7 @@ pub fn query_fleet(ctx: &Context, p: &FleetParams) -> Result<FleetOut, ToolError
         }
         FleetAction::Chains => {
             let mut args = window_args(p);
+            // `top_n`, not `limit`: nodes running a causeway from before `limit` still answer.
             args["top_n"] = json!(20);
             let answers = (fleet.fan_out)("get_causal_chains", &args);
             out.chains = merge_chains(&answers, Some(p.limit.unwrap_or(5) as usize));
@@ -407,16 +416,45 @@ pub fn query_fleet(ctx: &Context, p: &FleetParams) -> Result<FleetOut, ToolError
     out.warnings = warnings(&answers);
     out.nodes = statuses(&answers);
     if answers.iter().all(|a| !a.ok) {
-        return Err(ToolError::failed(
-            format!(
-                "no node of {} answered: {}",
-                answers.len(),
-                out.warnings.first().cloned().unwrap_or_default()
-            ),
-            "check that the nodes run `causeway serve` / `trace --serve`, the token and the TLS settings",
-        ));
+        return Err(none_answered(&answers));
     }
     Ok(out)
+}
+
+/// Why no node answered. A request every node refused for its arguments (400) or could not
+/// answer (422: bad SQL, an unknown pid) is the request's fault: say so, with the node's hint,
+/// rather than blame the network, the token or TLS.
+pub fn none_answered(answers: &[NodeAnswer]) -> ToolError {
+    let warnings = warnings(answers);
+    let first = warnings.first().cloned().unwrap_or_default();
+    let refused = |a: &NodeAnswer| {
+        a.warning
+            .as_deref()
+            .is_some_and(|w| w.starts_with("400:") || w.starts_with("422:"))
+    };
+    if !answers.is_empty() && answers.iter().all(refused) {
+        let w = answers[0].warning.as_deref().unwrap_or("");
+        let (what, hint) = w
+            .split_once(" (hint: ")
+            .map_or((w, ""), |(m, h)| (m, h.trim_end_matches(')')));
+        return ToolError::failed(
+            format!(
+                "every node ({}) refused the request; {}: {}",
+                answers.len(),
+                answers[0].node,
+                what.split_once(": ").map_or(what, |x| x.1)
+            ),
+            if hint.is_empty() {
+                "fix the request's arguments"
+            } else {
+                hint
+            },
+        );
+    }
+    ToolError::failed(
+        format!("no node of {} answered: {first}", answers.len()),
+        "check that the nodes run `causeway serve` / `trace --serve`, the token and the TLS settings",
+    )
 }
 
 #[cfg(test)]
@@ -453,6 +491,58 @@ mod tests {
             outliers[0].starts_with("c: cudaLaunchKernel p50 4.8x"),
             "{outliers:?}"
         );
+    }
+
+    #[test]
+    fn host_ops_are_flagged_in_either_direction() {
+        // The sample cluster: sched_switch p50 0.76 ms on one node, ~50 ms on the other two.
+        let stats = |source: &str, op: &str, p50: i64| {
+            json!({"ops": [{"source": source, "op": op, "count": 400,
+                "p50_ns": p50, "p99_ns": p50 * 2, "total_ns": p50 * 400}]})
+        };
+        let answers = vec![
+            answer("gpu-node-01", stats("HOST", "sched_switch", 760_000)),
+            answer("gpu-node-02", stats("HOST", "sched_switch", 50_000_000)),
+            answer("gpu-node-03", stats("HOST", "sched_switch", 49_000_000)),
+        ];
+        let (_, outliers) = merge_stats(&answers);
+        assert_eq!(outliers.len(), 1, "{outliers:?}");
+        assert!(
+            outliers[0].starts_with("gpu-node-01: sched_switch p50 1/65 of the fleet median"),
+            "{outliers:?}"
+        );
+        // A GPU call that is faster on one node is no straggler.
+        let answers = vec![
+            answer("a", stats("CUDA", "cudaLaunchKernel", 1_000)),
+            answer("b", stats("CUDA", "cudaLaunchKernel", 50_000)),
+            answer("c", stats("CUDA", "cudaLaunchKernel", 49_000)),
+        ];
+        assert!(merge_stats(&answers).1.is_empty());
+    }
+
+    #[test]
+    fn a_request_every_node_refuses_is_blamed_on_the_request() {
+        let refused = |node: &str| {
+            NodeAnswer {
+            ok: false,
+            result: None,
+            warning: Some(
+                "422: process 4242 is not in this trace (hint: list its processes with: SELECT DISTINCT pid, comm FROM events)".into(),
+            ),
+            ..answer(node, Value::Null)
+        }
+        };
+        let e = none_answered(&[refused("a:1"), refused("b:1")]);
+        assert_eq!(
+            e.message(),
+            "every node (2) refused the request; a:1: process 4242 is not in this trace"
+        );
+        assert!(e.hint().starts_with("list its processes"), "{e}");
+        let mut down = refused("b:1");
+        down.warning = Some("unreachable: connection refused".into());
+        let e = none_answered(&[refused("a:1"), down]);
+        assert!(e.message().starts_with("no node of 2 answered"), "{e}");
+        assert!(e.hint().contains("token"), "{e}");
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub struct ChainsParams {
     pub node: Option<String>,
     /// Most chains to return (default 5).
     #[schemars(range(min = 1, max = 20))]
-    pub top_n: Option<u32>,
+    pub limit: Option<u32>,
     /// A previous next_cursor.
     pub cursor: Option<String>,
     /// Also the file's stored chains (other tools' claims).
@@ -67,7 +67,9 @@ pub struct StacksParams {
     pub until: Option<String>,
     /// Only this process.
     pub pid: Option<u32>,
-    /// Most stacks (default 5), costliest first.
+    /// Only this node.
+    pub node: Option<String>,
+    /// Most stacks (default 5).
     #[schemars(range(min = 1, max = 20))]
     pub limit: Option<u32>,
     /// Frames per stack (default 12).
@@ -132,7 +134,8 @@ pub fn parse_cursor(cursor: &Option<String>) -> Result<usize, ToolError> {
         Some(c) => c.parse::<usize>().map_err(|_| ToolError::InvalidArgument {
             field: "/cursor".into(),
             rule: "not a cursor this server issued".into(),
-            hint: "pass next_cursor from the previous result unchanged, or omit cursor".into(),
+            hint: "pass next_cursor (the cursor the previous page gave) unchanged, or leave it out"
+                .into(),
         }),
     }
 }

@@ -16,6 +16,7 @@ use crate::error::ToolError;
 use crate::params::{
     ChainsParams, DescribeParams, ListTracesParams, NoParams, SqlParams, StacksParams, StatsParams,
 };
+use crate::text::Audience;
 use crate::{budget, check, demo, fleet, report, results, sql, stacks, stats, text, traces};
 
 /// Behaviour hints sent with a tool (MCP `annotations`).
@@ -57,7 +58,27 @@ pub struct ToolSpec {
     pub output_schema: Value,
     /// Hints.
     pub annotations: Annotations,
+    /// Other names an argument is accepted under (`alias -> field`): the reference tool's
+    /// spellings, so prompts and agent configs written for it work unchanged. Not in the schema
+    /// (tools/list has a token budget); applied before validation.
+    pub aliases: &'static [(&'static str, &'static str)],
     validator: jsonschema::Validator,
+    run: Run,
+}
+
+/// A tool's handler and renderer, behind one signature: validated arguments in, result out.
+type Run = fn(&Context, Value, Audience) -> Result<ToolOutput, ToolError>;
+
+/// Parses the arguments, runs the handler and renders its result for the agent.
+fn invoke<P: DeserializeOwned, R: Serialize>(
+    ctx: &Context,
+    args: Value,
+    aud: Audience,
+    handler: fn(&Context, &P) -> Result<R, ToolError>,
+    render: fn(&R, Audience) -> String,
+) -> Result<ToolOutput, ToolError> {
+    let r = handler(ctx, &parse(args)?)?;
+    out(&r, render(&r, aud))
 }
 
 /// A successful call: the structured result (matches the output schema) and its text form.
@@ -143,6 +164,7 @@ fn spec<P: JsonSchema, R: JsonSchema>(
     name: &'static str,
     title: &'static str,
     description: &'static str,
+    run: Run,
 ) -> ToolSpec {
     let mut input_schema = schema_of::<P>();
     if let Some(o) = input_schema.as_object_mut() {
@@ -185,66 +207,97 @@ fn spec<P: JsonSchema, R: JsonSchema>(
             o
         },
         annotations: READ_ONLY,
+        aliases: &[],
         validator,
+        run,
     }
 }
+
+/// Pairs of (field, alias).
+type Aliases = Vec<(&'static str, &'static str)>;
+
+/// The reference tool's names for a window's process and for "how many".
+const WINDOW_ALIASES: &[(&str, &str)] = &[("pids", "pid"), ("top_n", "limit")];
 
 /// Every tool, in the order `tools/list` shows them.
 pub fn tool_specs() -> &'static [ToolSpec] {
     static SPECS: OnceLock<Vec<ToolSpec>> = OnceLock::new();
     SPECS.get_or_init(|| {
         vec![
-            spec::<StatsParams, results::TraceStatsOut>(
-                "get_trace_stats",
-                "Trace statistics",
-                "Start here. Per-op counts, exact p50/p95/p99/max (ns), off-CPU time, drops; optional window, pid.",
-            ),
-            spec::<ChainsParams, results::ChainsOut>(
-                "get_causal_chains",
-                "Causal chains",
-                "Ranked findings (cause -> effect, severity, timeline, fixes, evidence SQL) and thread time budgets.",
-            ),
-            spec::<StacksParams, stacks::StacksResult>(
-                "get_stacks",
-                "Top call stacks",
-                "Call stacks that cost the most time for an op, pid and window, with resolved frames.",
-            ),
-            spec::<SqlParams, sql::SqlOut>(
-                "run_sql",
-                "Read-only SQL",
-                "One read-only DuckDB query over the trace (guarded, capped). Tables, units, op meanings: resource causeway://schema.",
-            ),
+            ToolSpec {
+                aliases: &[("pids", "pid")],
+                ..spec::<StatsParams, results::TraceStatsOut>(
+                    "get_trace_stats",
+                    "Trace statistics",
+                    "Start here. Per-op counts, exact p50/p95/p99/max (ns), off-CPU time, drops; optional window, pid.",
+                    |c, a, w| invoke(c, a, w, stats::get_trace_stats, text::stats),
+                )
+            },
+            ToolSpec {
+                aliases: WINDOW_ALIASES,
+                ..spec::<ChainsParams, results::ChainsOut>(
+                    "get_causal_chains",
+                    "Causal chains",
+                    "Ranked findings (cause -> effect, severity, timeline, fixes, evidence SQL) and thread time budgets.",
+                    |c, a, w| invoke(c, a, w, stats::get_causal_chains, text::chains),
+                )
+            },
+            ToolSpec {
+                aliases: WINDOW_ALIASES,
+                ..spec::<StacksParams, stacks::StacksResult>(
+                    "get_stacks",
+                    "Top call stacks",
+                    "Costliest call stacks for an op, pid and window, frames resolved.",
+                    |c, a, w| invoke(c, a, w, stacks::get_stacks, text::stacks),
+                )
+            },
+            ToolSpec {
+                aliases: &[("query", "sql"), ("top_n", "limit")],
+                ..spec::<SqlParams, sql::SqlOut>(
+                    "run_sql",
+                    "Read-only SQL",
+                    "One read-only DuckDB query over the trace (guarded, capped). Tables, units, op meanings: resource causeway://schema.",
+                    |c, a, w| invoke(c, a, w, sql::run_sql, text::sql),
+                )
+            },
             spec::<DescribeParams, traces::TraceDescription>(
                 "describe_trace",
                 "Describe a trace",
-                "One trace: time span, nodes, busiest processes, events per source, drops, chain and stack counts.",
+                "One trace: span, nodes, busiest processes, events per source, drops, chains, stacks.",
+                |c, a, w| invoke(c, a, w, traces::describe_trace, text::describe),
             ),
             spec::<ListTracesParams, traces::TracesResult>(
                 "list_traces",
                 "List traces",
                 "Traces this server can open; pass a name as `trace` to other tools.",
+                |c, a, w| invoke(c, a, w, traces::list_traces, text::traces),
             ),
             spec::<NoParams, check::CheckReport>(
                 "get_check",
                 "Tracing readiness",
                 "Can this machine trace GPU work? Kernel, BTF, privileges, driver, CUDA/NCCL libraries; fixes.",
+                |c, a, w| invoke(c, a, w, |c, _: &NoParams| check::get_check(c), text::check),
             ),
             spec::<DemoParams, results::DemoOut>(
                 "run_demo",
                 "Run a demo scenario",
                 "Synthetic scenario trace (no GPU) showing what each finding looks like.",
+                |c, a, w| invoke(c, a, w, |_, p| demo::run_demo(p), text::demo),
             ),
             spec::<NoParams, report::TestReportResult>(
                 "get_test_report",
                 "Self-test report",
                 "Latest `causeway selftest` report of this installation, if any.",
+                |c, a, w| invoke(c, a, w, |c, _: &NoParams| report::get_test_report(c), text::test_report),
             ),
             ToolSpec {
                 annotations: FLEET,
+                aliases: &[("query", "sql"), ("top_n", "limit")],
                 ..spec::<fleet::FleetParams, fleet::FleetOut>(
                     "query_fleet",
                     "Ask every node",
-                    "Ask every serving node at once (sql, stats with outlier nodes, chains ranked together, overview); rows gain a node column.",
+                    "Ask every serving node at once: sql, stats (outlier nodes), chains (ranked together), overview; rows gain a node column.",
+                    |c, a, w| invoke(c, a, w, fleet::query_fleet, text::fleet),
                 )
             },
         ]
@@ -314,7 +367,17 @@ fn out<R: Serialize>(r: &R, text: String) -> Result<ToolOutput, ToolError> {
 /// Validates `args` (absent = `{}`) and runs the tool. Errors are sanitised like results (they
 /// quote SQL, names and DuckDB's messages).
 pub fn call(ctx: &Context, name: &str, args: Value) -> Result<ToolOutput, ToolError> {
-    call_unsanitised_errors(ctx, name, args).map_err(ToolError::sanitised)
+    call_for(ctx, name, args, Audience::Agent)
+}
+
+/// [`call`] with the text rendered for `aud` (the CLI's twins of a tool pass `Person`).
+pub fn call_for(
+    ctx: &Context,
+    name: &str,
+    args: Value,
+    aud: Audience,
+) -> Result<ToolOutput, ToolError> {
+    call_unsanitised_errors(ctx, name, args, aud).map_err(ToolError::sanitised)
 }
 
 /// [`call`], stopped (its queries interrupted) when `control` is cancelled: the servers
@@ -332,6 +395,7 @@ fn call_unsanitised_errors(
     ctx: &Context,
     name: &str,
     args: Value,
+    aud: Audience,
 ) -> Result<ToolOutput, ToolError> {
     let spec = find(name)?;
     let args = match args {
@@ -343,50 +407,58 @@ fn call_unsanitised_errors(
         }
         other => other,
     };
-    validate(spec, &args)?;
-    match spec.name {
-        "get_trace_stats" => {
-            let r = stats::get_trace_stats(ctx, &parse(args)?)?;
-            out(&r, text::stats(&r))
+    let (args, renamed) = apply_aliases(spec, args)?;
+    // An error names the argument as the caller spelled it.
+    validate(spec, &args).map_err(|e| match e {
+        ToolError::InvalidArgument { field, rule, hint } => {
+            let field = renamed
+                .iter()
+                .find(|(f, _)| field.strip_prefix('/') == Some(f))
+                .map_or(field, |(_, alias)| format!("/{alias}"));
+            ToolError::InvalidArgument { field, rule, hint }
         }
-        "get_causal_chains" => {
-            let r = stats::get_causal_chains(ctx, &parse(args)?)?;
-            out(&r, text::chains(&r))
+        other => other,
+    })?;
+    (spec.run)(ctx, args, aud)
+}
+
+/// Renames arguments given under an alias to the field's own name. `pids` (the reference tool
+/// takes a list) is accepted with one pid: causeway's filters take one process.
+fn apply_aliases(spec: &ToolSpec, args: Value) -> Result<(Value, Aliases), ToolError> {
+    let mut renamed = Vec::new();
+    let Value::Object(mut o) = args else {
+        return Ok((args, renamed));
+    };
+    for &(alias, field) in spec.aliases {
+        let Some(mut v) = o.remove(alias) else {
+            continue;
+        };
+        if o.contains_key(field) {
+            return Err(ToolError::InvalidArgument {
+                field: format!("/{alias}"),
+                rule: format!("{alias} is another name for {field}, and both were given"),
+                hint: format!("pass only {field}"),
+            });
         }
-        "get_stacks" => {
-            let r = stacks::get_stacks(ctx, &parse(args)?)?;
-            out(&r, text::stacks(&r))
+        if alias == "pids" {
+            v = match v {
+                Value::Array(mut a) if a.len() == 1 => a.remove(0),
+                Value::Array(a) if a.len() > 1 => {
+                    return Err(ToolError::InvalidArgument {
+                        field: "/pids".into(),
+                        rule: format!("{} pids given; this tool filters one process", a.len()),
+                        hint: format!(
+                            "call {} once per pid, or run_sql with WHERE pid IN (...)",
+                            spec.name
+                        ),
+                    });
+                }
+                Value::Array(_) => continue,
+                other => other,
+            };
         }
-        "run_sql" => {
-            let r = sql::run_sql(ctx, &parse(args)?)?;
-            out(&r, text::sql(&r))
-        }
-        "describe_trace" => {
-            let r = traces::describe_trace(ctx, &parse(args)?)?;
-            out(&r, text::describe(&r))
-        }
-        "list_traces" => {
-            let r = traces::list_traces(ctx, &parse(args)?)?;
-            out(&r, text::traces(&r))
-        }
-        "get_check" => {
-            let _: NoParams = parse(args)?;
-            let r = check::get_check(ctx)?;
-            out(&r, text::check(&r))
-        }
-        "run_demo" => {
-            let r = demo::run_demo(&parse(args)?)?;
-            out(&r, text::demo(&r))
-        }
-        "get_test_report" => {
-            let _: NoParams = parse(args)?;
-            let r = report::get_test_report(ctx)?;
-            out(&r, text::test_report(&r))
-        }
-        "query_fleet" => {
-            let r = fleet::query_fleet(ctx, &parse(args)?)?;
-            out(&r, text::fleet(&r))
-        }
-        other => Err(ToolError::UnknownTool(other.to_string())),
+        o.insert(field.to_string(), v);
+        renamed.push((field, alias));
     }
+    Ok((Value::Object(o), renamed))
 }

@@ -118,7 +118,7 @@ pub fn run_selftest(ctx: &Context) -> TestReport {
         ("list_traces", serde_json::json!({})),
         ("describe_trace", serde_json::json!({})),
         ("get_trace_stats", serde_json::json!({})),
-        ("get_causal_chains", serde_json::json!({"top_n": 3})),
+        ("get_causal_chains", serde_json::json!({"limit": 3})),
         ("get_stacks", serde_json::json!({"limit": 3})),
         (
             "run_sql",

@@ -72,6 +72,7 @@ FROM event_data d JOIN ops o ON o.op_id = d.op_id
 WHERE d.stack_hash <> 0 AND d.timestamp BETWEEN ? AND ?
   AND (?::BIGINT < 0 OR d.pid = ?::BIGINT)
   AND (?::INTEGER < 0 OR d.op_id = ?::INTEGER)
+  AND (?::VARCHAR = '' OR d.node = ?::VARCHAR)
 GROUP BY d.stack_hash
 ORDER BY 3 DESC, 1";
 
@@ -79,7 +80,8 @@ const NO_STACK_SQL: &str = "
 SELECT count(*)::BIGINT FROM event_data d
 WHERE d.stack_hash = 0 AND d.timestamp BETWEEN ? AND ?
   AND (?::BIGINT < 0 OR d.pid = ?::BIGINT)
-  AND (?::INTEGER < 0 OR d.op_id = ?::INTEGER)";
+  AND (?::INTEGER < 0 OR d.op_id = ?::INTEGER)
+  AND (?::VARCHAR = '' OR d.node = ?::VARCHAR)";
 
 const FRAMES_SQL: &str = "
 SELECT CASE WHEN symbol = '' THEN printf('0x%x', ip) ELSE symbol END, module
@@ -106,20 +108,23 @@ pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, Too
             .ok_or_else(|| ToolError::InvalidArgument {
                 field: "/op".into(),
                 rule: format!("unknown op '{}'", sanitize_with(name, 80)),
-                hint: "read the causeway://ops resource or get_trace_stats for op names".into(),
+                hint: "the ops table lists every op: SELECT op, source, description FROM ops"
+                    .into(),
             })?,
     };
     let offset = parse_cursor(&p.cursor)?;
     let limit = p.limit.map_or(DEFAULT_LIMIT, |n| n as usize);
     let max_frames = p.max_frames.map_or(DEFAULT_FRAMES, |n| n as usize);
     let pid: i64 = p.pid.map_or(-1, i64::from);
+    causeway_analysis::check_filter(reader, spec, p.pid, p.node.as_deref())?;
+    let node = p.node.clone().unwrap_or_default();
 
     let (first, last): (i64, i64) = reader
         .prepare_trusted(SPAN_SQL)?
         .query_row([], causeway_store::row)
         .map_err(duck(reader, "reading the trace span"))?;
     let w = spec.resolve(first, last);
-    let args = params![w.from_ns, w.until_ns, pid, pid, op_id, op_id];
+    let args = params![w.from_ns, w.until_ns, pid, pid, op_id, op_id, node, node];
     let rows: Vec<(i64, i64, i64, i64, i64, String)> = reader
         .prepare_trusted(STACKS_SQL)?
         .query_map(args, causeway_store::row)

@@ -12,7 +12,7 @@ use crate::error::ToolError;
 use crate::params::{ChainsParams, StatsParams, page, parse_cursor, window};
 
 /// Default and largest page of chains.
-pub const DEFAULT_TOP_N: usize = 5;
+pub const DEFAULT_LIMIT: usize = 5;
 
 /// The analysis query of `get_trace_stats` arguments.
 pub fn stats_query(p: &StatsParams) -> Result<StatsQuery, ToolError> {
@@ -72,7 +72,7 @@ pub fn get_causal_chains(ctx: &Context, p: &ChainsParams) -> Result<ChainsResult
         per_process: false,
     };
     let offset = parse_cursor(&p.cursor)?;
-    let size = p.top_n.map_or(DEFAULT_TOP_N, |n| n as usize);
+    let size = p.limit.map_or(DEFAULT_LIMIT, |n| n as usize);
     let f = ctx.with_reader(p.trace.as_deref(), |r| findings_for(r, &q))?;
     let total = f.explain.chains.len();
     let (chains, next_cursor) = page(f.explain.chains, offset, size);

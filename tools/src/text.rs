@@ -35,13 +35,35 @@ pub fn dur(ns: i64) -> String {
     }
 }
 
-fn note(out: &mut String) {
-    out.push_str(crate::DATA_NOTE);
-    out.push('\n');
+/// Who reads a rendering. Agents are told that quoted strings are data and how to page with
+/// a tool argument; people get the CLI's flag and no advice meant for a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// A person at a terminal (the CLI).
+    Person,
+    /// A model reading a tool result.
+    Agent,
+}
+
+fn note(out: &mut String, aud: Audience) {
+    if aud == Audience::Agent {
+        out.push_str(crate::DATA_NOTE);
+        out.push('\n');
+    }
+}
+
+/// The line that says how to get the next page.
+fn more(out: &mut String, next_cursor: &Option<String>, aud: Audience) {
+    if let Some(n) = next_cursor {
+        let _ = match aud {
+            Audience::Agent => writeln!(out, "more: call again with cursor {n}"),
+            Audience::Person => writeln!(out, "more: run again with --cursor {n}"),
+        };
+    }
 }
 
 /// `get_trace_stats`.
-pub fn stats(s: &TraceStats) -> String {
+pub fn stats(s: &TraceStats, _aud: Audience) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -130,7 +152,7 @@ pub fn stats(s: &TraceStats) -> String {
 }
 
 /// `get_causal_chains`.
-pub fn chains(r: &ChainsResult) -> String {
+pub fn chains(r: &ChainsResult, aud: Audience) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -139,9 +161,7 @@ pub fn chains(r: &ChainsResult) -> String {
         r.total
     );
     chain_lines(&mut o, &r.chains);
-    if let Some(n) = &r.next_cursor {
-        let _ = writeln!(o, "more: call again with cursor {n}");
-    }
+    more(&mut o, &r.next_cursor, aud);
     if !r.budgets.is_empty() {
         let t0 = r
             .budgets
@@ -166,7 +186,7 @@ pub fn chains(r: &ChainsResult) -> String {
     for n in &r.notes {
         let _ = writeln!(o, "note: {n}");
     }
-    note(&mut o);
+    note(&mut o, aud);
     o
 }
 
@@ -204,7 +224,7 @@ fn chain_lines(o: &mut String, chains: &[Chain]) {
 }
 
 /// `run_demo`.
-pub fn demo(r: &DemoResult) -> String {
+pub fn demo(r: &DemoResult, aud: Audience) -> String {
     let mut o = format!(
         "demo scenario {}{}: {} events on {} node(s); expected finding: {}\n",
         r.scenario,
@@ -213,7 +233,7 @@ pub fn demo(r: &DemoResult) -> String {
         r.nodes,
         r.expected_detector.unwrap_or("none")
     );
-    o.push_str(&stats(&r.stats));
+    o.push_str(&stats(&r.stats, aud));
     let _ = writeln!(
         o,
         "\n{} of {} chains (engine), ranked by time lost",
@@ -221,12 +241,12 @@ pub fn demo(r: &DemoResult) -> String {
         r.total_chains
     );
     chain_lines(&mut o, &r.chains);
-    note(&mut o);
+    note(&mut o, aud);
     o
 }
 
 /// `get_stacks`.
-pub fn stacks(r: &StacksResult) -> String {
+pub fn stacks(r: &StacksResult, aud: Audience) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -253,15 +273,13 @@ pub fn stacks(r: &StacksResult) -> String {
             let _ = writeln!(o, "  ... {} more frames (max_frames)", s.more_frames);
         }
     }
-    if let Some(n) = &r.next_cursor {
-        let _ = writeln!(o, "more: call again with cursor {n}");
-    }
-    note(&mut o);
+    more(&mut o, &r.next_cursor, aud);
+    note(&mut o, aud);
     o
 }
 
 /// `run_sql`: tab-separated rows under a header line.
-pub fn sql(r: &QueryResult) -> String {
+pub fn sql(r: &QueryResult, aud: Audience) -> String {
     let mut o = String::new();
     if let Some(why) = &r.truncated_reason {
         let _ = writeln!(o, "truncated: {why}");
@@ -270,12 +288,12 @@ pub fn sql(r: &QueryResult) -> String {
     let _ = writeln!(o, "{}", names.join("\t"));
     rows(&mut o, &r.rows);
     let _ = writeln!(o, "({} rows, {:.1} ms)", r.rows.len(), r.elapsed_ms);
-    note(&mut o);
+    note(&mut o, aud);
     o
 }
 
 /// `describe_trace`.
-pub fn describe(d: &TraceDescription) -> String {
+pub fn describe(d: &TraceDescription, aud: Audience) -> String {
     let mut o = String::new();
     // A store of collected counters (`causeway collect`) has no event rows: its span is the
     // counters' windows.
@@ -318,12 +336,12 @@ pub fn describe(d: &TraceDescription) -> String {
     }
     let drops: Vec<String> = d.drops.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let _ = writeln!(o, "drops: {}", drops.join(" "));
-    note(&mut o);
+    note(&mut o, aud);
     o
 }
 
 /// `list_traces`.
-pub fn traces(r: &TracesResult) -> String {
+pub fn traces(r: &TracesResult, aud: Audience) -> String {
     let mut o = String::new();
     for t in &r.traces {
         let _ = writeln!(
@@ -335,15 +353,13 @@ pub fn traces(r: &TracesResult) -> String {
             q(&t.path)
         );
     }
-    if let Some(n) = &r.next_cursor {
-        let _ = writeln!(o, "more: call again with cursor {n}");
-    }
+    more(&mut o, &r.next_cursor, aud);
     o
 }
 
 /// `get_check` and `causeway check`: one line per requirement (with the fix when failing), then
 /// the NVIDIA driver, libraries and CUDA processes.
-pub fn check(c: &CheckReport) -> String {
+pub fn check(c: &CheckReport, _aud: Audience) -> String {
     let mut o = String::new();
     for i in &c.items {
         let _ = writeln!(
@@ -399,20 +415,23 @@ pub fn check(c: &CheckReport) -> String {
                 .join(", ")
         );
     }
-    let _ = writeln!(
-        o,
-        "{}",
-        if c.can_trace {
-            "ready: causeway trace can run here"
-        } else {
-            "not ready: fix the FAIL lines above"
+    let verdict = match (c.can_trace, &c.nvidia_driver) {
+        (false, _) => "not ready: fix the FAIL lines above",
+        // Tracing works without a GPU, but there is no GPU work for it to see.
+        (true, None) => {
+            "can trace, but nothing to trace here: this machine has no NVIDIA driver or GPU (record on a GPU machine and copy the trace, or try `causeway demo`)"
         }
-    );
+        (true, Some(_)) if c.gpus.is_empty() => {
+            "can trace, but nothing to trace here: the NVIDIA driver is loaded and lists no GPU"
+        }
+        (true, Some(_)) => "ready: causeway trace can run here",
+    };
+    let _ = writeln!(o, "{verdict}");
     o
 }
 
 /// `get_test_report`.
-pub fn test_report(r: &TestReportResult) -> String {
+pub fn test_report(r: &TestReportResult, _aud: Audience) -> String {
     let Some(rep) = &r.report else {
         return format!(
             "no self-test report at {}; run `causeway selftest --db TRACE` to write one\n",
@@ -458,7 +477,7 @@ fn rows(o: &mut String, rows: &[Vec<serde_json::Value>]) {
 }
 
 /// `query_fleet`.
-pub fn fleet(r: &crate::fleet::FleetOut) -> String {
+pub fn fleet(r: &crate::fleet::FleetOut, aud: Audience) -> String {
     let mut o = String::new();
     let answered = r.nodes.iter().filter(|n| n.ok).count();
     let _ = writeln!(o, "fleet: {answered} of {} nodes answered", r.nodes.len());
@@ -508,6 +527,6 @@ pub fn fleet(r: &crate::fleet::FleetOut) -> String {
     for w in &r.warnings {
         let _ = writeln!(o, "warning: node {w}");
     }
-    note(&mut o);
+    note(&mut o, aud);
     o
 }

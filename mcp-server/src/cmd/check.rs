@@ -61,7 +61,10 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode> {
     if args.json {
         crate::print_json(&r)?;
     } else {
-        crate::print_text(&causeway_tools::text::check(&r))?;
+        crate::print_text(&causeway_tools::text::check(
+            &r,
+            causeway_tools::text::Audience::Person,
+        ))?;
     }
     Ok(if r.can_trace {
         ExitCode::SUCCESS

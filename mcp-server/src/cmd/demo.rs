@@ -2,8 +2,6 @@
 //! store writer (no root, no GPU) and prints the explain report for it (the CLI twin of the
 //! `run_demo` tool: both call `causeway_tools::demo::generate`).
 
-use std::path::PathBuf;
-
 use anyhow::Result;
 use causeway_analysis::ExplainOptions;
 use causeway_analysis::demo::Scenario;
@@ -16,10 +14,10 @@ pub struct DemoArgs {
     /// Scenario to generate (see --list).
     #[arg(value_name = "SCENARIO", default_value = "incident")]
     pub scenario: String,
-    /// Keep the trace here (default: a temporary file, removed afterwards).
-    #[arg(long, value_name = "OUT.duckdb")]
-    pub db: Option<PathBuf>,
-    /// Replace --db if it exists.
+    /// Keep the trace: -o/--output OUT.duckdb (default: a temporary file, removed afterwards).
+    #[command(flatten)]
+    pub out: super::OutputArgs,
+    /// Replace the output if it exists.
     #[arg(long)]
     pub force: bool,
     /// Generate the scenario's healthy baseline (same workload, no pathology).
@@ -52,7 +50,8 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             e.hint()
         )
     })?;
-    let (path, temporary) = match &args.db {
+    let kept = args.out.path("demo");
+    let (path, temporary) = match &kept {
         Some(p) => (p.clone(), false),
         None => (
             std::env::temp_dir().join(format!(
@@ -91,8 +90,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         },
         summary.events,
         summary.nodes,
-        args.db
-            .as_ref()
+        kept.as_ref()
             .map(|p| format!(", kept in {}", p.display()))
             .unwrap_or_default()
     );

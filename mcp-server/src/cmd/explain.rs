@@ -26,9 +26,13 @@ pub struct ExplainArgs {
     /// Add per-op p50/p99 per process, with imbalance warnings.
     #[arg(long)]
     pub per_process: bool,
-    /// At most this many chains.
-    #[arg(long, value_name = "N")]
-    pub top: Option<usize>,
+    /// At most this many chains (1-20; get_causal_chains' `limit`); default: all.
+    #[arg(long, visible_alias = "top", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub limit: Option<u32>,
+    /// Start at this chain: the cursor a previous page printed.
+    #[arg(long, requires = "limit")]
+    pub cursor: Option<String>,
     /// Also show the chains stored in the file (imported from another tool, or sent by nodes):
     /// their claims, labelled, never ranked with causeway's findings.
     #[arg(long)]
@@ -60,14 +64,21 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
             window: w.window,
             pid: w.pid,
             node: w.node,
-            top_n: args.top,
+            top_n: None,
         },
         stored: args.stored,
         per_process: args.per_process,
     };
     // The function get_causal_chains calls.
-    let f = causeway_tools::stats::findings_for(&reader, &q)
+    let mut f = causeway_tools::stats::findings_for(&reader, &q)
         .map_err(|e| anyhow::anyhow!("{}\nhint: {}", e.message(), e.hint()))?;
+    let mut next_cursor = None;
+    if let Some(limit) = args.limit {
+        let offset = causeway_tools::params::parse_cursor(&args.cursor)
+            .map_err(|e| anyhow::anyhow!("--cursor: {}\nhint: {}", e.message(), e.hint()))?;
+        let all = std::mem::take(&mut f.explain.chains);
+        (f.explain.chains, next_cursor) = causeway_tools::params::page(all, offset, limit as usize);
+    }
     if args.breakdown {
         if args.json {
             return crate::print_json(&f.explain.budgets);
@@ -84,13 +95,17 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
     if let Some(stored) = &f.stored_chains {
         text.push_str(&causeway_analysis::report::render_stored(stored));
     }
+    if let Some(n) = next_cursor {
+        text.push_str(&format!("\nmore: run again with --cursor {n}\n"));
+    }
     crate::print_text(&text)
 }
 
 /// `explain --nodes`: every node's chains (`get_causal_chains` through its query API), ranked
 /// together by time lost, each with the node that reported it; silent nodes are warnings.
 fn run_fleet(args: &ExplainArgs) -> Result<()> {
-    let mut params = serde_json::json!({"top_n": args.top.unwrap_or(20).clamp(1, 20)});
+    // `top_n`, not `limit`: nodes running a causeway from before `limit` still answer.
+    let mut params = serde_json::json!({"top_n": args.limit.unwrap_or(20)});
     let w = &args.window;
     for (k, v) in [
         ("since", &w.since),
@@ -107,7 +122,7 @@ fn run_fleet(args: &ExplainArgs) -> Result<()> {
     }
     let (answers, fanout_ms) =
         crate::fleet::run_blocking(&args.fleet, "get_causal_chains", &params)?;
-    let chains = causeway_tools::fleet::merge_chains(&answers, args.top);
+    let chains = causeway_tools::fleet::merge_chains(&answers, args.limit.map(|n| n as usize));
     let warnings = causeway_tools::fleet::warnings(&answers);
     let nodes: Vec<serde_json::Value> = answers
         .iter()
@@ -145,10 +160,8 @@ fn run_fleet(args: &ExplainArgs) -> Result<()> {
         crate::print_text(&o)?;
     }
     if answers.iter().all(|a| !a.ok) {
-        anyhow::bail!(
-            "no node answered\nhint: {}",
-            warnings.first().cloned().unwrap_or_default()
-        );
+        let e = causeway_tools::fleet::none_answered(&answers);
+        anyhow::bail!("{}\nhint: {}", e.message(), e.hint());
     }
     Ok(())
 }

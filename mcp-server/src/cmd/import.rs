@@ -15,9 +15,8 @@ pub struct ImportArgs {
     /// Reference-tool trace databases (SQLite) to import.
     #[arg(required = true, value_name = "SRC.db")]
     pub sources: Vec<PathBuf>,
-    /// The causeway store to create.
-    #[arg(long, value_name = "OUT.duckdb")]
-    pub db: PathBuf,
+    #[command(flatten)]
+    pub out: super::OutputArgs,
     /// Node name for every imported event (default: the name recorded in the file, else its stem).
     #[arg(long)]
     pub node: Option<String>,
@@ -31,6 +30,9 @@ pub struct ImportArgs {
 
 /// Runs the import and prints what was imported per source.
 pub fn run(args: &ImportArgs) -> Result<()> {
+    let Some(db) = args.out.path("import") else {
+        anyhow::bail!("give the store to create\nhint: causeway import SRC.db -o NEW.duckdb");
+    };
     let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
     if !std::io::stderr().is_terminal() {
         bar.set_draw_target(ProgressDrawTarget::hidden());
@@ -43,15 +45,15 @@ pub fn run(args: &ImportArgs) -> Result<()> {
         node: args.node.clone(),
     };
     let started = std::time::Instant::now();
-    let reports = import(&args.sources, &args.db, args.force, &opts, &mut |p| {
+    let reports = import(&args.sources, &db, args.force, &opts, &mut |p| {
         bar.set_length(p.total);
         bar.set_position(p.done);
     })?;
     bar.finish_and_clear();
-    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, db = %args.db.display(), "import finished");
+    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, db = %db.display(), "import finished");
     if args.json {
         crate::print_json(&serde_json::json!({
-            "db": args.db,
+            "db": db,
             "sources": reports,
         }))?;
         return Ok(());
@@ -60,7 +62,7 @@ pub fn run(args: &ImportArgs) -> Result<()> {
     for r in &reports {
         out.push_str(&describe(r));
     }
-    out.push_str(&format!("wrote {}\n", args.db.display()));
+    out.push_str(&format!("wrote {}\n", db.display()));
     crate::print_text(&out)
 }
 

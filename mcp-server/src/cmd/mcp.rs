@@ -1,5 +1,5 @@
 //! `causeway mcp`: serves a trace read-only to MCP clients over stdio (default) or streamable
-//! HTTP (`--http ADDR`), with a bearer token required off loopback and optional TLS; with
+//! HTTP (`--listen ADDR`), with a bearer token required off loopback and optional TLS; with
 //! `--live`, records a new trace in the same process and serves it while it grows.
 
 use std::net::SocketAddr;
@@ -14,7 +14,7 @@ use causeway_tools::Context;
 
 use crate::mcp;
 
-/// How the HTTP transport is exposed (shared by `mcp --http` and `trace --serve`).
+/// How the HTTP transport is exposed (shared by `mcp --listen` and `trace --listen`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct HttpFlags {
     /// File holding the bearer token (else $CAUSEWAY_TOKEN); required off loopback.
@@ -125,8 +125,9 @@ pub struct McpArgs {
     /// Optional with --nodes (a fleet front-end).
     #[arg(long, value_name = "TRACE.duckdb", required_unless_present = "nodes")]
     pub db: Option<PathBuf>,
-    /// Serve streamable HTTP on this address instead of stdio, e.g. 127.0.0.1:8765.
-    #[arg(long, value_name = "ADDR")]
+    /// Serve streamable HTTP on this address instead of stdio, e.g. 127.0.0.1:8765 (--http is
+    /// the old spelling).
+    #[arg(long = "listen", visible_alias = "http", value_name = "ADDR")]
     pub http: Option<SocketAddr>,
     /// More traces agents may open by name: every *.duckdb here (repeatable; default: ./investigations).
     #[arg(long, value_name = "DIR")]

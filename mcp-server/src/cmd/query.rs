@@ -23,11 +23,12 @@ pub struct QueryArgs {
     pub fleet: crate::fleet::FleetArgs,
     /// One read-only query (SELECT, WITH, FROM-first, VALUES). Tables: see `causeway query --db T "FROM schema_columns"`.
     pub sql: String,
-    /// Most rows to return (default 1,000, at most 10,000).
-    #[arg(long)]
+    /// Most rows to return: 1-10,000 (default 1,000); with --nodes, rows per node, 1-1,000
+    /// (default 100, run_sql's `limit`).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub limit: Option<u64>,
-    /// Interrupt the query after this many seconds.
-    #[arg(long, default_value_t = 10)]
+    /// Interrupt the query after this many seconds (1-3,600).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub timeout: u64,
     /// Print JSON: {columns, rows, truncated, ...}.
     #[arg(long)]
@@ -60,23 +61,32 @@ pub fn run(args: &QueryArgs) -> Result<()> {
 
 /// The human rendering.
 pub fn render(r: &QueryResult) -> String {
-    let headers: Vec<(&str, Align)> = r
-        .columns
+    let names: Vec<String> = r.columns.iter().map(|c| c.name.clone()).collect();
+    render_rows(&names, &r.rows, r.truncated_reason.as_deref())
+}
+
+/// Rows under aligned headers (numbers right-aligned), then the row count: `query`,
+/// `query --nodes` and `fleet` print their rows through this one function.
+pub fn render_rows(
+    names: &[String],
+    rows: &[Vec<serde_json::Value>],
+    truncated: Option<&str>,
+) -> String {
+    let headers: Vec<(&str, Align)> = names
         .iter()
-        .map(|c| {
-            let numeric = r
-                .rows
+        .enumerate()
+        .map(|(i, name)| {
+            let numeric = rows
                 .first()
-                .and_then(|row| row.get(headers_index(r, &c.name)))
+                .and_then(|row| row.get(i))
                 .is_some_and(|v| v.is_number());
             (
-                c.name.as_str(),
+                name.as_str(),
                 if numeric { Align::Right } else { Align::Left },
             )
         })
         .collect();
-    let rows: Vec<Vec<String>> = r
-        .rows
+    let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|row| {
             row.iter()
@@ -88,21 +98,40 @@ pub fn render(r: &QueryResult) -> String {
                 .collect()
         })
         .collect();
-    let mut out = table(&headers, &rows);
+    let mut out = table(&headers, &cells);
     out.push_str(&format!(
         "({} row{}",
-        r.rows.len(),
-        if r.rows.len() == 1 { "" } else { "s" }
+        rows.len(),
+        if rows.len() == 1 { "" } else { "s" }
     ));
-    if let Some(why) = &r.truncated_reason {
+    if let Some(why) = truncated {
         out.push_str(&format!("; truncated: {why}"));
     }
     out.push_str(")\n");
     out
 }
 
-fn headers_index(r: &QueryResult, name: &str) -> usize {
-    r.columns.iter().position(|c| c.name == name).unwrap_or(0)
+/// One node's line under a fleet answer: its round trip and clock offset, or why it did not
+/// answer.
+pub fn node_line(
+    node: &str,
+    ok: bool,
+    ms: f64,
+    clock: Option<(i64, i64)>,
+    warning: Option<&str>,
+) -> String {
+    match (ok, clock) {
+        (true, Some((off, unc))) => format!(
+            "node {node}: {ms:.1} ms, clock offset {:+.3} ms +- {:.3} ms\n",
+            off as f64 / 1e6,
+            unc as f64 / 1e6
+        ),
+        (true, None) => format!("node {node}: {ms:.1} ms\n"),
+        (false, _) => format!(
+            "warning: node {node} did not answer: {}\n",
+            warning.unwrap_or("")
+        ),
+    }
 }
 
 /// `query --nodes`: the same guarded query on every node, rows merged with a node column;
@@ -110,7 +139,12 @@ fn headers_index(r: &QueryResult, name: &str) -> usize {
 fn run_fleet(args: &QueryArgs) -> Result<()> {
     let mut params = serde_json::json!({"sql": args.sql});
     if let Some(l) = args.limit {
-        params["limit"] = serde_json::json!(l.min(1000));
+        if l > 1000 {
+            anyhow::bail!(
+                "--limit {l} is more rows per node than a node returns (1,000)\nhint: pass --limit 1000 or less with --nodes"
+            );
+        }
+        params["limit"] = serde_json::json!(l);
     }
     let (answers, fanout_ms) = crate::fleet::run_blocking(&args.fleet, "run_sql", &params)?;
     let (columns, rows, truncated) = causeway_tools::fleet::merge_sql(&answers);
@@ -134,29 +168,16 @@ fn run_fleet(args: &QueryArgs) -> Result<()> {
     } else {
         let mut text = render(&merged);
         for a in &answers {
-            text.push_str(&match (a.ok, a.clock_offset_ns) {
-                (true, Some(off)) => format!(
-                    "node {}: {:.1} ms, clock offset {:+.3} ms +- {:.3} ms\n",
-                    a.node,
-                    a.ms,
-                    off as f64 / 1e6,
-                    a.clock_uncertainty_ns.unwrap_or(0) as f64 / 1e6
-                ),
-                (true, None) => format!("node {}: {:.1} ms\n", a.node, a.ms),
-                (false, _) => format!(
-                    "warning: node {} did not answer: {}\n",
-                    a.node,
-                    a.warning.as_deref().unwrap_or("")
-                ),
-            });
+            let clock = a
+                .clock_offset_ns
+                .map(|off| (off, a.clock_uncertainty_ns.unwrap_or(0)));
+            text.push_str(&node_line(&a.node, a.ok, a.ms, clock, a.warning.as_deref()));
         }
         crate::print_text(&text)?;
     }
     if answers.iter().all(|a| !a.ok) {
-        anyhow::bail!(
-            "no node answered\nhint: {}",
-            warnings.first().cloned().unwrap_or_default()
-        );
+        let e = causeway_tools::fleet::none_answered(&answers);
+        anyhow::bail!("{}\nhint: {}", e.message(), e.hint());
     }
     Ok(())
 }

@@ -15,21 +15,15 @@ pub struct StacksArgs {
     /// Only calls of this op, e.g. cudaLaunchKernel.
     #[arg(long)]
     pub op: Option<String>,
-    /// Only the last DURATION of the trace, e.g. 5m.
-    #[arg(long, value_name = "DURATION", conflicts_with_all = ["from", "until"])]
-    pub since: Option<String>,
-    /// Window start (same forms as `stats --from`).
-    #[arg(long, value_name = "TIME")]
-    pub from: Option<String>,
-    /// Window end.
-    #[arg(long, value_name = "TIME")]
-    pub until: Option<String>,
-    /// Only this process.
-    #[arg(long)]
-    pub pid: Option<u32>,
-    /// Most stacks to show.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=20))]
+    #[command(flatten)]
+    pub window: crate::cmd::stats::WindowArgs,
+    /// Most stacks to show (1-20).
+    #[arg(long, visible_alias = "top", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..=20))]
     pub limit: u32,
+    /// Start at this stack: the cursor a previous page printed.
+    #[arg(long)]
+    pub cursor: Option<String>,
     /// Frames per stack.
     #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub max_frames: u32,
@@ -41,20 +35,25 @@ pub struct StacksArgs {
 /// Runs `stacks`.
 pub fn run(args: &StacksArgs) -> Result<()> {
     let reader = Reader::open(&args.db)?;
+    let w = &args.window;
     let p = StacksParams {
         trace: None,
         op: args.op.clone(),
-        since: args.since.clone(),
-        from: args.from.clone(),
-        until: args.until.clone(),
-        pid: args.pid,
+        since: w.since.clone(),
+        from: w.from.clone(),
+        until: w.until.clone(),
+        pid: w.pid,
+        node: w.node.clone(),
         limit: Some(args.limit),
         max_frames: Some(args.max_frames),
-        cursor: None,
+        cursor: args.cursor.clone(),
     };
     let r = causeway_tools::stacks::stacks_for(&reader, &p)?;
     if args.json {
         return crate::print_json(&r);
     }
-    crate::print_text(&causeway_tools::text::stacks(&r))
+    crate::print_text(&causeway_tools::text::stacks(
+        &r,
+        causeway_tools::text::Audience::Person,
+    ))
 }

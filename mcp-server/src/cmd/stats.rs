@@ -15,10 +15,10 @@ pub struct WindowArgs {
     #[arg(long, value_name = "DURATION", conflicts_with_all = ["from", "until"])]
     pub since: Option<String>,
     /// Window start: ns since epoch, RFC 3339, +DURATION after the trace start, -DURATION before its end.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub from: Option<String>,
     /// Window end (same forms as --from).
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub until: Option<String>,
     /// Only this process.
     #[arg(long)]

@@ -16,10 +16,11 @@ use super::mcp::{HttpFlags, context, http_options, runtime, serve_http, start_li
 pub struct TraceCmd {
     #[command(flatten)]
     pub trace: TraceArgs,
-    /// Also serve MCP over streamable HTTP on ADDR while recording (e.g. 127.0.0.1:8765).
-    #[arg(long, value_name = "ADDR")]
+    /// Also serve MCP, the query API and /metrics over HTTP on ADDR while recording (e.g.
+    /// 127.0.0.1:8765; --serve is the old spelling).
+    #[arg(long = "listen", visible_alias = "serve", value_name = "ADDR")]
     pub serve: Option<SocketAddr>,
-    #[command(flatten, next_help_heading = "Serving (with --serve)")]
+    #[command(flatten, next_help_heading = "Serving (with --listen)")]
     pub http: HttpFlags,
     #[command(flatten, next_help_heading = "OTLP push (with --otlp-endpoint)")]
     pub otlp: crate::otlp::live::PushFlags,

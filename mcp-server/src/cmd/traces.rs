@@ -5,16 +5,20 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use causeway_tools::params::{DescribeParams, ListTracesParams};
+use causeway_tools::text::Audience;
 
 /// Arguments of `causeway traces`.
 #[derive(Debug, clap::Args)]
 pub struct TracesArgs {
-    /// The default trace store.
+    /// A trace to list first, as the default (what `mcp --db` serves).
     #[arg(long, value_name = "TRACE.duckdb")]
-    pub db: PathBuf,
-    /// Directories of more traces (repeatable; default: ./investigations).
+    pub db: Option<PathBuf>,
+    /// Directories of traces (repeatable; default: ./investigations).
     #[arg(long, value_name = "DIR")]
     pub traces_dir: Vec<PathBuf>,
+    /// Start at this trace: the cursor a previous page printed.
+    #[arg(long)]
+    pub cursor: Option<String>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -51,13 +55,36 @@ fn tool_err(e: causeway_tools::ToolError) -> anyhow::Error {
 
 /// Runs `traces`.
 pub fn run_traces(args: &TracesArgs) -> Result<()> {
-    let ctx = super::mcp::context(&args.db, &args.traces_dir);
-    let r = causeway_tools::traces::list_traces(&ctx, &ListTracesParams::default())
-        .map_err(tool_err)?;
+    for d in &args.traces_dir {
+        if !d.is_dir() {
+            bail!(
+                "{}: no such directory\nhint: pass a directory that holds *.duckdb traces to --traces-dir",
+                d.display()
+            );
+        }
+    }
+    if let Some(db) = &args.db {
+        // The same checks as every command that reads it: missing, SQLite, not a store.
+        drop(causeway_store::Reader::open(db)?);
+    }
+    let db = args.db.clone().unwrap_or_default();
+    let ctx = super::mcp::context(&db, &args.traces_dir);
+    let p = ListTracesParams {
+        cursor: args.cursor.clone(),
+    };
+    let r = causeway_tools::traces::list_traces(&ctx, &p).map_err(tool_err)?;
     if args.json {
         return crate::print_json(&r);
     }
-    crate::print_text(&causeway_tools::text::traces(&r))
+    if r.traces.is_empty() {
+        let dirs: Vec<String> = ctx
+            .traces_dirs()
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        eprintln!("no traces in {}", dirs.join(", "));
+    }
+    crate::print_text(&causeway_tools::text::traces(&r, Audience::Person))
 }
 
 /// Runs `describe`.
@@ -68,7 +95,7 @@ pub fn run_describe(args: &DescribeArgs) -> Result<()> {
     if args.json {
         return crate::print_json(&r);
     }
-    crate::print_text(&causeway_tools::text::describe(&r))
+    crate::print_text(&causeway_tools::text::describe(&r, Audience::Person))
 }
 
 /// Runs `selftest`: every tool once on the trace; writes the report `get_test_report` reads.
@@ -84,7 +111,7 @@ pub fn run_selftest(args: &SelftestArgs) -> Result<()> {
         crate::print_json(&report)?;
     } else {
         let r = causeway_tools::report::get_test_report(&ctx).map_err(tool_err)?;
-        crate::print_text(&causeway_tools::text::test_report(&r))?;
+        crate::print_text(&causeway_tools::text::test_report(&r, Audience::Person))?;
     }
     if report.failed > 0 {
         bail!(

@@ -199,7 +199,7 @@ pub async fn serve_with(
     };
     let listener = TcpListener::bind(o.addr).await.with_context(|| {
         format!(
-            "cannot listen on {}\nhint: choose another --http address or port",
+            "cannot listen on {}\nhint: choose another --listen address or port",
             o.addr
         )
     })?;

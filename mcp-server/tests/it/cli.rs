@@ -112,22 +112,22 @@ fn import_refuses_to_overwrite_and_names_bad_files() {
     let src = shared("sample-gpu-node-01.db");
     let out = scratch().join("n1.duckdb");
     let out_s = out.to_str().unwrap();
-    ok(&["import", src.to_str().unwrap(), "--db", out_s]);
-    let again = causeway(&["import", src.to_str().unwrap(), "--db", out_s]);
+    ok(&["import", src.to_str().unwrap(), "-o", out_s]);
+    let again = causeway(&["import", src.to_str().unwrap(), "-o", out_s]);
     assert_eq!(again.status.code(), Some(1));
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(
         err.contains("already exists") && err.contains("--force"),
         "{err}"
     );
-    ok(&["import", src.to_str().unwrap(), "--db", out_s, "--force"]);
+    ok(&["import", src.to_str().unwrap(), "-o", out_s, "--force"]);
 
     let junk = scratch().join("junk.db");
     std::fs::write(&junk, "not sqlite").unwrap();
     let bad = causeway(&[
         "import",
         junk.to_str().unwrap(),
-        "--db",
+        "-o",
         scratch().join("j.duckdb").to_str().unwrap(),
     ]);
     assert_eq!(bad.status.code(), Some(1));

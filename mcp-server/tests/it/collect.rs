@@ -661,7 +661,7 @@ fn exports_of_two_nodes_collect_into_one_store() {
     let tf = dir.path().join("token");
     std::fs::write(&tf, TOKEN).unwrap();
     let demo = dir.path().join("incident.duckdb");
-    crate::common::ok(&["demo", "incident", "--db", demo.to_str().unwrap()]);
+    crate::common::ok(&["demo", "incident", "-o", demo.to_str().unwrap()]);
     let vllm = crate::common::vllm_store();
     let server = start(&db);
     let push = |src: &std::path::Path, url: String, protocol: &str| {

@@ -53,12 +53,7 @@ pub fn vllm_store() -> PathBuf {
     PATH.get_or_init(|| {
         let out = scratch().join("vllm.duckdb");
         let src = shared("vllm-37343-logprobs-amplification.db");
-        ok(&[
-            "import",
-            src.to_str().unwrap(),
-            "--db",
-            out.to_str().unwrap(),
-        ]);
+        ok(&["import", src.to_str().unwrap(), "-o", out.to_str().unwrap()]);
         out
     })
     .clone()

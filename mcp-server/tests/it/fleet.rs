@@ -247,6 +247,6 @@ fn query_fans_out_over_mtls_with_partial_results() {
     // Without a client certificate the agents refuse the TLS handshake: no node answers.
     let (ok, v, err) = query(dir.path(), &nodes[..3].join(","), false);
     assert!(!ok);
-    assert!(err.contains("no node answered"), "{err}");
+    assert!(err.contains("no node of 3 answered"), "{err}");
     assert_eq!(v["warnings"].as_array().unwrap().len(), 3, "{v}");
 }

@@ -78,12 +78,7 @@ fn hostile_store() -> PathBuf {
         std::fs::set_permissions(&src, perms).unwrap();
         poison(&src);
         let out = scratch().join("hostile.duckdb");
-        ok(&[
-            "import",
-            src.to_str().unwrap(),
-            "--db",
-            out.to_str().unwrap(),
-        ]);
+        ok(&["import", src.to_str().unwrap(), "-o", out.to_str().unwrap()]);
         out
     })
     .clone()
@@ -281,7 +276,7 @@ fn extreme_values_pass_every_command() {
     }
     let out = dir.path().join("edge.duckdb");
     let d = out.to_str().unwrap();
-    ok(&["import", src.to_str().unwrap(), "--db", d]);
+    ok(&["import", src.to_str().unwrap(), "-o", d]);
     let drops = ok(&[
         "query",
         "--db",

@@ -9,6 +9,7 @@ mod collect_server;
 mod common;
 mod fleet;
 mod hostile;
+mod house;
 mod lab;
 mod limits;
 mod live;

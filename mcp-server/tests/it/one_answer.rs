@@ -33,7 +33,7 @@ fn corpus(dir: &Path) -> Vec<(String, PathBuf)> {
                 Some(s) => (s, true),
                 None => (spec, false),
             };
-            let mut args = vec!["demo", scenario, "--db", d, "--json"];
+            let mut args = vec!["demo", scenario, "-o", d, "--json"];
             if healthy {
                 args.push("--healthy");
             }
@@ -47,7 +47,7 @@ fn corpus(dir: &Path) -> Vec<(String, PathBuf)> {
             std::io::copy(&mut gz, &mut std::fs::File::create(&db).unwrap()).unwrap();
         } else {
             let src = shared(trace.strip_prefix("shared:").unwrap());
-            ok(&["import", src.to_str().unwrap(), "--db", d]);
+            ok(&["import", src.to_str().unwrap(), "-o", d]);
         }
         out.push((name, db));
     }

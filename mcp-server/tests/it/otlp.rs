@@ -243,7 +243,7 @@ fn demo_store() -> PathBuf {
     static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
         let p = scratch().join("otlp-incident.duckdb");
-        ok(&["demo", "incident", "--db", p.to_str().unwrap()]);
+        ok(&["demo", "incident", "-o", p.to_str().unwrap()]);
         p
     })
     .clone()

@@ -207,3 +207,44 @@ fn unknown_tools_and_cursors_are_tool_errors_with_hints() {
     let e = call(&c, "get_trace_stats", json!({"since": "yesterday"})).unwrap_err();
     assert!(e.message().contains("yesterday"), "{e}");
 }
+
+/// Prompts and agent configs written for the reference tool's MCP surface work unchanged:
+/// its argument names are accepted where the meaning is the same, and give the same answer.
+#[test]
+fn the_reference_tools_argument_names_are_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = ctx(dir.path());
+    let ours = call(&c, "get_causal_chains", json!({"limit": 1})).unwrap();
+    let theirs = call(&c, "get_causal_chains", json!({"top_n": 1})).unwrap();
+    assert_eq!(ours.structured, theirs.structured);
+    assert_eq!(ours.structured["chains"].as_array().unwrap().len(), 1);
+
+    let sql = "SELECT count(*) AS n FROM events";
+    let ours = call(&c, "run_sql", json!({"sql": sql})).unwrap();
+    let theirs = call(&c, "run_sql", json!({"query": sql})).unwrap();
+    assert_eq!(ours.structured["rows"], theirs.structured["rows"]);
+
+    let ours = call(&c, "get_trace_stats", json!({"pid": 72801, "since": "30s"})).unwrap();
+    let theirs = call(
+        &c,
+        "get_trace_stats",
+        json!({"pids": [72801], "since": "30s"}),
+    )
+    .unwrap();
+    assert_eq!(ours.structured, theirs.structured);
+    let stacks = call(&c, "get_stacks", json!({"pids": [72801], "top_n": 2})).unwrap();
+    assert!(stacks.structured["stacks"].as_array().unwrap().len() <= 2);
+
+    // An alias names itself in errors, and cannot be given with the field it stands for.
+    let (field, rule, _) = invalid("get_causal_chains", json!({"top_n": 0}));
+    assert_eq!(
+        (field.as_str(), rule.contains("minimum of 1")),
+        ("/top_n", true)
+    );
+    let (field, _, hint) = invalid("get_trace_stats", json!({"pids": [1, 2]}));
+    assert_eq!(field, "/pids");
+    assert!(hint.contains("once per pid"), "{hint}");
+    let (field, rule, _) = invalid("run_sql", json!({"sql": sql, "query": sql}));
+    assert_eq!(field, "/query");
+    assert!(rule.contains("both"), "{rule}");
+}

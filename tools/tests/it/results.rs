@@ -34,7 +34,7 @@ fn every_tool_matches_its_output_schema_within_budget() {
     let dir = tempfile::tempdir().unwrap();
     let c = ctx(dir.path());
     ok(&c, "get_trace_stats", json!({}));
-    ok(&c, "get_trace_stats", json!({"since": "5s", "pid": 37343}));
+    ok(&c, "get_trace_stats", json!({"since": "5s", "pid": 72801}));
     ok(&c, "get_causal_chains", json!({"top_n": 20}));
     ok(&c, "get_stacks", json!({"limit": 20, "max_frames": 64}));
     ok(
@@ -147,7 +147,7 @@ fn stacks_have_resolved_frames_for_an_op() {
     )
     .unwrap_err();
     assert!(
-        e.message().contains("unknown op") && e.hint().contains("causeway://ops"),
+        e.message().contains("unknown op") && e.hint().contains("FROM ops"),
         "{e}"
     );
 }

@@ -303,3 +303,38 @@ fn documented_flags_are_the_ones_clap_takes() {
     }
     assert!(checked > 50, "only {checked} documented flags found");
 }
+
+/// The tables people read, on the vLLM reference trace (stats and query have their own).
+#[test]
+fn cli_tables_of_the_vllm_trace() {
+    let db = vllm_store();
+    let db = db.to_str().unwrap();
+    for (name, args) in [
+        ("explain_vllm", vec!["explain", "--db", db]),
+        (
+            "explain_breakdown_vllm",
+            vec!["explain", "--db", db, "--breakdown"],
+        ),
+        ("describe_vllm", vec!["describe", "--db", db]),
+        (
+            "stacks_vllm",
+            vec![
+                "stacks",
+                "--db",
+                db,
+                "--op",
+                "cudaLaunchKernel",
+                "--limit",
+                "2",
+                "--max-frames",
+                "4",
+            ],
+        ),
+        (
+            "stats_pid_window_vllm",
+            vec!["stats", "--db", db, "--pid", "72801", "--from", "-20s"],
+        ),
+    ] {
+        insta::assert_snapshot!(name, ok(&args));
+    }
+}

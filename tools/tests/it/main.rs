@@ -4,3 +4,4 @@
 mod fixture;
 mod registry;
 mod results;
+mod text;

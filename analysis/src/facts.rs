@@ -416,13 +416,6 @@ impl<'a> Ctx<'a> {
             .iter()
             .find(|o| o.node == node && o.pid == pid && o.op == op)
     }
-
-    /// Whether (node, pid) made any GPU call.
-    pub fn is_gpu_process(&self, node: &str, pid: u32) -> bool {
-        self.threads
-            .iter()
-            .any(|t| t.node == node && t.pid == pid && t.gpu_calls > 0)
-    }
 }
 
 #[cfg(test)]

@@ -1092,7 +1092,10 @@ mod tests {
     /// `calls::events_still_batched_when_the_trace_ends_are_stored` cannot force this path.)
     #[test]
     fn events_left_in_the_batches_are_read_at_the_end() {
-        if std::env::var_os("CAUSEWAY_SKIP_BPF_TESTS").is_some() {
+        if std::env::var_os("CAUSEWAY_SKIP_BPF_TESTS").is_some_and(|v| v == "1") {
+            eprintln!(
+                "events_left_in_the_batches_are_read_at_the_end: skipped (CAUSEWAY_SKIP_BPF_TESTS=1)"
+            );
             return;
         }
         let mut storage = MaybeUninit::uninit();

@@ -577,32 +577,6 @@ pub fn logs(req: &ExportLogsServiceRequest) -> Decoded {
     d
 }
 
-/// Data points in a metrics request (what a sender sent), for counting.
-pub fn point_count(req: &ExportMetricsServiceRequest) -> u64 {
-    req.resource_metrics
-        .iter()
-        .flat_map(|r| &r.scope_metrics)
-        .flat_map(|s| &s.metrics)
-        .map(|m| match &m.data {
-            Some(Data::Gauge(g)) => g.data_points.len(),
-            Some(Data::Sum(g)) => g.data_points.len(),
-            Some(Data::Histogram(g)) => g.data_points.len(),
-            Some(Data::ExponentialHistogram(g)) => g.data_points.len(),
-            Some(Data::Summary(g)) => g.data_points.len(),
-            None => 0,
-        })
-        .sum::<usize>() as u64
-}
-
-/// Log records in a logs request.
-pub fn record_count(req: &ExportLogsServiceRequest) -> u64 {
-    req.resource_logs
-        .iter()
-        .flat_map(|r| &r.scope_logs)
-        .map(|s| s.log_records.len())
-        .sum::<usize>() as u64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,37 +41,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
 /// `event_rows` and `comms` behind `event_data` are left out: they hold ids, not names.
-pub const RELATIONS: &[&str] = &[
-    "events",
-    "event_data",
-    "ops",
-    "sources",
-    "sessions",
-    "processes",
-    "nodes",
-    "stack_frames",
-    "stacks",
-    "chains",
-    "op_counts",
-    "op_histograms",
-    "drops",
-    "system_snapshots",
-    "cgroups",
-    "cgroup_schedstat",
-    "meta",
-    "schema_columns",
-    "probe_costs",
-    "probe_modes",
-    "probe_overhead",
-    "probe_sampling",
-    "probe_in_situ",
-    "library_attach",
-    "kernels",
-    "kernel_launches",
-    "tasks",
-    "metric_points",
-    "log_records",
-];
+pub const RELATIONS: &[&str] = &include!("relations.in");
 
 /// (table, column, unit, meaning) for every column an agent is likely to query.
 pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[

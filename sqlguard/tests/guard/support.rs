@@ -14,27 +14,8 @@ use sqlparser::ast::{
 use sqlparser::dialect::DuckDbDialect;
 use sqlparser::parser::Parser;
 
-/// The trace store's relations: the allowlist the store passes to the guard.
-pub const STORE_RELATIONS: &[&str] = &[
-    "events",
-    "event_data",
-    "ops",
-    "sources",
-    "sessions",
-    "processes",
-    "nodes",
-    "stack_frames",
-    "stacks",
-    "chains",
-    "op_counts",
-    "op_histograms",
-    "drops",
-    "system_snapshots",
-    "cgroups",
-    "cgroup_schedstat",
-    "meta",
-    "schema_columns",
-];
+/// The trace store's relations: the allowlist the store passes to the guard (the same file).
+pub const STORE_RELATIONS: &[&str] = &include!("../../../store/src/relations.in");
 
 /// The policy the store uses, with default limits.
 pub fn store_policy() -> Policy {

@@ -1,6 +1,9 @@
 //! Perfetto / Chrome trace-event JSON: a process track per node, a thread track per traced
 //! thread, CUDA/driver/host calls as slices, off-CPU intervals drawn where they happened, and
 //! causal chains as slices on a findings track joined to their evidence by flow events.
+//! Slices on one track are disjoint or properly nested: a slice that overlaps another partially
+//! (an async call outliving its caller, an off-CPU span read back from its switch-in stamp) goes
+//! to an extra "overlap" track of the same process, and flows follow it there.
 //! Output order is deterministic (same trace, same bytes).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -52,6 +55,8 @@ pub struct PerfettoSummary {
     pub chains: usize,
     /// Flow arrows from chains to evidence.
     pub flows: usize,
+    /// Extra thread tracks holding slices that overlapped another partially on their thread.
+    pub overlap_tracks: usize,
 }
 
 /// The timeline starts early enough for off-CPU spans read as `[timestamp - duration, ...]`
@@ -64,13 +69,20 @@ const NAMES_SQL: &str = "SELECT node, pid, comm FROM processes ORDER BY node, pi
 const THREADS_SQL: &str = "
 WITH w AS (SELECT node, seq, pid, tid, comm FROM event_data ORDER BY timestamp, node, seq LIMIT ?)
 SELECT node, tid, min(pid), arg_min(comm, seq) FROM w GROUP BY node, tid ORDER BY node, tid";
+/// Each thread's rows in drawing order (start, longer first): the second parameter lists the
+/// switch-in nodes as `\x1fnode\x1f...`, whose off-CPU spans start at `timestamp - duration`.
+/// Lane assignment needs this order, so the drawn start is computed here and nowhere else.
 const EVENTS_SQL: &str = "
 WITH w AS (
   SELECT node, seq, pid, tid, comm, op_id, timestamp, duration, arg0, arg1, ret_code
-  FROM event_data ORDER BY timestamp, node, seq LIMIT ?)
-SELECT w.node, w.pid, w.tid, w.comm, o.source, o.op, w.timestamp, w.duration, w.arg0, w.arg1, w.ret_code
-FROM w JOIN ops o ON o.op_id = w.op_id
-ORDER BY w.node, w.tid, w.timestamp, w.seq";
+  FROM event_data ORDER BY timestamp, node, seq LIMIT ?),
+d AS (
+  SELECT w.*, CASE WHEN op_id = 100 AND contains(?, chr(31) || node || chr(31))
+    THEN timestamp - duration ELSE timestamp END AS start
+  FROM w)
+SELECT d.node, d.pid, d.tid, d.comm, o.source, o.op, d.start, d.duration, d.arg0, d.arg1, d.ret_code
+FROM d JOIN ops o ON o.op_id = d.op_id
+ORDER BY d.node, d.tid, d.start, d.duration DESC, d.seq";
 
 /// The op whose duration is off-CPU time.
 const SWITCH: &str = "sched_switch";
@@ -84,7 +96,8 @@ struct Row {
     tid: u32,
     source: String,
     op: String,
-    ts: i64,
+    /// Where the event is drawn from (node clock, ns).
+    start: i64,
     dur: i64,
     arg0: i64,
     arg1: i64,
@@ -113,27 +126,103 @@ impl Tracks {
     }
 }
 
-fn slice(row: &Row, tracks: &Tracks, switch_in: bool) -> Value {
+impl Row {
+    /// The drawn interval `[start, end)` when the row is a slice, `None` for an instant.
+    fn span(&self) -> Option<(i64, i64)> {
+        if self.op == SWITCH {
+            Some((self.start, self.start + self.dur.max(0)))
+        } else {
+            (self.dur > 0).then_some((self.start, self.start + self.dur))
+        }
+    }
+}
+
+fn slice(row: &Row, tracks: &Tracks, tid: u32) -> Value {
     let pid = tracks.pid(&row.node);
     if row.op == SWITCH {
-        let start = if switch_in { row.ts - row.dur } else { row.ts };
         let name = match row.arg1 {
             0 => "off-CPU: preempted",
             1 => "off-CPU: blocked",
             _ => "off-CPU",
         };
-        return json!({"ph": "X", "cat": "sched", "name": name, "pid": pid, "tid": row.tid,
-            "ts": us(tracks.at(&row.node, start)), "dur": us(row.dur.max(0)),
+        return json!({"ph": "X", "cat": "sched", "name": name, "pid": pid, "tid": tid,
+            "ts": us(tracks.at(&row.node, row.start)), "dur": us(row.dur.max(0)),
             "args": {"next_tid": row.arg0, "state": row.arg1}});
     }
     let args = json!({"pid": row.pid, "arg0": row.arg0, "arg1": row.arg1, "ret_code": row.ret});
-    let ts = us(tracks.at(&row.node, row.ts));
+    let ts = us(tracks.at(&row.node, row.start));
     if row.dur <= 0 {
-        json!({"ph": "i", "s": "t", "cat": row.source, "name": row.op, "pid": pid, "tid": row.tid, "ts": ts, "args": args})
+        json!({"ph": "i", "s": "t", "cat": row.source, "name": row.op, "pid": pid, "tid": tid, "ts": ts, "args": args})
     } else {
-        json!({"ph": "X", "cat": row.source, "name": row.op, "pid": pid, "tid": row.tid, "ts": ts, "dur": us(row.dur), "args": args})
+        json!({"ph": "X", "cat": row.source, "name": row.op, "pid": pid, "tid": tid, "ts": ts, "dur": us(row.dur), "args": args})
     }
 }
+
+/// Synthetic tids of overlap tracks step by this from the thread's own tid (above Linux's
+/// largest pid_max, 2^22, so `tid + k * STEP` stays readable and rarely collides).
+const LANE_TID_STEP: u64 = 10_000_000;
+
+/// The tracks of the thread being streamed: lane 0 is the thread itself, lane k > 0 an overlap
+/// track. Slices arrive by start (longer first) and each goes to the first lane where it nests
+/// in the innermost open slice or starts after it ends, so every lane is well nested.
+#[derive(Default)]
+struct Lanes {
+    /// Ends of the open slices of each lane, outermost first.
+    open: Vec<Vec<i64>>,
+    /// Output tid of each lane.
+    tids: Vec<u32>,
+    /// Anchors of chain flows on this thread: (ts, output tid of the deepest slice holding it).
+    anchors: Vec<(i64, Option<u32>)>,
+}
+
+impl Lanes {
+    /// The lane of the slice `[start, end)`; a new lane when it fits none (its index is
+    /// `open.len() - 1` then, and the caller names it).
+    fn place(&mut self, start: i64, end: i64) -> usize {
+        for (k, stack) in self.open.iter_mut().enumerate() {
+            // Perfetto closes a slice at its end, so a slice starting there is a sibling.
+            while stack.last().is_some_and(|&e| e <= start) {
+                stack.pop();
+            }
+            if stack.last().is_none_or(|&e| end <= e) {
+                stack.push(end);
+                return k;
+            }
+        }
+        self.open.push(vec![end]);
+        self.open.len() - 1
+    }
+
+    /// Flow steps bind to the enclosing slice (`bp: e`), the deepest one open at their ts:
+    /// slices come by start, so the last one holding an anchor is that slice.
+    fn bind(&mut self, start: i64, end: i64, tid: u32) {
+        let from = self.anchors.partition_point(|a| a.0 < start);
+        for a in self.anchors[from..].iter_mut().take_while(|a| a.0 < end) {
+            a.1 = Some(tid);
+        }
+    }
+}
+
+/// A tid for overlap lane `k` of `tid`, unused by the node's threads and earlier lanes.
+fn lane_tid(tid: u32, k: usize, used: &mut BTreeSet<u32>) -> u32 {
+    let mut c = u64::from(tid) + k as u64 * LANE_TID_STEP;
+    while c <= i32::MAX as u64 && used.contains(&(c as u32)) {
+        c += LANE_TID_STEP;
+    }
+    if c > i32::MAX as u64 {
+        // Trace-event readers take tids as 32-bit ints: count down from the top instead.
+        c = i32::MAX as u64;
+        while used.contains(&(c as u32)) {
+            c -= 1;
+        }
+    }
+    used.insert(c as u32);
+    c as u32
+}
+
+/// The timestamp of the first event `--max-events` leaves out (the parameter is the cap).
+const CUTOFF_SQL: &str =
+    "SELECT timestamp FROM event_data ORDER BY timestamp, node, seq LIMIT 1 OFFSET ?";
 
 const TID_AT_SQL: &str =
     "SELECT tid FROM event_data WHERE node = ? AND timestamp = ? ORDER BY seq LIMIT 1";
@@ -243,6 +332,15 @@ pub fn write_perfetto(
         .map_err(duck(r, "listing threads"))?;
     let exported = (total.max(0) as u64).min(opts.max_events as u64);
     let cut = (total.max(0) as u64) - exported;
+    // Evidence from this moment on was cut: an arrow there would land on whatever earlier
+    // slice still spans it instead of on the evidence.
+    let cutoff = if cut > 0 {
+        r.prepare_trusted(CUTOFF_SQL)?
+            .query_row([limit], |row| row.get::<_, i64>(0))
+            .map_err(duck(r, "finding where --max-events cuts"))?
+    } else {
+        i64::MAX
+    };
 
     let w = |e: std::io::Error| ExportError::Write(e.to_string());
     let other = json!({
@@ -280,6 +378,9 @@ pub fn write_perfetto(
             &json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}),
         )?;
     }
+    // Thread names (overlap tracks extend them) and the tids taken on each process track.
+    let mut thread_names: BTreeMap<(String, u32), String> = BTreeMap::new();
+    let mut used_tids: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
     for (node, tid, pid, comm) in &threads {
         let comm = if comm.is_empty() {
             names
@@ -295,11 +396,46 @@ pub fn write_perfetto(
             &mut first_item,
             &json!({"ph": "M", "name": "thread_name", "pid": tracks.pid(node), "tid": tid, "args": {"name": name}}),
         )?;
+        used_tids.entry(tracks.pid(node)).or_default().insert(*tid);
+        thread_names.insert((node.clone(), *tid), name);
     }
 
+    // The chains' evidence is read first so that its flow steps can be bound, while the
+    // events stream, to the slice (and track) they land in.
+    let default_node = nodes.first().map(|n| n.0.clone()).unwrap_or_default();
+    let marks: Vec<Vec<(String, u32, i64, i64)>> = opts
+        .chains
+        .iter()
+        .map(|c| {
+            let node = if c.node.is_empty() {
+                &default_node
+            } else {
+                &c.node
+            };
+            anchors(r, c, node)
+        })
+        .collect();
+    // (node, tid, ts) of every anchor -> the output tid of the slice it binds to, if written.
+    let mut bound: BTreeMap<(String, u32, i64), Option<u32>> = marks
+        .iter()
+        .flatten()
+        .filter(|m| m.1 != 0)
+        .map(|m| ((m.0.clone(), m.1, m.2), None))
+        .collect();
+
+    let mut switch_in = String::from("\x1f");
+    for n in &opts.switch_in_nodes {
+        switch_in.push_str(n);
+        switch_in.push('\x1f');
+    }
     let mut stmt = r.prepare_trusted(EVENTS_SQL)?;
-    let mut rows = stmt.query([limit]).map_err(duck(r, "reading events"))?;
+    let mut rows = stmt
+        .query(causeway_store::duckdb::params![limit, switch_in])
+        .map_err(duck(r, "reading events"))?;
     let mut written = 0u64;
+    let mut overlap_tracks = 0usize;
+    let mut thread: Option<(String, u32)> = None;
+    let mut lanes = Lanes::default();
     while let Some(row) = rows.next().map_err(duck(r, "reading events"))? {
         let e = Row {
             node: get(r, row, 0)?,
@@ -307,18 +443,58 @@ pub fn write_perfetto(
             tid: get(r, row, 2)?,
             source: get(r, row, 4)?,
             op: get(r, row, 5)?,
-            ts: get(r, row, 6)?,
+            start: get(r, row, 6)?,
             dur: get(r, row, 7)?,
             arg0: get(r, row, 8)?,
             arg1: get(r, row, 9)?,
             ret: get(r, row, 10)?,
         };
-        item(
-            out,
-            &mut first_item,
-            &slice(&e, &tracks, opts.switch_in_nodes.contains(&e.node)),
-        )?;
+        if thread
+            .as_ref()
+            .is_none_or(|(n, t)| *n != e.node || *t != e.tid)
+        {
+            if let Some(key) = thread.take() {
+                keep_bindings(&mut bound, &key, &lanes);
+            }
+            let key = (e.node.clone(), e.tid);
+            lanes = Lanes {
+                open: vec![Vec::new()],
+                tids: vec![e.tid],
+                anchors: bound
+                    .range((key.0.clone(), key.1, i64::MIN)..=(key.0.clone(), key.1, i64::MAX))
+                    .map(|(k, _)| (k.2, None))
+                    .collect(),
+            };
+            thread = Some(key);
+        }
+        let tid = match e.span() {
+            Some((start, end)) => {
+                let k = lanes.place(start, end);
+                if k == lanes.tids.len() {
+                    let pid = tracks.pid(&e.node);
+                    let t = lane_tid(e.tid, k, used_tids.entry(pid).or_default());
+                    lanes.tids.push(t);
+                    let base = thread_names
+                        .get(&(e.node.clone(), e.tid))
+                        .map_or("", String::as_str);
+                    item(
+                        out,
+                        &mut first_item,
+                        &json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": t,
+                            "args": {"name": format!("{base} (overlap {})", k + 1)}}),
+                    )?;
+                    overlap_tracks += 1;
+                }
+                lanes.bind(start, end, lanes.tids[k]);
+                lanes.tids[k]
+            }
+            None => e.tid,
+        };
+        item(out, &mut first_item, &slice(&e, &tracks, tid))?;
         written += 1;
+    }
+    if let Some(key) = thread.take() {
+        keep_bindings(&mut bound, &key, &lanes);
     }
     drop(rows);
     drop(stmt);
@@ -326,7 +502,6 @@ pub fn write_perfetto(
     // Chains: one thread per chain on a findings process after the nodes, spanning their
     // evidence, with flow arrows to the evidence on the threads where it happened.
     let findings = tracks.nodes.len() as u32 + 1;
-    let default_node = nodes.first().map(|n| n.0.clone()).unwrap_or_default();
     let mut flows = 0usize;
     if !opts.chains.is_empty() {
         item(
@@ -342,12 +517,7 @@ pub fn write_perfetto(
     }
     for (i, c) in opts.chains.iter().enumerate() {
         let tid = i as u32 + 1;
-        let node = if c.node.is_empty() {
-            &default_node
-        } else {
-            &c.node
-        };
-        let marks = anchors(r, c, node);
+        let marks = &marks[i];
         let (start, end) = match (
             marks.iter().map(|m| tracks.at(&m.0, m.2)).min(),
             marks.iter().map(|m| tracks.at(&m.0, m.3.max(m.2))).max(),
@@ -370,11 +540,16 @@ pub fn write_perfetto(
                      "root_cause": sanitize_with(&c.root_cause, 600),
                      "time_lost_ns": c.time_lost_ns, "evidence_sql": sanitize_with(&c.evidence_sql, 2000)}}),
         )?;
+        // Only steps that land in a written slice, before the cut: an arrow to nothing (an
+        // event cut by --max-events, an instant) would dangle.
         let mut linked: Vec<(i64, u32, u32)> = marks
             .iter()
-            .filter(|m| m.1 != 0 && tracks.nodes.contains_key(&m.0))
+            .filter(|m| m.1 != 0 && m.2 < cutoff && tracks.nodes.contains_key(&m.0))
+            .filter_map(|m| {
+                let t = (*bound.get(&(m.0.clone(), m.1, m.2))?)?;
+                Some((tracks.at(&m.0, m.2), tracks.pid(&m.0), t))
+            })
             .take(MAX_ANCHORS)
-            .map(|m| (tracks.at(&m.0, m.2), tracks.pid(&m.0), m.1))
             .collect();
         linked.sort();
         if linked.is_empty() {
@@ -405,5 +580,19 @@ pub fn write_perfetto(
         threads: threads.len(),
         chains: opts.chains.len(),
         flows,
+        overlap_tracks,
     })
+}
+
+/// Stores where the anchors of the thread just streamed were bound.
+fn keep_bindings(
+    bound: &mut BTreeMap<(String, u32, i64), Option<u32>>,
+    key: &(String, u32),
+    lanes: &Lanes,
+) {
+    for &(ts, tid) in &lanes.anchors {
+        if tid.is_some() {
+            bound.insert((key.0.clone(), key.1, ts), tid);
+        }
+    }
 }

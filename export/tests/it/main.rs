@@ -5,6 +5,7 @@
 
 mod fixture;
 mod gather;
+mod nesting;
 mod otlp;
 
 use std::collections::{BTreeMap, BTreeSet};

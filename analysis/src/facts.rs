@@ -264,7 +264,7 @@ impl<'a> Ctx<'a> {
                 let mut pass = CallPass::new(r, &nref, window, &feeders, &switches)?;
                 let t = Timeline::load(r, &nref, window, rows_in_store, &rule, &mut pass)?;
                 timelines.insert(n.clone(), t);
-                let sampled = crate::overhead::sampled_spans(r, window.until_ns, &n)?;
+                let sampled = crate::probe_overhead::sampled_spans(r, window.until_ns, &n)?;
                 budget_calls.insert(n.clone(), pass.finish(&sampled));
             }
             warm_ends.extend(
@@ -307,10 +307,10 @@ impl<'a> Ctx<'a> {
         let mut sampled = HashMap::new();
         let mut sampled_waits = HashMap::new();
         for n in &nodes {
-            let spans = crate::overhead::sampled_spans(r, window.until_ns, n)?;
+            let spans = crate::probe_overhead::sampled_spans(r, window.until_ns, n)?;
             if !spans.is_empty() {
                 sampled.insert(n.clone(), spans);
-                let waits = crate::overhead::sampled_spans_of(r, window.until_ns, n, |op| {
+                let waits = crate::probe_overhead::sampled_spans_of(r, window.until_ns, n, |op| {
                     !crate::opsets::is_launch(op)
                 })?;
                 sampled_waits.insert(n.clone(), waits);
@@ -345,7 +345,7 @@ impl<'a> Ctx<'a> {
     pub fn sampled(&self, node: &str, a: i64, b: i64) -> bool {
         self.sampled
             .get(node)
-            .is_some_and(|s| crate::overhead::in_sampled(s, a, b))
+            .is_some_and(|s| crate::probe_overhead::in_sampled(s, a, b))
     }
 
     /// Window length in ns (at least 1).

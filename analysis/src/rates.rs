@@ -8,7 +8,7 @@ use causeway_store::StoreError;
 use serde::Serialize;
 
 use crate::facts::{Ctx, LAUNCH_OP_NAMES};
-use crate::overhead::{ModeSwitch, mode_switches};
+use crate::probe_overhead::{ModeSwitch, mode_switches};
 
 /// Launches per second of one thread.
 #[derive(Debug, Clone, Serialize)]

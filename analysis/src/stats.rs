@@ -8,7 +8,7 @@ use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 use serde::Serialize;
 
-use crate::overhead::{Overhead, modes_in_window, overhead};
+use crate::probe_overhead::{Overhead, modes_in_window, overhead};
 use crate::window::{Window, WindowSpec};
 
 /// What to compute statistics over.

@@ -35,6 +35,18 @@ pub struct Fleet {
     pub timeout: Duration,
 }
 
+// By hand: the bearer token must not reach a log line.
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("nodes", &self.nodes)
+            .field("token", &self.token.as_ref().map(|_| "(set)"))
+            .field("tls", &self.tls.is_some())
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
 /// A TLS client configuration trusting `ca` (PEM), with an optional client certificate.
 pub fn tls_config(
     ca: &PathBuf,
@@ -262,57 +274,6 @@ pub async fn fan_out(fleet: &Fleet, tool: &str, args: &Value) -> Vec<NodeAnswer>
     out
 }
 
-/// Where the fleet is and how to reach it (shared by `query`/`explain`/`fleet --nodes` and
-/// `mcp --nodes`, whose token option is the server's own).
-#[derive(Debug, Clone, clap::Args)]
-pub struct FleetConn {
-    /// Ask these serving nodes (`causeway serve`, `trace --serve`) in parallel:
-    /// comma-separated `https://host:port` or `host:port`; results carry each node.
-    #[arg(long, value_delimiter = ',', value_name = "NODES")]
-    pub nodes: Vec<String>,
-    /// With --nodes: CA certificate(s) to trust for https nodes (PEM).
-    #[arg(long, value_name = "PEM", requires = "nodes")]
-    pub ca_cert: Option<PathBuf>,
-    /// With --nodes: client certificate for mTLS (PEM); needs --client-key.
-    #[arg(long, value_name = "PEM", requires = "client_key")]
-    pub client_cert: Option<PathBuf>,
-    /// With --nodes: the client certificate's key (PEM).
-    #[arg(long, value_name = "PEM", requires = "client_cert")]
-    pub client_key: Option<PathBuf>,
-    /// With --nodes: give up on a node after this long (e.g. 5s).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
-    pub node_timeout: Duration,
-}
-
-impl FleetConn {
-    /// The fleet these options describe with `token` (reads the TLS files).
-    pub fn fleet(&self, token: Option<String>) -> Result<Fleet> {
-        let tls = match &self.ca_cert {
-            Some(ca) => Some(Arc::new(tls_config(
-                ca,
-                self.client_cert.as_ref().zip(self.client_key.as_ref()),
-            )?)),
-            None => None,
-        };
-        Ok(Fleet {
-            nodes: self.nodes.clone(),
-            token,
-            tls,
-            timeout: self.node_timeout,
-        })
-    }
-}
-
-/// The fleet options of the client commands (`query`, `explain`, `fleet`).
-#[derive(Debug, Clone, clap::Args)]
-pub struct FleetArgs {
-    #[command(flatten)]
-    pub conn: FleetConn,
-    /// With --nodes: file holding the bearer token (else $CAUSEWAY_TOKEN).
-    #[arg(long, value_name = "FILE", requires = "nodes")]
-    pub token_file: Option<PathBuf>,
-}
-
 /// The bearer token from `file`, else $CAUSEWAY_TOKEN (trimmed; empty = none).
 pub fn read_token(file: Option<&std::path::Path>) -> Result<Option<String>> {
     Ok(match file {
@@ -326,18 +287,6 @@ pub fn read_token(file: Option<&std::path::Path>) -> Result<Option<String>> {
     .filter(|t| !t.is_empty()))
 }
 
-impl FleetArgs {
-    /// Whether --nodes was given.
-    pub fn given(&self) -> bool {
-        !self.conn.nodes.is_empty()
-    }
-
-    /// The fleet these options describe (reads the token and TLS files).
-    pub fn fleet(&self) -> Result<Fleet> {
-        self.conn.fleet(read_token(self.token_file.as_deref())?)
-    }
-}
-
 /// The fan-out as the tools crate takes it (`query_fleet`): blocks the calling thread, which is
 /// a tool call's blocking-pool thread in a server, or a plain thread in the CLI.
 pub fn handle(fleet: Fleet) -> FleetHandle {
@@ -349,7 +298,7 @@ pub fn handle(fleet: Fleet) -> FleetHandle {
             let run = fan_out(&fleet, tool, args);
             match tokio::runtime::Handle::try_current() {
                 Ok(h) => h.block_on(run),
-                Err(_) => match crate::cmd::mcp::runtime() {
+                Err(_) => match crate::runtime() {
                     Ok(rt) => rt.block_on(run),
                     Err(e) => fleet
                         .nodes
@@ -375,15 +324,10 @@ fn failed(node: &str, why: String) -> NodeAnswer {
 }
 
 /// Runs `tool` on the fleet from a synchronous command; returns the answers and the wall time
-/// of the fan-out in ms. Fails (with the first node's reason) when no node answered.
-pub fn run_blocking(
-    args: &FleetArgs,
-    tool: &str,
-    params: &Value,
-) -> Result<(Vec<NodeAnswer>, f64)> {
-    let fleet = args.fleet()?;
-    let runtime = crate::cmd::mcp::runtime()?;
+/// of the fan-out in ms.
+pub fn run_blocking(fleet: &Fleet, tool: &str, params: &Value) -> Result<(Vec<NodeAnswer>, f64)> {
+    let runtime = crate::runtime()?;
     let started = Instant::now();
-    let answers = runtime.block_on(fan_out(&fleet, tool, params));
+    let answers = runtime.block_on(fan_out(fleet, tool, params));
     Ok((answers, started.elapsed().as_secs_f64() * 1e3))
 }

@@ -30,7 +30,7 @@ const MAX_ANSWER_BYTES: usize = 1 << 20;
 const MAX_QUOTED: usize = 400;
 
 /// OTLP transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
     /// OTLP/HTTP with protobuf bodies (the collector's port 4318).
     Http,

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use causeway_bpf::abi::{ProbeMode, Stat, StatKey};
 use causeway_store::InSituRow;
 
-use crate::overhead::{Controller, is_call_op};
+use crate::overhead_control::{Controller, is_call_op};
 
 /// Segments shorter than this are left out (ns): a few steps at least.
 const MIN_SEGMENT_NS: i64 = 10_000_000;

@@ -16,7 +16,7 @@ pub mod host;
 mod insitu;
 pub mod kernels;
 pub mod live;
-pub mod overhead;
+pub mod overhead_control;
 mod poll;
 mod recorder;
 mod sampling;

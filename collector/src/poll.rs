@@ -15,7 +15,7 @@ use tracing::warn;
 
 use crate::host;
 use crate::kernels::Kernels;
-use crate::overhead::CpuReading;
+use crate::overhead_control::CpuReading;
 use crate::sink::{BATCH, Ctl, DropKind, Sink};
 use crate::stacks::Stacks;
 

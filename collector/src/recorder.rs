@@ -35,7 +35,7 @@ use crate::host;
 use crate::insitu::{Counts, Meter, sampled_ops};
 use crate::kernels::Kernels;
 use crate::live::{Live, LiveView};
-use crate::overhead::{Controller, is_call_op};
+use crate::overhead_control::{Controller, is_call_op};
 use crate::poll::{PollState, read_stats};
 use crate::sampling::{DEFAULT_DUTY, Sampler};
 use crate::sink::{Ctl, DropKind, Sink};

@@ -24,7 +24,7 @@ use crate::discover::{
 };
 use crate::error::CollectorError;
 use crate::host;
-use crate::overhead::is_call_op;
+use crate::overhead_control::is_call_op;
 use crate::sampling::{DEFAULT_DUTY, DUTY_MAX, DUTY_MIN};
 use crate::sink::Sink;
 

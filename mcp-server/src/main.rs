@@ -2,9 +2,7 @@
 //! read-only MCP server for agents. Every command is a thin layer over the library crates.
 
 mod cmd;
-mod fleet;
-mod mcp;
-mod otlp;
+mod flags;
 mod output;
 
 use std::io::Write;

@@ -276,7 +276,7 @@ pub async fn serve_with(
                 let otlp = otlp.clone().filter(|_| {
                     matches!(
                         req.uri().path(),
-                        super::otlp::METRICS_PATH | super::otlp::LOGS_PATH
+                        super::otlp_receive::METRICS_PATH | super::otlp_receive::LOGS_PATH
                     )
                 });
                 async move {
@@ -297,7 +297,7 @@ pub async fn serve_with(
                     }
                     let req = req.map(|b| InBody::new(body_timeout, b));
                     if let Some(o) = otlp {
-                        return Ok(super::otlp::handle_http(
+                        return Ok(super::otlp_receive::handle_http(
                             req,
                             o.ingest,
                             o.max_body_bytes,

@@ -1,12 +1,13 @@
-//! The read-only MCP server: the rmcp handler over the tools registry, prompts and resources,
-//! served over stdio (default) or streamable HTTP. Nothing here writes to stdout except the
+//! causeway's servers: the read-only MCP server (the rmcp handler over the tools registry,
+//! prompts and resources) over stdio or streamable HTTP, the query API and `/metrics` beside
+//! it, and the OTLP receiver of `causeway collect`. Nothing here writes to stdout except the
 //! stdio transport itself; logs go to stderr through tracing.
 
 pub mod api;
 pub mod handler;
 pub mod http;
 pub mod limits;
-pub mod otlp;
+pub mod otlp_receive;
 
 use std::sync::Arc;
 

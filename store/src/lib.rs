@@ -10,7 +10,7 @@ mod error;
 pub mod guarded;
 pub mod import;
 pub mod merge;
-mod overhead;
+mod overhead_log;
 mod reader;
 pub mod received;
 mod row;
@@ -24,7 +24,7 @@ use std::path::Path;
 pub use atomic::{remove_unfinished, write_atomically};
 pub use error::{Result, StoreError};
 pub use guarded::{QueryControl, query_detached};
-pub use overhead::{
+pub use overhead_log::{
     InSituRow, KernelName, LibraryAttach, ModeSwitch, OverheadWindow, ProbeCost, SampledWindow,
     TaskName,
 };

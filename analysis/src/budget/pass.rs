@@ -444,7 +444,7 @@ impl<'a> CallPass<'a> {
                 // Several drains before the same work idle the GPU once: from the first.
                 if ws != i64::MAX && ws > e && e >= d.first_launch && last_ws != Some(ws) {
                     last_ws = Some(ws);
-                    if crate::overhead::in_sampled(sampled, e, ws) {
+                    if crate::probe_overhead::in_sampled(sampled, e, ws) {
                         unmeasured += 1;
                         continue;
                     }

@@ -163,7 +163,7 @@ fn gaps(
             && !ctx
                 .sampled_waits
                 .get(node)
-                .is_some_and(|s| crate::overhead::in_sampled(s, g.start, g.end))
+                .is_some_and(|s| crate::probe_overhead::in_sampled(s, g.start, g.end))
     }) {
         let e = totals.entry((g.pid, g.tid)).or_default();
         e.0 += 1;

@@ -5,55 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, anyhow, bail};
+use anyhow::{Context as _, Result, anyhow};
 
-use super::{Protocol, Target};
-
-/// `causeway trace` options: push OTLP metrics while recording.
-#[derive(Debug, Clone, clap::Args)]
-pub struct PushFlags {
-    /// Push cumulative OTLP metrics to this receiver every --otlp-interval while recording,
-    /// and metrics and causal chains (logs) once more at the end; a failed push is a warning.
-    #[arg(long, value_name = "URL")]
-    pub otlp_endpoint: Option<String>,
-    /// OTLP transport.
-    #[arg(long, value_enum, default_value = "http", requires = "otlp_endpoint")]
-    pub otlp_protocol: Protocol,
-    /// Time between pushes.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s", requires = "otlp_endpoint")]
-    pub otlp_interval: Duration,
-    /// File holding the receiver's bearer token (else $CAUSEWAY_TOKEN).
-    #[arg(long, value_name = "FILE", requires = "otlp_endpoint")]
-    pub otlp_token_file: Option<std::path::PathBuf>,
-    /// CA certificate(s) to trust for an https receiver (PEM).
-    #[arg(long, value_name = "PEM", requires = "otlp_endpoint")]
-    pub otlp_ca_cert: Option<std::path::PathBuf>,
-}
-
-impl PushFlags {
-    /// The receiver these flags name, if any (reads the token and CA files now).
-    pub fn target(&self) -> Result<Option<Target>> {
-        let Some(url) = &self.otlp_endpoint else {
-            return Ok(None);
-        };
-        if self.otlp_interval < Duration::from_millis(100) {
-            bail!(
-                "--otlp-interval {:?} is too short\nhint: use 1s or more, e.g. --otlp-interval 10s",
-                self.otlp_interval
-            );
-        }
-        let timeout = self
-            .otlp_interval
-            .clamp(Duration::from_secs(1), Duration::from_secs(10));
-        Ok(Some(Target::new(
-            url,
-            self.otlp_protocol,
-            crate::fleet::read_token(self.otlp_token_file.as_deref())?,
-            self.otlp_ca_cert.as_deref(),
-            timeout,
-        )?))
-    }
-}
+use super::Target;
 
 /// The pushes of one recording, counted for the log line at the end.
 #[derive(Debug, Default, Clone, Copy)]

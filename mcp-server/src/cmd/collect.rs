@@ -17,8 +17,8 @@ use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::
 use serde::Serialize;
 
 use super::mcp::{HttpFlags, context, http_options, runtime};
-use crate::mcp::http::OtlpRoutes;
-use crate::mcp::otlp::GrpcReceiver;
+use causeway_serve::http::OtlpRoutes;
+use causeway_serve::otlp_receive::GrpcReceiver;
 
 /// Arguments of `causeway collect`.
 #[derive(Debug, clap::Args)]
@@ -76,7 +76,7 @@ async fn serve_grpc(
     addr: SocketAddr,
     receiver: GrpcReceiver,
     tls: Option<tonic::transport::ServerTlsConfig>,
-    admission: crate::mcp::otlp::GrpcAdmission,
+    admission: causeway_serve::otlp_receive::GrpcAdmission,
 ) -> Result<()> {
     let max_body = admission.max_message;
     use tonic::codec::CompressionEncoding::Gzip;
@@ -109,7 +109,7 @@ async fn serve_grpc(
     eprintln!("causeway collect: OTLP/gRPC listening on {bound}");
     builder
         .layer(tower::util::MapResponseLayer::new(
-            crate::mcp::otlp::non_retryable_decode_errors,
+            causeway_serve::otlp_receive::non_retryable_decode_errors,
         ))
         .add_service(metrics)
         .add_service(logs)
@@ -197,7 +197,7 @@ pub fn run(args: &CollectArgs) -> Result<()> {
             "--max-otlp-body is more than --memory-limit can decode: lowered"
         );
     }
-    let admission = crate::mcp::otlp::GrpcAdmission {
+    let admission = causeway_serve::otlp_receive::GrpcAdmission {
         budget: budget.clone(),
         max_message: max_body.min((budget.largest_body() / 4) as usize),
     };
@@ -211,7 +211,7 @@ pub fn run(args: &CollectArgs) -> Result<()> {
         token: Arc::from(token.as_str()),
     };
     let served: Result<()> = runtime()?.block_on(async {
-        let http = crate::mcp::http::serve_with(ctx, opts, Some(routes), |bound| {
+        let http = causeway_serve::http::serve_with(ctx, opts, Some(routes), |bound| {
             // The line a supervisor (or a test) waits for; stderr, never stdout.
             eprintln!("causeway collect: listening on {bound}");
         });

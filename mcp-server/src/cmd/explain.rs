@@ -46,7 +46,7 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub fleet: crate::fleet::FleetArgs,
+    pub fleet: crate::flags::FleetArgs,
 }
 
 /// Runs `explain`.
@@ -121,7 +121,7 @@ fn run_fleet(args: &ExplainArgs) -> Result<()> {
         params["pid"] = serde_json::json!(pid);
     }
     let (answers, fanout_ms) =
-        crate::fleet::run_blocking(&args.fleet, "get_causal_chains", &params)?;
+        causeway_client::fleet::run_blocking(&args.fleet.fleet()?, "get_causal_chains", &params)?;
     let chains = causeway_tools::fleet::merge_chains(&answers, args.limit.map(|n| n as usize));
     let warnings = causeway_tools::fleet::warnings(&answers);
     let nodes: Vec<serde_json::Value> = answers

@@ -66,7 +66,7 @@ pub struct OtlpArgs {
     pub endpoint: Option<String>,
     /// OTLP transport.
     #[arg(long, value_enum, default_value = "http", requires = "endpoint")]
-    pub protocol: crate::otlp::Protocol,
+    pub protocol: crate::flags::OtlpProtocol,
     /// File holding the bearer token sent as `Authorization: Bearer` (else $CAUSEWAY_TOKEN).
     #[arg(long, value_name = "FILE", requires = "endpoint")]
     pub token_file: Option<PathBuf>,
@@ -147,13 +147,21 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         })?
     };
     eprintln!(
-        "exported {} events ({} cut), {} node(s), {} thread(s), {} chain(s), {} flow(s){}",
+        "exported {} events ({} cut), {} node(s), {} thread(s), {} chain(s), {} flow(s){}{}",
         summary.events,
         summary.events_cut,
         summary.nodes,
         summary.threads,
         summary.chains,
         summary.flows,
+        if summary.overlap_tracks > 0 {
+            format!(
+                ", {} overlap track(s) for slices that overlap others on their thread",
+                summary.overlap_tracks
+            )
+        } else {
+            String::new()
+        },
         if output.as_os_str() == "-" {
             String::new()
         } else {
@@ -190,10 +198,10 @@ fn records(l: &ExportLogsServiceRequest) -> usize {
 
 fn run_otlp(args: &ExportArgs) -> Result<()> {
     let target = match (&args.otlp.endpoint, &args.output) {
-        (Some(url), _) => Some(crate::otlp::Target::new(
+        (Some(url), _) => Some(causeway_client::otlp_push::Target::new(
             url,
-            args.otlp.protocol,
-            crate::fleet::read_token(args.otlp.token_file.as_deref())?,
+            args.otlp.protocol.into(),
+            causeway_client::fleet::read_token(args.otlp.token_file.as_deref())?,
             args.otlp.ca_cert.as_deref(),
             args.otlp.timeout,
         )?),
@@ -246,7 +254,7 @@ fn run_otlp(args: &ExportArgs) -> Result<()> {
         return Ok(());
     }
     let out = args.output.as_ref().expect("checked above");
-    let logs_out = crate::otlp::logs_path(out);
+    let logs_out = causeway_client::otlp_push::logs_path(out);
     if logs_out.exists() && !args.force {
         bail!(
             "{} already exists\nhint: pass --force to replace it, or choose another -o",

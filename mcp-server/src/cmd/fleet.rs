@@ -16,7 +16,7 @@ pub struct FleetCmdArgs {
     /// For sql: one read-only query, run on every node.
     pub sql: Option<String>,
     #[command(flatten)]
-    pub fleet: crate::fleet::FleetArgs,
+    pub fleet: crate::flags::FleetArgs,
     /// Rows per node (sql, default 100) or chains in all (chains, default 5).
     #[arg(long)]
     pub limit: Option<u32>,
@@ -58,7 +58,7 @@ pub fn run(args: &FleetCmdArgs) -> Result<()> {
         anyhow::bail!("give the nodes to ask\nhint: --nodes host:port,host:port");
     }
     let ctx = Context::new(PathBuf::from("(fleet)"), Vec::new())
-        .with_fleet(crate::fleet::handle(args.fleet.fleet()?));
+        .with_fleet(causeway_client::fleet::handle(args.fleet.fleet()?));
     let mut params = serde_json::json!({ "action": FleetAction::from(args.action) });
     for (k, v) in [("sql", &args.sql), ("since", &args.since)] {
         if let Some(v) = v {

@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result, bail};
 use causeway_collector::{TraceArgs, TraceHooks};
 use causeway_tools::Context;
 
-use crate::mcp;
+use causeway_serve as mcp;
 
 /// How the HTTP transport is exposed (shared by `mcp --listen` and `trace --listen`).
 #[derive(Debug, Clone, clap::Args)]
@@ -141,7 +141,7 @@ pub struct McpArgs {
     /// Fleet: with --nodes, agents also get `query_fleet` over these serving nodes (the bearer
     /// token sent to them is this server's, from --token-file or $CAUSEWAY_TOKEN).
     #[command(flatten, next_help_heading = "Fleet")]
-    pub fleet: crate::fleet::FleetConn,
+    pub fleet: crate::flags::FleetConn,
 }
 
 /// The default trace path of a fleet front-end started without --db: tools that need a local
@@ -149,7 +149,7 @@ pub struct McpArgs {
 const NO_LOCAL_TRACE: &str = "(no local trace: started with --nodes and no --db)";
 
 fn token(flags: &HttpFlags) -> Result<Option<String>> {
-    let token = crate::fleet::read_token(flags.token_file.as_deref())?;
+    let token = causeway_client::fleet::read_token(flags.token_file.as_deref())?;
     if let Some(t) = &token
         && t.len() < 16
     {
@@ -195,13 +195,7 @@ pub fn context(db: &std::path::Path, traces_dirs: &[PathBuf]) -> Context {
 }
 
 /// A multi-threaded runtime for the server (tool calls run on its blocking pool).
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")
-}
+pub use causeway_client::runtime;
 
 /// Serves HTTP until Ctrl-C (or `until` resolves), announcing the bound address on stderr.
 pub async fn serve_http(
@@ -279,8 +273,8 @@ pub fn run(args: &McpArgs) -> Result<()> {
         .unwrap_or_else(|| PathBuf::from(NO_LOCAL_TRACE));
     let mut ctx = args.query.apply(context(&db, &args.traces_dir))?;
     if !args.fleet.nodes.is_empty() {
-        let token = crate::fleet::read_token(args.http_flags.token_file.as_deref())?;
-        ctx = ctx.with_fleet(crate::fleet::handle(args.fleet.fleet(token)?));
+        let token = causeway_client::fleet::read_token(args.http_flags.token_file.as_deref())?;
+        ctx = ctx.with_fleet(causeway_client::fleet::handle(args.fleet.fleet(token)?));
     }
     let ctx = Arc::new(ctx);
     let http = args

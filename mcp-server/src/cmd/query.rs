@@ -20,7 +20,7 @@ pub struct QueryArgs {
     )]
     pub db: Option<PathBuf>,
     #[command(flatten)]
-    pub fleet: crate::fleet::FleetArgs,
+    pub fleet: crate::flags::FleetArgs,
     /// One read-only query (SELECT, WITH, FROM-first, VALUES). Tables: see `causeway query --db T "FROM schema_columns"`.
     pub sql: String,
     /// Most rows to return: 1-10,000 (default 1,000); with --nodes, rows per node, 1-1,000
@@ -146,7 +146,8 @@ fn run_fleet(args: &QueryArgs) -> Result<()> {
         }
         params["limit"] = serde_json::json!(l);
     }
-    let (answers, fanout_ms) = crate::fleet::run_blocking(&args.fleet, "run_sql", &params)?;
+    let (answers, fanout_ms) =
+        causeway_client::fleet::run_blocking(&args.fleet.fleet()?, "run_sql", &params)?;
     let (columns, rows, truncated) = causeway_tools::fleet::merge_sql(&answers);
     let merged = QueryResult {
         columns: columns

@@ -23,7 +23,7 @@ pub struct TraceCmd {
     #[command(flatten, next_help_heading = "Serving (with --listen)")]
     pub http: HttpFlags,
     #[command(flatten, next_help_heading = "OTLP push (with --otlp-endpoint)")]
-    pub otlp: crate::otlp::live::PushFlags,
+    pub otlp: crate::flags::PushFlags,
 }
 
 fn finish(args: &TraceCmd, summary: &causeway_collector::TraceSummary) -> Result<()> {
@@ -50,7 +50,12 @@ pub fn run(args: &TraceCmd) -> Result<()> {
     let pushed = Arc::new(AtomicBool::new(false));
     let pusher = push
         .map(|t| {
-            crate::otlp::live::spawn_pusher(ctx.clone(), t, args.otlp.otlp_interval, pushed.clone())
+            causeway_client::otlp_push::live::spawn_pusher(
+                ctx.clone(),
+                t,
+                args.otlp.otlp_interval,
+                pushed.clone(),
+            )
         })
         .transpose()?;
     let Some(opts) = opts else {

@@ -19,7 +19,7 @@ pub enum TimeRef {
 
 /// Why a time or duration could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot read {what} '{input}': {why}\nhint: {hint}")]
+#[error("cannot read {what} '{input}': {why}")]
 pub struct TimeError {
     what: &'static str,
     input: String,
@@ -32,6 +32,11 @@ const DURATION_HINT: &str =
     "use a duration such as 30s, 5m, 1h30m or 250ms (since: that much of the trace's end)";
 
 impl TimeError {
+    /// The forms that are understood.
+    pub fn hint(&self) -> &'static str {
+        self.hint
+    }
+
     fn time(input: &str, why: String) -> TimeError {
         TimeError {
             what: "time",
@@ -196,9 +201,9 @@ mod tests {
             "1970-01-01T00:00:01Z".parse::<TimeRef>().unwrap(),
             TimeRef::Absolute(1_000_000_000)
         );
-        let e = "yesterday".parse::<TimeRef>().unwrap_err().to_string();
+        let e = "yesterday".parse::<TimeRef>().unwrap_err();
         assert!(
-            e.contains("cannot read time 'yesterday'") && e.contains("hint:"),
+            e.to_string().contains("cannot read time 'yesterday'") && e.hint().contains("-5m"),
             "{e}"
         );
     }

@@ -93,20 +93,25 @@ pub enum LoadError {
     #[error("opening the BPF object failed: {0}")]
     Open(#[source] libbpf_rs::Error),
     /// The ring-buffer size is not a power of two of at least 4096 bytes.
-    #[error(
-        "ring buffer size {0} is not a power of two >= 4096\nhint: use e.g. 4096, 65536 or 8388608"
-    )]
+    #[error("ring buffer size {0} is not a power of two >= 4096")]
     RingSize(u32),
     /// Setting a map size or program option failed.
     #[error("configuring the BPF object failed: {0}")]
     Config(#[source] libbpf_rs::Error),
     /// The kernel refused the programs (permissions, BTF, verifier).
-    #[error(
-        "loading the BPF programs failed: {0}\nhint: run as root (or with CAP_BPF, CAP_PERFMON and \
-         CAP_SYS_RESOURCE) on a kernel >= 5.15 with BTF (/sys/kernel/btf/vmlinux); `causeway check` \
-         says what is missing"
-    )]
+    #[error("loading the BPF programs failed: {0}")]
     Load(#[source] libbpf_rs::Error),
+}
+
+impl LoadError {
+    /// What to do about it, when there is a fix.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Self::RingSize(..) => Some("use e.g. 4096, 65536 or 8388608".to_string()),
+            Self::Load(..) => Some("run as root (or with CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE) on a kernel >= 5.15 with BTF (/sys/kernel/btf/vmlinux); `causeway check` says what is missing".to_string()),
+            _ => None,
+        }
+    }
 }
 
 /// Opens the object, applies `cfg` and loads it into the kernel. `storage` must outlive the skeleton.

@@ -108,7 +108,10 @@ async fn request(
 ) -> Result<(u16, Bytes)> {
     let (https, authority) = split(node);
     if https && fleet.tls.is_none() {
-        bail!("{node} is https but no CA was given\nhint: pass --ca-cert PEM");
+        bail!(causeway_store::Hinted::new(
+            format!("{node} is https but no CA was given"),
+            "pass --ca-cert PEM"
+        ));
     }
     let payload = body.map(|b| b.to_string()).unwrap_or_default();
     let to = HttpTarget {

@@ -129,10 +129,10 @@ pub struct Pushed {
 }
 
 fn bad_url(url: &str, why: &str) -> anyhow::Error {
-    anyhow!(
-        "bad OTLP endpoint {url:?}: {why}\nhint: give a URL such as http://collector:4318 \
-         (--protocol http) or http://collector:4317 (--protocol grpc); https needs --ca-cert"
-    )
+    anyhow!(causeway_store::Hinted::new(
+        format!("bad OTLP endpoint {url:?}: {why}"),
+        "give a URL such as http://collector:4318 (--protocol http) or http://collector:4317 (--protocol grpc); https needs --ca-cert"
+    ))
 }
 
 impl Target {
@@ -181,14 +181,14 @@ impl Target {
                     Some(pem),
                 )
             }
-            (true, None) => bail!(
-                "{url} is https but no CA certificate was given\nhint: pass --ca-cert PEM \
-                 with the CA that signed the receiver's certificate"
-            ),
-            (false, Some(_)) => bail!(
-                "--ca-cert is only used with an https:// endpoint\nhint: use https://{authority} \
-                 or drop --ca-cert"
-            ),
+            (true, None) => bail!(causeway_store::Hinted::new(
+                format!("{url} is https but no CA certificate was given"),
+                "pass --ca-cert PEM with the CA that signed the receiver's certificate"
+            )),
+            (false, Some(_)) => bail!(causeway_store::Hinted::new(
+                "--ca-cert is only used with an https:// endpoint",
+                format!("use https://{authority} or drop --ca-cert")
+            )),
             (false, None) => (None, None),
         };
         Ok(Target {
@@ -236,19 +236,20 @@ impl Target {
     }
 
     fn timed_out(&self) -> anyhow::Error {
-        anyhow!(
-            "{}: no answer within {:?}\nhint: check that an OTLP receiver listens there",
-            self.url,
-            self.timeout
-        )
+        anyhow!(causeway_store::Hinted::new(
+            format!("{}: no answer within {:?}", self.url, self.timeout),
+            "check that an OTLP receiver listens there"
+        ))
     }
 
     fn refused(&self, code: String) -> anyhow::Error {
-        anyhow!(
-            "{} refused the push ({code}): the bearer token is missing or wrong\nhint: set \
-             CAUSEWAY_TOKEN or pass --token-file FILE with the token the receiver expects",
-            self.url
-        )
+        anyhow!(causeway_store::Hinted::new(
+            format!(
+                "{} refused the push ({code}): the bearer token is missing or wrong",
+                self.url
+            ),
+            "set CAUSEWAY_TOKEN or pass --token-file FILE with the token the receiver expects"
+        ))
     }
 
     /// POST `body` to {base}{path}; returns the answer body of a 2xx.
@@ -273,21 +274,19 @@ impl Target {
         .await
         .map_err(|_| self.timed_out())?
         .map_err(|e| {
-            anyhow!(
-                "cannot push to {}: {e:#}\nhint: check the endpoint and that an OTLP/HTTP \
-                 receiver listens there (the OpenTelemetry Collector's default is port 4318)",
-                self.url
-            )
+            anyhow!(causeway_store::Hinted::new(format!("cannot push to {}: {e:#}", self.url), "check the endpoint and that an OTLP/HTTP receiver listens there (the OpenTelemetry Collector's default is port 4318)"))
         })?;
         match status {
             200..=299 => Ok(answer),
             401 | 403 => Err(self.refused(format!("HTTP {status}"))),
-            _ => Err(anyhow!(
-                "{}: POST {full} answered HTTP {status}: {}\nhint: check that the endpoint is \
-                 an OTLP/HTTP receiver and that its path prefix is right",
-                self.url,
-                quote(&answer)
-            )),
+            _ => Err(anyhow!(causeway_store::Hinted::new(
+                format!(
+                    "{}: POST {full} answered HTTP {status}: {}",
+                    self.url,
+                    quote(&answer)
+                ),
+                "check that the endpoint is an OTLP/HTTP receiver and that its path prefix is right"
+            ))),
         }
     }
 
@@ -317,20 +316,19 @@ impl Target {
                 }
                 src = s.source();
             }
-            anyhow!(
-                "cannot connect to {}: {msg}\nhint: check the endpoint and that an OTLP/gRPC \
-                 receiver listens there (the OpenTelemetry Collector's default is port 4317)",
-                self.url
-            )
+            anyhow!(causeway_store::Hinted::new(format!("cannot connect to {}: {msg}", self.url), "check the endpoint and that an OTLP/gRPC receiver listens there (the OpenTelemetry Collector's default is port 4317)"))
         })
     }
 
     fn grpc_request<T>(&self, msg: T) -> Result<tonic::Request<T>> {
         let mut req = tonic::Request::new(msg);
         if let Some(t) = &self.token {
-            let v = format!("Bearer {t}")
-                .parse()
-                .map_err(|_| anyhow!("the bearer token has characters a gRPC header cannot carry\nhint: use a token of printable ASCII, e.g. `openssl rand -hex 32`"))?;
+            let v = format!("Bearer {t}").parse().map_err(|_| {
+                anyhow!(causeway_store::Hinted::new(
+                    "the bearer token has characters a gRPC header cannot carry",
+                    "use a token of printable ASCII, e.g. `openssl rand -hex 32`"
+                ))
+            })?;
             req.metadata_mut().insert("authorization", v);
         }
         Ok(req)
@@ -342,23 +340,30 @@ impl Target {
             Code::Unauthenticated | Code::PermissionDenied => {
                 self.refused(format!("gRPC {:?}", s.code()))
             }
-            Code::Unavailable => anyhow!(
-                "cannot push to {}: unavailable: {}\nhint: check the endpoint and that an \
-                 OTLP/gRPC receiver listens there",
-                self.url,
-                quote(s.message().as_bytes())
-            ),
-            Code::Unimplemented => anyhow!(
-                "{} does not implement this OTLP service: {}\nhint: is it an OTLP/gRPC \
-                 receiver? For OTLP/HTTP use --protocol http",
-                self.url,
-                quote(s.message().as_bytes())
-            ),
-            code => anyhow!(
-                "{} answered gRPC {code:?}: {}\nhint: see the receiver's logs",
-                self.url,
-                quote(s.message().as_bytes())
-            ),
+            Code::Unavailable => anyhow!(causeway_store::Hinted::new(
+                format!(
+                    "cannot push to {}: unavailable: {}",
+                    self.url,
+                    quote(s.message().as_bytes())
+                ),
+                "check the endpoint and that an OTLP/gRPC receiver listens there"
+            )),
+            Code::Unimplemented => anyhow!(causeway_store::Hinted::new(
+                format!(
+                    "{} does not implement this OTLP service: {}",
+                    self.url,
+                    quote(s.message().as_bytes())
+                ),
+                "is it an OTLP/gRPC receiver? For OTLP/HTTP use --protocol http"
+            )),
+            code => anyhow!(causeway_store::Hinted::new(
+                format!(
+                    "{} answered gRPC {code:?}: {}",
+                    self.url,
+                    quote(s.message().as_bytes())
+                ),
+                "see the receiver's logs"
+            )),
         }
     }
 }
@@ -424,7 +429,8 @@ mod tests {
             let e = format!("{:#}", t(bad, p).unwrap_err());
             assert!(e.contains(why), "{bad}: {e}");
         }
-        let e = t("https://x:4318", Protocol::Http).unwrap_err().to_string();
-        assert!(e.contains("--ca-cert"), "{e}");
+        let e = t("https://x:4318", Protocol::Http).unwrap_err();
+        let hint = &e.downcast_ref::<causeway_store::Hinted>().unwrap().hint;
+        assert!(hint.contains("--ca-cert"), "{e}: {hint}");
     }
 }

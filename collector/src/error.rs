@@ -8,27 +8,19 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum CollectorError {
     /// Not root and without the BPF capabilities.
-    #[error(
-        "tracing needs root or CAP_BPF + CAP_PERFMON (effective uid {uid})\nhint: run `sudo causeway trace ...`, \
-         or grant the capabilities: `sudo setcap cap_bpf,cap_perfmon,cap_sys_resource+ep $(command -v causeway)`"
-    )]
+    #[error("tracing needs root or CAP_BPF + CAP_PERFMON (effective uid {uid})")]
     NotPrivileged {
         /// The effective uid.
         uid: u32,
     },
     /// The kernel exposes no BTF.
-    #[error(
-        "the kernel has no BTF (/sys/kernel/btf/vmlinux is missing)\nhint: use a kernel built with \
-         CONFIG_DEBUG_INFO_BTF=y (most distribution kernels >= 5.8 are)"
-    )]
+    #[error("the kernel has no BTF (/sys/kernel/btf/vmlinux is missing)")]
     NoBtf,
     /// Loading the BPF programs failed.
     #[error(transparent)]
     Load(#[from] causeway_bpf::load::LoadError),
     /// A program or probe could not be attached.
-    #[error(
-        "attaching {what} failed: {source}\nhint: check `causeway check`; uprobes need a kernel with CONFIG_UPROBE_EVENTS"
-    )]
+    #[error("attaching {what} failed: {source}")]
     Attach {
         /// What was being attached.
         what: String,
@@ -37,12 +29,10 @@ pub enum CollectorError {
         source: causeway_bpf::libbpf_rs::Error,
     },
     /// The --pid target does not exist.
-    #[error("process {0} does not exist\nhint: check the pid with `ps -p {0}`")]
+    #[error("process {0} does not exist")]
     NoSuchProcess(u32),
     /// The command could not be started.
-    #[error(
-        "starting `{command}` failed: {source}\nhint: check the command name and that it is executable"
-    )]
+    #[error("starting `{command}` failed: {source}")]
     Spawn {
         /// The command.
         command: String,
@@ -83,4 +73,20 @@ pub enum CollectorError {
     /// The writer thread ended abnormally.
     #[error("the store writer thread panicked")]
     WriterPanicked,
+}
+
+impl CollectorError {
+    /// What to do about it, when there is a fix.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Self::NotPrivileged { .. } => Some("run `sudo causeway trace ...`, or grant the capabilities: `sudo setcap cap_bpf,cap_perfmon,cap_sys_resource+ep $(command -v causeway)`".to_string()),
+            Self::NoBtf => Some("use a kernel built with CONFIG_DEBUG_INFO_BTF=y (most distribution kernels >= 5.8 are)".to_string()),
+            Self::Attach { .. } => Some("check `causeway check`; uprobes need a kernel with CONFIG_UPROBE_EVENTS".to_string()),
+            Self::NoSuchProcess(v0, ..) => Some(format!("check the pid with `ps -p {v0}`")),
+            Self::Spawn { .. } => Some("check the command name and that it is executable".to_string()),
+            Self::Store { source, .. } => source.hint(),
+            Self::Load(e) => e.hint(),
+            _ => None,
+        }
+    }
 }

@@ -17,8 +17,18 @@ pub enum ExportError {
     #[error(transparent)]
     Store(#[from] causeway_store::StoreError),
     /// Writing the output failed.
-    #[error("cannot write the export: {0}\nhint: check the output path and free space")]
+    #[error("cannot write the export: {0}")]
     Write(String),
+}
+
+impl ExportError {
+    /// What to do about it, when there is a fix.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Self::Write(..) => Some("check the output path and free space".to_string()),
+            Self::Store(e) => e.hint(),
+        }
+    }
 }
 
 /// Maps a DuckDB error of a compiled-in query to the store's error, naming the file and action.

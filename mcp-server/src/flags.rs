@@ -118,10 +118,10 @@ impl PushFlags {
             return Ok(None);
         };
         if self.otlp_interval < Duration::from_millis(100) {
-            bail!(
-                "--otlp-interval {:?} is too short\nhint: use 1s or more, e.g. --otlp-interval 10s",
-                self.otlp_interval
-            );
+            bail!(causeway_store::Hinted::new(
+                format!("--otlp-interval {:?} is too short", self.otlp_interval),
+                "use 1s or more, e.g. --otlp-interval 10s"
+            ));
         }
         let timeout = self
             .otlp_interval

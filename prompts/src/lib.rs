@@ -35,18 +35,28 @@ pub struct PromptSpec {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PromptError {
     /// No prompt with this name.
-    #[error(
-        "unknown prompt '{0}'\nhint: prompts/list shows investigate, compare_windows and straggler_hunt"
-    )]
+    #[error("unknown prompt '{0}'")]
     Unknown(String),
     /// Arguments did not match the prompt's arguments.
-    #[error("invalid arguments for prompt {prompt}: {why}\nhint: prompts/list shows each argument")]
+    #[error("invalid arguments for prompt {prompt}: {why}")]
     InvalidArguments {
         /// Prompt name.
         prompt: &'static str,
         /// The problem.
         why: String,
     },
+}
+
+impl PromptError {
+    /// What to do about it, when there is a fix.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Self::Unknown(..) => Some(
+                "prompts/list shows investigate, compare_windows and straggler_hunt".to_string(),
+            ),
+            Self::InvalidArguments { .. } => Some("prompts/list shows each argument".to_string()),
+        }
+    }
 }
 
 /// Arguments of `investigate`.

@@ -226,8 +226,13 @@ impl ServerHandler for CausewayServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         let args = request.arguments.unwrap_or_default();
-        let text = causeway_prompts::render(&request.name, &args)
-            .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
+        let text = causeway_prompts::render(&request.name, &args).map_err(|e| {
+            let hint = e.hint().unwrap_or_default();
+            McpError::invalid_params(
+                format!("{e}\nhint: {hint}"),
+                Some(serde_json::json!({ "hint": hint })),
+            )
+        })?;
         let description = causeway_prompts::prompt_specs()
             .into_iter()
             .find(|p| p.name == request.name)

@@ -159,8 +159,11 @@ fn tls_acceptor(
         }
     };
     let mut config = builder
-            .with_single_cert(certs, key)
-            .context("the TLS certificate and key do not match\nhint: pass the key of the --tls-cert certificate")?;
+        .with_single_cert(certs, key)
+        .context(causeway_store::Hinted::new(
+            "the TLS certificate and key do not match",
+            "pass the key of the --tls-cert certificate",
+        ))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
@@ -198,9 +201,9 @@ pub async fn serve_with(
         None => None,
     };
     let listener = TcpListener::bind(o.addr).await.with_context(|| {
-        format!(
-            "cannot listen on {}\nhint: choose another --listen address or port",
-            o.addr
+        causeway_store::Hinted::new(
+            format!("cannot listen on {}", o.addr),
+            "choose another --listen address or port",
         )
     })?;
     let bound = listener.local_addr()?;

@@ -111,8 +111,12 @@ pub fn write_atomically<T>(
 mod tests {
     use super::*;
 
+    /// Both tests look at the process-wide list of unfinished files: one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
     #[test]
     fn a_killed_runs_file_is_removed_by_the_next_run() {
+        let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("t.duckdb");
         // PID 1 is init (alive); a PID above the kernel's maximum is never alive.
@@ -137,6 +141,7 @@ mod tests {
 
     #[test]
     fn unfinished_files_are_removed_on_request() {
+        let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("t.duckdb");
         let err = write_atomically(&out, false, |tmp| -> Result<()> {

@@ -18,16 +18,14 @@ pub enum StoreError {
     },
     /// A live reader whose recording could not reopen the database (its log says why).
     #[error(
-        "{path}: the recording closed this store and could not open it again (its log says why)\nhint: the file holds everything committed before that: open it again with `causeway query --db` or restart the server"
+        "{path}: the recording closed this store and could not open it again (its log says why)"
     )]
     Closed {
         /// The trace file.
         path: PathBuf,
     },
     /// The file exists but is not a causeway trace store.
-    #[error(
-        "{path}: not a causeway trace store ({why})\nhint: create one with `causeway import` or `causeway trace`, or pass the right --db"
-    )]
+    #[error("{path}: not a causeway trace store ({why})")]
     NotAStore {
         /// The file.
         path: PathBuf,
@@ -36,16 +34,14 @@ pub enum StoreError {
     },
     /// A trace recorded by the reference tool (SQLite): it must be imported first.
     #[error(
-        "{path}: this is a reference trace (SQLite), not a causeway store: run causeway import first\nhint: causeway import {path} -o NEW.duckdb, then pass --db NEW.duckdb"
+        "{path}: this is a reference trace (SQLite), not a causeway store: run causeway import first"
     )]
     ReferenceTrace {
         /// The file.
         path: PathBuf,
     },
     /// The store was written by a newer causeway.
-    #[error(
-        "{path}: schema version {found} is newer than this causeway supports ({supported})\nhint: upgrade causeway"
-    )]
+    #[error("{path}: schema version {found} is newer than this causeway supports ({supported})")]
     NewerSchema {
         /// The file.
         path: PathBuf,
@@ -55,9 +51,7 @@ pub enum StoreError {
         supported: u32,
     },
     /// The store was written by an older causeway, with a layout this build does not read.
-    #[error(
-        "{path}: schema version {found} is older than this causeway reads ({supported})\nhint: import the source trace again (`causeway import SRC.db -o NEW.duckdb`) or record it again"
-    )]
+    #[error("{path}: schema version {found} is older than this causeway reads ({supported})")]
     OlderSchema {
         /// The file.
         path: PathBuf,
@@ -67,15 +61,13 @@ pub enum StoreError {
         supported: u32,
     },
     /// The trace file does not exist.
-    #[error(
-        "{path}: no such trace file\nhint: list traces with `causeway traces`, or make one with `causeway import` / `causeway trace`"
-    )]
+    #[error("{path}: no such trace file")]
     Missing {
         /// The path given.
         path: PathBuf,
     },
     /// Refusing to overwrite an existing file.
-    #[error("{path}: already exists\nhint: pass --force to replace it, or choose another --db")]
+    #[error("{path}: already exists")]
     Exists {
         /// The path given.
         path: PathBuf,
@@ -95,9 +87,7 @@ pub enum StoreError {
     #[error("query refused: {0}")]
     Rejected(#[from] causeway_sqlguard::Rejection),
     /// A query ran longer than its time limit and was interrupted.
-    #[error(
-        "query interrupted after {limit_ms} ms (time limit)\nhint: add a WHERE on timestamp or pid, aggregate instead of listing rows, or raise --timeout"
-    )]
+    #[error("query interrupted after {limit_ms} ms (time limit)")]
     Timeout {
         /// The limit that was hit.
         limit_ms: u64,
@@ -105,16 +95,14 @@ pub enum StoreError {
     /// A query did not stop within 0.75 s of its interrupt: the caller was answered and the
     /// query left to finish on its own (its connection is not reused until then).
     #[error(
-        "query stopped answering after {limit_ms} ms (time limit) and did not stop when interrupted; it was abandoned\nhint: ask a cheaper question: filter on timestamp or pid first, avoid long strings in per-row functions"
+        "query stopped answering after {limit_ms} ms (time limit) and did not stop when interrupted; it was abandoned"
     )]
     Abandoned {
         /// The limit that was hit.
         limit_ms: u64,
     },
     /// The process's memory passed the ceiling while a query ran, and the query was stopped.
-    #[error(
-        "query stopped: the server's memory passed {limit_mib} MiB while it ran\nhint: aggregate or filter before building lists or long strings; select fewer columns"
-    )]
+    #[error("query stopped: the server's memory passed {limit_mib} MiB while it ran")]
     MemoryLimit {
         /// The ceiling, in MiB.
         limit_mib: u64,
@@ -123,15 +111,13 @@ pub enum StoreError {
     #[error("query cancelled by the client")]
     Cancelled,
     /// Too many earlier queries ignored their interrupt and still run.
-    #[error(
-        "{running} earlier queries that ignored their time limit are still running\nhint: try again in a minute, with a cheaper query"
-    )]
+    #[error("{running} earlier queries that ignored their time limit are still running")]
     Busy {
         /// How many are still running.
         running: usize,
     },
     /// A query failed inside DuckDB.
-    #[error("query failed: {message}\nhint: {hint}")]
+    #[error("query failed: {message}")]
     Query {
         /// DuckDB's message.
         message: String,
@@ -139,13 +125,11 @@ pub enum StoreError {
         hint: String,
     },
     /// Unknown op name given by the caller.
-    #[error(
-        "unknown op '{0}'\nhint: the ops table lists every op: SELECT op, source, description FROM ops"
-    )]
+    #[error("unknown op '{0}'")]
     UnknownOp(String),
     /// A request that cannot be answered as asked (a window outside the trace, an unknown
     /// process or node, no rows asked for).
-    #[error("{message}\nhint: {hint}")]
+    #[error("{message}")]
     Invalid {
         /// What is wrong with it.
         message: String,
@@ -153,13 +137,59 @@ pub enum StoreError {
         hint: String,
     },
     /// The inputs cannot be combined as given (merge).
-    #[error("{message}\nhint: {hint}")]
+    #[error("{message}")]
     Conflict {
         /// What clashes.
         message: String,
         /// How to resolve it.
         hint: String,
     },
+}
+
+impl StoreError {
+    /// What to do about it, when there is a fix.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Self::Closed { .. } => Some("the file holds everything committed before that: open it again with `causeway query --db` or restart the server".to_string()),
+            Self::NotAStore { .. } => Some("create one with `causeway import` or `causeway trace`, or pass the right --db".to_string()),
+            Self::ReferenceTrace { path, .. } => Some(format!("causeway import {path} -o NEW.duckdb, then pass --db NEW.duckdb", path = path.display())),
+            Self::NewerSchema { .. } => Some("upgrade causeway".to_string()),
+            Self::OlderSchema { .. } => Some("import the source trace again (`causeway import SRC.db -o NEW.duckdb`) or record it again".to_string()),
+            Self::Missing { .. } => Some("list traces with `causeway traces`, or make one with `causeway import` / `causeway trace`".to_string()),
+            Self::Exists { .. } => Some("pass --force to replace it, or choose another path".to_string()),
+            Self::Timeout { .. } => Some("add a WHERE on timestamp or pid, aggregate instead of listing rows, or raise --timeout".to_string()),
+            Self::Abandoned { .. } => Some("ask a cheaper question: filter on timestamp or pid first, avoid long strings in per-row functions".to_string()),
+            Self::MemoryLimit { .. } => Some("aggregate or filter before building lists or long strings; select fewer columns".to_string()),
+            Self::Busy { .. } => Some("try again in a minute, with a cheaper query".to_string()),
+            Self::Query { hint, .. } => Some(hint.clone()),
+            Self::UnknownOp(..) => Some("the ops table lists every op: SELECT op, source, description FROM ops".to_string()),
+            Self::Invalid { hint, .. } => Some(hint.clone()),
+            Self::Conflict { hint, .. } => Some(hint.clone()),
+            Self::Rejected(r) => Some(r.hint.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// An error built where it happens, with what to do about it: the hint travels as data (the
+/// CLI prints it on its own `hint:` line, tools return it in their `hint` field).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Hinted {
+    /// What failed.
+    pub message: String,
+    /// What to do about it.
+    pub hint: String,
+}
+
+impl Hinted {
+    /// An error with this message and hint.
+    pub fn new(message: impl Into<String>, hint: impl Into<String>) -> Hinted {
+        Hinted {
+            message: message.into(),
+            hint: hint.into(),
+        }
+    }
 }
 
 /// Shorthand used across the store.

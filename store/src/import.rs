@@ -18,7 +18,7 @@ use crate::{Event, Writer, WriterOptions};
 pub enum ImportError {
     /// The same trace given twice (the same file, or a copy of it).
     #[error(
-        "{second}: the same trace as {first} ({how}): importing both would count every event twice\nhint: import each trace once"
+        "{second}: the same trace as {first} ({how}): importing both would count every event twice"
     )]
     SameTrace {
         /// The first time it was given.
@@ -29,7 +29,7 @@ pub enum ImportError {
         how: &'static str,
     },
     /// The path cannot be read.
-    #[error("{path}: cannot read: {source}\nhint: check the path and its permissions")]
+    #[error("{path}: cannot read: {source}")]
     Unreadable {
         /// The source file.
         path: PathBuf,
@@ -38,7 +38,7 @@ pub enum ImportError {
         source: std::io::Error,
     },
     /// The path is not a regular file (a directory, FIFO, socket or device would hang or fail).
-    #[error("{path}: is {kind}, not a file\nhint: give the path of a trace database (*.db)")]
+    #[error("{path}: is {kind}, not a file")]
     NotAFile {
         /// The source path.
         path: PathBuf,
@@ -47,7 +47,7 @@ pub enum ImportError {
     },
     /// A column holds values of another type than a trace database's.
     #[error(
-        "{path}: column {column} holds {found} values where a trace database has numbers (a different schema, not damage)\nhint: import takes trace databases recorded by the reference tool; check what wrote this file"
+        "{path}: column {column} holds {found} values where a trace database has numbers (a different schema, not damage)"
     )]
     WrongSchema {
         /// The source file.
@@ -58,17 +58,13 @@ pub enum ImportError {
         found: String,
     },
     /// The file is not an SQLite database.
-    #[error(
-        "{path}: not an SQLite database\nhint: import takes trace databases recorded by the reference tool (*.db); open causeway stores directly with --db"
-    )]
+    #[error("{path}: not an SQLite database")]
     NotSqlite {
         /// The source file.
         path: PathBuf,
     },
     /// An SQLite database, but not a trace.
-    #[error(
-        "{path}: not a trace database ({why})\nhint: a trace database has an events table with timestamp, pid, tid, source, op and duration columns"
-    )]
+    #[error("{path}: not a trace database ({why})")]
     NotATrace {
         /// The source file.
         path: PathBuf,
@@ -76,9 +72,7 @@ pub enum ImportError {
         why: String,
     },
     /// The file is damaged or cut short.
-    #[error(
-        "{path}: damaged or truncated trace database ({detail})\nhint: copy the file again from the machine that recorded it"
-    )]
+    #[error("{path}: damaged or truncated trace database ({detail})")]
     Corrupt {
         /// The source file.
         path: PathBuf,
@@ -86,7 +80,7 @@ pub enum ImportError {
         detail: String,
     },
     /// The output would overwrite a source.
-    #[error("{path}: the output is also a source\nhint: choose another --db")]
+    #[error("{path}: the output is also a source")]
     OutputIsSource {
         /// The path given twice.
         path: PathBuf,
@@ -94,6 +88,23 @@ pub enum ImportError {
     /// Writing the store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl ImportError {
+    /// What to do about it, when there is a fix.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Self::SameTrace { .. } => Some("import each trace once".to_string()),
+            Self::Unreadable { .. } => Some("check the path and its permissions".to_string()),
+            Self::NotAFile { .. } => Some("give the path of a trace database (*.db)".to_string()),
+            Self::WrongSchema { .. } => Some("import takes trace databases recorded by the reference tool; check what wrote this file".to_string()),
+            Self::NotSqlite { .. } => Some("import takes trace databases recorded by the reference tool (*.db); open causeway stores directly with --db".to_string()),
+            Self::NotATrace { .. } => Some("a trace database has an events table with timestamp, pid, tid, source, op and duration columns".to_string()),
+            Self::Corrupt { .. } => Some("copy the file again from the machine that recorded it".to_string()),
+            Self::OutputIsSource { .. } => Some("choose another output path (-o)".to_string()),
+            Self::Store(e) => e.hint(),
+        }
+    }
 }
 
 /// Options of one import run.

@@ -22,7 +22,7 @@ mod writer;
 use std::path::Path;
 
 pub use atomic::{remove_unfinished, write_atomically};
-pub use error::{Result, StoreError};
+pub use error::{Hinted, Result, StoreError};
 pub use guarded::{QueryControl, query_detached};
 pub use overhead_log::{
     InSituRow, KernelName, LibraryAttach, ModeSwitch, OverheadWindow, ProbeCost, SampledWindow,

@@ -96,10 +96,10 @@ pub fn generate(
     let summary =
         causeway_store::write_atomically(path, replace, |t| write_scenario(t, scenario, healthy))
             .map_err(|e| {
-            ToolError::from_display(
-                format!("cannot write the demo trace: {e}"),
-                "give a path in an existing, writable directory",
-            )
+            let hint = e
+                .hint()
+                .unwrap_or_else(|| "give a path in an existing, writable directory".into());
+            ToolError::failed(format!("cannot write the demo trace: {e}"), hint)
         })?;
     tracing::info!(events = summary.events, nodes = summary.nodes, path = %path.display(), "demo trace written");
     let reader = Reader::open(path)?;

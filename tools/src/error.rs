@@ -1,12 +1,10 @@
 //! The error every tool returns: what failed, and a `hint` an agent or a person can act on.
 
-use std::fmt::Display;
-
 /// Why a tool call failed. MCP returns these as tool errors (`isError`), the CLI prints them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToolError {
     /// An argument broke its schema (wrong type, out of range, unknown field, ...).
-    #[error("invalid argument {field}: {rule}\nhint: {hint}")]
+    #[error("invalid argument {field}: {rule}")]
     InvalidArgument {
         /// JSON pointer of the failing field (`/limit`), or `(arguments)` for the object.
         field: String,
@@ -16,10 +14,10 @@ pub enum ToolError {
         hint: String,
     },
     /// No tool with this name.
-    #[error("unknown tool '{0}'\nhint: call tools/list for the tool names")]
+    #[error("unknown tool '{0}'")]
     UnknownTool(String),
     /// The handler ran and failed (bad SQL, unknown trace, missing data, ...).
-    #[error("{message}\nhint: {hint}")]
+    #[error("{message}")]
     Failed {
         /// What failed.
         message: String,
@@ -34,16 +32,6 @@ impl ToolError {
         ToolError::Failed {
             message: message.into(),
             hint: hint.into(),
-        }
-    }
-
-    /// Wraps an error whose Display is `message` or `message\nhint: hint` (the convention of
-    /// every causeway library error).
-    pub fn from_display(e: impl Display, default_hint: &str) -> Self {
-        let s = e.to_string();
-        match s.split_once("\nhint: ") {
-            Some((m, h)) => ToolError::failed(m.trim(), h.trim()),
-            None => ToolError::failed(s.trim(), default_hint),
         }
     }
 
@@ -96,7 +84,10 @@ impl ToolError {
 
 impl From<causeway_store::StoreError> for ToolError {
     fn from(e: causeway_store::StoreError) -> Self {
-        ToolError::from_display(e, "check the trace with describe_trace")
+        let hint = e
+            .hint()
+            .unwrap_or_else(|| "check the trace with describe_trace".into());
+        ToolError::failed(e.to_string(), hint)
     }
 }
 
@@ -108,21 +99,6 @@ impl From<causeway_sqlguard::Rejection> for ToolError {
 
 impl From<causeway_analysis::TimeError> for ToolError {
     fn from(e: causeway_analysis::TimeError) -> Self {
-        ToolError::from_display(e, "use since (e.g. 5m) or from/until")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn splits_message_and_hint() {
-        let e = ToolError::from_display("bad thing\nhint: do that", "x");
-        assert_eq!(e.message(), "bad thing");
-        assert_eq!(e.hint(), "do that");
-        let e = ToolError::from_display("plain", "fallback");
-        assert_eq!(e.hint(), "fallback");
-        assert_eq!(e.to_json()["error"], "plain");
+        ToolError::failed(e.to_string(), e.hint())
     }
 }

@@ -81,8 +81,11 @@ async fn serve_grpc(
     let max_body = admission.max_message;
     use tonic::codec::CompressionEncoding::Gzip;
     let incoming = tonic::transport::server::TcpIncoming::bind(addr)
-        .with_context(|| {
-            format!("cannot listen on {addr}\nhint: choose another --grpc-listen address or port")
+        .map_err(|e| {
+            anyhow::anyhow!(e).context(causeway_store::Hinted::new(
+                format!("cannot listen on {addr}"),
+                "choose another --grpc-listen address or port",
+            ))
         })?
         .with_nodelay(Some(true));
     let bound = incoming.local_addr()?;
@@ -141,9 +144,10 @@ async fn shutdown_signal() {
 pub fn run(args: &CollectArgs) -> Result<()> {
     let opts = http_options(args.listen, &args.http_flags)?;
     let Some(token) = opts.token.clone() else {
-        bail!(
-            "causeway collect needs a bearer token: agents send data to it\nhint: set CAUSEWAY_TOKEN or pass --token-file FILE (generate one with `openssl rand -hex 32`); agents send it as `Authorization: Bearer <token>`"
-        );
+        bail!(causeway_store::Hinted::new(
+            "causeway collect needs a bearer token: agents send data to it",
+            "set CAUSEWAY_TOKEN or pass --token-file FILE (generate one with `openssl rand -hex 32`); agents send it as `Authorization: Bearer <token>`"
+        ));
     };
     let grpc_tls = grpc_tls(&args.http_flags)?;
     let writer_opts = WriterOptions {
@@ -160,13 +164,13 @@ pub fn run(args: &CollectArgs) -> Result<()> {
         CollectedStore::create(&args.db, writer_opts)
     }
     .map_err(|e| {
-        let msg = e.to_string();
-        if msg.contains("\nhint: ") {
-            anyhow::anyhow!(msg)
+        if e.hint().is_some() {
+            anyhow::Error::new(e)
         } else {
-            anyhow::anyhow!(
-                "{msg}\nhint: --db must be a causeway store or a new file, --memory-limit a size such as 1GB"
-            )
+            anyhow::anyhow!(causeway_store::Hinted::new(
+                e.to_string(),
+                "--db must be a causeway store or a new file, --memory-limit a size such as 1GB"
+            ))
         }
     })?;
     let ctx = Arc::new(context(&args.db, &[]));
@@ -182,10 +186,10 @@ pub fn run(args: &CollectArgs) -> Result<()> {
         .context("starting the ingest writer")?,
     );
     let Some(limit) = causeway_store::guarded::parse_size(&args.memory_limit) else {
-        bail!(
-            "--memory-limit '{}' is not a size\nhint: e.g. 1GB or 512MB",
-            args.memory_limit
-        );
+        bail!(causeway_store::Hinted::new(
+            format!("--memory-limit '{}' is not a size", args.memory_limit),
+            "e.g. 1GB or 512MB"
+        ));
     };
     let budget = causeway_ingest::MemoryBudget::new(limit);
     // One request of the largest body must fit the budget alone; a gRPC message is reserved

@@ -44,11 +44,10 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         return crate::print_text(&s);
     }
     let scenario = scenario(&args.scenario).map_err(|e| {
-        anyhow::anyhow!(
-            "{}\nhint: {}; `causeway demo --list` describes them",
+        anyhow::anyhow!(causeway_store::Hinted::new(
             e.message(),
-            e.hint()
-        )
+            format!("{}; `causeway demo --list` describes them", e.hint())
+        ))
     })?;
     let kept = args.out.path("demo");
     let (path, temporary) = match &kept {

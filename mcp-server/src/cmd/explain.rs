@@ -71,11 +71,15 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
     };
     // The function get_causal_chains calls.
     let mut f = causeway_tools::stats::findings_for(&reader, &q)
-        .map_err(|e| anyhow::anyhow!("{}\nhint: {}", e.message(), e.hint()))?;
+        .map_err(|e| anyhow::anyhow!(causeway_store::Hinted::new(e.message(), e.hint())))?;
     let mut next_cursor = None;
     if let Some(limit) = args.limit {
-        let offset = causeway_tools::params::parse_cursor(&args.cursor)
-            .map_err(|e| anyhow::anyhow!("--cursor: {}\nhint: {}", e.message(), e.hint()))?;
+        let offset = causeway_tools::params::parse_cursor(&args.cursor).map_err(|e| {
+            anyhow::anyhow!(causeway_store::Hinted::new(
+                format!("--cursor: {}", e.message()),
+                e.hint()
+            ))
+        })?;
         let all = std::mem::take(&mut f.explain.chains);
         (f.explain.chains, next_cursor) = causeway_tools::params::page(all, offset, limit as usize);
     }
@@ -161,7 +165,7 @@ fn run_fleet(args: &ExplainArgs) -> Result<()> {
     }
     if answers.iter().all(|a| !a.ok) {
         let e = causeway_tools::fleet::none_answered(&answers);
-        anyhow::bail!("{}\nhint: {}", e.message(), e.hint());
+        anyhow::bail!(causeway_store::Hinted::new(e.message(), e.hint()));
     }
     Ok(())
 }

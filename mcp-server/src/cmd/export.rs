@@ -95,14 +95,16 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         return run_otlp(args);
     }
     if args.otlp.endpoint.is_some() {
-        bail!(
-            "--endpoint is only for --format otlp\nhint: add --format otlp, or write a file with -o OUT"
-        );
+        bail!(causeway_store::Hinted::new(
+            "--endpoint is only for --format otlp",
+            "add --format otlp, or write a file with -o OUT"
+        ));
     }
     let Some(output) = &args.output else {
-        bail!(
-            "--format perfetto needs an output file\nhint: add -o trace.json (or -o - for stdout)"
-        );
+        bail!(causeway_store::Hinted::new(
+            "--format perfetto needs an output file",
+            "add -o trace.json (or -o - for stdout)"
+        ));
     };
     let reader = Reader::open(&args.db)?;
     let chains = if args.no_chains {
@@ -114,7 +116,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
             ..Default::default()
         };
         let f = causeway_tools::stats::findings_for(&reader, &q)
-            .map_err(|e| anyhow!("{}\nhint: {}", e.message(), e.hint()))?;
+            .map_err(|e| anyhow!(causeway_store::Hinted::new(e.message(), e.hint())))?;
         let mut chains = f.explain.chains;
         chains.extend(f.stored_chains.unwrap_or_default());
         chains
@@ -205,15 +207,15 @@ fn run_otlp(args: &ExportArgs) -> Result<()> {
             args.otlp.ca_cert.as_deref(),
             args.otlp.timeout,
         )?),
-        (None, Some(out)) if out.as_os_str() == "-" => bail!(
-            "--format otlp writes two files and cannot write to stdout\nhint: give -o otlp.pb \
-             (the logs go to otlp.logs.pb), or push with --endpoint URL"
-        ),
+        (None, Some(out)) if out.as_os_str() == "-" => bail!(causeway_store::Hinted::new(
+            "--format otlp writes two files and cannot write to stdout",
+            "give -o otlp.pb (the logs go to otlp.logs.pb), or push with --endpoint URL"
+        )),
         (None, Some(_)) => None,
-        (None, None) => bail!(
-            "--format otlp needs --endpoint URL (push to a receiver) or -o FILE (write files)\nhint: \
-             causeway export --db T --format otlp --endpoint http://collector:4318"
-        ),
+        (None, None) => bail!(causeway_store::Hinted::new(
+            "--format otlp needs --endpoint URL (push to a receiver) or -o FILE (write files)",
+            "causeway export --db T --format otlp --endpoint http://collector:4318"
+        )),
     };
     let reader = Reader::open(&args.db)?;
     let metrics = causeway_export::otlp::metrics_request(&reader)?;
@@ -256,10 +258,10 @@ fn run_otlp(args: &ExportArgs) -> Result<()> {
     let out = args.output.as_ref().expect("checked above");
     let logs_out = causeway_client::otlp_push::logs_path(out);
     if logs_out.exists() && !args.force {
-        bail!(
-            "{} already exists\nhint: pass --force to replace it, or choose another -o",
-            logs_out.display()
-        );
+        bail!(causeway_store::Hinted::new(
+            format!("{} already exists", logs_out.display()),
+            "pass --force to replace it, or choose another -o"
+        ));
     }
     let write = |path: &std::path::Path, bytes: Vec<u8>| {
         causeway_store::write_atomically(path, args.force, |tmp| {

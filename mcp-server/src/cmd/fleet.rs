@@ -55,7 +55,10 @@ impl From<Action> for FleetAction {
 /// Runs `fleet`.
 pub fn run(args: &FleetCmdArgs) -> Result<()> {
     if !args.fleet.given() {
-        anyhow::bail!("give the nodes to ask\nhint: --nodes host:port,host:port");
+        anyhow::bail!(causeway_store::Hinted::new(
+            "give the nodes to ask",
+            "--nodes host:port,host:port"
+        ));
     }
     let ctx = Context::new(PathBuf::from("(fleet)"), Vec::new())
         .with_fleet(causeway_client::fleet::handle(args.fleet.fleet()?));
@@ -70,7 +73,7 @@ pub fn run(args: &FleetCmdArgs) -> Result<()> {
     }
     let aud = causeway_tools::text::Audience::Person;
     let out = causeway_tools::call_for(&ctx, "query_fleet", params, aud)
-        .map_err(|e| anyhow::anyhow!("{}\nhint: {}", e.message(), e.hint()))?;
+        .map_err(|e| anyhow::anyhow!(causeway_store::Hinted::new(e.message(), e.hint())))?;
     if args.json {
         return crate::print_json(&out.structured);
     }

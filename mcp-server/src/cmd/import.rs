@@ -31,7 +31,10 @@ pub struct ImportArgs {
 /// Runs the import and prints what was imported per source.
 pub fn run(args: &ImportArgs) -> Result<()> {
     let Some(db) = args.out.path("import") else {
-        anyhow::bail!("give the store to create\nhint: causeway import SRC.db -o NEW.duckdb");
+        anyhow::bail!(causeway_store::Hinted::new(
+            "give the store to create",
+            "causeway import SRC.db -o NEW.duckdb"
+        ));
     };
     let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
     if !std::io::stderr().is_terminal() {

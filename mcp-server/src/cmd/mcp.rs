@@ -71,13 +71,16 @@ impl QueryFlags {
     /// `ctx` with these limits.
     pub fn apply(&self, ctx: Context) -> Result<Context> {
         let Some(bytes) = causeway_store::guarded::parse_size(&self.query_memory) else {
-            bail!(
-                "--query-memory '{}' is not a size\nhint: write it as DuckDB takes it, e.g. 512MB or 2GB",
-                self.query_memory
-            );
+            bail!(causeway_store::Hinted::new(
+                format!("--query-memory '{}' is not a size", self.query_memory),
+                "write it as DuckDB takes it, e.g. 512MB or 2GB"
+            ));
         };
         if self.query_timeout.is_zero() {
-            bail!("--query-timeout must be more than 0\nhint: e.g. --query-timeout 10s");
+            bail!(causeway_store::Hinted::new(
+                "--query-timeout must be more than 0",
+                "e.g. --query-timeout 10s"
+            ));
         }
         let limits = causeway_store::QueryLimits {
             timeout: self.query_timeout,
@@ -153,9 +156,10 @@ fn token(flags: &HttpFlags) -> Result<Option<String>> {
     if let Some(t) = &token
         && t.len() < 16
     {
-        bail!(
-            "the bearer token is shorter than 16 characters\nhint: generate one with `openssl rand -hex 32`"
-        );
+        bail!(causeway_store::Hinted::new(
+            "the bearer token is shorter than 16 characters",
+            "generate one with `openssl rand -hex 32`"
+        ));
     }
     Ok(token)
 }
@@ -164,9 +168,10 @@ fn token(flags: &HttpFlags) -> Result<Option<String>> {
 pub fn http_options(addr: SocketAddr, flags: &HttpFlags) -> Result<mcp::http::HttpOptions> {
     let token = token(flags)?;
     if !addr.ip().is_loopback() && token.is_none() {
-        bail!(
-            "refusing to serve {addr} without a bearer token\nhint: set CAUSEWAY_TOKEN or pass --token-file FILE (a loopback address such as 127.0.0.1 needs none)"
-        );
+        bail!(causeway_store::Hinted::new(
+            format!("refusing to serve {addr} without a bearer token"),
+            "set CAUSEWAY_TOKEN or pass --token-file FILE (a loopback address such as 127.0.0.1 needs none)"
+        ));
     }
     Ok(mcp::http::HttpOptions {
         addr,
@@ -292,7 +297,7 @@ pub fn run(args: &McpArgs) -> Result<()> {
         // Open the trace now: a wrong --db fails before a client connects, and the first tool
         // call does not pay for opening DuckDB.
         ctx.with_reader(None, |_| Ok(()))
-            .map_err(|e| anyhow::anyhow!("{}\nhint: {}", e.message(), e.hint()))?;
+            .map_err(|e| anyhow::anyhow!(causeway_store::Hinted::new(e.message(), e.hint())))?;
         None
     };
     let runtime = runtime()?;
@@ -340,6 +345,6 @@ pub fn run_serve(args: &ServeArgs) -> Result<()> {
     let opts = http_options(args.listen, &args.http_flags)?;
     let ctx = Arc::new(args.query.apply(context(&args.db, &args.traces_dir))?);
     ctx.with_reader(None, |_| Ok(()))
-        .map_err(|e| anyhow::anyhow!("{}\nhint: {}", e.message(), e.hint()))?;
+        .map_err(|e| anyhow::anyhow!(causeway_store::Hinted::new(e.message(), e.hint())))?;
     runtime()?.block_on(serve_http(ctx, opts, "serve", std::future::pending()))
 }

@@ -42,9 +42,10 @@ pub fn run(args: &MergeArgs) -> Result<()> {
     let scratch = tempfile::Builder::new()
         .prefix("causeway-merge-")
         .tempdir()
-        .context(
-            "creating a temporary directory for imports\nhint: set TMPDIR to a writable directory",
-        )?;
+        .context(causeway_store::Hinted::new(
+            "creating a temporary directory for imports",
+            "set TMPDIR to a writable directory",
+        ))?;
     let mut stores = Vec::with_capacity(args.sources.len());
     for (i, src) in args.sources.iter().enumerate() {
         if is_sqlite(src) {

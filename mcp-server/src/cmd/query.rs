@@ -50,9 +50,7 @@ pub fn run(args: &QueryArgs) -> Result<()> {
     // The function run_sql calls: guarded, on its own thread, answered within the time limit
     // and 0.75 s even when DuckDB ignores its interrupt.
     let ctx = causeway_tools::Context::new(db.clone(), Vec::new());
-    let result = ctx
-        .run_guarded(None, &args.sql, args.limit, &limits)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let result = ctx.run_guarded(None, &args.sql, args.limit, &limits)?;
     if args.json {
         return crate::print_json(&result);
     }
@@ -140,9 +138,10 @@ fn run_fleet(args: &QueryArgs) -> Result<()> {
     let mut params = serde_json::json!({"sql": args.sql});
     if let Some(l) = args.limit {
         if l > 1000 {
-            anyhow::bail!(
-                "--limit {l} is more rows per node than a node returns (1,000)\nhint: pass --limit 1000 or less with --nodes"
-            );
+            anyhow::bail!(causeway_store::Hinted::new(
+                format!("--limit {l} is more rows per node than a node returns (1,000)"),
+                "pass --limit 1000 or less with --nodes"
+            ));
         }
         params["limit"] = serde_json::json!(l);
     }
@@ -178,7 +177,7 @@ fn run_fleet(args: &QueryArgs) -> Result<()> {
     }
     if answers.iter().all(|a| !a.ok) {
         let e = causeway_tools::fleet::none_answered(&answers);
-        anyhow::bail!("{}\nhint: {}", e.message(), e.hint());
+        anyhow::bail!(causeway_store::Hinted::new(e.message(), e.hint()));
     }
     Ok(())
 }

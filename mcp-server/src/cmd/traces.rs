@@ -50,17 +50,17 @@ pub struct SelftestArgs {
 }
 
 fn tool_err(e: causeway_tools::ToolError) -> anyhow::Error {
-    anyhow::anyhow!("{}\nhint: {}", e.message(), e.hint())
+    anyhow::anyhow!(causeway_store::Hinted::new(e.message(), e.hint()))
 }
 
 /// Runs `traces`.
 pub fn run_traces(args: &TracesArgs) -> Result<()> {
     for d in &args.traces_dir {
         if !d.is_dir() {
-            bail!(
-                "{}: no such directory\nhint: pass a directory that holds *.duckdb traces to --traces-dir",
-                d.display()
-            );
+            bail!(causeway_store::Hinted::new(
+                format!("{}: no such directory", d.display()),
+                "pass a directory that holds *.duckdb traces to --traces-dir"
+            ));
         }
     }
     if let Some(db) = &args.db {

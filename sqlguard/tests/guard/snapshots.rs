@@ -85,11 +85,11 @@ const CASES: &[(&str, &str)] = &[
     ("syntax_error", "SELEC * FROM events"),
 ];
 
-/// How a case is shown: the SQL, then the rejection's Display (reason and hint lines).
+/// How a case is shown: the SQL, the rejection's reason and its hint.
 fn render(sql: &str) -> String {
     let rejection =
         guard(sql, &store_policy(), None).expect_err("every snapshot case must be rejected");
-    format!("sql: {sql}\nreason: {rejection}")
+    format!("sql: {sql}\nreason: {rejection}\nhint: {}", rejection.hint)
 }
 
 #[test]
@@ -104,9 +104,9 @@ fn rejection_messages() {
         }
         let long = format!("SELECT 1{}", " ".repeat(MAX_SQL_BYTES));
         let rejection = guard(&long, &store_policy(), None).unwrap_err();
-        insta::assert_snapshot!("too_long", format!("sql: SELECT 1 + 16 KiB of spaces\nreason: {rejection}"));
+        insta::assert_snapshot!("too_long", format!("sql: SELECT 1 + 16 KiB of spaces\nreason: {rejection}\nhint: {}", rejection.hint));
         let deep = format!("SELECT {}1{}", "(".repeat(60), ")".repeat(60));
         let rejection = guard(&deep, &store_policy(), None).unwrap_err();
-        insta::assert_snapshot!("too_deep", format!("sql: SELECT ((((...60 levels\nreason: {rejection}"));
+        insta::assert_snapshot!("too_deep", format!("sql: SELECT ((((...60 levels\nreason: {rejection}\nhint: {}", rejection.hint));
     });
 }

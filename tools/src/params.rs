@@ -8,30 +8,11 @@ use serde::Deserialize;
 
 use crate::error::ToolError;
 
-/// Arguments of `get_trace_stats`.
+/// The part of a trace a tool looks at: one struct, flattened into every tool that takes a
+/// window (the CLI's twin is `WindowArgs`). Unknown fields are refused by the input schema.
+/// The forms a time takes are in get_trace_stats' description (tools/list has a token budget).
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StatsParams {
-    /// Trace name (list_traces; default: the server's).
-    pub trace: Option<String>,
-    /// Last DURATION of the trace, e.g. 30s, 5m.
-    pub since: Option<String>,
-    /// Window start: ns epoch, RFC 3339, +DUR after start, -DUR before end.
-    pub from: Option<String>,
-    /// Window end (same forms as from).
-    pub until: Option<String>,
-    /// Only this process.
-    pub pid: Option<u32>,
-    /// Only this node.
-    pub node: Option<String>,
-}
-
-/// Arguments of `get_causal_chains`.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ChainsParams {
-    /// Trace name.
-    pub trace: Option<String>,
+pub struct WindowParams {
     /// Last DURATION of the trace.
     pub since: Option<String>,
     /// Window start.
@@ -42,6 +23,33 @@ pub struct ChainsParams {
     pub pid: Option<u32>,
     /// Only this node.
     pub node: Option<String>,
+}
+
+impl WindowParams {
+    /// The window these arguments describe.
+    pub fn spec(&self) -> Result<WindowSpec, ToolError> {
+        window(&self.since, &self.from, &self.until)
+    }
+}
+
+/// Arguments of `get_trace_stats`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct StatsParams {
+    /// Trace name (list_traces; default: the server's).
+    pub trace: Option<String>,
+    #[serde(flatten)]
+    pub window: WindowParams,
+}
+
+/// Arguments of `get_causal_chains`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ChainsParams {
+    /// Trace name.
+    pub trace: Option<String>,
+    #[serde(flatten)]
+    pub window: WindowParams,
     /// Most chains to return (default 5).
     #[schemars(range(min = 1, max = 20))]
     pub limit: Option<u32>,
@@ -53,22 +61,14 @@ pub struct ChainsParams {
 
 /// Arguments of `get_stacks`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[schemars(deny_unknown_fields)]
 pub struct StacksParams {
     /// Trace name.
     pub trace: Option<String>,
     /// Only calls of this op, e.g. cudaLaunchKernel.
     pub op: Option<String>,
-    /// Last DURATION of the trace.
-    pub since: Option<String>,
-    /// Window start.
-    pub from: Option<String>,
-    /// Window end.
-    pub until: Option<String>,
-    /// Only this process.
-    pub pid: Option<u32>,
-    /// Only this node.
-    pub node: Option<String>,
+    #[serde(flatten)]
+    pub window: WindowParams,
     /// Most stacks (default 5).
     #[schemars(range(min = 1, max = 20))]
     pub limit: Option<u32>,

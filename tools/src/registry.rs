@@ -229,7 +229,7 @@ pub fn tool_specs() -> &'static [ToolSpec] {
                 ..spec::<StatsParams, results::TraceStatsOut>(
                     "get_trace_stats",
                     "Trace statistics",
-                    "Start here. Per-op counts, exact p50/p95/p99/max (ns), off-CPU time, drops; optional window, pid.",
+                    "Start here. Per-op counts, exact p50/p95/p99/max (ns), off-CPU time, drops. Windows: since 5m, or from/until as ns, RFC 3339, +30s (after start), -5m (before end).",
                     |c, a, w| invoke(c, a, w, stats::get_trace_stats, text::stats),
                 )
             },

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::context::Context;
 use crate::error::ToolError;
-use crate::params::{StacksParams, page, parse_cursor, window};
+use crate::params::{StacksParams, page, parse_cursor};
 
 /// Default stacks per page.
 pub const DEFAULT_LIMIT: usize = 5;
@@ -100,7 +100,7 @@ fn duck(r: &Reader, action: &'static str) -> impl Fn(causeway_store::duckdb::Err
 
 /// Top stacks of one trace: the function `causeway stacks` and `get_stacks` share.
 pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, ToolError> {
-    let spec = window(&p.since, &p.from, &p.until)?;
+    let spec = p.window.spec()?;
     let op_id: i32 = match p.op.as_deref().filter(|o| !o.is_empty()) {
         None => -1,
         Some(name) => causeway_store::catalog::op_by_name(name)
@@ -115,9 +115,9 @@ pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, Too
     let offset = parse_cursor(&p.cursor)?;
     let limit = p.limit.map_or(DEFAULT_LIMIT, |n| n as usize);
     let max_frames = p.max_frames.map_or(DEFAULT_FRAMES, |n| n as usize);
-    let pid: i64 = p.pid.map_or(-1, i64::from);
-    causeway_analysis::check_filter(reader, spec, p.pid, p.node.as_deref())?;
-    let node = p.node.clone().unwrap_or_default();
+    let pid: i64 = p.window.pid.map_or(-1, i64::from);
+    causeway_analysis::check_filter(reader, spec, p.window.pid, p.window.node.as_deref())?;
+    let node = p.window.node.clone().unwrap_or_default();
 
     let (first, last): (i64, i64) = reader
         .prepare_trusted(SPAN_SQL)?

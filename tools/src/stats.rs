@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::context::Context;
 use crate::error::ToolError;
-use crate::params::{ChainsParams, StatsParams, page, parse_cursor, window};
+use crate::params::{ChainsParams, StatsParams, page, parse_cursor};
 
 /// Default and largest page of chains.
 pub const DEFAULT_LIMIT: usize = 5;
@@ -17,9 +17,9 @@ pub const DEFAULT_LIMIT: usize = 5;
 /// The analysis query of `get_trace_stats` arguments.
 pub fn stats_query(p: &StatsParams) -> Result<StatsQuery, ToolError> {
     Ok(StatsQuery {
-        pid: p.pid,
-        node: p.node.clone(),
-        window: window(&p.since, &p.from, &p.until)?,
+        pid: p.window.pid,
+        node: p.window.node.clone(),
+        window: p.window.spec()?,
     })
 }
 
@@ -63,9 +63,9 @@ pub fn findings_for(reader: &Reader, q: &FindingsQuery) -> Result<Findings, Tool
 pub fn get_causal_chains(ctx: &Context, p: &ChainsParams) -> Result<ChainsResult, ToolError> {
     let q = FindingsQuery {
         chains: ChainQuery {
-            window: window(&p.since, &p.from, &p.until)?,
-            pid: p.pid,
-            node: p.node.clone(),
+            window: p.window.spec()?,
+            pid: p.window.pid,
+            node: p.window.node.clone(),
             top_n: None,
         },
         stored: p.stored.unwrap_or(false),

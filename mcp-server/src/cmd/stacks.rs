@@ -39,11 +39,7 @@ pub fn run(args: &StacksArgs) -> Result<()> {
     let p = StacksParams {
         trace: None,
         op: args.op.clone(),
-        since: w.since.clone(),
-        from: w.from.clone(),
-        until: w.until.clone(),
-        pid: w.pid,
-        node: w.node.clone(),
+        window: w.to_params(),
         limit: Some(args.limit),
         max_frames: Some(args.max_frames),
         cursor: args.cursor.clone(),

@@ -29,6 +29,17 @@ pub struct WindowArgs {
 }
 
 impl WindowArgs {
+    /// The same window as the MCP tools take it.
+    pub fn to_params(&self) -> causeway_tools::params::WindowParams {
+        causeway_tools::params::WindowParams {
+            since: self.since.clone(),
+            from: self.from.clone(),
+            until: self.until.clone(),
+            pid: self.pid,
+            node: self.node.clone(),
+        }
+    }
+
     /// The analysis query these arguments describe.
     pub fn to_query(&self) -> Result<StatsQuery> {
         Ok(StatsQuery {

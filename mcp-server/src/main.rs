@@ -53,7 +53,7 @@ enum Command {
     Describe(cmd::traces::DescribeArgs),
     /// Run every MCP tool once on a trace and write the self-test report.
     Selftest(cmd::traces::SelftestArgs),
-    /// Record a trace with eBPF (root): CUDA runtime/driver/NCCL calls and host events; --serve
+    /// Record a trace with eBPF (root): CUDA runtime/driver/NCCL calls and host events; --listen
     /// also serves it over MCP while it records.
     Trace(cmd::trace::TraceCmd),
     /// Check this machine for tracing: kernel, BTF, privileges, NVIDIA driver, CUDA libraries.

@@ -317,7 +317,7 @@ pub fn query_fleet(ctx: &Context, p: &FleetParams) -> Result<FleetOut, ToolError
     let Some(fleet) = ctx.fleet() else {
         return Err(ToolError::failed(
             "this server has no fleet configured",
-            "start it with --nodes host:port,... (nodes running `causeway serve` or `trace --serve`)",
+            "start it with --nodes host:port,... (nodes running `causeway serve` or `trace --listen`)",
         ));
     };
     let mut out = FleetOut {
@@ -453,7 +453,7 @@ pub fn none_answered(answers: &[NodeAnswer]) -> ToolError {
     }
     ToolError::failed(
         format!("no node of {} answered: {first}", answers.len()),
-        "check that the nodes run `causeway serve` / `trace --serve`, the token and the TLS settings",
+        "check that the nodes run `causeway serve` / `trace --listen`, the token and the TLS settings",
     )
 }
 

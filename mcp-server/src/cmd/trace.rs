@@ -1,4 +1,4 @@
-//! `causeway trace`: records with the collector; with `--serve ADDR` the same process also
+//! `causeway trace`: records with the collector; with `--listen ADDR` the same process also
 //! serves MCP over streamable HTTP from the growing store (live investigation), and with
 //! `--otlp-endpoint URL` it pushes OTLP metrics from the growing store while it records.
 

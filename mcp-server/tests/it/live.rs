@@ -1,6 +1,6 @@
 //! Live investigation end to end (root, like every BPF test): `causeway mcp --live` records a
 //! stand-in CUDA workload and answers MCP over stdio from the growing store, and
-//! `causeway trace --serve` answers MCP over streamable HTTP while it records.
+//! `causeway trace --listen` answers MCP over streamable HTTP while it records.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -208,7 +208,7 @@ fn trace_serve_answers_over_http_while_recording() {
     let mut child = Command::new(BIN)
         .args(["trace", "--db"])
         .arg(&db)
-        .args(["--serve", "127.0.0.1:0", "--", &workload, "hold", "6000"])
+        .args(["--listen", "127.0.0.1:0", "--", &workload, "hold", "6000"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -13,7 +13,7 @@ use duckdb::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use duckdb::arrow::record_batch::RecordBatch;
 
 use crate::error::{Result, StoreError};
-use crate::writer::Event;
+use crate::rows::Event;
 
 /// FNV-1a for the thread-name map: names are short and looked up once per appended event.
 struct Fnv(u64);

@@ -1043,18 +1043,15 @@ impl SqliteTrace {
                 })
                 .and_then(|r| r.collect())
                 .ctx(&path, "listing processes")?;
-            let mut ins = w
-                .conn()
-                .prepare(
-                    "INSERT INTO processes (node, pid, comm, first_seen_ns, last_seen_ns) VALUES (?, ?, ?, ?, ?)
-                     ON CONFLICT DO NOTHING",
-                )
-                .ctx(&path, "preparing process inserts")?;
             for (pid, first, last, comm) in rows {
-                let name = names.get(&(pid as i64)).cloned().unwrap_or(comm);
-                let last = seen.get(&(pid as i64)).copied().unwrap_or(last).max(last);
-                ins.execute(params![node, pid, name, first, last])
-                    .ctx(&path, "writing processes")?;
+                let info = crate::ProcessInfo {
+                    pid,
+                    comm: names.get(&(pid as i64)).cloned().unwrap_or(comm),
+                    first_seen_ns: first,
+                    last_seen_ns: seen.get(&(pid as i64)).copied().unwrap_or(last).max(last),
+                    ..crate::ProcessInfo::default()
+                };
+                crate::rows::upsert_process(w.conn(), &path, node, &info)?;
                 n += 1;
             }
         }
@@ -1155,25 +1152,22 @@ impl SqliteTrace {
                     ))
                 })
                 .and_then(|r| r.collect()))?;
-            let mut ins = conn
-                .prepare("INSERT INTO op_counts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
-                .ctx(&path, "preparing op count inserts")?;
-            for (bucket, s, o, pid, count, stored, sum_dur, sum_arg0) in rows {
-                if let Some(op_id) = ops.get(&(s, o)) {
-                    ins.execute(params![
-                        node,
-                        pid as u32,
-                        op_id,
-                        bucket,
-                        bucket + 60_000_000_000,
-                        count as u64,
-                        stored as u64,
-                        sum_dur as u64,
-                        sum_arg0 as u64
-                    ])
-                    .ctx(&path, "writing op counts")?;
-                }
-            }
+            let counts: Vec<crate::OpCount> = rows
+                .into_iter()
+                .filter_map(|(bucket, s, o, pid, count, stored, sum_dur, sum_arg0)| {
+                    Some(crate::OpCount {
+                        pid: pid as u32,
+                        op_id: *ops.get(&(s, o))?,
+                        window_start_ns: bucket,
+                        window_end_ns: bucket + 60_000_000_000,
+                        calls: count as u64,
+                        stored: stored as u64,
+                        total_ns: sum_dur as u64,
+                        bytes: sum_arg0 as u64,
+                    })
+                })
+                .collect();
+            crate::rows::append_op_counts(conn, &path, counts.iter().map(|c| (node, c)))?;
         }
         Ok(snapshots)
     }

@@ -14,6 +14,7 @@ mod overhead_log;
 mod reader;
 pub mod received;
 mod row;
+mod rows;
 pub mod sanitize;
 pub mod schema;
 pub mod symbols;
@@ -30,9 +31,10 @@ pub use overhead_log::{
 };
 pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
 pub use row::{FromRow, row};
+pub use rows::{Event, Frame, HistogramBucket, OpCount, ProcessInfo, SessionInfo};
 pub use writer::{
-    Event, Frame, HistogramBucket, LIVE_READERS, MAX_EVENT_DURATION_NS, MAX_TIMESTAMP_NS, OpCount,
-    ProcessInfo, REOPEN_ROWS, SessionInfo, SharedReader, Writer, WriterOptions,
+    LIVE_READERS, MAX_EVENT_DURATION_NS, MAX_TIMESTAMP_NS, REOPEN_ROWS, SharedReader, Writer,
+    WriterOptions,
 };
 
 use error::DuckContext;

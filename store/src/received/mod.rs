@@ -10,6 +10,7 @@ use std::path::Path;
 use duckdb::{Connection, params};
 
 use crate::error::{DuckContext, Result};
+use crate::rows::{HistogramBucket, OpCount};
 use crate::writer::{Writer, WriterOptions};
 
 mod intern;
@@ -269,7 +270,7 @@ fn write_processes(
             cluster: p.cluster.clone(),
             ..crate::ProcessInfo::default()
         };
-        crate::writer::upsert_process_on(conn, path, &p.node, &info)?;
+        crate::rows::upsert_process(conn, path, &p.node, &info)?;
         let merged = match cache.get(&key) {
             Some(old) => ProcessRow {
                 first_seen_ns: old.first_seen_ns.min(p.first_seen_ns),
@@ -345,38 +346,39 @@ fn write_ops(
         ))
         .ctx(path, "replacing the previous snapshot")?;
     }
-    let mut counts = conn
-        .appender("op_counts")
-        .ctx(path, "opening the op_counts appender")?;
-    let mut hist = conn
-        .appender("op_histograms")
-        .ctx(path, "opening the op_histograms appender")?;
+    // stored = 0: a collected store holds no event rows; every call is counted only.
+    let mut counts = Vec::with_capacity(touched.len());
+    let mut buckets = Vec::new();
     for key in &touched {
         let st = &cache[key];
         let (node, pid, op_id, start) = key;
-        // stored = 0: a collected store holds no event rows; every call is counted only.
-        counts
-            .append_row(params![
-                node,
-                pid,
-                op_id,
-                start,
-                st.time_ns,
-                st.calls,
-                0u64,
-                st.total_ns,
-                st.bytes
-            ])
-            .ctx(path, "recording op counts")?;
+        let count = OpCount {
+            pid: *pid,
+            op_id: *op_id,
+            window_start_ns: *start,
+            window_end_ns: st.time_ns,
+            calls: st.calls,
+            stored: 0,
+            total_ns: st.total_ns,
+            bytes: st.bytes,
+        };
+        counts.push((node.as_str(), count));
         for (b, c) in st.buckets.iter().enumerate() {
             if *c > 0 {
-                hist.append_row(params![node, pid, op_id, start, st.time_ns, b as u8, c])
-                    .ctx(path, "recording a histogram")?;
+                let bucket = HistogramBucket {
+                    pid: *pid,
+                    op_id: *op_id,
+                    window_start_ns: *start,
+                    window_end_ns: st.time_ns,
+                    log2_bucket: b as u8,
+                    count: *c,
+                };
+                buckets.push((node.as_str(), bucket));
             }
         }
     }
-    counts.flush().ctx(path, "flushing op counts")?;
-    hist.flush().ctx(path, "flushing histograms")?;
+    crate::rows::append_op_counts(conn, path, counts.iter().map(|(n, r)| (*n, r)))?;
+    crate::rows::append_histograms(conn, path, buckets.iter().map(|(n, r)| (*n, r)))?;
     Ok(())
 }
 

@@ -1,0 +1,254 @@
+//! The rows the store's writers append: events, processes, stack frames, kernel-side counts
+//! and histograms, sessions. The recorder, the importer and the cluster store build these, and
+//! each table with more than one writer is appended to by one function here.
+
+use std::path::Path;
+
+use duckdb::{Connection, params};
+
+use crate::error::{DuckContext, Result};
+
+/// One event, as the collector and the importer produce it. See `ops` for arg meanings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Event {
+    /// ns since the Unix epoch.
+    pub timestamp: i64,
+    /// ns.
+    pub duration: i64,
+    /// Process id (tgid).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Thread name.
+    pub comm: String,
+    /// Catalogue op id (`catalog::OPS`).
+    pub op_id: u16,
+    /// Op-specific argument 0.
+    pub arg0: i64,
+    /// Op-specific argument 1.
+    pub arg1: i64,
+    /// Return code (0 = success).
+    pub ret_code: i32,
+    /// CUDA device ordinal.
+    pub gpu_id: i16,
+    /// Stack id (0 = none).
+    pub stack_hash: i64,
+    /// cgroup id.
+    pub cgroup_id: u64,
+    /// Distributed rank, when known.
+    pub rank: Option<i32>,
+}
+
+/// A process seen while tracing.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// Process name.
+    pub comm: String,
+    /// Command line.
+    pub cmdline: String,
+    /// First time seen (ns).
+    pub first_seen_ns: i64,
+    /// Last time seen (ns).
+    pub last_seen_ns: i64,
+    /// torchrun RANK.
+    pub rank: Option<i32>,
+    /// torchrun LOCAL_RANK.
+    pub local_rank: Option<i32>,
+    /// torchrun WORLD_SIZE.
+    pub world_size: Option<i32>,
+    /// Cluster id.
+    pub cluster: String,
+}
+
+/// One frame of a call stack.
+#[derive(Debug, Clone, Default)]
+pub struct Frame {
+    /// Instruction pointer.
+    pub ip: u64,
+    /// Symbol (with +offset), empty if unresolved.
+    pub symbol: String,
+    /// File the frame is in.
+    pub module: String,
+    /// Offset within the symbol.
+    pub offset: u64,
+}
+
+/// Kernel-side call counts for one (pid, op) and window.
+#[derive(Debug, Clone, Default)]
+pub struct OpCount {
+    /// Process id.
+    pub pid: u32,
+    /// Op id.
+    pub op_id: u16,
+    /// Window start (ns).
+    pub window_start_ns: i64,
+    /// Window end (ns).
+    pub window_end_ns: i64,
+    /// Calls counted.
+    pub calls: u64,
+    /// Calls stored as rows.
+    pub stored: u64,
+    /// Sum of durations (ns).
+    pub total_ns: u64,
+    /// Sum of bytes.
+    pub bytes: u64,
+}
+
+/// One bucket of a kernel-side log2 histogram.
+#[derive(Debug, Clone, Default)]
+pub struct HistogramBucket {
+    /// Process id.
+    pub pid: u32,
+    /// Op id.
+    pub op_id: u16,
+    /// Window start (ns).
+    pub window_start_ns: i64,
+    /// Window end (ns).
+    pub window_end_ns: i64,
+    /// log2 of the lower bound in ns.
+    pub log2_bucket: u8,
+    /// Calls in the bucket.
+    pub count: u64,
+}
+
+/// Host facts of one recording.
+#[derive(Debug, Clone, Default)]
+pub struct SessionInfo {
+    /// Recording start (ns).
+    pub started_ns: i64,
+    /// Host name.
+    pub hostname: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// OS release.
+    pub os_release: String,
+    /// CPU model.
+    pub cpu_model: String,
+    /// Logical CPUs.
+    pub cpu_cores: i32,
+    /// Memory in MiB.
+    pub mem_total_mb: i64,
+    /// GPU model(s).
+    pub gpu_model: String,
+    /// NVIDIA driver version.
+    pub gpu_driver: String,
+    /// CUDA version.
+    pub cuda_version: String,
+    /// Python version of the traced job, if known.
+    pub python_version: String,
+    /// Version of the recorder.
+    pub tool_version: String,
+    /// Pids traced.
+    pub pid_filter: String,
+    /// Recorder flags.
+    pub flags: String,
+    /// Rank of the job on this node, when known.
+    pub rank: Option<i32>,
+    /// Local rank.
+    pub local_rank: Option<i32>,
+    /// World size.
+    pub world_size: Option<i32>,
+    /// 'recorded' or 'imported:<file>'.
+    pub origin: String,
+}
+
+/// Appends kernel-side call counts, each with its node (the recorder's, an imported file's or
+/// a sending agent's).
+pub(crate) fn append_op_counts<'a>(
+    conn: &Connection,
+    path: &Path,
+    rows: impl IntoIterator<Item = (&'a str, &'a OpCount)>,
+) -> Result<()> {
+    let mut app = conn
+        .appender("op_counts")
+        .ctx(path, "opening the op_counts appender")?;
+    for (node, r) in rows {
+        app.append_row(params![
+            node,
+            r.pid,
+            r.op_id,
+            r.window_start_ns,
+            r.window_end_ns,
+            r.calls,
+            r.stored,
+            r.total_ns,
+            r.bytes
+        ])
+        .ctx(path, "recording op counts")?;
+    }
+    app.flush().ctx(path, "flushing op counts")
+}
+
+/// Appends buckets of kernel-side log2 histograms, each with its node.
+pub(crate) fn append_histograms<'a>(
+    conn: &Connection,
+    path: &Path,
+    rows: impl IntoIterator<Item = (&'a str, &'a HistogramBucket)>,
+) -> Result<()> {
+    let mut app = conn
+        .appender("op_histograms")
+        .ctx(path, "opening the op_histograms appender")?;
+    for (node, r) in rows {
+        app.append_row(params![
+            node,
+            r.pid,
+            r.op_id,
+            r.window_start_ns,
+            r.window_end_ns,
+            r.log2_bucket,
+            r.count
+        ])
+        .ctx(path, "recording a histogram")?;
+    }
+    app.flush().ctx(path, "flushing histograms")
+}
+
+/// Inserts or updates the process row of `node` (names and last_seen move forward; unknown
+/// fields keep what was stored).
+pub(crate) fn upsert_process(
+    conn: &Connection,
+    path: &Path,
+    node: &str,
+    p: &ProcessInfo,
+) -> Result<()> {
+    conn.execute(
+        "INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (node, pid) DO UPDATE SET
+           ppid = CASE WHEN excluded.ppid = 0 THEN processes.ppid ELSE excluded.ppid END,
+           comm = CASE WHEN excluded.comm = '' THEN processes.comm ELSE excluded.comm END,
+           cmdline = CASE WHEN excluded.cmdline = '' THEN processes.cmdline ELSE excluded.cmdline END,
+           first_seen_ns = least(processes.first_seen_ns, excluded.first_seen_ns),
+           last_seen_ns = greatest(processes.last_seen_ns, excluded.last_seen_ns),
+           rank = coalesce(excluded.rank, processes.rank),
+           local_rank = coalesce(excluded.local_rank, processes.local_rank),
+           world_size = coalesce(excluded.world_size, processes.world_size),
+           cluster = CASE WHEN excluded.cluster = '' THEN processes.cluster ELSE excluded.cluster END",
+        params![
+            node,
+            p.pid,
+            p.ppid,
+            p.comm,
+            p.cmdline,
+            p.first_seen_ns,
+            p.last_seen_ns,
+            p.rank,
+            p.local_rank,
+            p.world_size,
+            p.cluster
+        ],
+    )
+    .ctx(path, "recording a process")?;
+    // The node belongs to the cluster (job) its traced processes name, unless one was set.
+    if !p.cluster.is_empty() {
+        conn.execute(
+            "UPDATE nodes SET cluster = ? WHERE node = ? AND cluster = ''",
+            params![p.cluster, node],
+        )
+        .ctx(path, "recording the node's cluster")?;
+    }
+    Ok(())
+}

@@ -194,14 +194,22 @@ fn each_node_is_a_process_track_and_the_cap_is_reported() {
 
 /// The vLLM reference trace from ../shared imported into `dir`.
 pub fn vllm(dir: &Path) -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/investigations/vllm-37343-logprobs-amplification.db");
+    shared_store(dir, "vllm-37343-logprobs-amplification.db")
+}
+
+/// A reference trace from ../shared (or $CAUSEWAY_SHARED_DIR) imported into `dir`.
+pub fn shared_store(dir: &Path, name: &str) -> PathBuf {
+    let shared = std::env::var_os("CAUSEWAY_SHARED_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/investigations"),
+        PathBuf::from,
+    );
+    let src = shared.join(name);
     assert!(
         src.exists(),
         "{} is missing (tests read ../shared)",
         src.display()
     );
-    let db = dir.join("vllm.duckdb");
+    let db = dir.join(name).with_extension("duckdb");
     causeway_store::import::import(
         &[src],
         &db,

@@ -130,15 +130,7 @@ fn input_slices(
         )
         .unwrap();
     let rows: Vec<(String, u32, u16, i64, i64)> = stmt
-        .query_map([cap as i64], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-            ))
-        })
+        .query_map([cap as i64], causeway_store::row)
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
@@ -408,27 +400,9 @@ fn incident_flows_survive_lane_splitting_and_caps() {
 }
 
 #[test]
-fn sample_cluster_nests_when_present() {
-    // CAUSEWAY_SHARED_DIR overrides ../shared/investigations (e.g. from a git worktree).
-    let shared = std::env::var_os("CAUSEWAY_SHARED_DIR").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/investigations"),
-        PathBuf::from,
-    );
-    let src = shared.join("sample-cluster.db");
-    if !src.exists() {
-        eprintln!("skipping: {} is not on this machine", src.display());
-        return;
-    }
+fn sample_cluster_nests() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("cluster.duckdb");
-    causeway_store::import::import(
-        &[src],
-        &db,
-        false,
-        &causeway_store::import::ImportOptions::default(),
-        &mut |_| {},
-    )
-    .unwrap();
+    let db = crate::shared_store(dir.path(), "sample-cluster.db");
     let r = Reader::open(&db).unwrap();
     // The nodes `causeway export` reads as switch-in stamped, as it does.
     let switch_in: BTreeSet<String> = causeway_analysis::convention::resume_nodes(&r)

@@ -230,6 +230,7 @@ async fn ask(fleet: &Fleet, node: &str, tool: &str, args: &Value) -> NodeAnswer 
         clock_uncertainty_ns: None,
         result: None,
         warning: None,
+        refusal: None,
     };
     match outcome {
         Err(_) => a.warning = Some(format!("no answer within {:?}", fleet.timeout)),
@@ -246,11 +247,14 @@ async fn ask(fleet: &Fleet, node: &str, tool: &str, args: &Value) -> NodeAnswer 
                     "refused ({status}): check the token and --allow-host"
                 ));
             } else {
-                a.warning = Some(format!(
-                    "{status}: {} (hint: {})",
-                    v["error"].as_str().unwrap_or("error"),
-                    v["hint"].as_str().unwrap_or("")
-                ));
+                let message = v["error"].as_str().unwrap_or("error").to_string();
+                let hint = v["hint"].as_str().unwrap_or("").to_string();
+                a.warning = Some(format!("{status}: {message} (hint: {hint})"));
+                a.refusal = Some(causeway_tools::fleet::Refusal {
+                    status,
+                    message,
+                    hint,
+                });
             }
         }
     }
@@ -323,6 +327,7 @@ fn failed(node: &str, why: String) -> NodeAnswer {
         clock_uncertainty_ns: None,
         result: None,
         warning: Some(why),
+        refusal: None,
     }
 }
 

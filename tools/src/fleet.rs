@@ -35,6 +35,21 @@ pub struct NodeAnswer {
     /// Why it did not answer (an unreachable node is itself a finding).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// When the node answered and refused the request (400: its arguments, 422: a query it
+    /// could not run): the refusal's message and hint, as the node sent them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<Refusal>,
+}
+
+/// A node's refusal of a request it received.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct Refusal {
+    /// HTTP status.
+    pub status: u16,
+    /// What it refused.
+    pub message: String,
+    /// What to do about it.
+    pub hint: String,
 }
 
 /// Sends one tool call (name, arguments) to every node; answers in node order.
@@ -428,26 +443,23 @@ pub fn none_answered(answers: &[NodeAnswer]) -> ToolError {
     let warnings = warnings(answers);
     let first = warnings.first().cloned().unwrap_or_default();
     let refused = |a: &NodeAnswer| {
-        a.warning
-            .as_deref()
-            .is_some_and(|w| w.starts_with("400:") || w.starts_with("422:"))
+        a.refusal
+            .as_ref()
+            .is_some_and(|r| matches!(r.status, 400 | 422))
     };
     if !answers.is_empty() && answers.iter().all(refused) {
-        let w = answers[0].warning.as_deref().unwrap_or("");
-        let (what, hint) = w
-            .split_once(" (hint: ")
-            .map_or((w, ""), |(m, h)| (m, h.trim_end_matches(')')));
+        let r = answers[0].refusal.as_ref().expect("every node refused");
         return ToolError::failed(
             format!(
                 "every node ({}) refused the request; {}: {}",
                 answers.len(),
                 answers[0].node,
-                what.split_once(": ").map_or(what, |x| x.1)
+                r.message
             ),
-            if hint.is_empty() {
+            if r.hint.is_empty() {
                 "fix the request's arguments"
             } else {
-                hint
+                r.hint.as_str()
             },
         );
     }
@@ -470,6 +482,7 @@ mod tests {
             clock_uncertainty_ns: Some(10),
             result: Some(result),
             warning: None,
+            refusal: None,
         }
     }
 
@@ -522,15 +535,16 @@ mod tests {
 
     #[test]
     fn a_request_every_node_refuses_is_blamed_on_the_request() {
-        let refused = |node: &str| {
-            NodeAnswer {
+        let refused = |node: &str| NodeAnswer {
             ok: false,
             result: None,
-            warning: Some(
-                "422: process 4242 is not in this trace (hint: list its processes with: SELECT DISTINCT pid, comm FROM events)".into(),
-            ),
+            warning: Some("422: process 4242 is not in this trace".into()),
+            refusal: Some(Refusal {
+                status: 422,
+                message: "process 4242 is not in this trace".into(),
+                hint: "list its processes with: SELECT DISTINCT pid, comm FROM events".into(),
+            }),
             ..answer(node, Value::Null)
-        }
         };
         let e = none_answered(&[refused("a:1"), refused("b:1")]);
         assert_eq!(
@@ -540,6 +554,7 @@ mod tests {
         assert!(e.hint().starts_with("list its processes"), "{e}");
         let mut down = refused("b:1");
         down.warning = Some("unreachable: connection refused".into());
+        down.refusal = None;
         let e = none_answered(&[refused("a:1"), down]);
         assert!(e.message().starts_with("no node of 2 answered"), "{e}");
         assert!(e.hint().contains("token"), "{e}");

@@ -74,6 +74,16 @@ fn agent(dir: &Path) -> Agent {
 }
 
 fn query(dir: &Path, nodes: &str, with_client_cert: bool) -> (bool, Value, String) {
+    query_sql(
+        dir,
+        nodes,
+        with_client_cert,
+        "SELECT count(*) AS n FROM events WHERE op = 'cudaLaunchKernel'",
+    )
+}
+
+/// `causeway query --nodes NODES --json SQL`: (success, JSON, stderr).
+fn query_sql(dir: &Path, nodes: &str, with_client_cert: bool, sql: &str) -> (bool, Value, String) {
     let mut c = Command::new(BIN);
     c.args(["query", "--nodes", nodes, "--ca-cert"])
         .arg(dir.join("ca.pem"))
@@ -84,11 +94,7 @@ fn query(dir: &Path, nodes: &str, with_client_cert: bool) -> (bool, Value, Strin
             .arg("--client-key")
             .arg(dir.join("client.key"));
     }
-    let out = c
-        .arg("SELECT count(*) AS n FROM events WHERE op = 'cudaLaunchKernel'")
-        .env("CAUSEWAY_TOKEN", TOKEN)
-        .output()
-        .unwrap();
+    let out = c.arg(sql).env("CAUSEWAY_TOKEN", TOKEN).output().unwrap();
     let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     (
         out.status.success(),
@@ -248,5 +254,13 @@ fn query_fans_out_over_mtls_with_partial_results() {
     let (ok, v, err) = query(dir.path(), &nodes[..3].join(","), false);
     assert!(!ok);
     assert!(err.contains("no node of 3 answered"), "{err}");
+
+    // A query every node refuses is the query's fault, and the message says so with the
+    // nodes' own hint (not "check the token and TLS").
+    let (ok, _, err) = query_sql(dir.path(), &nodes[..3].join(","), true, "DROP TABLE events");
+    assert!(!ok);
+    assert!(err.contains("every node (3) refused the request"), "{err}");
+    let hint = err.lines().find(|l| l.starts_with("hint: ")).unwrap_or("");
+    assert!(!hint.contains("token") && hint.len() > 6, "{err}");
     assert_eq!(v["warnings"].as_array().unwrap().len(), 3, "{v}");
 }

@@ -129,11 +129,11 @@ fn main() {
         .join("vllm-37343-logprobs-amplification.db");
     if shared.exists() {
         let db = dir.path().join("vllm.duckdb");
-        causeway_store::import::import(
+        causeway_import::import(
             &[shared],
             &db,
             false,
-            &causeway_store::import::ImportOptions::default(),
+            &causeway_import::ImportOptions::default(),
             &mut |_| {},
         )
         .expect("import");

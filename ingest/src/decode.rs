@@ -554,6 +554,7 @@ pub fn logs(req: &ExportLogsServiceRequest) -> Decoded {
                         p50_ns: int_attr(a, "causeway.chain.p50_ns").unwrap_or(0),
                         p99_ns: int_attr(a, "causeway.chain.p99_ns").unwrap_or(0),
                         tail_ratio: double_attr(a, "causeway.chain.tail_ratio"),
+                        origin: "collected".into(),
                     });
                     continue;
                 }

@@ -120,7 +120,7 @@ fn hint_of(e: &anyhow::Error) -> Option<String> {
             Some(h.hint.clone())
         } else if let Some(s) = c.downcast_ref::<causeway_store::StoreError>() {
             s.hint()
-        } else if let Some(i) = c.downcast_ref::<causeway_store::import::ImportError>() {
+        } else if let Some(i) = c.downcast_ref::<causeway_import::ImportError>() {
             i.hint()
         } else if let Some(t) = c.downcast_ref::<causeway_tools::ToolError>() {
             Some(t.hint().to_string())

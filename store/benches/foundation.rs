@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use causeway_analysis::{StatsQuery, trace_stats};
-use causeway_store::import::{ImportOptions, import};
+use causeway_import::{ImportOptions, import};
 use causeway_store::{Event, Reader, Writer, WriterOptions};
 
 /// A deterministic mix resembling a training job: launches, copies, syncs, switches.

@@ -1,6 +1,6 @@
 //! causeway's trace store: one embedded DuckDB file per trace, its schema and op catalogue, the
-//! single batched writer, the locked-down reader that runs only compiled-in or guarded SQL, and
-//! the importer for trace databases recorded by the reference tool (SQLite).
+//! single batched writer (with typed writes for every table) and the locked-down reader that
+//! runs only compiled-in or guarded SQL.
 
 mod atomic;
 mod batch;
@@ -8,7 +8,6 @@ pub mod catalog;
 pub mod clock;
 mod error;
 pub mod guarded;
-pub mod import;
 pub mod merge;
 mod overhead_log;
 mod reader;
@@ -31,7 +30,10 @@ pub use overhead_log::{
 };
 pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
 pub use row::{FromRow, row};
-pub use rows::{Event, Frame, HistogramBucket, OpCount, ProcessInfo, SessionInfo};
+pub use rows::{
+    CgroupInfo, CgroupSchedstat, ChainRow, Event, Frame, HistogramBucket, OpCount, ProcessInfo,
+    SessionInfo, SessionRow, SystemSnapshot,
+};
 pub use writer::{
     LIVE_READERS, MAX_EVENT_DURATION_NS, MAX_TIMESTAMP_NS, REOPEN_ROWS, SharedReader, Writer,
     WriterOptions,

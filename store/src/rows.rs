@@ -156,6 +156,163 @@ pub struct SessionInfo {
     pub origin: String,
 }
 
+/// One stored causal chain: a finding as the `chains` table keeps it (the engine's or one
+/// imported from a reference trace).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChainRow {
+    /// Chain id, unique per node.
+    pub chain_id: String,
+    /// Node the chain is about.
+    pub node: String,
+    /// Detector that found it.
+    pub detector: String,
+    /// When it was detected (ns).
+    pub detected_ns: i64,
+    /// HIGH, MEDIUM or LOW.
+    pub severity: String,
+    /// One-line summary.
+    pub summary: String,
+    /// Root cause.
+    pub root_cause: String,
+    /// Explanation.
+    pub explanation: String,
+    /// JSON array of strings.
+    pub recommendations: String,
+    /// JSON array of {layer, op, detail, duration_ns}.
+    pub timeline: String,
+    /// SQL that returns the evidence rows.
+    pub evidence_sql: String,
+    /// Time lost (ns).
+    pub time_lost_ns: i64,
+    /// The GPU op it is about, if one.
+    pub cuda_op: String,
+    /// p50 of that op (ns).
+    pub p50_ns: i64,
+    /// p99 of that op (ns).
+    pub p99_ns: i64,
+    /// p99 / p50.
+    pub tail_ratio: f64,
+    /// 'engine', 'collected' or 'imported:<file>'.
+    pub origin: String,
+}
+
+/// A recording session as stored: its number and node beside the host facts.
+#[derive(Debug, Clone, Default)]
+pub struct SessionRow {
+    /// Session number, unique per node.
+    pub session_id: i64,
+    /// Node it recorded.
+    pub node: String,
+    /// When it stopped (ns; 0 while running).
+    pub stopped_ns: i64,
+    /// The host facts.
+    pub info: SessionInfo,
+}
+
+/// One periodic host snapshot (CPU, memory, load).
+#[derive(Debug, Clone, Default)]
+pub struct SystemSnapshot {
+    /// When (ns).
+    pub ts_ns: i64,
+    /// CPU busy (%).
+    pub cpu_pct: f64,
+    /// Memory used (%).
+    pub mem_pct: f64,
+    /// Memory available (MiB).
+    pub mem_avail_mb: i64,
+    /// Swap used (MiB).
+    pub swap_mb: i64,
+    /// 1-minute load average.
+    pub load_avg: f64,
+}
+
+/// What a cgroup is: its container and pod, where known.
+#[derive(Debug, Clone, Default)]
+pub struct CgroupInfo {
+    /// Kernel cgroup id.
+    pub cgroup_id: u64,
+    /// Container id.
+    pub container_id: String,
+    /// cgroup path.
+    pub cgroup_path: String,
+    /// Pod name.
+    pub pod_name: String,
+    /// Namespace.
+    pub namespace: String,
+}
+
+/// Off-CPU time of one cgroup over one window.
+#[derive(Debug, Clone, Default)]
+pub struct CgroupSchedstat {
+    /// Kernel cgroup id.
+    pub cgroup_id: u64,
+    /// Window start (ns).
+    pub window_start_ns: i64,
+    /// Window end (ns).
+    pub window_end_ns: i64,
+    /// p99 off-CPU time (ns).
+    pub p99_off_cpu_ns: i64,
+    /// Total off-CPU time (ns).
+    pub total_off_cpu_ns: i64,
+    /// Events counted.
+    pub events: i64,
+}
+
+/// What a chain insert does with a chain id its node already has.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OnConflict {
+    /// Keep the stored chain (imports: the first file wins).
+    Keep,
+    /// Replace it (collect: a sender's newer view of the same finding).
+    Replace,
+}
+
+/// Stores chains, each under its own node, with `origin` instead of theirs when given.
+pub(crate) fn insert_chains(
+    conn: &Connection,
+    path: &Path,
+    chains: &[ChainRow],
+    conflict: OnConflict,
+    origin: Option<&str>,
+) -> Result<()> {
+    let verb = match conflict {
+        OnConflict::Keep => "INSERT",
+        OnConflict::Replace => "INSERT OR REPLACE",
+    };
+    let tail = match conflict {
+        OnConflict::Keep => " ON CONFLICT DO NOTHING",
+        OnConflict::Replace => "",
+    };
+    let mut ins = conn
+        .prepare(&format!(
+            "{verb} INTO chains VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?){tail}"
+        ))
+        .ctx(path, "preparing chain inserts")?;
+    for c in chains {
+        ins.execute(params![
+            c.chain_id,
+            c.node,
+            c.detector,
+            c.detected_ns,
+            c.severity,
+            c.summary,
+            c.root_cause,
+            c.explanation,
+            c.recommendations,
+            c.timeline,
+            c.evidence_sql,
+            c.time_lost_ns,
+            c.cuda_op,
+            c.p50_ns,
+            c.p99_ns,
+            c.tail_ratio,
+            origin.unwrap_or(&c.origin)
+        ])
+        .ctx(path, "writing chains")?;
+    }
+    Ok(())
+}
+
 /// Appends kernel-side call counts, each with its node (the recorder's, an imported file's or
 /// a sending agent's).
 pub(crate) fn append_op_counts<'a>(

@@ -9,7 +9,10 @@ use duckdb::{Connection, OptionalExt, params};
 
 use crate::batch::EventBuffer;
 use crate::error::{DuckContext, Result, StoreError};
-use crate::rows::{Event, Frame, HistogramBucket, OpCount, ProcessInfo, SessionInfo};
+use crate::rows::{
+    CgroupInfo, CgroupSchedstat, ChainRow, Event, Frame, HistogramBucket, OpCount, ProcessInfo,
+    SessionInfo, SessionRow, SystemSnapshot,
+};
 use crate::schema;
 
 /// Rows in one DuckDB row group (its default `row_group_size`), the writer's batch size.
@@ -765,7 +768,211 @@ impl Writer {
         Ok(())
     }
 
-    /// The connection, for the importer and other trusted bulk writers in this crate.
+    /// Runs `f` in one transaction (bulk writers: per-statement commits would each sync the
+    /// WAL), committed when `f` succeeds and rolled back when it fails.
+    pub fn in_transaction<T, E: From<StoreError>>(
+        &mut self,
+        f: impl FnOnce(&mut Writer) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        self.conn
+            .execute_batch("BEGIN TRANSACTION")
+            .ctx(&self.path, "starting a transaction")?;
+        match f(self) {
+            Ok(v) => {
+                self.conn
+                    .execute_batch("COMMIT")
+                    .ctx(&self.path, "committing")?;
+                Ok(v)
+            }
+            Err(e) => {
+                // The write already failed; a failed rollback adds nothing the caller can use.
+                let _ = self.conn.execute_batch("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes stacks not yet in the store in bulk (an appender, not an INSERT per frame: that
+    /// made imports take seconds). A hash already stored is an error; use `add_stack` when the
+    /// caller cannot tell.
+    pub fn add_new_stacks<'a>(
+        &mut self,
+        stacks: impl IntoIterator<Item = (i64, &'a [Frame])>,
+    ) -> Result<u64> {
+        let mut app = self
+            .conn
+            .appender("stack_frames")
+            .ctx(&self.path, "opening the stack appender")?;
+        let mut n = 0;
+        for (hash, frames) in stacks {
+            for (depth, f) in frames.iter().enumerate() {
+                app.append_row(params![
+                    hash,
+                    depth as u16,
+                    f.ip,
+                    f.symbol,
+                    f.module,
+                    f.offset
+                ])
+                .ctx(&self.path, "writing stack frames")?;
+            }
+            n += 1;
+        }
+        app.flush().ctx(&self.path, "flushing stack frames")?;
+        Ok(n)
+    }
+
+    /// Stores causal chains; a chain id already stored for its node is kept as it was.
+    pub fn add_chains(&mut self, chains: &[ChainRow]) -> Result<()> {
+        crate::rows::insert_chains(
+            &self.conn,
+            &self.path,
+            chains,
+            crate::rows::OnConflict::Keep,
+            None,
+        )
+    }
+
+    /// Stores a session recorded elsewhere under its own number and node; a number already
+    /// stored for that node is kept as it was.
+    pub fn add_session(&mut self, r: &SessionRow) -> Result<()> {
+        let s = &r.info;
+        self.conn
+            .execute(
+                "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT DO NOTHING",
+                params![
+                    r.session_id,
+                    r.node,
+                    s.started_ns,
+                    r.stopped_ns,
+                    s.hostname,
+                    s.kernel,
+                    s.os_release,
+                    s.cpu_model,
+                    s.cpu_cores,
+                    s.mem_total_mb,
+                    s.gpu_model,
+                    s.gpu_driver,
+                    s.cuda_version,
+                    s.python_version,
+                    s.tool_version,
+                    s.pid_filter,
+                    s.flags,
+                    s.rank,
+                    s.local_rank,
+                    s.world_size,
+                    s.origin
+                ],
+            )
+            .ctx(&self.path, "writing a session")?;
+        Ok(())
+    }
+
+    /// Inserts or updates the process row of another node than the writer's (an imported
+    /// file's).
+    pub fn upsert_process_of(&mut self, node: &str, p: &ProcessInfo) -> Result<()> {
+        crate::rows::upsert_process(&self.conn, &self.path, node, p)
+    }
+
+    /// The processes whose events `node` has stored so far: pid, first and last event, and a
+    /// thread name (for writers that learn processes only from their events).
+    pub fn processes_in_events(&mut self, node: &str) -> Result<Vec<ProcessInfo>> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT pid, min(timestamp), max(timestamp), any_value(comm)
+                 FROM event_data WHERE node = ? GROUP BY pid ORDER BY pid",
+            )
+            .ctx(&self.path, "listing processes")?;
+        st.query_map(params![node], |r| {
+            Ok(ProcessInfo {
+                pid: r.get(0)?,
+                first_seen_ns: r.get(1)?,
+                last_seen_ns: r.get(2)?,
+                comm: r.get(3)?,
+                ..ProcessInfo::default()
+            })
+        })
+        .and_then(|rows| rows.collect())
+        .ctx(&self.path, "listing processes")
+    }
+
+    /// Stores kernel-side call counts of another node than the writer's.
+    pub fn record_op_counts_of(&mut self, node: &str, rows: &[OpCount]) -> Result<()> {
+        crate::rows::append_op_counts(&self.conn, &self.path, rows.iter().map(|r| (node, r)))
+    }
+
+    /// Stores host snapshots of `node`.
+    pub fn add_system_snapshots(&mut self, node: &str, rows: &[SystemSnapshot]) -> Result<()> {
+        self.append_of(node, "system_snapshots", rows, |r| {
+            vec![
+                &r.ts_ns,
+                &r.cpu_pct,
+                &r.mem_pct,
+                &r.mem_avail_mb,
+                &r.swap_mb,
+                &r.load_avg,
+            ]
+        })
+    }
+
+    /// Stores what `node`'s cgroups are; a cgroup already stored is kept as it was.
+    pub fn add_cgroups(&mut self, node: &str, rows: &[CgroupInfo]) -> Result<()> {
+        let mut ins = self
+            .conn
+            .prepare("INSERT INTO cgroups VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+            .ctx(&self.path, "preparing cgroup inserts")?;
+        for r in rows {
+            ins.execute(params![
+                node,
+                r.cgroup_id,
+                r.container_id,
+                r.cgroup_path,
+                r.pod_name,
+                r.namespace
+            ])
+            .ctx(&self.path, "writing cgroups")?;
+        }
+        Ok(())
+    }
+
+    /// Stores per-cgroup off-CPU windows of `node`.
+    pub fn add_cgroup_schedstat(&mut self, node: &str, rows: &[CgroupSchedstat]) -> Result<()> {
+        self.append_of(node, "cgroup_schedstat", rows, |r| {
+            vec![
+                &r.cgroup_id,
+                &r.window_start_ns,
+                &r.window_end_ns,
+                &r.p99_off_cpu_ns,
+                &r.total_off_cpu_ns,
+                &r.events,
+            ]
+        })
+    }
+
+    /// Appends `rows` to `table`, each as `node` followed by the values `columns` gives.
+    fn append_of<T>(
+        &self,
+        node: &str,
+        table: &'static str,
+        rows: &[T],
+        columns: impl for<'a> Fn(&'a T) -> Vec<&'a dyn duckdb::ToSql>,
+    ) -> Result<()> {
+        let mut app = self
+            .conn
+            .appender(table)
+            .ctx(&self.path, "opening an appender")?;
+        for r in rows {
+            let mut values: Vec<&dyn duckdb::ToSql> = vec![&node];
+            values.extend(columns(r));
+            app.append_row(duckdb::appender_params_from_iter(values))
+                .ctx(&self.path, "appending host rows")?;
+        }
+        app.flush().ctx(&self.path, "flushing host rows")
+    }
+
+    /// The connection, for trusted bulk writers in this crate (the received-batch writer).
     pub(crate) fn conn(&self) -> &Connection {
         &self.conn
     }

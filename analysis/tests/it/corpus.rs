@@ -101,11 +101,11 @@ fn materialise(case: &Case, dir: &Path) -> Option<PathBuf> {
         );
         return None;
     }
-    causeway_store::import::import(
+    causeway_import::import(
         &[src],
         &out,
         false,
-        &causeway_store::import::ImportOptions::default(),
+        &causeway_import::ImportOptions::default(),
         &mut |_| {},
     )
     .expect("import");

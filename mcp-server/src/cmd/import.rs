@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use causeway_store::import::{ImportOptions, SourceReport, import};
+use causeway_import::{ImportOptions, SourceReport, import};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::output::thousands;

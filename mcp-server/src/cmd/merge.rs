@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
-use causeway_store::import::{ImportOptions, import};
+use causeway_import::{ImportOptions, import};
 use causeway_store::merge::{MergeReport, merge};
 
 use crate::output::thousands;

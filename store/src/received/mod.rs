@@ -410,34 +410,11 @@ fn write_drops(
 }
 
 fn write_chains(conn: &Connection, path: &Path, rows: &[ChainRow]) -> Result<()> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let mut st = conn
-        .prepare(
-            "INSERT OR REPLACE INTO chains VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'collected')",
-        )
-        .ctx(path, "preparing the chain upsert")?;
-    for c in rows {
-        st.execute(params![
-            c.chain_id,
-            c.node,
-            c.detector,
-            c.detected_ns,
-            c.severity,
-            c.summary,
-            c.root_cause,
-            c.explanation,
-            c.recommendations,
-            c.timeline,
-            c.evidence_sql,
-            c.time_lost_ns,
-            c.cuda_op,
-            c.p50_ns,
-            c.p99_ns,
-            c.tail_ratio
-        ])
-        .ctx(path, "recording a chain")?;
-    }
-    Ok(())
+    crate::rows::insert_chains(
+        conn,
+        path,
+        rows,
+        crate::rows::OnConflict::Replace,
+        Some("collected"),
+    )
 }

@@ -151,42 +151,8 @@ pub struct DropSnapshot {
     pub count: u64,
 }
 
-/// One causal chain (a `chains` row, origin `collected`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ChainRow {
-    /// Node name.
-    pub node: String,
-    /// causeway.chain.id.
-    pub chain_id: String,
-    /// Detector.
-    pub detector: String,
-    /// time_unix_nano.
-    pub detected_ns: i64,
-    /// HIGH, MEDIUM, LOW.
-    pub severity: String,
-    /// Body.
-    pub summary: String,
-    /// Root cause.
-    pub root_cause: String,
-    /// Explanation.
-    pub explanation: String,
-    /// JSON array of strings.
-    pub recommendations: String,
-    /// JSON timeline as stored by the sender.
-    pub timeline: String,
-    /// Evidence query.
-    pub evidence_sql: String,
-    /// Time lost (ns).
-    pub time_lost_ns: i64,
-    /// CUDA op.
-    pub cuda_op: String,
-    /// p50 (ns).
-    pub p50_ns: i64,
-    /// p99 (ns).
-    pub p99_ns: i64,
-    /// p99 / p50.
-    pub tail_ratio: f64,
-}
+/// One causal chain (a `chains` row; `collect` stores it with origin `collected`).
+pub use crate::rows::ChainRow;
 
 /// Everything decoded from one or more OTLP requests, written together.
 #[derive(Debug, Clone, Default)]

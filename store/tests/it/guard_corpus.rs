@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use causeway_import::{ImportOptions, import};
 use causeway_sqlguard::corpus::parse_corpus;
 use causeway_sqlguard::guard;
-use causeway_store::import::{ImportOptions, import};
 use causeway_store::{QueryLimits, Reader};
 
 const ACCEPT: &str = include_str!("../../../sqlguard/tests/corpus/accept.txt");

@@ -1,9 +1,8 @@
-//! Integration tests of the trace store: import of the reference traces in ../shared (with the
-//! published figures), bad input, the writer, and the locked-down reader.
+//! Integration tests of the trace store: the writer, live readers, merge, received batches and
+//! the locked-down reader (on the reference traces in ../shared, imported).
 
 mod common;
 mod guard_corpus;
-mod import;
 mod live;
 mod merge;
 mod reader;

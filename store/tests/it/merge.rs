@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+use causeway_import::{ImportOptions, import};
 use causeway_store::catalog::op_by_name;
-use causeway_store::import::{ImportOptions, import};
 use causeway_store::merge::merge;
 use causeway_store::{Event, Frame, Reader, SampledWindow, StoreError, Writer, WriterOptions};
 

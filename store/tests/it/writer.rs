@@ -788,3 +788,50 @@ fn small_commits_stay_under_the_memory_limit() {
         );
     }
 }
+
+#[test]
+fn typed_bulk_writes_commit_together_or_not_at_all() {
+    use causeway_store::{ChainRow, StoreError, SystemSnapshot};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tx.duckdb");
+    let mut w = Writer::create(&path, WriterOptions::default()).unwrap();
+    let chain = |id: &str| ChainRow {
+        chain_id: id.into(),
+        node: "n".into(),
+        detector: "imported".into(),
+        severity: "LOW".into(),
+        recommendations: "[]".into(),
+        timeline: "[]".into(),
+        ..ChainRow::default()
+    };
+    let snap = SystemSnapshot {
+        ts_ns: 1,
+        cpu_pct: 50.0,
+        ..SystemSnapshot::default()
+    };
+    // A failure inside the transaction leaves none of its rows.
+    let failed: Result<(), StoreError> = w.in_transaction(|w| {
+        w.add_chains(&[chain("a")])?;
+        w.add_system_snapshots("n", std::slice::from_ref(&snap))?;
+        w.add_new_stacks([(7, &[Frame::default()][..])])?;
+        // The same stack again breaks its primary key.
+        w.add_new_stacks([(7, &[Frame::default()][..])])?;
+        Ok(())
+    });
+    assert!(failed.is_err());
+    // A success keeps all of them; a chain id stored twice is kept once.
+    w.in_transaction(|w| -> Result<(), StoreError> {
+        w.add_chains(&[chain("b"), chain("b")])?;
+        w.add_system_snapshots("n", std::slice::from_ref(&snap))
+    })
+    .unwrap();
+    w.finish().unwrap();
+    let r = Reader::open(&path).unwrap();
+    assert_eq!(count(&r, "SELECT count(*) FROM chains"), 1);
+    assert_eq!(
+        count(&r, "SELECT count(*) FROM chains WHERE chain_id = 'b'"),
+        1
+    );
+    assert_eq!(count(&r, "SELECT count(*) FROM system_snapshots"), 1);
+    assert_eq!(count(&r, "SELECT count(*) FROM stack_frames"), 0);
+}

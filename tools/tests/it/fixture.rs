@@ -24,11 +24,11 @@ pub fn vllm() -> &'static Path {
     &DIR.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("vllm.duckdb");
-        causeway_store::import::import(
+        causeway_import::import(
             &[shared("vllm-37343-logprobs-amplification.db")],
             &out,
             false,
-            &causeway_store::import::ImportOptions::default(),
+            &causeway_import::ImportOptions::default(),
             &mut |_| {},
         )
         .unwrap();

@@ -5,13 +5,13 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use duckdb::params;
+use causeway_store::catalog::{self, op_by_name};
+use causeway_store::{
+    CgroupInfo, CgroupSchedstat, ChainRow, Event, Frame, OpCount, SessionInfo, SessionRow,
+    StoreError, SystemSnapshot, Writer, WriterOptions,
+};
 use rusqlite::{OpenFlags, types::ValueRef};
 use serde::Serialize;
-
-use crate::catalog::{self, op_by_name};
-use crate::error::{DuckContext, StoreError};
-use crate::{Event, Writer, WriterOptions};
 
 /// What can go wrong importing one source file.
 #[derive(Debug, thiserror::Error)]
@@ -204,11 +204,11 @@ pub fn import(
     }
     let total: u64 = files.iter().map(|f| f.event_count).sum();
     let mut first_error = None;
-    let result = crate::write_atomically(out, force, |tmp| {
+    let result = causeway_store::write_atomically(out, force, |tmp| {
         let first_node = files
             .first()
             .map(|f| f.default_node(opts))
-            .unwrap_or_else(crate::default_node_name);
+            .unwrap_or_else(causeway_store::default_node_name);
         let mut writer = Writer::create(
             tmp,
             WriterOptions {
@@ -727,18 +727,14 @@ impl SqliteTrace {
             )?;
         }
         // One transaction for the small tables: per-statement commits would each sync the WAL.
-        let path = w.path().to_path_buf();
-        w.conn()
-            .execute_batch("BEGIN TRANSACTION")
-            .ctx(&path, "starting a transaction")?;
-        report.stacks = self.copy_stacks(w, &ip_stacks, seen_stacks)?;
-        report.chains = self.copy_chains(w, &file_node, &origin, opts)?;
-        report.sessions = self.copy_sessions(w, &file_node, &origin, opts)?;
-        report.processes = self.copy_processes(w, &report.nodes, &names)?;
-        report.snapshots = self.copy_host_tables(w, &file_node, &ops)?;
-        w.conn()
-            .execute_batch("COMMIT")
-            .ctx(&path, "committing the import")?;
+        w.in_transaction(|w| -> Result<(), ImportError> {
+            report.stacks = self.copy_stacks(w, &ip_stacks, seen_stacks)?;
+            report.chains = self.copy_chains(w, &file_node, &origin, opts)?;
+            report.sessions = self.copy_sessions(w, &file_node, &origin, opts)?;
+            report.processes = self.copy_processes(w, &report.nodes, &names)?;
+            report.snapshots = self.copy_host_tables(w, &file_node, &ops)?;
+            Ok(())
+        })?;
         Ok(report)
     }
 
@@ -769,13 +765,7 @@ impl SqliteTrace {
         ip_stacks: &HashMap<i64, Vec<u64>>,
         seen: &mut HashSet<i64>,
     ) -> Result<u64, ImportError> {
-        let path = w.path().to_path_buf();
-        // Appender, not INSERT per frame: per-statement overhead made imports take seconds.
-        let mut app = w
-            .conn()
-            .appender("stack_frames")
-            .ctx(&path, "opening the stack appender")?;
-        let mut n = 0;
+        let mut stacks: Vec<(i64, Vec<Frame>)> = Vec::new();
         if self.tables.contains("stack_traces") {
             let mut st = self.sq(self
                 .conn
@@ -791,42 +781,48 @@ impl SqliteTrace {
                 let parsed: Vec<serde_json::Value> =
                     serde_json::from_str(&frames).unwrap_or_default();
                 let depth = ips.len().max(parsed.len());
-                for d in 0..depth {
-                    let f = parsed.get(d);
-                    let text = |k: &str| {
-                        f.and_then(|f| f.get(k))
-                            .and_then(|v| v.as_str())
-                            .unwrap_or("")
-                            .to_string()
-                    };
-                    let ip = ips
-                        .get(d)
-                        .copied()
-                        .or_else(|| parse_hex(&text("i")))
-                        .unwrap_or(0);
-                    let symbol = text("s");
-                    let offset = symbol
-                        .rsplit_once("+0x")
-                        .and_then(|(_, o)| u64::from_str_radix(o, 16).ok())
-                        .unwrap_or(0);
-                    app.append_row(params![hash, d as u16, ip, symbol, text("f"), offset])
-                        .ctx(&path, "writing stack frames")?;
-                }
-                n += 1;
+                let frames = (0..depth)
+                    .map(|d| {
+                        let f = parsed.get(d);
+                        let text = |k: &str| {
+                            f.and_then(|f| f.get(k))
+                                .and_then(|v| v.as_str())
+                                .unwrap_or("")
+                                .to_string()
+                        };
+                        let symbol = text("s");
+                        Frame {
+                            ip: ips
+                                .get(d)
+                                .copied()
+                                .or_else(|| parse_hex(&text("i")))
+                                .unwrap_or(0),
+                            offset: symbol
+                                .rsplit_once("+0x")
+                                .and_then(|(_, o)| u64::from_str_radix(o, 16).ok())
+                                .unwrap_or(0),
+                            symbol,
+                            module: text("f"),
+                        }
+                    })
+                    .collect();
+                stacks.push((hash, frames));
             }
         }
         for (hash, ips) in ip_stacks {
             if !seen.insert(*hash) {
                 continue;
             }
-            for (d, ip) in ips.iter().enumerate() {
-                app.append_row(params![hash, d as u16, ip, "", "", 0u64])
-                    .ctx(&path, "writing stack frames")?;
-            }
-            n += 1;
+            let frames = ips
+                .iter()
+                .map(|&ip| Frame {
+                    ip,
+                    ..Frame::default()
+                })
+                .collect();
+            stacks.push((*hash, frames));
         }
-        app.flush().ctx(&path, "flushing stack frames")?;
-        Ok(n)
+        Ok(w.add_new_stacks(stacks.iter().map(|(h, f)| (*h, f.as_slice())))?)
     }
 
     fn copy_chains(
@@ -850,87 +846,34 @@ impl SqliteTrace {
              FROM causal_chains ORDER BY detected_at"
         );
         let mut st = self.sq(self.conn.prepare(&sql))?;
-        type Row = (
-            String,
-            i64,
-            String,
-            String,
-            String,
-            String,
-            String,
-            String,
-            i64,
-            i64,
-            f64,
-            String,
-            String,
-        );
-        let rows: Vec<Row> = self.sq(st
+        let chains: Vec<ChainRow> = self.sq(st
             .query_map([], |r| {
-                Ok((
-                    r.get(0)?,
+                let row_node: String = r.get(12)?;
+                let recs: String = r.get(6)?;
+                let op: String = r.get(7)?;
+                let (p99_us, p50_us): (i64, i64) = (r.get(8)?, r.get(9)?);
+                let id: String = r.get(0)?;
+                Ok(reference_chain(
+                    id,
+                    row_node,
+                    node,
                     r.get(1)?,
                     r.get(2)?,
                     r.get(3)?,
                     r.get(4)?,
                     r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                    r.get(8)?,
-                    r.get(9)?,
+                    &recs,
+                    &op,
+                    p50_us,
+                    p99_us,
                     r.get(10)?,
-                    r.get(11)?,
-                    r.get(12)?,
+                    &r.get::<_, String>(11)?,
+                    origin,
                 ))
             })
             .and_then(|rows| rows.collect()))?;
-        let path = w.path().to_path_buf();
-        let mut ins = w
-            .conn()
-            .prepare(
-                "INSERT INTO chains VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)
-                 ON CONFLICT DO NOTHING",
-            )
-            .ctx(&path, "preparing chain inserts")?;
-        for (id, at, sev, summary, root, expl, recs, op, p99, p50, ratio, timeline, n) in &rows {
-            let n = if n.is_empty() { node } else { n.as_str() };
-            let recs = if recs.trim_start().starts_with('[') {
-                recs.clone()
-            } else {
-                serde_json::to_string(&[recs]).unwrap_or_default()
-            };
-            // The reference tool's op names are ours where they differ (cudaDeviceSync).
-            let op = op_by_name(op).map_or(op.as_str(), |o| o.name);
-            let evidence = if op.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "SELECT * FROM events WHERE op = '{}' AND node = '{}' ORDER BY duration DESC LIMIT 20",
-                    op.replace('\'', "''"),
-                    n.replace('\'', "''")
-                )
-            };
-            ins.execute(params![
-                id,
-                n,
-                reference_detector(id),
-                at,
-                sev,
-                summary,
-                root,
-                expl,
-                recs,
-                convert_timeline(timeline),
-                evidence,
-                op,
-                p50 * 1000,
-                p99 * 1000,
-                ratio,
-                origin
-            ])
-            .ctx(&path, "writing chains")?;
-        }
-        Ok(rows.len() as u64)
+        w.add_chains(&chains)?;
+        Ok(chains.len() as u64)
     }
 
     fn copy_sessions(
@@ -965,48 +908,44 @@ impl SqliteTrace {
         );
         let mut st = self.sq(self.conn.prepare(&sql))?;
         let mut rows = self.sq(st.query([]))?;
-        let path = w.path().to_path_buf();
-        let mut ins = w
-            .conn()
-            .prepare(
-                "INSERT INTO sessions VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                 ON CONFLICT DO NOTHING",
-            )
-            .ctx(&path, "preparing session inserts")?;
         let mut n = 0;
         while let Some(r) = self.sq(rows.next())? {
-            let row_node: String = self.sq(r.get(15))?;
-            let row_node = if row_node.is_empty() {
-                node.to_string()
-            } else {
-                row_node
-            };
             let s = |i: usize| -> Result<String, ImportError> { self.sq(r.get(i)) };
             let i = |i: usize| -> Result<i64, ImportError> { self.sq(r.get(i)) };
-            let o = |i: usize| -> Result<Option<i64>, ImportError> { self.sq(r.get(i)) };
-            ins.execute(params![
-                i(0)?,
-                row_node,
-                i(1)?,
-                i(2)?,
-                s(8)?,
-                s(9)?,
-                s(5)?,
-                i(6)?,
-                i(7)?,
-                s(3)?,
-                s(4)?,
-                s(10)?,
-                s(11)?,
-                s(12)?,
-                s(13)?,
-                s(14)?,
-                o(16)?,
-                o(17)?,
-                o(18)?,
-                origin
-            ])
-            .ctx(&path, "writing sessions")?;
+            let rank = |i: usize| -> Result<Option<i32>, ImportError> {
+                Ok(self.sq(r.get::<_, Option<i64>>(i))?.map(|v| v as i32))
+            };
+            let row_node = s(15)?;
+            w.add_session(&SessionRow {
+                session_id: i(0)?,
+                node: if row_node.is_empty() {
+                    node.to_string()
+                } else {
+                    row_node
+                },
+                stopped_ns: i(2)?,
+                info: SessionInfo {
+                    started_ns: i(1)?,
+                    // The recording host's name is not in the reference schema.
+                    hostname: String::new(),
+                    kernel: s(8)?,
+                    os_release: s(9)?,
+                    cpu_model: s(5)?,
+                    cpu_cores: i(6)? as i32,
+                    mem_total_mb: i(7)?,
+                    gpu_model: s(3)?,
+                    gpu_driver: s(4)?,
+                    cuda_version: s(10)?,
+                    python_version: s(11)?,
+                    tool_version: s(12)?,
+                    pid_filter: s(13)?,
+                    flags: s(14)?,
+                    rank: rank(16)?,
+                    local_rank: rank(17)?,
+                    world_size: rank(18)?,
+                    origin: origin.to_string(),
+                },
+            })?;
             n += 1;
         }
         Ok(n)
@@ -1026,75 +965,44 @@ impl SqliteTrace {
         } else {
             HashMap::new()
         };
-        let path = w.path().to_path_buf();
         // A process belongs to the node(s) whose events carry its pid.
         let mut n = 0;
         for node in nodes {
-            let mut pids = w
-                .conn()
-                .prepare(
-                    "SELECT pid, min(timestamp), max(timestamp), any_value(comm)
-                     FROM event_data WHERE node = ? GROUP BY pid",
-                )
-                .ctx(&path, "listing processes")?;
-            let rows: Vec<(u32, i64, i64, String)> = pids
-                .query_map(params![node], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-                })
-                .and_then(|r| r.collect())
-                .ctx(&path, "listing processes")?;
-            for (pid, first, last, comm) in rows {
-                let info = crate::ProcessInfo {
-                    pid,
-                    comm: names.get(&(pid as i64)).cloned().unwrap_or(comm),
-                    first_seen_ns: first,
-                    last_seen_ns: seen.get(&(pid as i64)).copied().unwrap_or(last).max(last),
-                    ..crate::ProcessInfo::default()
-                };
-                crate::rows::upsert_process(w.conn(), &path, node, &info)?;
+            for mut info in w.processes_in_events(node)? {
+                let pid = info.pid as i64;
+                if let Some(name) = names.get(&pid) {
+                    info.comm = name.clone();
+                }
+                if let Some(&at) = seen.get(&pid) {
+                    info.last_seen_ns = info.last_seen_ns.max(at);
+                }
+                w.upsert_process_of(node, &info)?;
                 n += 1;
             }
         }
         Ok(n)
     }
 
-    /// Copies every row of `select` into `insert`, prepending the node, converting SQLite
-    /// values to DuckDB ones (DuckDB casts them to the column types).
-    fn copy_plain(
+    /// Every row of `select`, each read by `row` (numbers as SQLite stored them, converted).
+    fn rows<T>(
         &self,
-        conn: &duckdb::Connection,
-        path: &Path,
-        node: &str,
+        table: &str,
         select: &str,
-        insert: &str,
-    ) -> Result<u64, ImportError> {
-        use duckdb::types::Value as D;
+        row: impl Fn(&[Num]) -> T,
+    ) -> Result<Vec<T>, ImportError> {
+        if !self.tables.contains(table) {
+            return Ok(Vec::new());
+        }
         let mut st = self.sq(self.conn.prepare(select))?;
         let width = st.column_count();
-        let rows: Vec<Vec<D>> = self.sq(st
+        self.sq(st
             .query_map([], |r| {
-                (0..width)
-                    .map(|i| {
-                        Ok(match r.get_ref(i)? {
-                            ValueRef::Null => D::Null,
-                            ValueRef::Integer(v) => D::BigInt(v),
-                            ValueRef::Real(v) => D::Double(v),
-                            ValueRef::Text(t) => D::Text(String::from_utf8_lossy(t).into_owned()),
-                            ValueRef::Blob(b) => D::Blob(b.to_vec()),
-                        })
-                    })
-                    .collect()
+                let values: Vec<Num> = (0..width)
+                    .map(|i| r.get_ref(i).map(Num::from))
+                    .collect::<rusqlite::Result<_>>()?;
+                Ok(row(&values))
             })
-            .and_then(|r| r.collect()))?;
-        let mut ins = conn.prepare(insert).ctx(path, "preparing inserts")?;
-        for row in &rows {
-            let mut values = Vec::with_capacity(width + 1);
-            values.push(D::Text(node.to_string()));
-            values.extend(row.iter().cloned());
-            ins.execute(duckdb::params_from_iter(values))
-                .ctx(path, "copying a host table")?;
-        }
-        Ok(rows.len() as u64)
+            .and_then(|r| r.collect()))
     }
 
     fn copy_host_tables(
@@ -1103,73 +1011,179 @@ impl SqliteTrace {
         node: &str,
         ops: &HashMap<(i64, i64), u16>,
     ) -> Result<u64, ImportError> {
-        let path = w.path().to_path_buf();
-        let conn = w.conn();
-        // Tables copied as they are, with the node prepended: (table, SELECT, INSERT).
-        const PLAIN: [(&str, &str, &str); 3] = [
-            (
-                "system_snapshots",
-                "SELECT timestamp, cpu_pct, mem_pct, mem_avail, swap_mb, load_avg FROM system_snapshots ORDER BY timestamp",
-                "INSERT INTO system_snapshots VALUES (?, ?, ?, ?, ?, ?, ?)",
-            ),
-            (
-                "cgroup_metadata",
-                "SELECT cgroup_id, container_id, cgroup_path, pod_name, namespace FROM cgroup_metadata",
-                "INSERT INTO cgroups VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            ),
-            (
-                "cgroup_schedstat",
-                "SELECT cgroup_id, window_start, window_end, p99_off_cpu, total_off_cpu, event_count FROM cgroup_schedstat",
-                "INSERT INTO cgroup_schedstat VALUES (?, ?, ?, ?, ?, ?, ?)",
-            ),
-        ];
-        let mut snapshots = 0;
-        for (table, select, insert) in PLAIN {
-            if !self.tables.contains(table) {
-                continue;
-            }
-            let n = self.copy_plain(conn, &path, node, select, insert)?;
-            if table == "system_snapshots" {
-                snapshots = n;
-            }
-        }
-        if self.tables.contains("event_aggregates") {
-            let mut st = self.sq(self.conn.prepare(
+        let snapshots = self.rows(
+            "system_snapshots",
+            "SELECT timestamp, cpu_pct, mem_pct, mem_avail, swap_mb, load_avg FROM system_snapshots ORDER BY timestamp",
+            |v| SystemSnapshot {
+                ts_ns: v[0].int(),
+                cpu_pct: v[1].real(),
+                mem_pct: v[2].real(),
+                mem_avail_mb: v[3].int(),
+                swap_mb: v[4].int(),
+                load_avg: v[5].real(),
+            },
+        )?;
+        w.add_system_snapshots(node, &snapshots)?;
+        let cgroups = self.rows(
+            "cgroup_metadata",
+            "SELECT cgroup_id, container_id, cgroup_path, pod_name, namespace FROM cgroup_metadata",
+            |v| CgroupInfo {
+                cgroup_id: v[0].int() as u64,
+                container_id: v[1].text(),
+                cgroup_path: v[2].text(),
+                pod_name: v[3].text(),
+                namespace: v[4].text(),
+            },
+        )?;
+        w.add_cgroups(node, &cgroups)?;
+        let schedstat = self.rows(
+            "cgroup_schedstat",
+            "SELECT cgroup_id, window_start, window_end, p99_off_cpu, total_off_cpu, event_count FROM cgroup_schedstat",
+            |v| CgroupSchedstat {
+                cgroup_id: v[0].int() as u64,
+                window_start_ns: v[1].int(),
+                window_end_ns: v[2].int(),
+                p99_off_cpu_ns: v[3].int(),
+                total_off_cpu_ns: v[4].int(),
+                events: v[5].int(),
+            },
+        )?;
+        w.add_cgroup_schedstat(node, &schedstat)?;
+        let counts: Vec<OpCount> = self
+            .rows(
+                "event_aggregates",
                 "SELECT bucket, source, op, pid, count, stored, sum_dur, sum_arg0 FROM event_aggregates",
-            ))?;
-            type AggRow = (i64, i64, i64, i64, i64, i64, i64, i64);
-            let rows: Vec<AggRow> = self.sq(st
-                .query_map([], |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                        r.get(6)?,
-                        r.get(7)?,
-                    ))
-                })
-                .and_then(|r| r.collect()))?;
-            let counts: Vec<crate::OpCount> = rows
-                .into_iter()
-                .filter_map(|(bucket, s, o, pid, count, stored, sum_dur, sum_arg0)| {
-                    Some(crate::OpCount {
-                        pid: pid as u32,
-                        op_id: *ops.get(&(s, o))?,
+                |v| {
+                    let bucket = v[0].int();
+                    Some(OpCount {
+                        pid: v[3].int() as u32,
+                        op_id: *ops.get(&(v[1].int(), v[2].int()))?,
                         window_start_ns: bucket,
                         window_end_ns: bucket + 60_000_000_000,
-                        calls: count as u64,
-                        stored: stored as u64,
-                        total_ns: sum_dur as u64,
-                        bytes: sum_arg0 as u64,
+                        calls: v[4].int() as u64,
+                        stored: v[5].int() as u64,
+                        total_ns: v[6].int() as u64,
+                        bytes: v[7].int() as u64,
                     })
-                })
-                .collect();
-            crate::rows::append_op_counts(conn, &path, counts.iter().map(|c| (node, c)))?;
+                },
+            )?
+            .into_iter()
+            .flatten()
+            .collect();
+        w.record_op_counts_of(node, &counts)?;
+        Ok(snapshots.len() as u64)
+    }
+}
+
+/// One value of a host table as SQLite stored it: SQLite keeps whatever type was written, so
+/// numbers are converted the way DuckDB casts them (text parsed, NULL as zero).
+#[derive(Debug, Clone)]
+enum Num {
+    Int(i64),
+    Real(f64),
+    Text(String),
+    Null,
+}
+
+impl From<ValueRef<'_>> for Num {
+    fn from(v: ValueRef<'_>) -> Num {
+        match v {
+            ValueRef::Null | ValueRef::Blob(_) => Num::Null,
+            ValueRef::Integer(i) => Num::Int(i),
+            ValueRef::Real(f) => Num::Real(f),
+            ValueRef::Text(t) => Num::Text(String::from_utf8_lossy(t).into_owned()),
         }
-        Ok(snapshots)
+    }
+}
+
+impl Num {
+    fn int(&self) -> i64 {
+        match self {
+            Num::Int(i) => *i,
+            Num::Real(f) => f.round() as i64,
+            Num::Text(t) => t.trim().parse::<f64>().map_or(0, |f| f.round() as i64),
+            Num::Null => 0,
+        }
+    }
+
+    fn real(&self) -> f64 {
+        match self {
+            Num::Int(i) => *i as f64,
+            Num::Real(f) => *f,
+            Num::Text(t) => t.trim().parse().unwrap_or(0.0),
+            Num::Null => 0.0,
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Num::Int(i) => i.to_string(),
+            Num::Real(f) => f.to_string(),
+            Num::Text(t) => t.clone(),
+            Num::Null => String::new(),
+        }
+    }
+}
+
+/// A reference chain as ours: recommendations as a JSON array, our op names, times in ns, and
+/// evidence SQL that returns the op's slowest calls on its node.
+#[allow(clippy::too_many_arguments)]
+fn reference_chain(
+    id: String,
+    row_node: String,
+    file_node: &str,
+    detected_ns: i64,
+    severity: String,
+    summary: String,
+    root_cause: String,
+    explanation: String,
+    recs: &str,
+    op: &str,
+    p50_us: i64,
+    p99_us: i64,
+    tail_ratio: f64,
+    timeline: &str,
+    origin: &str,
+) -> ChainRow {
+    let node = if row_node.is_empty() {
+        file_node.to_string()
+    } else {
+        row_node
+    };
+    let recommendations = if recs.trim_start().starts_with('[') {
+        recs.to_string()
+    } else {
+        serde_json::to_string(&[recs]).unwrap_or_default()
+    };
+    // The reference tool's op names are ours where they differ (cudaDeviceSync).
+    let op = op_by_name(op).map_or(op, |o| o.name).to_string();
+    let evidence_sql = if op.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "SELECT * FROM events WHERE op = '{}' AND node = '{}' ORDER BY duration DESC LIMIT 20",
+            op.replace('\'', "''"),
+            node.replace('\'', "''")
+        )
+    };
+    ChainRow {
+        detector: reference_detector(&id),
+        chain_id: id,
+        node,
+        detected_ns,
+        severity,
+        summary,
+        root_cause,
+        explanation,
+        recommendations,
+        timeline: convert_timeline(timeline),
+        evidence_sql,
+        time_lost_ns: 0,
+        cuda_op: op,
+        p50_ns: p50_us * 1000,
+        p99_ns: p99_us * 1000,
+        tail_ratio,
+        origin: origin.to_string(),
     }
 }
 
@@ -1179,7 +1193,7 @@ const MAX_PID: i64 = 1 << 22;
 
 /// Why an event cannot be stored as it is, if it cannot.
 fn invalid_event(timestamp: i64, pid: i64, tid: i64) -> Option<String> {
-    if !(0..=crate::MAX_TIMESTAMP_NS).contains(&timestamp) {
+    if !(0..=causeway_store::MAX_TIMESTAMP_NS).contains(&timestamp) {
         Some(format!("timestamp {timestamp} ns"))
     } else if !(0..=MAX_PID).contains(&pid) {
         Some(format!("pid {pid}"))

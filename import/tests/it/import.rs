@@ -2,10 +2,10 @@
 //! published figures, and the importer's handling of bad input.
 
 use causeway_analysis::{StatsQuery, trace_stats};
+use causeway_import::{ImportError, ImportOptions, import};
 use causeway_store::Reader;
-use causeway_store::import::{ImportError, ImportOptions, import};
 
-use crate::common::shared;
+use crate::shared;
 
 fn import_one(src: &str, out: &std::path::Path) {
     import(

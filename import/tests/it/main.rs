@@ -1,0 +1,18 @@
+//! Integration tests of the importer: every reference-trace vintage in ../shared, checked
+//! against the published figures, and its handling of bad input.
+
+mod import;
+
+use std::path::PathBuf;
+
+/// `../shared/investigations` next to the repository, where the reference traces are.
+pub fn shared(name: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/investigations");
+    let p = root.join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: these tests read the reference traces from ../shared/investigations",
+        p.display()
+    );
+    p
+}

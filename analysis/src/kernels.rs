@@ -49,30 +49,17 @@ pub fn top(
     if !crate::coverage::has_rows(r, ANY_SQL, "reading kernels")? {
         return Ok(Vec::new());
     }
-    let pid = pid.map_or(-1, i64::from);
-    let node = node.unwrap_or("");
     r.prepare_trusted(TOP_SQL)?
-        .query_map(
-            causeway_store::duckdb::params![
-                window.from_ns,
-                window.until_ns,
-                pid,
-                pid,
-                node,
-                node,
-                limit as i64
-            ],
-            |row| {
-                Ok(KernelStats {
-                    kernel: row.get(0)?,
-                    module: row.get(1)?,
-                    launches: row.get::<_, i64>(2)? as u64,
-                    p50_ns: row.get(3)?,
-                    p99_ns: row.get(4)?,
-                    total_ns: row.get(5)?,
-                })
-            },
-        )
+        .query_map(window.scoped(pid, node, limit), |row| {
+            Ok(KernelStats {
+                kernel: row.get(0)?,
+                module: row.get(1)?,
+                launches: row.get::<_, i64>(2)? as u64,
+                p50_ns: row.get(3)?,
+                p99_ns: row.get(4)?,
+                total_ns: row.get(5)?,
+            })
+        })
         .and_then(|rows| rows.collect())
         .map_err(crate::facts::duck(r, "grouping launches by kernel"))
 }

@@ -18,6 +18,7 @@ pub mod fmt;
 pub mod intervals;
 pub mod kernels;
 pub mod opsets;
+pub mod placement;
 pub mod probe_overhead;
 pub mod rates;
 pub mod report;

@@ -114,6 +114,8 @@ pub struct TraceStats {
     /// The kernels whose launches cost the most host time (named launches only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kernels: Vec<crate::kernels::KernelStats>,
+    /// Traced processes that ran in a container or pod, with its names and their GPUs.
+    pub placed: Vec<crate::placement::PlacedProcess>,
 }
 
 // The event queries read the physical `event_rows` (ids, no names) rather than the `event_data`
@@ -121,6 +123,8 @@ pub struct TraceStats {
 // filter is resolved to its node_id first: -1 = every node, -2 = a node not in the file.
 /// Kernels listed by `stats`.
 const TOP_KERNELS: usize = 10;
+/// Containerised processes listed in `stats` (the rest are in `processes` and `cgroups`).
+const TOP_PLACED: usize = 20;
 
 const NODE_ID_SQL: &str = "SELECT coalesce(max(node_id), -2)::BIGINT FROM nodes WHERE node = ?";
 
@@ -448,7 +452,9 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
 
     let notes = crate::coverage::notes(r, &window, q.pid, q.node.as_deref())?;
     let kernels = crate::kernels::top(r, &window, q.pid, q.node.as_deref(), TOP_KERNELS)?;
+    let placed = crate::placement::placed(r, &window, q.pid, q.node.as_deref(), TOP_PLACED)?;
     Ok(TraceStats {
+        placed,
         notes,
         kernels,
         events,

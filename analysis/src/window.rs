@@ -171,6 +171,29 @@ impl Window {
     pub fn duration(&self) -> Duration {
         Duration::from_nanos(self.until_ns.saturating_sub(self.from_ns).max(0) as u64)
     }
+
+    /// Parameters of a query scoped the usual way, `... BETWEEN ? AND ? AND (? < 0 OR pid = ?)
+    /// AND (? = '' OR node = ?) ... LIMIT ?`: the window, the pid (-1 for any), the node ('' for
+    /// any) and the limit.
+    pub fn scoped(
+        &self,
+        pid: Option<u32>,
+        node: Option<&str>,
+        limit: usize,
+    ) -> causeway_store::duckdb::ParamsFromIter<Vec<causeway_store::duckdb::types::Value>> {
+        use causeway_store::duckdb::types::Value;
+        let pid = pid.map_or(-1, i64::from);
+        let node = node.unwrap_or("").to_string();
+        causeway_store::duckdb::params_from_iter(vec![
+            Value::BigInt(self.from_ns),
+            Value::BigInt(self.until_ns),
+            Value::BigInt(pid),
+            Value::BigInt(pid),
+            Value::Text(node.clone()),
+            Value::Text(node),
+            Value::BigInt(limit as i64),
+        ])
+    }
 }
 
 #[cfg(test)]

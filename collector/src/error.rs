@@ -43,6 +43,9 @@ pub enum CollectorError {
     /// Bad combination of options.
     #[error("{0}")]
     Usage(String),
+    /// --kube-pods (or its token or CA file) cannot be used.
+    #[error("--kube-pods: {0}")]
+    PodSource(String),
     /// The store failed.
     #[error("trace store {path}: {source}")]
     Store {
@@ -84,6 +87,7 @@ impl CollectorError {
             Self::Attach { .. } => Some("check `causeway check`; uprobes need a kernel with CONFIG_UPROBE_EVENTS".to_string()),
             Self::NoSuchProcess(v0, ..) => Some(format!("check the pid with `ps -p {v0}`")),
             Self::Spawn { .. } => Some("check the command name and that it is executable".to_string()),
+            Self::PodSource(_) => Some("give a URL that answers a PodList (the kubelet's https://NODE:10250/pods) or `in-cluster` with NODE_NAME set, and readable --kube-token-file/--kube-ca-cert files".to_string()),
             Self::Store { source, .. } => source.hint(),
             Self::Load(e) => e.hint(),
             _ => None,

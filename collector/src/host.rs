@@ -114,18 +114,23 @@ pub fn cluster_of(environ: &[u8]) -> String {
         .unwrap_or_default()
 }
 
-/// Distributed-training identity of a process from its environment (RANK, LOCAL_RANK, WORLD_SIZE).
-pub fn ranks(pid: u32) -> (Option<i32>, Option<i32>, Option<i32>) {
-    let env = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+/// Distributed-training identity of a process from its environment block (RANK, LOCAL_RANK,
+/// WORLD_SIZE).
+pub fn ranks_of(env: &[u8]) -> (Option<i32>, Option<i32>, Option<i32>) {
     (
-        env_var(&env, "RANK"),
-        env_var(&env, "LOCAL_RANK"),
-        env_var(&env, "WORLD_SIZE"),
+        env_var(env, "RANK"),
+        env_var(env, "LOCAL_RANK"),
+        env_var(env, "WORLD_SIZE"),
     )
 }
 
 /// What /proc says about a process now (`comm_hint` is used when it has already exited).
 pub fn process_info(pid: u32, comm_hint: &str, seen_ns: i64) -> ProcessInfo {
+    process_facts(pid, comm_hint, seen_ns).0
+}
+
+/// [`process_info`] and the environment block it was read from (read once).
+pub fn process_facts(pid: u32, comm_hint: &str, seen_ns: i64) -> (ProcessInfo, Vec<u8>) {
     let comm = read_trim(format!("/proc/{pid}/comm")).unwrap_or_else(|| comm_hint.to_string());
     let cmdline = fs::read(format!("/proc/{pid}/cmdline"))
         .map(|b| {
@@ -136,9 +141,10 @@ pub fn process_info(pid: u32, comm_hint: &str, seen_ns: i64) -> ProcessInfo {
                 .join(" ")
         })
         .unwrap_or_default();
-    let (rank, local_rank, world_size) = ranks(pid);
-    let cluster = cluster_of(&fs::read(format!("/proc/{pid}/environ")).unwrap_or_default());
-    ProcessInfo {
+    let environ = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let (rank, local_rank, world_size) = ranks_of(&environ);
+    let cluster = cluster_of(&environ);
+    let info = ProcessInfo {
         pid,
         ppid: ppid(pid).unwrap_or(0),
         comm,
@@ -149,7 +155,9 @@ pub fn process_info(pid: u32, comm_hint: &str, seen_ns: i64) -> ProcessInfo {
         local_rank,
         world_size,
         cluster,
-    }
+        ..ProcessInfo::default()
+    };
+    (info, environ)
 }
 
 /// Kernel release (`uname -r`).

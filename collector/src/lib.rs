@@ -17,6 +17,7 @@ mod insitu;
 pub mod kernels;
 pub mod live;
 pub mod overhead_control;
+mod places;
 mod poll;
 mod recorder;
 mod sampling;

@@ -167,6 +167,8 @@ pub struct PollState {
     pub stacks: Option<Stacks>,
     /// Kernel naming (None where its thread could not start).
     pub kernels: Option<Kernels>,
+    /// Where processes run (taken when the recording ends).
+    pub places: Option<crate::places::Places>,
     /// CUDA libraries mapped by traced processes (the library-load hook), for the recording
     /// loop to attach as soon as the poll returns.
     pub mapped: Vec<RawLib>,
@@ -186,6 +188,7 @@ impl PollState {
         trace_start_ns: i64,
         stacks: Option<Stacks>,
         kernels: Option<Kernels>,
+        places: crate::places::Places,
     ) -> PollState {
         PollState {
             offset_ns,
@@ -210,6 +213,7 @@ impl PollState {
             last: None,
             stacks,
             kernels,
+            places: Some(places),
             mapped: Vec::new(),
             execs: Vec::new(),
             programs: Vec::new(),
@@ -273,7 +277,8 @@ impl PollState {
             Some(r) => r,
             None => {
                 let now = causeway_store::now_ns();
-                let info = host::process_info(raw.pid, &raw.comm, now);
+                let (mut info, environ) = host::process_facts(raw.pid, &raw.comm, now);
+                self.place(&mut info, &environ, sink);
                 let rank = info.rank;
                 self.idents.insert(raw.pid, Ident::of(&info));
                 let _ = sink.ctl.send(Ctl::Process(info));
@@ -292,7 +297,9 @@ impl PollState {
             // A fork's child is a process of the trace too: record its row while it is alive.
             OP_PROCESS_FORK if raw.arg0 > 0 && !self.seen.contains_key(&(raw.arg0 as u32)) => {
                 let child = raw.arg0 as u32;
-                let mut info = host::process_info(child, &raw.comm, causeway_store::now_ns());
+                let (mut info, environ) =
+                    host::process_facts(child, &raw.comm, causeway_store::now_ns());
+                self.place(&mut info, &environ, sink);
                 if !std::path::Path::new(&format!("/proc/{child}")).exists()
                     && let Some(parent) = self.idents.get(&raw.pid)
                 {
@@ -307,7 +314,10 @@ impl PollState {
             // from an event before the exec, with the parent's name).
             OP_PROCESS_EXEC => {
                 self.execs.push((raw.pid, raw.ts_mono_ns));
-                let mut info = host::process_info(raw.pid, &raw.comm, causeway_store::now_ns());
+                let (mut info, environ) =
+                    host::process_facts(raw.pid, &raw.comm, causeway_store::now_ns());
+                // The new program may open other GPUs or have been moved to another cgroup.
+                self.place(&mut info, &environ, sink);
                 info.comm = raw.comm.clone();
                 // The new program has the new environment: its rank from here on.
                 self.seen.insert(raw.pid, info.rank);
@@ -573,20 +583,22 @@ impl PollState {
         }
     }
 
+    /// Fills in where a process runs (once per process: this runs where its row is made).
+    fn place(&mut self, info: &mut ProcessInfo, environ: &[u8], sink: &Sink) {
+        if let Some(p) = self.places.as_mut() {
+            p.place(info, environ, &sink.ctl);
+        }
+    }
+
     /// Sends final process rows (last seen now) for every process that produced events.
     pub fn close_processes(&self, sink: &Sink) {
         for (&pid, &last) in &self.pids {
+            // Only last_seen moves; the empty fields keep what the first row stored.
             let info = ProcessInfo {
                 pid,
-                ppid: 0,
-                comm: String::new(),
-                cmdline: String::new(),
                 first_seen_ns: last,
                 last_seen_ns: last,
-                rank: None,
-                local_rank: None,
-                world_size: None,
-                cluster: String::new(),
+                ..ProcessInfo::default()
             };
             let _ = sink.ctl.send(Ctl::Process(info));
         }

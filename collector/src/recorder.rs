@@ -158,6 +158,8 @@ pub(crate) fn record(
     started: Instant,
     on_ready: Option<Box<dyn FnOnce() + Send>>,
 ) -> Result<(TraceSummary, u64), CollectorError> {
+    // Checked before the store was created (run_trace_with); read again here, where it is used.
+    let pods = crate::trace::pod_source(args)?;
     let me = nix::unistd::gettid().as_raw() as u32;
     let cfg = LoadConfig {
         self_tgid: std::process::id(),
@@ -324,11 +326,13 @@ pub(crate) fn record(
     let kernels = Kernels::start(sink.ctl.clone())
         .inspect_err(|err| warn!(%err, "kernel naming thread not started: launches keep their stub addresses only"))
         .ok();
+    let places = crate::places::Places::start(&sink.ctl, pods);
     let state = RefCell::new(PollState::new(
         host::mono_to_unix_offset(),
         start_ns,
         stacks,
         kernels,
+        places,
     ));
     let mut rb = RingBufferBuilder::new();
     rb.add(&skel.maps.events, |data: &[u8]| {
@@ -723,6 +727,9 @@ pub(crate) fn record(
     }
     st.close_processes(sink);
     let kernel_summary = st.kernels.take().map(Kernels::finish).unwrap_or_default();
+    if let Some(p) = st.places.take() {
+        p.finish();
+    }
     let distinct_stacks = st.stacks.take().map_or(0, |s| {
         let n = s.distinct;
         s.finish();

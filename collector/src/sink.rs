@@ -49,6 +49,8 @@ impl DropKind {
 pub enum Ctl {
     /// Insert or update a process row.
     Process(ProcessInfo),
+    /// Insert or update a cgroup row (container, pod).
+    Cgroup(causeway_store::CgroupInfo),
     /// Count lost events.
     Drop {
         /// Why.
@@ -222,6 +224,7 @@ fn run(
                 Ok(msg) => {
                     let res = match msg {
                         Ctl::Process(p) => w.upsert_process(&p),
+                        Ctl::Cgroup(c) => { let node = w.node().to_string(); w.add_cgroups(&node, &[c]) }
                         Ctl::Drop { kind, op, count, detail } => w.record_drop(kind.as_str(), op, count, &detail),
                         Ctl::Counts(counts, hist) => w.record_op_counts(&counts).and_then(|()| w.record_histogram(&hist)),
                         Ctl::Stack(hash, frames) => w.add_stack(hash, &frames),

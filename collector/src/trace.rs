@@ -113,6 +113,19 @@ pub struct TraceArgs {
     /// torchrun's $TORCHELASTIC_RUN_ID in the process wins); stored with the node and processes.
     #[arg(long, env = "CAUSEWAY_CLUSTER")]
     pub cluster: Option<String>,
+    /// Pod and container names for traced processes in Kubernetes pods: a URL answering a
+    /// PodList (the kubelet's https://NODE:10250/pods, or the API server's
+    /// /api/v1/pods?fieldSelector=spec.nodeName=NODE), or `in-cluster` (the API server, with
+    /// this pod's service account and $NODE_NAME). Without it, cgroups keep container and pod
+    /// ids only.
+    #[arg(long, value_name = "URL|in-cluster")]
+    pub kube_pods: Option<String>,
+    /// Bearer token file for --kube-pods (a service account token).
+    #[arg(long, value_name = "FILE", requires = "kube_pods")]
+    pub kube_token_file: Option<PathBuf>,
+    /// CA certificate (PEM) that signed the --kube-pods server's certificate.
+    #[arg(long, value_name = "PEM", requires = "kube_pods")]
+    pub kube_ca_cert: Option<PathBuf>,
     /// Do not record host events (scheduler, block I/O, network); process fork/exec/exit still are.
     #[arg(long)]
     pub no_host: bool,
@@ -416,6 +429,31 @@ pub fn run_trace(args: &TraceArgs) -> Result<TraceSummary, CollectorError> {
     run_trace_with(args, TraceHooks::default())
 }
 
+/// Where pod names come from, from --kube-pods and its files (None: not asked for).
+pub(crate) fn pod_source(
+    args: &TraceArgs,
+) -> Result<Option<causeway_placement::PodSource>, CollectorError> {
+    let Some(url) = args.kube_pods.as_deref() else {
+        return Ok(None);
+    };
+    let source = if url == "in-cluster" {
+        let node = std::env::var("NODE_NAME").map_err(|_| {
+            CollectorError::PodSource(
+                "in-cluster needs NODE_NAME (set it from spec.nodeName with the downward API)"
+                    .into(),
+            )
+        })?;
+        causeway_placement::PodSource::in_cluster(&node)
+    } else {
+        causeway_placement::PodSource::new(
+            url,
+            args.kube_token_file.as_deref(),
+            args.kube_ca_cert.as_deref(),
+        )
+    };
+    source.map(Some).map_err(CollectorError::PodSource)
+}
+
 /// [`run_trace`] with hooks: an external stop flag and a live reader of the store.
 pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummary, CollectorError> {
     preflight()?;
@@ -429,6 +467,8 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
             ));
         }
     };
+    // A bad --kube-pods is a usage error before anything is created.
+    pod_source(args)?;
     let stop = hooks
         .stop
         .unwrap_or_else(|| Arc::new(AtomicBool::new(false)));

@@ -97,8 +97,16 @@ const NODES_SQL: &str = "SELECT n.node, n.hostname, n.cluster, coalesce(e.n, 0):
   FROM nodes n LEFT JOIN (SELECT node, count(*)::BIGINT AS n, max(timestamp)::BIGINT AS last
                           FROM event_data GROUP BY 1) e ON e.node = n.node
   ORDER BY 1";
-const PROCESSES_SQL: &str = "SELECT node, pid::BIGINT, comm, rank, local_rank, world_size, cluster
+const PROCESSES_SQL: &str = "SELECT node, pid::BIGINT, comm, rank, local_rank, world_size, cluster,
+    '', '', '', '', '', ''
   FROM processes ORDER BY 1, 2";
+/// Schema 9 and later also know each process's container and pod.
+const PROCESSES_PLACED_SQL: &str = "SELECT p.node, p.pid::BIGINT, p.comm, p.rank, p.local_rank,
+    p.world_size, p.cluster, coalesce(c.container_id, ''), coalesce(c.runtime, ''),
+    coalesce(c.pod_name, ''), coalesce(c.namespace, ''), coalesce(c.pod_uid, ''),
+    coalesce(c.container_name, '')
+  FROM processes p LEFT JOIN cgroups c ON c.node = p.node AND c.cgroup_id = p.cgroup_id
+  ORDER BY 1, 2";
 const SPAN_SQL: &str = "SELECT min(s)::BIGINT, max(e)::BIGINT FROM (
     SELECT min(timestamp) AS s, (CASE WHEN max(timestamp::HUGEINT + duration) > 9223372036854775807 THEN 9223372036854775807 WHEN max(timestamp::HUGEINT + duration) < -9223372036854775808 THEN -9223372036854775808 ELSE max(timestamp::HUGEINT + duration) END) AS e FROM event_rows
     UNION ALL SELECT min(window_start_ns), max(window_end_ns) FROM op_counts
@@ -189,6 +197,18 @@ pub struct ProcessFacts {
     pub world_size: Option<i32>,
     /// Cluster ('' when unknown).
     pub cluster: String,
+    /// Container id ('' when not in a container).
+    pub container_id: String,
+    /// Container runtime.
+    pub runtime: String,
+    /// Pod name.
+    pub pod_name: String,
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod uid.
+    pub pod_uid: String,
+    /// Container name within the pod.
+    pub container_name: String,
 }
 
 /// Off-CPU time of one process in one state at switch-out.
@@ -363,8 +383,13 @@ impl Gatherer {
             })
             .and_then(|rows| rows.collect())
             .map_err(duck(r, "reading drop counters"))?;
+        let processes_sql = if r.schema_version() >= 9 {
+            PROCESSES_PLACED_SQL
+        } else {
+            PROCESSES_SQL
+        };
         let processes: Vec<((String, u32), ProcessFacts)> = r
-            .prepare_trusted(PROCESSES_SQL)?
+            .prepare_trusted(processes_sql)?
             .query_map([], |row| {
                 Ok((
                     (row.get(0)?, pid(row.get(1)?)),
@@ -374,6 +399,12 @@ impl Gatherer {
                         local_rank: row.get(4)?,
                         world_size: row.get(5)?,
                         cluster: row.get(6)?,
+                        container_id: row.get(7)?,
+                        runtime: row.get(8)?,
+                        pod_name: row.get(9)?,
+                        namespace: row.get(10)?,
+                        pod_uid: row.get(11)?,
+                        container_name: row.get(12)?,
                     },
                 ))
             })

@@ -1027,12 +1027,25 @@ impl SqliteTrace {
         let cgroups = self.rows(
             "cgroup_metadata",
             "SELECT cgroup_id, container_id, cgroup_path, pod_name, namespace FROM cgroup_metadata",
-            |v| CgroupInfo {
-                cgroup_id: v[0].int() as u64,
-                container_id: v[1].text(),
-                cgroup_path: v[2].text(),
-                pod_name: v[3].text(),
-                namespace: v[4].text(),
+            |v| {
+                // The runtime and pod uid are read from the path as the recorder reads ours.
+                let path = v[2].text();
+                let facts = causeway_placement::classify(&path);
+                let container_id = v[1].text();
+                CgroupInfo {
+                    cgroup_id: v[0].int() as u64,
+                    container_id: if container_id.is_empty() {
+                        facts.container_id
+                    } else {
+                        container_id
+                    },
+                    cgroup_path: path,
+                    pod_name: v[3].text(),
+                    namespace: v[4].text(),
+                    runtime: facts.runtime.as_str().to_string(),
+                    pod_uid: facts.pod_uid,
+                    ..CgroupInfo::default()
+                }
             },
         )?;
         w.add_cgroups(node, &cgroups)?;

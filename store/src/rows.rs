@@ -62,6 +62,12 @@ pub struct ProcessInfo {
     pub world_size: Option<i32>,
     /// Cluster id.
     pub cluster: String,
+    /// cgroup (v2) id when first seen (0 = unknown).
+    pub cgroup_id: u64,
+    /// CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, as 'NAME=value; ...'.
+    pub gpu_visible: String,
+    /// NVIDIA device files open, e.g. 'nvidia0,nvidia3'.
+    pub gpu_devices: String,
 }
 
 /// One frame of a call stack.
@@ -227,7 +233,7 @@ pub struct SystemSnapshot {
 }
 
 /// What a cgroup is: its container and pod, where known.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CgroupInfo {
     /// Kernel cgroup id.
     pub cgroup_id: u64,
@@ -239,6 +245,15 @@ pub struct CgroupInfo {
     pub pod_name: String,
     /// Namespace.
     pub namespace: String,
+    /// Container runtime named by the path (containerd, cri-o, docker, podman, kubernetes,
+    /// systemd) or ''.
+    pub runtime: String,
+    /// Pod uid from the path.
+    pub pod_uid: String,
+    /// Container name within the pod.
+    pub container_name: String,
+    /// Why pod metadata is missing, when it is.
+    pub note: String,
 }
 
 /// Off-CPU time of one cgroup over one window.
@@ -373,7 +388,9 @@ pub(crate) fn upsert_process(
     p: &ProcessInfo,
 ) -> Result<()> {
     conn.execute(
-        "INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        "INSERT INTO processes (node, pid, ppid, comm, cmdline, first_seen_ns, last_seen_ns, rank,
+                                local_rank, world_size, cluster, cgroup_id, gpu_visible, gpu_devices)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (node, pid) DO UPDATE SET
            ppid = CASE WHEN excluded.ppid = 0 THEN processes.ppid ELSE excluded.ppid END,
            comm = CASE WHEN excluded.comm = '' THEN processes.comm ELSE excluded.comm END,
@@ -383,7 +400,10 @@ pub(crate) fn upsert_process(
            rank = coalesce(excluded.rank, processes.rank),
            local_rank = coalesce(excluded.local_rank, processes.local_rank),
            world_size = coalesce(excluded.world_size, processes.world_size),
-           cluster = CASE WHEN excluded.cluster = '' THEN processes.cluster ELSE excluded.cluster END",
+           cluster = CASE WHEN excluded.cluster = '' THEN processes.cluster ELSE excluded.cluster END,
+           cgroup_id = CASE WHEN excluded.cgroup_id = 0 THEN processes.cgroup_id ELSE excluded.cgroup_id END,
+           gpu_visible = CASE WHEN excluded.gpu_visible = '' THEN processes.gpu_visible ELSE excluded.gpu_visible END,
+           gpu_devices = CASE WHEN excluded.gpu_devices = '' THEN processes.gpu_devices ELSE excluded.gpu_devices END",
         params![
             node,
             p.pid,
@@ -395,7 +415,10 @@ pub(crate) fn upsert_process(
             p.rank,
             p.local_rank,
             p.world_size,
-            p.cluster
+            p.cluster,
+            p.cgroup_id,
+            p.gpu_visible,
+            p.gpu_devices
         ],
     )
     .ctx(path, "recording a process")?;

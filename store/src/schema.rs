@@ -18,7 +18,9 @@ use crate::catalog::{OPS, Source};
 /// `kernel_launches` view (007_attach_kernels.sql).
 /// 8: `tasks`, the names of tasks that are not traced but took a traced thread's CPU
 /// (008_tasks.sql).
-pub const SCHEMA_VERSION: u32 = 8;
+/// 9: where processes run: `processes.cgroup_id`, `gpu_visible`, `gpu_devices`, and the
+/// container runtime, pod uid, container name and a note in `cgroups` (009_placement.sql).
+pub const SCHEMA_VERSION: u32 = 9;
 
 /// The oldest version this build reads: the event layout of version 2. Version-1 files are
 /// refused with a hint to import or record them again.
@@ -37,6 +39,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (6, include_str!("../sql/006_switching.sql")),
     (7, include_str!("../sql/007_attach_kernels.sql")),
     (8, include_str!("../sql/008_tasks.sql")),
+    (9, include_str!("../sql/009_placement.sql")),
 ];
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
@@ -164,6 +167,60 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "cmdline",
         "",
         "command line (data from the traced machine)",
+    ),
+    (
+        "processes",
+        "cgroup_id",
+        "",
+        "the process's cgroup (v2) when first seen; join cgroups on node, cgroup_id for its container and pod",
+    ),
+    (
+        "processes",
+        "gpu_visible",
+        "",
+        "CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES of the process, as 'NAME=value; ...' ('' = unset)",
+    ),
+    (
+        "processes",
+        "gpu_devices",
+        "",
+        "NVIDIA device files the process had open when first seen, e.g. 'nvidia0,nvidia3'",
+    ),
+    (
+        "cgroups",
+        "runtime",
+        "",
+        "containerd, cri-o, docker, podman, kubernetes (runtime not in the path), systemd or '' (plain cgroup)",
+    ),
+    (
+        "cgroups",
+        "container_id",
+        "",
+        "container id from the cgroup path (64 hex digits), '' when not a container",
+    ),
+    (
+        "cgroups",
+        "pod_uid",
+        "",
+        "Kubernetes pod uid from the cgroup path",
+    ),
+    (
+        "cgroups",
+        "pod_name",
+        "",
+        "pod name from the kubelet or API server ('' when not asked or not known: see note)",
+    ),
+    (
+        "cgroups",
+        "container_name",
+        "",
+        "container name within the pod, from the kubelet or API server",
+    ),
+    (
+        "cgroups",
+        "note",
+        "",
+        "why pod metadata is missing, when it is (unreachable, refused, malformed answer)",
     ),
     ("stack_frames", "depth", "", "0 = innermost frame"),
     (

@@ -143,6 +143,26 @@ pub fn stats(s: &TraceStats, _aud: Audience) -> String {
             );
         }
     }
+    if !s.placed.is_empty() {
+        let _ = writeln!(o, "where processes ran (containers and pods):");
+        for p in &s.placed {
+            let san = causeway_store::sanitize::sanitize;
+            let mut line = format!(
+                "  {} {} on {}: {}",
+                p.pid,
+                san(&p.comm),
+                san(&p.node),
+                san(&p.describe())
+            );
+            if !p.gpus.is_empty() {
+                line.push_str(&format!("; GPUs {}", san(&p.gpus)));
+            }
+            if !p.note.is_empty() {
+                line.push_str(&format!("; note: {}", san(&p.note)));
+            }
+            let _ = writeln!(o, "{line}");
+        }
+    }
     let drops: Vec<String> = s.drops.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let _ = writeln!(o, "drops: {}", drops.join(" "));
     for n in &s.notes {

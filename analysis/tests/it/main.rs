@@ -5,5 +5,6 @@
 #![allow(clippy::print_stdout)]
 
 mod corpus;
+mod placement;
 mod snapshots;
 mod straggler;

@@ -107,6 +107,19 @@ impl<'a> Resources<'a> {
             if !comm.is_empty() {
                 a.push(s("process.executable.name", &comm));
             }
+            // OpenTelemetry's semantic conventions for containers and Kubernetes.
+            for (k, v) in [
+                ("container.id", &p.container_id),
+                ("container.runtime", &p.runtime),
+                ("k8s.pod.name", &p.pod_name),
+                ("k8s.namespace.name", &p.namespace),
+                ("k8s.pod.uid", &p.pod_uid),
+                ("k8s.container.name", &p.container_name),
+            ] {
+                if !v.is_empty() {
+                    a.push(s(k, v));
+                }
+            }
             for (k, v) in [
                 ("causeway.rank", p.rank),
                 ("causeway.local_rank", p.local_rank),

@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use causeway_store::{Event, HistogramBucket, OpCount, ProcessInfo, Writer, WriterOptions};
+use causeway_store::{
+    CgroupInfo, Event, HistogramBucket, OpCount, ProcessInfo, Writer, WriterOptions,
+};
 
 /// Start of the fixture's events (ns since the Unix epoch).
 pub const T0: i64 = 1_774_000_000_000_000_000;
@@ -49,8 +51,14 @@ fn process(pid: u32, comm: &str, rank: Option<i32>, cluster: &str) -> ProcessInf
         local_rank: rank.map(|_| 0),
         world_size: rank.map(|_| 2),
         cluster: cluster.into(),
+        ..ProcessInfo::default()
     }
 }
+
+/// The cgroup of gpu-a/100: a containerd container of pod ml-jobs/trainer-0.
+pub const POD_CGROUP: u64 = 4242;
+/// Its container id.
+pub const CONTAINER_ID: &str = "3f1c2a9be4d5c6b7a8f9e0d1c2b3a4f5e6d7c8b9a0f1e2d3c4b5a6f7e8d9c0b1";
 
 fn event(t: i64, duration: i64, pid: u32, op_id: u16, arg0: i64, arg1: i64) -> Event {
     Event {
@@ -79,8 +87,26 @@ pub fn fixture(dir: &Path) -> PathBuf {
     )
     .unwrap();
     w.set_node("gpu-a", "recorded", "train-7").unwrap();
-    w.upsert_process(&process(100, "python3", Some(0), "train-7"))
-        .unwrap();
+    w.upsert_process(&ProcessInfo {
+        cgroup_id: POD_CGROUP,
+        ..process(100, "python3", Some(0), "train-7")
+    })
+    .unwrap();
+    w.add_cgroups(
+        "gpu-a",
+        &[CgroupInfo {
+            cgroup_id: POD_CGROUP,
+            container_id: CONTAINER_ID.into(),
+            cgroup_path: "/kubepods.slice/x".into(),
+            pod_name: "trainer-0".into(),
+            namespace: "ml-jobs".into(),
+            runtime: "containerd".into(),
+            pod_uid: "0f3a5c1e-2b4d-4e6f-8a9b-0c1d2e3f4a5b".into(),
+            container_name: "trainer".into(),
+            note: String::new(),
+        }],
+    )
+    .unwrap();
     w.upsert_process(&process(101, "tokenizer", None, ""))
         .unwrap();
     let mut t = T0;

@@ -210,6 +210,7 @@ fn overlapping_store(dir: &Path) -> PathBuf {
         local_rank: None,
         world_size: None,
         cluster: String::new(),
+        ..ProcessInfo::default()
     })
     .unwrap();
     for e in [

@@ -294,6 +294,18 @@ fn fixture_counters_and_resources() {
         Some("tokenizer")
     );
     assert_eq!(int(a101, "causeway.rank"), None, "unknown rank is omitted");
+    // Container and pod, in OpenTelemetry's conventions, where the process ran in one.
+    for (k, v) in [
+        ("container.id", crate::fixture::CONTAINER_ID),
+        ("container.runtime", "containerd"),
+        ("k8s.pod.name", "trainer-0"),
+        ("k8s.namespace.name", "ml-jobs"),
+        ("k8s.pod.uid", "0f3a5c1e-2b4d-4e6f-8a9b-0c1d2e3f4a5b"),
+        ("k8s.container.name", "trainer"),
+    ] {
+        assert_eq!(text(a100, k).as_deref(), Some(v), "{k}");
+        assert_eq!(text(a101, k), None, "{k}: not in a container");
+    }
     let b200 = find("gpu-b", Some(200));
     assert_eq!(
         text(b200, "host.name").as_deref(),

@@ -54,6 +54,10 @@ fn a_version_2_file_is_upgraded_and_extended() {
              DROP TABLE otlp_metrics; DROP TABLE log_records; DROP TABLE probe_sampling;
              DROP TABLE probe_in_situ; DROP TABLE library_attach;
              DROP VIEW kernel_launches; DROP TABLE kernels; DROP TABLE tasks;
+             ALTER TABLE processes DROP COLUMN cgroup_id; ALTER TABLE processes DROP COLUMN gpu_visible;
+             ALTER TABLE processes DROP COLUMN gpu_devices; ALTER TABLE cgroups DROP COLUMN runtime;
+             ALTER TABLE cgroups DROP COLUMN pod_uid; ALTER TABLE cgroups DROP COLUMN container_name;
+             ALTER TABLE cgroups DROP COLUMN note;
              DELETE FROM schema_columns
                WHERE table_name IN ('metric_points', 'log_records', 'probe_sampling', 'probe_in_situ', 'library_attach', 'kernels', 'kernel_launches', 'tasks');
              UPDATE meta SET value = '2' WHERE key = 'schema_version'",
@@ -76,6 +80,21 @@ fn a_version_2_file_is_upgraded_and_extended() {
     );
     // The recorded events are untouched, and the new relations are documented.
     assert_eq!(count(&r, "SELECT count(*) FROM events"), 3);
+    // Version 9's columns are back, with their defaults on the old rows.
+    assert_eq!(
+        count(
+            &r,
+            "SELECT count(*) FROM processes WHERE cgroup_id = 0 AND gpu_visible = ''"
+        ),
+        count(&r, "SELECT count(*) FROM processes")
+    );
+    assert_eq!(
+        count(
+            &r,
+            "SELECT count(*) FROM cgroups WHERE runtime = '' OR runtime IS NULL"
+        ),
+        count(&r, "SELECT count(*) FROM cgroups")
+    );
     assert!(
         count(
             &r,

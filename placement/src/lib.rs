@@ -1,0 +1,108 @@
+//! Where a traced process runs: its cgroup (v2) and what the cgroup path says (container
+//! runtime, container id, pod uid, systemd unit), the pod and container names Kubernetes gives
+//! them, and the GPUs the process may use and has open. Resolved once per process and cached
+//! per cgroup, off the event path.
+
+pub mod cgroup;
+pub mod gpus;
+pub mod kube;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+pub use causeway_store::CgroupInfo;
+pub use cgroup::{PathFacts, Runtime, classify};
+pub use kube::{PodDirectory, PodMeta, PodSource};
+
+/// Where one process runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessPlace {
+    /// Its cgroup id (0 when unknown: exited, or no cgroup v2 hierarchy).
+    pub cgroup_id: u64,
+    /// GPU visibility variables.
+    pub gpu_visible: String,
+    /// GPU device files open.
+    pub gpu_devices: String,
+}
+
+/// Finds where processes run, remembering each cgroup it has described.
+#[derive(Debug)]
+pub struct Placer {
+    root: Option<PathBuf>,
+    described: HashMap<u64, ()>,
+}
+
+impl Default for Placer {
+    fn default() -> Self {
+        Placer::new()
+    }
+}
+
+impl Placer {
+    /// A placer for this machine's cgroup2 hierarchy (found in /proc/self/mountinfo).
+    pub fn new() -> Placer {
+        Placer {
+            root: cgroup::mount_point(),
+            described: HashMap::new(),
+        }
+    }
+
+    /// Where `pid` runs (`environ` is its environment block, already read by the caller), and
+    /// its cgroup's description the first time this placer meets that cgroup.
+    pub fn place(&mut self, pid: u32, environ: &[u8]) -> (ProcessPlace, Option<CgroupInfo>) {
+        let mut place = ProcessPlace {
+            gpu_visible: gpus::visible(environ),
+            gpu_devices: gpus::open_devices(pid),
+            ..ProcessPlace::default()
+        };
+        let Some(path) = cgroup::path_of(pid) else {
+            return (place, None);
+        };
+        let Some(id) = self.root.as_deref().and_then(|r| cgroup::id_of(r, &path)) else {
+            return (place, None);
+        };
+        place.cgroup_id = id;
+        if self.described.insert(id, ()).is_some() {
+            return (place, None);
+        }
+        (place, Some(describe(id, &path)))
+    }
+}
+
+/// A cgroup's row from its id and path (no pod names: those come from Kubernetes).
+pub fn describe(cgroup_id: u64, path: &str) -> CgroupInfo {
+    let facts = classify(path);
+    CgroupInfo {
+        cgroup_id,
+        container_id: facts.container_id,
+        cgroup_path: path.to_string(),
+        runtime: facts.runtime.as_str().to_string(),
+        pod_uid: facts.pod_uid,
+        ..CgroupInfo::default()
+    }
+}
+
+/// Fills in a pod cgroup's names from `pods`, or its note when they cannot be had; cgroups
+/// that are not a pod's are returned unchanged.
+pub fn name_pod(mut info: CgroupInfo, pods: Option<&mut PodDirectory>) -> CgroupInfo {
+    if info.pod_uid.is_empty() {
+        return info;
+    }
+    match pods {
+        None => {
+            info.note = "pod metadata not asked for (trace --kube-pods URL|in-cluster)".into();
+        }
+        Some(dir) => match dir.lookup(&info.pod_uid, &info.container_id) {
+            Ok(meta) => {
+                info.pod_name = meta.pod_name;
+                info.namespace = meta.namespace;
+                info.container_name = meta.container_name;
+                info.note.clear();
+            }
+            Err(note) => info.note = note,
+        },
+    }
+    info
+}

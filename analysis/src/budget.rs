@@ -215,6 +215,10 @@ pub struct Budget {
     pub tid: Option<u32>,
     /// Thread or process name (data from the traced machine).
     pub comm: String,
+    /// Where the process ran, when in a container or pod ("pod ml-jobs/trainer-0, container
+    /// trainer (containerd 3f1c2a9be4d5)").
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub place: String,
     /// The window (ns).
     pub window_ns: i64,
     /// The part of it the thread was seen in: from its first event to its last (ns); the
@@ -437,6 +441,7 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
             pid: t.pid,
             tid: Some(t.tid),
             comm: t.comm.clone(),
+            place: ctx.place(node, t.pid),
             window_ns: ctx.window_ns(),
             span_ns: span,
             inside: rows,
@@ -567,6 +572,7 @@ fn processes(threads: &[Budget], ctx: &Ctx<'_>, node: &str) -> Vec<Budget> {
             pid: t.pid,
             tid: None,
             comm: ctx.name(node, t.pid),
+            place: ctx.place(node, t.pid),
             window_ns: t.window_ns,
             span_ns: 0,
             inside: Vec::new(),

@@ -124,6 +124,9 @@ pub struct Ctx<'a> {
     pub names: HashMap<(String, u32), String>,
     /// Parent pids by (node, pid).
     pub parents: HashMap<(String, u32), u32>,
+    /// Where containerised processes ran ("pod ml-jobs/trainer-0, container trainer
+    /// (containerd 3f1c2a9be4d5)"), by (node, pid).
+    pub places: HashMap<(String, u32), String>,
     /// Tasks that are not traced but took a traced thread's CPU: (node, tid) -> (pid, name).
     pub tasks: HashMap<(String, u32), (u32, String)>,
     /// Kernel launches per (node, GPU, process), all processes (a pid filter does not apply).
@@ -185,6 +188,8 @@ const SPAN_SQL: &str =
 
 const NAMES_SQL: &str = "SELECT node, pid, comm, ppid FROM processes";
 const TASKS_SQL: &str = "SELECT node, tid, arg_min(pid, first_seen_ns), arg_min(comm, first_seen_ns) FROM tasks GROUP BY ALL";
+/// Containerised processes read per analysis (enough for any one machine's GPU jobs).
+const MAX_PLACES: usize = 10_000;
 
 impl<'a> Ctx<'a> {
     /// Gathers the facts for `q`.
@@ -290,6 +295,16 @@ impl<'a> Ctx<'a> {
             parents.insert((n, pid), ppid);
         }
 
+        // Every containerised process of the trace (not only the window's): a budget names it.
+        let all = Window {
+            from_ns: i64::MIN,
+            until_ns: i64::MAX,
+        };
+        let places = crate::placement::placed(r, &all, None, None, MAX_PLACES)?
+            .into_iter()
+            .map(|p| ((p.node.clone(), p.pid), p.describe()))
+            .collect();
+
         let mut tasks = HashMap::new();
         if r.schema_version() >= 8 {
             let rows: Vec<(String, u32, u32, String)> = r
@@ -327,6 +342,7 @@ impl<'a> Ctx<'a> {
             ops,
             names,
             parents,
+            places,
             tasks,
             gpu_launches,
             warm_ends,
@@ -365,6 +381,14 @@ impl<'a> Ctx<'a> {
     /// Whether a node's sched_switch timestamps are switch-in times.
     pub fn resume_convention(&self, node: &str) -> bool {
         self.resume_nodes.contains(&format!("\x1f{node}\x1f"))
+    }
+
+    /// Where process `pid` of `node` ran, when in a container or pod ('' otherwise).
+    pub fn place(&self, node: &str, pid: u32) -> String {
+        self.places
+            .get(&(node.to_string(), pid))
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The process name of (node, pid), falling back to the thread names seen.

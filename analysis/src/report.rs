@@ -184,6 +184,11 @@ pub fn render_budget(b: &Budget, t0: i64) -> String {
         Some(t) => format!("{} pid {} tid {}", b.comm, b.pid, t),
         None => format!("{} pid {} (all its GPU-calling threads)", b.comm, b.pid),
     };
+    let who = if b.place.is_empty() {
+        who
+    } else {
+        format!("{who}, {}", b.place)
+    };
     let _ = writeln!(
         o,
         "  {who} on {}: seen {} of the window's {}",

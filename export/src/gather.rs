@@ -98,13 +98,13 @@ const NODES_SQL: &str = "SELECT n.node, n.hostname, n.cluster, coalesce(e.n, 0):
                           FROM event_data GROUP BY 1) e ON e.node = n.node
   ORDER BY 1";
 const PROCESSES_SQL: &str = "SELECT node, pid::BIGINT, comm, rank, local_rank, world_size, cluster,
-    '', '', '', '', '', ''
+    '', '', '', '', '', '', 0::UBIGINT
   FROM processes ORDER BY 1, 2";
 /// Schema 9 and later also know each process's container and pod.
 const PROCESSES_PLACED_SQL: &str = "SELECT p.node, p.pid::BIGINT, p.comm, p.rank, p.local_rank,
     p.world_size, p.cluster, coalesce(c.container_id, ''), coalesce(c.runtime, ''),
     coalesce(c.pod_name, ''), coalesce(c.namespace, ''), coalesce(c.pod_uid, ''),
-    coalesce(c.container_name, '')
+    coalesce(c.container_name, ''), CASE WHEN c.node IS NULL THEN 0 ELSE p.cgroup_id END
   FROM processes p LEFT JOIN cgroups c ON c.node = p.node AND c.cgroup_id = p.cgroup_id
   ORDER BY 1, 2";
 const SPAN_SQL: &str = "SELECT min(s)::BIGINT, max(e)::BIGINT FROM (
@@ -209,6 +209,8 @@ pub struct ProcessFacts {
     pub pod_uid: String,
     /// Container name within the pod.
     pub container_name: String,
+    /// Its cgroup (0 when unknown or not described).
+    pub cgroup_id: u64,
 }
 
 /// Off-CPU time of one process in one state at switch-out.
@@ -405,6 +407,7 @@ impl Gatherer {
                         namespace: row.get(10)?,
                         pod_uid: row.get(11)?,
                         container_name: row.get(12)?,
+                        cgroup_id: row.get(13)?,
                     },
                 ))
             })

@@ -156,6 +156,18 @@ fn resource(attrs: &[KeyValue], span: (i64, i64), out: &mut Received) -> Resourc
             cluster,
             first_seen_ns: span.0,
             last_seen_ns: span.1,
+            cgroup: causeway_store::CgroupInfo {
+                cgroup_id: int_attr(attrs, "causeway.cgroup_id")
+                    .and_then(|v| u64::try_from(v).ok())
+                    .unwrap_or(0),
+                container_id: str_attr(attrs, "container.id"),
+                runtime: str_attr(attrs, "container.runtime"),
+                pod_name: str_attr(attrs, "k8s.pod.name"),
+                namespace: str_attr(attrs, "k8s.namespace.name"),
+                pod_uid: str_attr(attrs, "k8s.pod.uid"),
+                container_name: str_attr(attrs, "k8s.container.name"),
+                ..causeway_store::CgroupInfo::default()
+            },
         });
     }
     Resource {

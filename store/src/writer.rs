@@ -920,39 +920,7 @@ impl Writer {
     /// Stores what `node`'s cgroups are. A cgroup already stored keeps what it had where the
     /// new row knows less (pod metadata arrives after the container id, or never).
     pub fn add_cgroups(&mut self, node: &str, rows: &[CgroupInfo]) -> Result<()> {
-        let mut ins = self
-            .conn
-            .prepare(
-                "INSERT INTO cgroups (node, cgroup_id, container_id, cgroup_path, pod_name, namespace,
-                                     runtime, pod_uid, container_name, note)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                 ON CONFLICT (node, cgroup_id) DO UPDATE SET
-                   container_id = CASE WHEN excluded.container_id = '' THEN cgroups.container_id ELSE excluded.container_id END,
-                   cgroup_path = CASE WHEN excluded.cgroup_path = '' THEN cgroups.cgroup_path ELSE excluded.cgroup_path END,
-                   pod_name = CASE WHEN excluded.pod_name = '' THEN cgroups.pod_name ELSE excluded.pod_name END,
-                   namespace = CASE WHEN excluded.namespace = '' THEN cgroups.namespace ELSE excluded.namespace END,
-                   runtime = CASE WHEN excluded.runtime = '' THEN cgroups.runtime ELSE excluded.runtime END,
-                   pod_uid = CASE WHEN excluded.pod_uid = '' THEN cgroups.pod_uid ELSE excluded.pod_uid END,
-                   container_name = CASE WHEN excluded.container_name = '' THEN cgroups.container_name ELSE excluded.container_name END,
-                   note = excluded.note",
-            )
-            .ctx(&self.path, "preparing cgroup inserts")?;
-        for r in rows {
-            ins.execute(params![
-                node,
-                r.cgroup_id,
-                r.container_id,
-                r.cgroup_path,
-                r.pod_name,
-                r.namespace,
-                r.runtime,
-                r.pod_uid,
-                r.container_name,
-                r.note
-            ])
-            .ctx(&self.path, "writing cgroups")?;
-        }
-        Ok(())
+        crate::rows::upsert_cgroups(&self.conn, &self.path, node, rows)
     }
 
     /// Stores per-cgroup off-CPU windows of `node`.

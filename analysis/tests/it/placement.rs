@@ -1,4 +1,4 @@
-//! `stats` names where processes ran: a store with one process in a named pod, one in a pod
+//! `stats` and `explain` name where processes ran: a store with one process in a named pod, one in a pod
 //! Kubernetes could not name, one in a Docker container and one in a login session, written
 //! through the writer as the recorder writes them.
 
@@ -118,4 +118,28 @@ fn stats_lists_containerised_processes_with_their_pod() {
     .unwrap();
     assert_eq!(one.placed.len(), 1);
     assert_eq!(one.placed[0].pid, 102);
+    // explain's time budgets name the pod of each GPU-feeding process.
+    let e =
+        causeway_analysis::engine::explain(&r, &causeway_analysis::ChainQuery::default()).unwrap();
+    let of = |pid: u32| {
+        e.budgets
+            .iter()
+            .filter(|b| b.pid == pid)
+            .map(|b| b.place.clone())
+            .collect::<Vec<_>>()
+    };
+    assert!(!of(100).is_empty(), "pid 100 has a budget");
+    assert!(
+        of(100)
+            .iter()
+            .all(|p| p == "pod ml-jobs/trainer-0, container trainer (containerd 3f1c2a9be4d5)"),
+        "{:?}",
+        of(100)
+    );
+    assert!(of(103).iter().all(String::is_empty), "not a container's");
+    let text = causeway_analysis::report::render_budgets(&e.budgets, e.window.from_ns);
+    assert!(
+        text.contains("python3 pid 100 tid 100, pod ml-jobs/trainer-0, container trainer"),
+        "{text}"
+    );
 }

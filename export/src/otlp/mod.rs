@@ -107,6 +107,10 @@ impl<'a> Resources<'a> {
             if !comm.is_empty() {
                 a.push(s("process.executable.name", &comm));
             }
+            // The cgroup the rest describe, so a collector stores them as the recorder did.
+            if p.cgroup_id != 0 && !(p.container_id.is_empty() && p.pod_uid.is_empty()) {
+                a.push(i("causeway.cgroup_id", p.cgroup_id as i64));
+            }
             // OpenTelemetry's semantic conventions for containers and Kubernetes.
             for (k, v) in [
                 ("container.id", &p.container_id),

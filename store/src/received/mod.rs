@@ -254,6 +254,7 @@ fn write_processes(
             && old.local_rank == p.local_rank
             && old.world_size == p.world_size
             && old.cluster == p.cluster
+            && old.cgroup == p.cgroup
             && old.first_seen_ns <= p.first_seen_ns
             && old.last_seen_ns >= p.last_seen_ns
         {
@@ -268,9 +269,13 @@ fn write_processes(
             local_rank: p.local_rank,
             world_size: p.world_size,
             cluster: p.cluster.clone(),
+            cgroup_id: p.cgroup.cgroup_id,
             ..crate::ProcessInfo::default()
         };
         crate::rows::upsert_process(conn, path, &p.node, &info)?;
+        if p.cgroup.cgroup_id != 0 {
+            crate::rows::upsert_cgroups(conn, path, &p.node, std::slice::from_ref(&p.cgroup))?;
+        }
         let merged = match cache.get(&key) {
             Some(old) => ProcessRow {
                 first_seen_ns: old.first_seen_ns.min(p.first_seen_ns),

@@ -38,6 +38,9 @@ pub struct ProcessRow {
     pub first_seen_ns: i64,
     /// Latest point time seen (ns).
     pub last_seen_ns: i64,
+    /// causeway.cgroup_id with container.* and k8s.*: where the process ran, when the sender
+    /// knew (cgroup_id 0 otherwise).
+    pub cgroup: crate::CgroupInfo,
 }
 
 /// One data point kept generically in `metric_points`.

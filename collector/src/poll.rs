@@ -605,13 +605,17 @@ impl PollState {
     }
 }
 
-/// The distributed-training identity of a process.
+/// What a forked child inherits from its parent: its distributed-training identity (from the
+/// environment) and where it runs (cgroup, GPU visibility, open device files).
 #[derive(Debug, Clone)]
 struct Ident {
     rank: Option<i32>,
     local_rank: Option<i32>,
     world_size: Option<i32>,
     cluster: String,
+    cgroup_id: u64,
+    gpu_visible: String,
+    gpu_devices: String,
 }
 
 impl Ident {
@@ -621,6 +625,9 @@ impl Ident {
             local_rank: p.local_rank,
             world_size: p.world_size,
             cluster: p.cluster.clone(),
+            cgroup_id: p.cgroup_id,
+            gpu_visible: p.gpu_visible.clone(),
+            gpu_devices: p.gpu_devices.clone(),
         }
     }
 
@@ -629,5 +636,8 @@ impl Ident {
         p.local_rank = self.local_rank;
         p.world_size = self.world_size;
         p.cluster = self.cluster.clone();
+        p.cgroup_id = self.cgroup_id;
+        p.gpu_visible = self.gpu_visible.clone();
+        p.gpu_devices = self.gpu_devices.clone();
     }
 }

@@ -220,6 +220,12 @@
         { scale: "ns", side: 1, label: "time per bucket", values: function (u, vals) { return vals.map(dur); } },
       ],
       hooks: {
+        // The visible range, for people reading the DOM and for the drag-zoom test.
+        setScale: [function (u, key) {
+          if (key !== "x") return;
+          box.setAttribute("data-x-min", String(u.scales.x.min));
+          box.setAttribute("data-x-max", String(u.scales.x.max));
+        }],
         draw: [function (u) {
           var ctx = u.ctx;
           ctx.save();
@@ -337,21 +343,23 @@
     if (d.nodes.length > 1) {
       var sync = d.nodes.map(function (n) { return n.sync_ns; }).sort(function (a, b) { return a - b; });
       var median = sync[Math.floor((sync.length - 1) / 2)];
-      s.appendChild(table("Per node in the window (sync time against the median node: a straggler's peers wait for it)",
+      var rows = table("Per node in the window (sync time against the median node: a straggler's peers wait for it)",
         ["node", "events", "GPU calls", "GPU call time", "sync time", "vs median", "off-CPU", "drops", "findings"],
         d.nodes.map(function (n) {
           return [n.node, num(n.events), num(n.gpu_calls), dur(n.gpu_ns), dur(n.sync_ns), median > 0 ? (n.sync_ns / median).toFixed(2) + "x" : "-", dur(n.off_cpu_ns), num(n.drops), num(n.findings)];
-        }), [0, 1, 1, 1, 1, 1, 1, 1, 1]));
+        }), [0, 1, 1, 1, 1, 1, 1, 1, 1]);
+      rows.id = "node-rows";
+      s.appendChild(rows);
     }
     var warn = [];
     d.per_process.forEach(function (p) { p.warnings.forEach(function (w) { warn.push((p.node ? p.node + " " : "") + p.comm + " (" + p.pid + "): " + w); }); });
     if (warn.length) s.appendChild(el("ul", { "aria-label": "imbalance warnings" }, warn.map(function (w) { return el("li", { text: w }); })));
     if (d.per_process.length > 1) {
-      var rows = [];
+      var procs = [];
       d.per_process.forEach(function (p) {
-        p.ops.slice(0, 6).forEach(function (o) { rows.push([p.node, String(p.pid), p.comm, o.op, num(o.count), dur(o.p50_ns), dur(o.p99_ns)]); });
+        p.ops.slice(0, 6).forEach(function (o) { procs.push([p.node, String(p.pid), p.comm, o.op, num(o.count), dur(o.p50_ns), dur(o.p99_ns)]); });
       });
-      s.appendChild(table("Per process: p50/p99 of GPU ops", ["node", "pid", "name", "op", "calls", "p50", "p99"], rows, [0, 1, 0, 0, 1, 1, 1]));
+      s.appendChild(table("Per process: p50/p99 of GPU ops", ["node", "pid", "name", "op", "calls", "p50", "p99"], procs, [0, 1, 0, 0, 1, 1, 1]));
     }
     return s;
   }

@@ -124,6 +124,8 @@ pub fn render(data: &ReportData, mode: Mode) -> String {
     page.push_str("<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     page.push_str(&meta);
     page.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+    // An empty icon, so the browser does not ask the server (or the disk) for /favicon.ico.
+    page.push_str("<link rel=\"icon\" href=\"data:,\">\n");
     page.push_str(&format!("<title>causeway report: {title}</title>\n"));
     page.push_str(&format!("<style>{}</style>\n</head>\n", &*STYLE));
     page.push_str(&format!(

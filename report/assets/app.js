@@ -271,7 +271,15 @@
       width: 300, height: 170, legend: { show: false },
       scales: { x: { time: false, distr: 3, log: 10, range: function (u, min, max) { return [Math.max(1, min / 2), max * 2]; } }, y: { range: function (u, min, max) { return [0, Math.max(1, max * 1.1)]; } } },
       series: [{ label: "upper bound" }, { label: "calls", stroke: "#1f6feb", fill: "#1f6feb66", paths: uPlot.paths.bars({ size: [0.7, 40] }) }],
-      axes: [{ values: function (u, vals) { return vals.map(dur); } }, { size: 50 }],
+      // Ticks at powers of ten only: the log scale's own ticks would overlap.
+      axes: [{
+        splits: function (u, i, min, max) {
+          var out = [];
+          for (var p = Math.ceil(Math.log10(Math.max(1, min))); p <= Math.floor(Math.log10(max)); p++) out.push(Math.pow(10, p));
+          return out;
+        },
+        values: function (u, vals) { return vals.map(function (v) { return v == null ? "" : dur(v); }); },
+      }, { size: 50 }],
     }, [h.upper_ns, h.counts], c);
     charts.push(u);
     c.setAttribute("data-buckets", String(u.data[0].length));

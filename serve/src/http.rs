@@ -311,7 +311,10 @@ pub async fn serve_with(
                     if req.uri().path() == "/metrics" {
                         return Ok(super::api::metrics(&req, ctx, gatherer).await);
                     }
-                    if req.uri().path() == "/" {
+                    // GET only: a POST to `/` still reaches MCP, as it did before the page.
+                    if req.uri().path() == "/"
+                        && matches!(*req.method(), hyper::Method::GET | hyper::Method::HEAD)
+                    {
                         return Ok(super::page::page(&req, ctx).await);
                     }
                     if req.uri().path() == causeway_report::LIVE_DATA_PATH {

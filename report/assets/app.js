@@ -410,11 +410,13 @@
   if (body.getAttribute("data-mode") === "live") {
     var every = Math.max(500, Number(body.getAttribute("data-poll-ms")) || 5000);
     var path = body.getAttribute("data-live-path") + location.search;
-    var busy = false;
-    setStatus("live: refreshing every " + (every / 1000) + " s");
-    setInterval(function () {
-      if (busy) return;
-      busy = true;
+    // The next poll waits for this one, and longer when the server took long to build the
+    // data (a large live trace), so a page left open never keeps the server busy.
+    var next = function (buildMs) {
+      setTimeout(poll, Math.max(every, 4 * (buildMs || 0)));
+    };
+    var poll = function () {
+      var took = 0;
       fetch(path, { headers: { Accept: "application/json" }, credentials: "same-origin", cache: "no-store" })
         .then(function (r) {
           if (!r.ok) throw new Error("HTTP " + r.status);
@@ -422,11 +424,14 @@
         })
         .then(function (d) {
           render(d);
-          setStatus("live: updated " + new Date().toLocaleTimeString() + ", refreshing every " + (every / 1000) + " s");
+          took = d.build_ms;
+          setStatus("live: updated " + new Date().toLocaleTimeString() + ", refreshing every " + (Math.max(every, 4 * took) / 1000).toFixed(1) + " s");
         })
         .catch(function (e) { setStatus("live: refresh failed (" + e.message + "), retrying"); })
-        .then(function () { busy = false; });
-    }, every);
+        .then(function () { next(took); });
+    };
+    setStatus("live: refreshing every " + (every / 1000) + " s");
+    next(data.build_ms);
   } else {
     setStatus("report written " + stamp(data.generated_ns) + "; self-contained, opened without network access");
   }

@@ -488,3 +488,82 @@ fn live_page_needs_the_token_and_refreshes_under_its_policy() {
     b.screenshot(&artifact("report-live-vllm.png"));
     assert_accessible(&mut b, "live page");
 }
+
+/// The live page follows a store as it grows: `collect` serves an empty cluster store, a node
+/// pushes its OTLP metrics, and the open page shows the new ops' histograms (labelled as the
+/// kernel's) on its next poll, without a reload.
+#[test]
+fn live_page_follows_a_growing_cluster_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cluster.duckdb");
+    let token = "report-collect-token-0123456789";
+    let tf = dir.path().join("token");
+    std::fs::write(&tf, token).unwrap();
+    let server = crate::collect_server::start(&db, token, false);
+    let mut b = Browser::start();
+    b.set_headers(json!({"Authorization": format!("Bearer {token}")}));
+    b.open(
+        &format!("http://{}/", server.http),
+        "document.body && document.body.dataset.ready === '1'",
+    );
+    let before = b.eval(READ_PAGE);
+    assert_eq!(
+        before["histograms"],
+        json!([]),
+        "an empty store has no histograms"
+    );
+    ok(&[
+        "export",
+        "--db",
+        vllm_store().to_str().unwrap(),
+        "--format",
+        "otlp",
+        "--endpoint",
+        &format!("http://{}", server.http),
+        "--token-file",
+        tf.to_str().unwrap(),
+    ]);
+    b.wait_for(
+        "document.querySelectorAll('.chart.hist').length > 0",
+        Duration::from_secs(60),
+    );
+    b.wait_for(
+        "document.body.dataset.ready === '1'",
+        Duration::from_secs(10),
+    );
+    let after = b.eval(READ_PAGE);
+    assert!(
+        after["updates"].as_u64().unwrap() >= 2,
+        "rendered again: {after}"
+    );
+    let hists = after["histograms"].as_array().unwrap();
+    assert!(
+        hists.iter().all(|h| h["from"] == "kernel_histogram"),
+        "a collected store has the kernel's histograms only: {hists:?}"
+    );
+    let launches = hists
+        .iter()
+        .find(|h| h["op"] == "cudaLaunchKernel")
+        .expect("the pushed launches");
+    let stats = json_of(&["stats", "--db", vllm_store().to_str().unwrap(), "--json"]);
+    let sent = stats["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["op"] == "cudaLaunchKernel")
+        .map(|o| {
+            o["counted_calls"]
+                .as_u64()
+                .unwrap_or(o["count"].as_u64().unwrap())
+        })
+        .unwrap();
+    assert_eq!(
+        launches["total"],
+        json!(sent.to_string()),
+        "every cudaLaunchKernel call the node counted"
+    );
+    assert!(b.seen.errors.is_empty(), "errors: {:?}", b.seen.errors);
+    b.screenshot(&artifact("report-live-collect.png"));
+    drop(b);
+    crate::collect_server::stop(server);
+}

@@ -249,7 +249,8 @@ pub fn build(r: &Reader, q: &WindowParams) -> Result<ReportData, ReportError> {
         generated_ns: causeway_store::now_ns(),
         trace: name,
         query: q.clone(),
-        window: findings.explain.window,
+        // stats' window: for a store of counters only (collect) it spans the counters.
+        window: stats.window,
         findings: chains,
         evidence,
         budgets: findings.explain.budgets,

@@ -18,7 +18,7 @@ pub const MAX_BUCKETS: i64 = 400;
 /// Histograms shown at most (the ops with the most time first).
 pub const MAX_HISTOGRAMS: usize = 40;
 
-/// The op id of `sched_switch`, whose duration is the off-CPU time (catalogue id 100).
+/// The op whose duration is a traced thread's off-CPU time (what `stats`' off-CPU sums).
 const SCHED_SWITCH: &str = "sched_switch";
 
 const NODE_ID_SQL: &str = "SELECT coalesce(max(node_id), -2)::BIGINT FROM nodes WHERE node = ?";

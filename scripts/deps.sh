@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing causeway needs on a Debian/Ubuntu machine, idempotently:
-# system packages (compilers, clang for BPF C, libelf, zlib, Node for the MCP conformance suite)
+# system packages (compilers, clang for BPF C, libelf, zlib, Node for the MCP conformance suite,
+# Chromium for the report's browser tests)
 # the prebuilt DuckDB library (from the npm registry package DuckDB publishes), so DuckDB's
 # 300 C++ files are not compiled (29 minutes cold on 2 cores, see docs/build.md), and NVIDIA's
 # CUDA runtime from PyPI for the collector's tests on the real library.
@@ -15,16 +16,17 @@ need_pkgs=()
 have() { command -v "$1" >/dev/null 2>&1; }
 pkg_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
-for p in build-essential pkg-config clang llvm libelf-dev zlib1g-dev python3 python3-venv npm sqlite3 iproute2 procps; do
+for p in build-essential pkg-config clang llvm libelf-dev zlib1g-dev python3 python3-venv npm sqlite3 iproute2 procps chromium; do
   pkg_installed "$p" || need_pkgs+=("$p")
 done
-# Some images ship python3/npm outside dpkg (pyenv, nodesource): accept the commands.
+# Some images ship python3/npm/chromium outside dpkg (pyenv, nodesource): accept the commands.
 filtered=()
 for p in "${need_pkgs[@]}"; do
   case "$p" in
     python3) have python3 || filtered+=("$p") ;;
     python3-venv) python3 -c 'import venv' 2>/dev/null || filtered+=("$p") ;;
     npm) have npm || filtered+=("$p") ;;
+    chromium) have chromium || have chromium-browser || filtered+=("$p") ;;
     *) filtered+=("$p") ;;
   esac
 done

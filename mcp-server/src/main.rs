@@ -32,6 +32,9 @@ enum Command {
     Query(cmd::query::QueryArgs),
     /// Explain why the workload was slow: ranked causal chains with timeline, root cause and fix.
     Explain(cmd::explain::ExplainArgs),
+    /// Write a self-contained HTML report: findings, time budgets, timeline, latency
+    /// distributions, top kernels and stacks, and the trace's facts (no network needed).
+    Report(cmd::report::ReportArgs),
     /// Ask every serving node one question (sql, stats, chains, overview); CLI twin of query_fleet.
     Fleet(cmd::fleet::FleetCmdArgs),
     /// Export a trace for other tools: Perfetto / Chrome trace-event JSON, or OTLP metrics and
@@ -90,9 +93,9 @@ pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     print_text(&s)
 }
 
-/// For commands that write a file through a temporary sibling (import, merge, export, demo):
-/// on SIGINT, SIGTERM or SIGHUP the unfinished file is removed before the process exits, so an
-/// interrupted run leaves nothing behind.
+/// For commands that write a file through a temporary sibling (import, merge, export, demo,
+/// report): on SIGINT, SIGTERM or SIGHUP the unfinished file is removed before the process
+/// exits, so an interrupted run leaves nothing behind.
 fn remove_unfinished_on_signals() {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
@@ -142,7 +145,11 @@ fn main() -> ExitCode {
     init_logging();
     if matches!(
         cli.command,
-        Command::Import(_) | Command::Merge(_) | Command::Export(_) | Command::Demo(_)
+        Command::Import(_)
+            | Command::Merge(_)
+            | Command::Export(_)
+            | Command::Demo(_)
+            | Command::Report(_)
     ) {
         remove_unfinished_on_signals();
     }
@@ -152,6 +159,7 @@ fn main() -> ExitCode {
         Command::Stats(a) => cmd::stats::run(a),
         Command::Query(a) => cmd::query::run(a),
         Command::Explain(a) => cmd::explain::run(a),
+        Command::Report(a) => cmd::report::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Fleet(a) => cmd::fleet::run(a),

@@ -1,9 +1,9 @@
 //! Streamable HTTP transport: rmcp's `StreamableHttpService` served through hyper-util, with
 //! a bearer token (constant-time compare), optional TLS (rustls), and the limits of `limits.rs`
-//! on every route: Host and Origin (DNS-rebinding and cross-site defence), declared and actual
-//! body sizes, header and body timeouts, open connections and MCP sessions. Refusals are bare
-//! 401/403/413 responses that say nothing about the server, and 503 with `Retry-After` when a
-//! cap is reached.
+//! on every route (MCP, the query API, `/metrics`, the web report at `/`): Host and Origin
+//! (DNS-rebinding and cross-site defence), declared and actual body sizes, header and body
+//! timeouts, open connections and MCP sessions. Refusals are bare 401/403/413 responses that
+//! say nothing about the server, and 503 with `Retry-After` when a cap is reached.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -310,6 +310,15 @@ pub async fn serve_with(
                     }
                     if req.uri().path() == "/metrics" {
                         return Ok(super::api::metrics(&req, ctx, gatherer).await);
+                    }
+                    // GET only: a POST to `/` still reaches MCP, as it did before the page.
+                    if req.uri().path() == "/"
+                        && matches!(*req.method(), hyper::Method::GET | hyper::Method::HEAD)
+                    {
+                        return Ok(super::page::page(&req, ctx).await);
+                    }
+                    if req.uri().path() == causeway_report::LIVE_DATA_PATH {
+                        return Ok(super::page::data(&req, ctx).await);
                     }
                     if req.uri().path().starts_with(super::api::PREFIX) {
                         return Ok(super::api::handle(req, ctx, max_body).await);

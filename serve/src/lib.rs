@@ -1,6 +1,6 @@
 //! causeway's servers: the read-only MCP server (the rmcp handler over the tools registry,
-//! prompts and resources) over stdio or streamable HTTP, the query API and `/metrics` beside
-//! it, and the OTLP receiver of `causeway collect`. Nothing here writes to stdout except the
+//! prompts and resources) over stdio or streamable HTTP, the query API, `/metrics` and the
+//! live web report (`/`) beside it, and the OTLP receiver of `causeway collect`. Nothing here writes to stdout except the
 //! stdio transport itself; logs go to stderr through tracing.
 
 pub mod api;
@@ -8,6 +8,7 @@ pub mod handler;
 pub mod http;
 pub mod limits;
 pub mod otlp_receive;
+pub mod page;
 
 use std::sync::Arc;
 

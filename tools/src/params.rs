@@ -4,24 +4,29 @@
 
 use causeway_analysis::WindowSpec;
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ToolError;
 
 /// The part of a trace a tool looks at: one struct, flattened into every tool that takes a
 /// window (the CLI's twin is `WindowArgs`). Unknown fields are refused by the input schema.
 /// The forms a time takes are in get_trace_stats' description (tools/list has a token budget).
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 pub struct WindowParams {
     /// Last DURATION of the trace.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,
     /// Window start.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
     /// Window end.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub until: Option<String>,
     /// Only this process.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     /// Only this node.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
 }
 

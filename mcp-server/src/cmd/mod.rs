@@ -10,6 +10,7 @@ pub mod import;
 pub mod mcp;
 pub mod merge;
 pub mod query;
+pub mod report;
 pub mod stacks;
 pub mod stats;
 pub mod trace;

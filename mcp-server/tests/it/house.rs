@@ -228,7 +228,7 @@ fn outputs_are_dash_o_everywhere_and_the_old_db_spelling_warns() {
         "{err}"
     );
     assert!(old.exists());
-    for cmd in ["import", "demo", "merge", "export"] {
+    for cmd in ["import", "demo", "merge", "export", "report"] {
         let help = ok(&[cmd, "--help"]);
         assert!(help.contains("-o, --output"), "{cmd}: {help}");
     }

@@ -2,6 +2,7 @@
 //! messages and snapshot-tested output.
 
 mod bombs;
+mod browser;
 mod cli;
 mod collect;
 mod collect_limits;
@@ -16,6 +17,7 @@ mod live;
 mod mcp;
 mod one_answer;
 mod otlp;
+mod report;
 mod trace;
 
 /// The code of a google.rpc.Status body (0 when there is none).

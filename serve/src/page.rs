@@ -1,0 +1,165 @@
+//! The web report at `/` of every serve address: the page `causeway report` writes, served
+//! live (it polls `GET /api/v1/report` for fresh data while a trace grows) under a strict
+//! Content-Security-Policy header. Same token, Host and Origin rules as every other route.
+//! Both take the window and filters as query parameters: `?since=5m&pid=42&node=n1`.
+
+use std::sync::Arc;
+
+use causeway_report::{Mode, ReportData};
+use causeway_tools::params::WindowParams;
+use causeway_tools::{Context, ToolError};
+use hyper::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+
+use super::api::with_body;
+use super::http::{Body, InBody, bare};
+
+/// How often the live page asks for fresh data (ms).
+pub const POLL_MS: u32 = 2000;
+
+/// Decodes one `application/x-www-form-urlencoded` component (`+` and `%XX`).
+fn decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The window and filters of a query string; an unknown or malformed parameter is refused.
+pub fn window_params(query: Option<&str>) -> Result<WindowParams, ToolError> {
+    let mut p = WindowParams::default();
+    for pair in query.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let bad = |rule: &str| ToolError::InvalidArgument {
+            field: format!("/{}", causeway_store::sanitize::sanitize_with(k, 40)),
+            rule: rule.into(),
+            hint: "use ?since=5m, ?from=+30s&until=-10s, ?pid=N or ?node=NAME".into(),
+        };
+        let v = decode(v).ok_or_else(|| bad("not valid percent-encoded UTF-8"))?;
+        match k {
+            "since" => p.since = Some(v),
+            "from" => p.from = Some(v),
+            "until" => p.until = Some(v),
+            "node" => p.node = Some(v),
+            "pid" => p.pid = Some(v.parse().map_err(|_| bad("not a process id"))?),
+            _ => return Err(bad("unknown parameter")),
+        }
+    }
+    Ok(p)
+}
+
+/// Builds the report data on a blocking thread (the analysis reads the store).
+async fn build(ctx: Arc<Context>, q: WindowParams) -> Result<ReportData, ToolError> {
+    tokio::task::spawn_blocking(move || {
+        ctx.with_reader(None, |r| {
+            causeway_report::build(r, &q).map_err(|e| match e {
+                causeway_report::ReportError::Build(t) => t,
+                other => ToolError::failed(other.to_string(), other.hint()),
+            })
+        })
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(ToolError::failed(
+            "building the report panicked",
+            "see the server's log",
+        ))
+    })
+}
+
+fn error_response(e: &ToolError) -> Response<Body> {
+    let status = match e {
+        ToolError::InvalidArgument { .. } => StatusCode::BAD_REQUEST,
+        _ => StatusCode::UNPROCESSABLE_ENTITY,
+    };
+    with_body(
+        status,
+        "application/json",
+        serde_json::json!({"error": e.message(), "hint": e.hint()}).to_string(),
+    )
+}
+
+fn no_store(mut r: Response<Body>) -> Response<Body> {
+    r.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// `GET /`: the live page, with the policy as a header.
+pub async fn page(req: &Request<InBody>, ctx: Arc<Context>) -> Response<Body> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return bare(StatusCode::METHOD_NOT_ALLOWED);
+    }
+    let q = match window_params(req.uri().query()) {
+        Ok(q) => q,
+        Err(e) => return error_response(&e),
+    };
+    let mode = Mode::Live { poll_ms: POLL_MS };
+    match build(ctx, q).await {
+        Ok(d) => {
+            let mut r = with_body(
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                causeway_report::render(&d, mode),
+            );
+            let csp = causeway_report::content_security_policy(mode);
+            if let Ok(v) = HeaderValue::from_str(&csp) {
+                r.headers_mut().insert(CONTENT_SECURITY_POLICY, v);
+            }
+            r.headers_mut().insert(
+                hyper::header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            );
+            no_store(r)
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+/// `GET /api/v1/report`: the data the page renders, as JSON.
+pub async fn data(req: &Request<InBody>, ctx: Arc<Context>) -> Response<Body> {
+    if req.method() != Method::GET {
+        return bare(StatusCode::METHOD_NOT_ALLOWED);
+    }
+    let q = match window_params(req.uri().query()) {
+        Ok(q) => q,
+        Err(e) => return error_response(&e),
+    };
+    match build(ctx, q).await {
+        Ok(d) => no_store(with_body(
+            StatusCode::OK,
+            "application/json",
+            causeway_report::data_json(&d).to_string(),
+        )),
+        Err(e) => error_response(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_strings_become_window_params() {
+        let p = window_params(Some("since=5m&pid=42&node=gpu%2Dnode+1")).unwrap();
+        assert_eq!(p.since.as_deref(), Some("5m"));
+        assert_eq!(p.pid, Some(42));
+        assert_eq!(p.node.as_deref(), Some("gpu-node 1"));
+        assert!(window_params(None).unwrap().since.is_none());
+        assert!(window_params(Some("pid=x")).is_err());
+        assert!(window_params(Some("sql=select")).is_err());
+        assert!(window_params(Some("from=%zz")).is_err());
+    }
+}

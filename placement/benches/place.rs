@@ -24,7 +24,12 @@ fn baseline(pid: u32) -> usize {
 
 fn main() {
     let mut children: Vec<Child> = (0..PROCESSES)
-        .map(|_| Command::new("sleep").arg("30").spawn().expect("spawning sleep"))
+        .map(|_| {
+            Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .expect("spawning sleep")
+        })
         .collect();
     let pids: Vec<u32> = children.iter().map(Child::id).collect();
     // Let every child reach its exec (spawn can return before it).
@@ -70,5 +75,7 @@ fn main() {
         "  placement, cgroup already described:              {best_cached:.1} us ({:.2}x baseline)",
         best_cached / best_base
     );
-    println!("  per event: 0 (events carry the kernel's cgroup id; placement runs once per process)");
+    println!(
+        "  per event: 0 (events carry the kernel's cgroup id; placement runs once per process)"
+    );
 }

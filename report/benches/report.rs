@@ -27,11 +27,11 @@ fn main() {
         let src = shared.join(name);
         assert!(src.exists(), "{} is missing", src.display());
         let db = dir.path().join(name).with_extension("duckdb");
-        causeway_store::import::import(
+        causeway_import::import(
             &[src],
             &db,
             false,
-            &causeway_store::import::ImportOptions::default(),
+            &causeway_import::ImportOptions::default(),
             &mut |_| {},
         )
         .expect("import");

@@ -23,11 +23,11 @@ fn shared_store(dir: &Path, name: &str) -> PathBuf {
         src.display()
     );
     let db = dir.join(name).with_extension("duckdb");
-    causeway_store::import::import(
+    causeway_import::import(
         &[src],
         &db,
         false,
-        &causeway_store::import::ImportOptions::default(),
+        &causeway_import::ImportOptions::default(),
         &mut |_| {},
     )
     .unwrap();

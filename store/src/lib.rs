@@ -31,7 +31,9 @@ pub use overhead_log::{
 };
 pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
 pub use row::{FromRow, row};
-pub use rows::{Event, Frame, HistogramBucket, OpCount, ProcessInfo, SessionInfo};
+pub use rows::{
+    Event, Frame, HistogramBucket, OpCount, ProcessInfo, PythonFrame, PythonStack, SessionInfo,
+};
 pub use writer::{
     LIVE_READERS, MAX_EVENT_DURATION_NS, MAX_TIMESTAMP_NS, REOPEN_ROWS, SharedReader, Writer,
     WriterOptions,

@@ -9,7 +9,7 @@ use duckdb::{Connection, OptionalExt, params};
 
 use crate::batch::EventBuffer;
 use crate::error::{DuckContext, Result, StoreError};
-use crate::rows::{Event, Frame, HistogramBucket, OpCount, ProcessInfo, SessionInfo};
+use crate::rows::{Event, Frame, HistogramBucket, OpCount, ProcessInfo, PythonStack, SessionInfo};
 use crate::schema;
 
 /// Rows in one DuckDB row group (its default `row_group_size`), the writer's batch size.
@@ -679,6 +679,36 @@ impl Writer {
             }
         }
         tx.commit().ctx(&self.path, "committing a stack")?;
+        Ok(())
+    }
+
+    /// Records the CPython frames of a stack (once per stack hash).
+    pub fn add_python_stack(&mut self, stack_hash: i64, py: &PythonStack) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction()
+            .ctx(&self.path, "starting a transaction")?;
+        tx.execute(
+            "INSERT INTO python_stacks VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            params![stack_hash, py.tid, py.status, py.frames.len() as u16],
+        )
+        .ctx(&self.path, "recording a Python stack")?;
+        {
+            let mut st = tx
+                .prepare("INSERT INTO python_frames VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+                .ctx(&self.path, "preparing a Python frame insert")?;
+            for (depth, f) in py.frames.iter().enumerate() {
+                st.execute(params![
+                    stack_hash,
+                    depth as u16,
+                    f.file,
+                    f.function,
+                    f.line
+                ])
+                .ctx(&self.path, "recording a Python frame")?;
+            }
+        }
+        tx.commit().ctx(&self.path, "committing a Python stack")?;
         Ok(())
     }
 

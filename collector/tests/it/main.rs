@@ -12,6 +12,7 @@ mod mapped;
 mod net;
 mod overhead;
 mod overrun;
+mod python;
 mod real_runtime;
 mod sched;
 mod stacks;

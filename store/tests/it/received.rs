@@ -54,8 +54,9 @@ fn a_version_2_file_is_upgraded_and_extended() {
              DROP TABLE otlp_metrics; DROP TABLE log_records; DROP TABLE probe_sampling;
              DROP TABLE probe_in_situ; DROP TABLE library_attach;
              DROP VIEW kernel_launches; DROP TABLE kernels; DROP TABLE tasks;
+             DROP TABLE python_stacks; DROP TABLE python_frames;
              DELETE FROM schema_columns
-               WHERE table_name IN ('metric_points', 'log_records', 'probe_sampling', 'probe_in_situ', 'library_attach', 'kernels', 'kernel_launches', 'tasks');
+               WHERE table_name IN ('metric_points', 'log_records', 'probe_sampling', 'probe_in_situ', 'library_attach', 'kernels', 'kernel_launches', 'tasks', 'python_stacks', 'python_frames');
              UPDATE meta SET value = '2' WHERE key = 'schema_version'",
         )
         .unwrap();

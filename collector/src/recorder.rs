@@ -297,6 +297,17 @@ pub(crate) fn record(
                 .as_deref()
                 .and_then(|v| v.strip_prefix("3.")?.parse().ok());
         }
+        // Processes running already: their interpreters are looked for before recording
+        // begins (a command's when it maps its first file, while held).
+        match mode {
+            Mode::Pid(pid) => look_python(&skel, Some(&mut s), [*pid]),
+            Mode::All => look_python(
+                &skel,
+                Some(&mut s),
+                cuda_processes().into_iter().map(|(p, _)| p),
+            ),
+            Mode::Command(_) => {}
+        }
         Some(s)
     } else {
         None
@@ -338,14 +349,6 @@ pub(crate) fn record(
         stacks,
         kernels,
     ));
-    // Processes running already: their interpreters are looked for now (a command's when it
-    // maps its first file, while held).
-    if let Mode::Pid(pid) = mode {
-        look_python(&skel, &state, [*pid]);
-    }
-    if matches!(mode, Mode::All) {
-        look_python(&skel, &state, cuda_processes().into_iter().map(|(p, _)| p));
-    }
     let mut rb = RingBufferBuilder::new();
     rb.add(&skel.maps.events, |data: &[u8]| {
         let mut st = state.borrow_mut();
@@ -490,7 +493,7 @@ pub(crate) fn record(
             .copied()
             .chain(execs.iter().map(|(p, _)| *p))
             .collect();
-        look_python(&skel, &state, py_pids);
+        look_python(&skel, state.borrow_mut().stacks.as_mut(), py_pids);
         let programs = programs
             .iter()
             .map(|p| (p.pid, p.ts_mono_ns, Some(p.file_key())));
@@ -549,7 +552,7 @@ pub(crate) fn record(
             .map(|s| std::mem::take(&mut s.py_pending))
             .unwrap_or_default();
         if !pending.is_empty() {
-            look_python(&skel, &state, pending);
+            look_python(&skel, state.borrow_mut().stacks.as_mut(), pending);
         }
         // Small batches are held briefly so a fast-waking ring does not flood the channel.
         if last_flush.elapsed() >= Duration::from_millis(100) {
@@ -821,11 +824,10 @@ pub(crate) fn record(
 /// a process found not to run one (any more: it exec'd or exited) loses its entry.
 fn look_python(
     skel: &CausewaySkel<'_>,
-    state: &RefCell<PollState>,
+    stacks: Option<&mut Stacks>,
     pids: impl IntoIterator<Item = u32>,
 ) {
-    let mut st = state.borrow_mut();
-    let Some(py) = st.stacks.as_mut().and_then(|s| s.python.as_mut()) else {
+    let Some(py) = stacks.and_then(|s| s.python.as_mut()) else {
         return;
     };
     for pid in pids {

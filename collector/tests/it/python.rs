@@ -5,6 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use causeway_collector::{TraceHooks, run_trace_with};
+
 use crate::{args, bpf_test, db_path, open, q, standin, trace};
 
 /// The program: `leaf` makes every call; line numbers below are asserted.
@@ -285,4 +291,90 @@ fn an_unsupported_python_is_refused_and_counted() {
         ),
         1
     );
+}
+
+/// Loads the runtime, says so, waits for a file, then calls from `leaf` (line 7) through `mid`
+/// (line 10) from `<module>`.
+const WAITING: &str = r#"import ctypes, os, sys, time
+rt = ctypes.CDLL(sys.argv[1]); open(sys.argv[3], "w").close()
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.01)
+
+def leaf():
+    rt.cudaDeviceSynchronize()
+
+def mid():
+    leaf()
+
+for _ in range(20):
+    mid()
+"#;
+
+/// A process already running when the trace starts (`--pid`), under a venv's python: its
+/// interpreter is found when the trace starts, and its calls have their Python frames.
+#[test]
+fn a_running_venv_python_traced_by_pid_has_its_frames() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let base = interpreters().remove(2).1; // 3.12
+    let dir = tempfile::tempdir().unwrap();
+    let venv = dir.path().join("venv");
+    let st = Command::new(&base)
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(st.success(), "python -m venv");
+    let script = dir.path().join("late.py");
+    std::fs::write(&script, WAITING).unwrap();
+    let (go, loaded) = (dir.path().join("go"), dir.path().join("loaded"));
+    let mut child = Command::new(venv.join("bin/python"))
+        .arg(&script)
+        .arg(s.dir.join("libcudart.so.12"))
+        .arg(&go)
+        .arg(&loaded)
+        .spawn()
+        .unwrap();
+    // Running, with the runtime mapped, before the trace starts.
+    let since = std::time::Instant::now();
+    while !loaded.exists() {
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "the program did not start"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let db = db_path(&dir);
+    let mut a = args(&db, &[]);
+    a.pid = Some(child.id());
+    a.stacks = true;
+    a.overhead_budget = 100.0;
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let hooks = TraceHooks {
+        on_ready: Some(Box::new(move || ready_tx.send(()).unwrap())),
+        ..TraceHooks::default()
+    };
+    let tracer = std::thread::spawn(move || run_trace_with(&a, hooks));
+    ready_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the trace became ready");
+    std::fs::write(&go, "").unwrap();
+    assert!(child.wait().unwrap().success());
+    let summary = tracer.join().unwrap().expect("trace");
+    eprintln!("summary: {}", serde_json::to_string(&summary).unwrap());
+    assert_eq!(summary.python.processes, 1, "{:?}", summary.python);
+    let stacks = python_stacks(&db, i64::from(child.id()));
+    assert_eq!(stacks.len(), 20, "{stacks:?}");
+    for (tid, status, frames) in &stacks {
+        assert_eq!((*tid, status.as_str()), (i64::from(child.id()), "ok"));
+        let got: Vec<(&str, &str, u32)> = frames.iter().map(frame).collect();
+        assert_eq!(
+            got,
+            [
+                ("late.py", "leaf", 7),
+                ("late.py", "mid", 10),
+                ("late.py", "<module>", 13)
+            ]
+        );
+    }
 }

@@ -500,10 +500,10 @@ pub fn line_310(table: &[u8], firstlineno: i32, lasti: i32) -> Option<i32> {
 
 /// The line of code unit `unit` in a 3.11+ location table (Objects/locations.md).
 pub fn line_311(table: &[u8], firstlineno: i32, unit: usize) -> Option<i32> {
-    let mut it = table.iter().copied().peekable();
-    let varint = |it: &mut std::iter::Peekable<std::iter::Copied<std::slice::Iter<'_, u8>>>| {
+    let mut it = table.iter().copied();
+    let varint = |it: &mut std::iter::Copied<std::slice::Iter<'_, u8>>| {
         let (mut v, mut shift) = (0u32, 0);
-        while let Some(b) = it.next() {
+        for b in it.by_ref() {
             v |= u32::from(b & 63) << shift;
             shift += 6;
             if b & 64 == 0 || shift > 30 {

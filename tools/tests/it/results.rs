@@ -511,7 +511,10 @@ fn stacks_show_python_frames_before_the_native_ones() {
     );
     assert_eq!(frame(1), ("<module>".into(), "/srv/train.py:90".into()));
     assert!(frame(2).0.contains("cut at the walk limit of 32"), "{s}");
-    assert_eq!(frame(3), ("cudaLaunchKernel".into(), "libcudart.so.12".into()));
+    assert_eq!(
+        frame(3),
+        ("cudaLaunchKernel".into(), "libcudart.so.12".into())
+    );
     assert_eq!(s["more_frames"], 0);
     assert!(
         out.text.contains("\"<module>\" in \"/srv/train.py:90\""),

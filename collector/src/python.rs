@@ -334,6 +334,8 @@ struct Code {
     linetable: Vec<u8>,
     /// Code units (3.11+: `ob_size`), to check an instruction pointer against.
     units: u64,
+    /// Type, file name and name objects: what a cached code object is checked against.
+    identity: [u64; 3],
 }
 
 /// Reads the memory of one process.
@@ -420,19 +422,41 @@ impl Symbols {
 
     fn code(&mut self, mem: &Mem, pid: u32, interp: &Interp, addr: u64) -> Option<&Code> {
         let l = &interp.layout.code;
+        let name_at = l.qualname.unwrap_or(l.name);
+        // A code object freed and another allocated at its address: the cached one is stale
+        // when the type or the string objects it points at changed.
+        let identity = || -> Option<[u64; 3]> {
+            if addr == 0 {
+                return None;
+            }
+            Some([
+                mem.u64(addr + 8)?,
+                mem.u64(addr + l.filename)?,
+                mem.u64(addr + name_at)?,
+            ])
+        };
+        let now = identity();
+        if self
+            .codes
+            .get(&(pid, addr))
+            .is_some_and(|c| c.as_ref().map(|c| c.identity) != now)
+        {
+            self.codes.remove(&(pid, addr));
+        }
         self.codes
             .entry((pid, addr))
             .or_insert_with(|| {
-                if addr == 0 || mem.u64(addr + 8)? != interp.code_type {
+                let id = now?;
+                if id[0] != interp.code_type {
                     return None;
                 }
-                let name_at = l.qualname.unwrap_or(l.name);
                 Some(Code {
-                    file: mem.string(mem.u64(addr + l.filename)?, l)?,
-                    function: mem.string(mem.u64(addr + name_at)?, l)?,
+                    file: mem.string(id[1], l)?,
+                    function: mem.string(id[2], l)?,
                     firstlineno: mem.i32(addr + l.firstlineno)?,
                     linetable: mem.bytes_obj(mem.u64(addr + l.linetable)?)?,
                     units: mem.u64(addr + 16)?,
+                    identity: id,
                 })
             })
             .as_ref()

@@ -46,6 +46,7 @@ for _ in range(40):
     mid()
 t.join()
 deep(40)
+time.sleep(2)  # alive while the collector reads its code objects, on a busy machine too
 "#;
 
 /// Python lines of the program (1-based).
@@ -308,6 +309,7 @@ def mid():
 
 for _ in range(20):
     mid()
+time.sleep(2)  # alive while the collector reads its code objects, on a busy machine too
 "#;
 
 /// A process already running when the trace starts (`--pid`), under a venv's python: its

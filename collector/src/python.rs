@@ -637,6 +637,11 @@ impl Interpreters {
         self.found.len() as u64
     }
 
+    /// Whether a process was ever found running a supported CPython.
+    pub fn was_found(&self, pid: u32) -> bool {
+        self.found.contains(&pid)
+    }
+
     /// Processes whose CPython version is refused.
     pub fn unsupported(&self) -> u64 {
         self.unsupported.len() as u64

@@ -874,6 +874,7 @@ fn python_summary(skel: &CausewaySkel<'_>, stacks: Option<&Stacks>) -> PythonSum
         no_thread: count(1),
         truncated: count(2),
         bad_read: count(3),
+        early_stacks: s.py_early(),
         stacks: s.py_statuses.clone(),
     }
 }
@@ -882,14 +883,14 @@ fn python_summary(skel: &CausewaySkel<'_>, stacks: Option<&Stacks>) -> PythonSum
 fn python_drop(p: &PythonSummary) -> Option<Ctl> {
     let stacks = |k: &str| p.stacks.get(k).copied().unwrap_or(0);
     let (rejected, unreadable) = (stacks("rejected"), stacks("unreadable"));
-    let count = p.no_thread + rejected + unreadable + p.unsupported;
+    let count = p.no_thread + rejected + unreadable + p.unsupported + p.early_stacks;
     (count > 0).then(|| Ctl::Drop {
         kind: DropKind::PythonFrames,
         op: None,
         count,
         detail: format!(
-            "Python frames missing: {} calls whose thread's interpreter state was not found, {rejected} stacks whose frames did not read as code objects, {unreadable} stacks of processes gone before their frames were read, {} processes with an unsupported CPython",
-            p.no_thread, p.unsupported
+            "Python frames missing: {} calls whose thread's interpreter state was not found, {rejected} stacks whose frames did not read as code objects, {unreadable} stacks of processes gone before their frames were read, {} stacks recorded before their process's interpreter was found, {} processes with an unsupported CPython",
+            p.no_thread, p.early_stacks, p.unsupported
         ),
     })
 }

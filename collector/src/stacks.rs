@@ -149,6 +149,9 @@ pub struct Stacks {
     pub py_pending: Vec<u32>,
     /// Distinct stacks by the status of their Python frames.
     pub py_statuses: std::collections::BTreeMap<&'static str, u64>,
+    /// Distinct stacks per process recorded before its interpreter was in the kernel (they
+    /// have no Python frames; counted as missing once the process is found to run CPython).
+    py_early: HashMap<u32, u64>,
     ctl: Sender<Ctl>,
 }
 
@@ -170,6 +173,7 @@ impl Stacks {
             python: python.then(Interpreters::default),
             py_pending: Vec::new(),
             py_statuses: std::collections::BTreeMap::new(),
+            py_early: HashMap::new(),
             ctl,
         })
     }
@@ -185,6 +189,7 @@ impl Stacks {
             if !py.looked_at(s.pid) {
                 self.py_pending.push(s.pid);
             }
+            *self.py_early.entry(s.pid).or_default() += 1;
             return;
         }
         let (status, frames) = if f.no_thread() {
@@ -226,6 +231,17 @@ impl Stacks {
             });
             self.distinct += 1;
         }
+    }
+
+    /// Distinct stacks of CPython processes recorded before their interpreter was found.
+    pub fn py_early(&self) -> u64 {
+        let Some(py) = self.python.as_ref() else {
+            return 0;
+        };
+        (self.py_early.iter())
+            .filter(|(pid, _)| py.was_found(**pid))
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// Waits until every queued stack is symbolised and handed to the writer.

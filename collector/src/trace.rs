@@ -321,6 +321,9 @@ pub struct PythonSummary {
     pub truncated: u64,
     /// Walks that stopped at a frame that could not be read.
     pub bad_read: u64,
+    /// Distinct stacks of CPython processes recorded before their interpreter was found (a
+    /// process not started by the trace, before its first stack arrived): no Python frames.
+    pub early_stacks: u64,
     /// Distinct stacks by the status of their Python frames (python_stacks.status).
     pub stacks: std::collections::BTreeMap<&'static str, u64>,
 }

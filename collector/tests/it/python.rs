@@ -238,6 +238,8 @@ fn python_frames_name_the_files_functions_and_lines_of_each_thread() {
             "{version}"
         );
         assert_eq!(summary.python.no_thread, 0, "{version}");
+        // Held at its first mapping, the command's interpreter is known before its first call.
+        assert_eq!(summary.python.early_stacks, 0, "{version}");
     }
 }
 

@@ -11,8 +11,17 @@ use crate::probes::Library;
 pub const EVENT_SIZE: usize = 80;
 /// Deepest user stack the BPF side records (`CW_MAX_FRAMES`).
 pub const MAX_FRAMES: usize = 32;
+/// Most Python frames the BPF side records per stack (`CW_MAX_PY_FRAMES`).
+pub const MAX_PY_FRAMES: usize = 32;
+/// Offset of the Python part (`npy`) of a `struct cw_stack_event`.
+const STACK_PY: usize = 16 + 8 * MAX_FRAMES;
 /// Size in bytes of one `struct cw_stack_event` ring-buffer record.
-pub const STACK_EVENT_SIZE: usize = 16 + 8 * MAX_FRAMES;
+pub const STACK_EVENT_SIZE: usize = STACK_PY + 8 + 16 * MAX_PY_FRAMES;
+/// Size in bytes of one `struct cw_py_proc` (a `py_procs` map value).
+pub const PY_PROC_SIZE: usize = 32;
+/// Slots of the per-CPU `py_counts` array (`CW_PYC_*`): walked, thread state not found, cut at
+/// the limit, a frame unreadable.
+pub const PY_COUNT_SLOTS: u32 = 4;
 /// Size in bytes of one `struct cw_lib_event` ring-buffer record.
 pub const LIB_EVENT_SIZE: usize = 32;
 /// Bytes of the name in a `struct cw_name_event`.
@@ -195,6 +204,91 @@ pub struct RawStack {
     pub hash: u64,
     /// Instruction pointers, innermost first.
     pub ips: Vec<u64>,
+    /// The calling thread (the Python frames are its own).
+    pub tid: u32,
+    /// CPython frames, innermost first: (code object address, instruction pointer or, 3.10,
+    /// instruction index).
+    pub py: Vec<(u64, u64)>,
+    /// `CW_PY_*` flags of the Python walk ([`PyFlags`]).
+    pub py_flags: PyFlags,
+}
+
+/// How the Python frames of a stack were walked (`CW_PY_*` of `struct cw_stack_event`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PyFlags(pub u16);
+
+impl PyFlags {
+    /// The process runs a known CPython and the thread's state was found.
+    pub fn walked(self) -> bool {
+        self.0 & 1 != 0
+    }
+    /// More frames than [`MAX_PY_FRAMES`]: the outermost are cut.
+    pub fn truncated(self) -> bool {
+        self.0 & 2 != 0
+    }
+    /// A known CPython, but the calling thread's state was not found (no frames recorded).
+    pub fn no_thread(self) -> bool {
+        self.0 & 4 != 0
+    }
+    /// A frame could not be read: the frames before it are kept.
+    pub fn bad_read(self) -> bool {
+        self.0 & 8 != 0
+    }
+}
+
+/// A `struct cw_py_proc` (a `py_procs` map value): where one process's interpreter keeps the
+/// thread list and how its structs are laid out. Offsets a version lacks are `0xffff`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PyProc {
+    /// Address of `_PyRuntime` in the process.
+    pub runtime: u64,
+    /// `_PyRuntimeState.interpreters.head`.
+    pub interpreters_head: u16,
+    /// `PyInterpreterState.threads.head` (3.10: `tstate_head`).
+    pub threads_head: u16,
+    /// `PyThreadState.next`.
+    pub tstate_next: u16,
+    /// `PyThreadState.thread_id`.
+    pub tstate_thread_id: u16,
+    /// `PyThreadState.frame` (3.10), `.cframe` (3.11, 3.12), `.current_frame` (3.13+).
+    pub tstate_frame: u16,
+    /// `_PyCFrame.current_frame` (3.11, 3.12), else `0xffff`.
+    pub cframe_current: u16,
+    /// The frame's code object field.
+    pub frame_code: u16,
+    /// The frame's caller field.
+    pub frame_previous: u16,
+    /// The frame's instruction field.
+    pub frame_instr: u16,
+    /// `_PyInterpreterFrame.owner` (3.11+), else `0xffff`.
+    pub frame_owner: u16,
+    /// Bytes of a frame to read (the furthest field's end, at most 104).
+    pub frame_read: u16,
+}
+
+impl PyProc {
+    /// The map value's bytes.
+    pub fn to_bytes(&self) -> [u8; PY_PROC_SIZE] {
+        let mut b = [0u8; PY_PROC_SIZE];
+        b[..8].copy_from_slice(&self.runtime.to_le_bytes());
+        let fields = [
+            self.interpreters_head,
+            self.threads_head,
+            self.tstate_next,
+            self.tstate_thread_id,
+            self.tstate_frame,
+            self.cframe_current,
+            self.frame_code,
+            self.frame_previous,
+            self.frame_instr,
+            self.frame_owner,
+            self.frame_read,
+        ];
+        for (i, f) in fields.iter().enumerate() {
+            b[8 + 2 * i..10 + 2 * i].copy_from_slice(&f.to_le_bytes());
+        }
+        b
+    }
 }
 
 /// One decoded `struct cw_lib_event`: a traced process mapped a CUDA library (or another file)
@@ -399,10 +493,17 @@ fn decode_stack(b: &[u8]) -> Result<RawStack, DecodeError> {
         return Err(DecodeError::Short(b.len()));
     }
     let n = usize::from(u16_at(b, 2)).min(MAX_FRAMES);
+    let npy = usize::from(u16_at(b, STACK_PY)).min(MAX_PY_FRAMES);
+    let py_at = |i: usize| STACK_PY + 8 + 16 * i;
     Ok(RawStack {
         pid: u32_at(b, 4),
         hash: u64_at(b, 8),
         ips: (0..n).map(|i| u64_at(b, 16 + 8 * i)).collect(),
+        tid: u32_at(b, STACK_PY + 4),
+        py: (0..npy)
+            .map(|i| (u64_at(b, py_at(i)), u64_at(b, py_at(i) + 8)))
+            .collect(),
+        py_flags: PyFlags(u16_at(b, STACK_PY + 2)),
     })
 }
 
@@ -533,6 +634,14 @@ mod tests {
         assert_eq!(offset_of!(types::cw_stack_event, pid), 4);
         assert_eq!(offset_of!(types::cw_stack_event, hash), 8);
         assert_eq!(offset_of!(types::cw_stack_event, ips), 16);
+        assert_eq!(offset_of!(types::cw_stack_event, npy), STACK_PY);
+        assert_eq!(offset_of!(types::cw_stack_event, py_flags), STACK_PY + 2);
+        assert_eq!(offset_of!(types::cw_stack_event, tid), STACK_PY + 4);
+        assert_eq!(offset_of!(types::cw_stack_event, py), STACK_PY + 8);
+        assert_eq!(size_of::<types::cw_py_frame>(), 16);
+        assert_eq!(size_of::<types::cw_py_proc>(), PY_PROC_SIZE);
+        assert_eq!(offset_of!(types::cw_py_proc, interpreters_head), 8);
+        assert_eq!(offset_of!(types::cw_py_proc, frame_read), 28);
         assert_eq!(size_of::<types::cw_batch>(), BATCH_SIZE);
         assert_eq!(offset_of!(types::cw_batch, ev), BATCH_EVENTS);
         assert_eq!(size_of::<types::cw_lib_event>(), LIB_EVENT_SIZE);
@@ -718,11 +827,21 @@ mod tests {
         for (i, ip) in [0x1000u64, 0x2000, 0x3000].iter().enumerate() {
             b[16 + 8 * i..24 + 8 * i].copy_from_slice(&ip.to_le_bytes());
         }
+        b[STACK_PY..STACK_PY + 2].copy_from_slice(&1u16.to_le_bytes());
+        b[STACK_PY + 2..STACK_PY + 4].copy_from_slice(&3u16.to_le_bytes());
+        b[STACK_PY + 4..STACK_PY + 8].copy_from_slice(&43u32.to_le_bytes());
+        b[STACK_PY + 8..STACK_PY + 16].copy_from_slice(&0xc0deu64.to_le_bytes());
+        b[STACK_PY + 16..STACK_PY + 24].copy_from_slice(&7u64.to_le_bytes());
         let want = RawStack {
             pid: 42,
             hash: 0xfeed,
             ips: vec![0x1000, 0x2000, 0x3000],
+            tid: 43,
+            py: vec![(0xc0de, 7)],
+            py_flags: PyFlags(3),
         };
+        assert!(want.py_flags.walked() && want.py_flags.truncated());
+        assert!(!want.py_flags.no_thread() && !want.py_flags.bad_read());
         assert_eq!(decode_record(&b), Ok(Record::Stack(want)));
         assert_eq!(decode_record(&b[..40]), Err(DecodeError::Short(40)));
     }

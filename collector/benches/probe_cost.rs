@@ -31,9 +31,14 @@
 //!    the emulated stand-in, then the emulated one with what calibration does not see: a 256 MB
 //!    working set walked between launches, and `--stacks` 100 frames deep.
 //!
+//! 7. (last) Python frames: CPU ns per ctypes call of the stand-in `cudaDeviceSynchronize` made
+//!    32 Python frames deep (CPython 3.12), untraced, traced in full mode without `--stacks`,
+//!    with `--stacks --no-python-frames` and with `--stacks` (Python frames walked), interleaved
+//!    per round; the walk's cost is the difference of the last two.
+//!
 //! Environment: CAUSEWAY_BENCH_CALLS (default 200,000 per measurement), CAUSEWAY_BENCH_ROUNDS (5),
 //! CAUSEWAY_BENCH_ONLY_SUSTAINED / CAUSEWAY_BENCH_SKIP_SUSTAINED (set: only / skip part 3),
-//! CAUSEWAY_BENCH_ONLY_STEPS (set: only part 5), CAUSEWAY_BENCH_ONLY_IN_SITU (set: only part 6), CAUSEWAY_BENCH_STEPS (steps per run, 1,600),
+//! CAUSEWAY_BENCH_ONLY_STEPS (set: only part 5), CAUSEWAY_BENCH_ONLY_IN_SITU (set: only part 6), CAUSEWAY_BENCH_ONLY_PYTHON (set: only part 7), CAUSEWAY_BENCH_STEPS (steps per run, 1,600),
 //! CAUSEWAY_BENCH_NO_MAP_HOOK (set: traces without the library-load hook).
 //! Part 3 runs first, so that the process's RSS is the collector's.
 
@@ -624,6 +629,148 @@ fn sustained(s: &standin::Standin, dir: &Path, per_s: u64, seconds: u64) {
     );
 }
 
+/// The Python program of part 7: `calls` calls from `depth` Python frames; writes CPU ns/call.
+const PY_BENCH: &str = r#"import ctypes, sys, time
+rt = ctypes.CDLL(sys.argv[1])
+calls, depth, out = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+f = rt.cudaDeviceSynchronize
+def at(k):
+    if k > 1:
+        return at(k - 1)
+    for _ in range(1000):
+        f()
+    t = time.thread_time_ns()
+    for _ in range(calls):
+        f()
+    return (time.thread_time_ns() - t) / calls
+ns = at(depth - 1)
+open(out, "w").write(str(ns))
+"#;
+
+/// BPF time of the call entry program while `f` runs: (run_time_ns, run_cnt) summed over the
+/// programs of that name (kernel BPF statistics, switched on for the call).
+fn entry_prog_time<T>(f: impl FnOnce() -> T) -> (T, u64, u64) {
+    use causeway_bpf::libbpf_rs::query::ProgInfoIter;
+    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
+    let done = Arc::new(AtomicBool::new(false));
+    // The programs go when the trace ends: sample them while it runs, keep each id's last.
+    let sampler = std::thread::spawn({
+        let done = done.clone();
+        move || {
+            let mut last = std::collections::HashMap::new();
+            while !done.load(Ordering::Relaxed) {
+                for p in ProgInfoIter::default() {
+                    if p.name.to_string_lossy().starts_with("cw_call_entry") {
+                        last.insert(p.id, (p.run_time_ns, p.run_cnt));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            last.values()
+                .fold((0, 0), |(t, n), (dt, dn)| (t + dt, n + dn))
+        }
+    });
+    let out = f();
+    done.store(true, Ordering::Relaxed);
+    let (t, n) = sampler.join().unwrap();
+    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "0");
+    (out, t, n)
+}
+
+/// Part 7: what walking 32 Python frames adds to a recorded call, in the same rounds.
+fn python_table(s: &standin::Standin, dir: &Path, calls: u64, rounds: usize) {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let python = format!("{home}/.pyenv/versions/3.12.1/bin/python3");
+    if !Path::new(&python).exists() {
+        println!(
+            "
+part 7 skipped: no CPython 3.12 at {python}"
+        );
+        return;
+    }
+    let script = dir.join("py_bench.py");
+    std::fs::write(&script, PY_BENCH).unwrap();
+    let out = dir.join("py_bench.out");
+    let db = dir.join("py_bench.duckdb");
+    let cmd: Vec<String> = [
+        python.as_str(),
+        script.to_str().unwrap(),
+        s.dir.join("libcudart.so.12").to_str().unwrap(),
+        &calls.to_string(),
+        "32",
+        out.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let sync = causeway_store::catalog::op_by_name("cudaDeviceSynchronize")
+        .unwrap()
+        .id;
+    // (label, traced, stacks, python frames)
+    let runs = [
+        ("untraced", false, false, false),
+        ("full mode, no --stacks", true, false, false),
+        ("--stacks --no-python-frames", true, true, false),
+        ("--stacks (32 Python frames)", true, true, true),
+    ];
+    let mut ns: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+    let mut bpf: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+    let mut walks = 0;
+    for _ in 0..rounds {
+        for (i, &(_, traced, stacks, py)) in runs.iter().enumerate() {
+            let _ = std::fs::remove_file(&out);
+            if traced {
+                let _ = std::fs::remove_file(&db);
+                let mut a = args(&db, cmd.clone(), None);
+                a.probe_modes = vec![(sync, ProbeMode::Full)];
+                a.stacks = stacks;
+                a.no_python_frames = !py;
+                let (summary, t, n) =
+                    entry_prog_time(|| run_trace(&a).expect("trace (run as root)"));
+                bpf[i].push(t as f64 / n.max(1) as f64);
+                if py {
+                    walks = summary.python.walks;
+                    assert!(summary.python.walks >= calls, "{:?}", summary.python);
+                }
+            } else {
+                let st = Command::new(&cmd[0]).args(&cmd[1..]).status().unwrap();
+                assert!(st.success());
+            }
+            let v: f64 = std::fs::read_to_string(&out)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            ns[i].push(v);
+        }
+    }
+    println!("
+Python frames: CPU ns per ctypes call of cudaDeviceSynchronize, 32 Python frames deep, CPython 3.12, {calls} calls, medians of {rounds} rounds");
+    for ((label, ..), v) in runs.iter().zip(&ns) {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(0.0, f64::max);
+        println!(
+            "  {label:<30} {:>9.0} ns  (rounds {lo:.0}-{hi:.0})",
+            median(v.clone())
+        );
+    }
+    let walk: Vec<f64> = ns[3].iter().zip(&ns[2]).map(|(a, b)| a - b).collect();
+    println!(
+        "  Python walk per recorded call: {:.0} ns (median of the rounds' differences; {walks} walks in the last run)",
+        median(walk)
+    );
+    println!(
+        "BPF time of the call entry program per run (kernel statistics, ~45 ns of their own):"
+    );
+    for ((label, traced, ..), v) in runs.iter().zip(&bpf) {
+        if *traced {
+            println!("  {label:<30} {:>7.0} ns", median(v.clone()));
+        }
+    }
+    let walk: Vec<f64> = bpf[3].iter().zip(&bpf[2]).map(|(a, b)| a - b).collect();
+    println!("  Python walk in the entry program: {:.0} ns", median(walk));
+}
+
 fn main() {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("probe_cost needs root (it loads BPF programs)");
@@ -641,6 +788,10 @@ fn main() {
     }
     if std::env::var("CAUSEWAY_BENCH_ONLY_IN_SITU").is_ok() {
         in_situ_table(stepped, &emulated, dir.path(), rounds.min(3));
+        return;
+    }
+    if std::env::var("CAUSEWAY_BENCH_ONLY_PYTHON").is_ok() {
+        python_table(&emulated, dir.path(), calls / 10, rounds);
         return;
     }
     // First, while this process is fresh (its RSS is the collector's).
@@ -672,6 +823,7 @@ fn main() {
     syscall_table(&emulated, dir.path(), rounds);
     steps_table(&emulated, dir.path(), rounds.min(3));
     in_situ_table(stepped, &emulated, dir.path(), rounds.min(3));
+    python_table(&emulated, dir.path(), calls / 10, rounds);
     println!("\ncalibration of the last trace (ns per call; ours/bare in the same run):");
     for (kind, c) in &summary.overhead.costs.kinds {
         println!(

@@ -19,6 +19,7 @@ pub mod live;
 pub mod overhead_control;
 mod places;
 mod poll;
+pub mod python;
 mod recorder;
 mod sampling;
 mod sink;
@@ -30,6 +31,6 @@ pub use check::{CheckReport, check};
 pub use error::CollectorError;
 pub use sink::OnStore;
 pub use trace::{
-    InSituSummary, MapAttach, MapHookSummary, OpSummary, OverheadSummary, SIGKILL_LOSS_BOUND,
-    TraceArgs, TraceHooks, TraceSummary, run_trace, run_trace_with,
+    InSituSummary, MapAttach, MapHookSummary, OpSummary, OverheadSummary, PythonSummary,
+    SIGKILL_LOSS_BOUND, TraceArgs, TraceHooks, TraceSummary, run_trace, run_trace_with,
 };

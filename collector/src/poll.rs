@@ -327,6 +327,10 @@ impl PollState {
                 if let Some(st) = self.stacks.as_mut() {
                     st.maps.forget(raw.pid);
                     st.maps.remember(raw.pid);
+                    // Another program: its interpreter, if any, is looked for again.
+                    if let Some(py) = st.python.as_mut() {
+                        py.forget(raw.pid);
+                    }
                 }
                 if let Some(k) = self.kernels.as_mut() {
                     k.maps.forget(raw.pid);
@@ -339,6 +343,11 @@ impl PollState {
                 self.exits.insert(raw.pid, (raw.arg1 as u64, new));
                 if let Some(st) = self.stacks.as_mut() {
                     st.maps.forget(raw.pid);
+                    // Its kernel entry goes at the next look (a pid may be reused).
+                    if let Some(py) = st.python.as_mut() {
+                        py.forget(raw.pid);
+                        st.py_pending.push(raw.pid);
+                    }
                 }
                 if let Some(k) = self.kernels.as_mut() {
                     k.maps.forget(raw.pid);

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use causeway_bpf::abi::{
     ProbeMode, RawEvent, RawLib, Record, Stat, StatKey, THREAD_SLOTS, decode_batch, decode_records,
+    sum_percpu,
 };
 use causeway_bpf::libbpf_rs::{Link, MapCore, MapFlags, RingBufferBuilder};
 use causeway_bpf::load::{
@@ -41,8 +42,8 @@ use crate::sampling::{DEFAULT_DUTY, Sampler};
 use crate::sink::{Ctl, DropKind, Sink};
 use crate::stacks::Stacks;
 use crate::trace::{
-    InSituSummary, MapAttach, MapHookSummary, Mode, OpSummary, OverheadSummary, TraceArgs,
-    TraceSummary, spawn,
+    InSituSummary, MapAttach, MapHookSummary, Mode, OpSummary, OverheadSummary, PythonSummary,
+    TraceArgs, TraceSummary, spawn,
 };
 
 fn map_err(map: &'static str) -> impl Fn(causeway_bpf::libbpf_rs::Error) -> CollectorError {
@@ -286,12 +287,30 @@ pub(crate) fn record(
     let released = crate::trim::release_startup_pages();
     debug!(mib = released >> 20, "start-up pages released");
     let stacks = if args.stacks {
-        Some(
-            Stacks::start(sink.ctl.clone()).map_err(|source| CollectorError::Os {
+        let mut s = Stacks::start(sink.ctl.clone(), !args.no_python_frames).map_err(|source| {
+            CollectorError::Os {
                 what: "starting the symboliser thread",
                 source,
-            })?,
-        )
+            }
+        })?;
+        if let Some(py) = s.python.as_mut() {
+            py.force = args
+                .python_layout
+                .as_deref()
+                .and_then(|v| v.strip_prefix("3.")?.parse().ok());
+        }
+        // Processes running already: their interpreters are looked for before recording
+        // begins (a command's when it maps its first file, while held).
+        match mode {
+            Mode::Pid(pid) => look_python(&skel, Some(&mut s), [*pid]),
+            Mode::All => look_python(
+                &skel,
+                Some(&mut s),
+                cuda_processes().into_iter().map(|(p, _)| p),
+            ),
+            Mode::Command(_) => {}
+        }
+        Some(s)
     } else {
         None
     };
@@ -471,6 +490,14 @@ pub(crate) fn record(
                 &mut map_hook,
             );
         }
+        // The interpreter (libpython, or the program) is mapped by now, and a held process has
+        // not run any Python yet: its Python frames are walked from its first call on.
+        let py_pids: Vec<u32> = mapped_pids
+            .iter()
+            .copied()
+            .chain(execs.iter().map(|(p, _)| *p))
+            .collect();
+        look_python(&skel, state.borrow_mut().stacks.as_mut(), py_pids);
         let programs = programs
             .iter()
             .map(|p| (p.pid, p.ts_mono_ns, Some(p.file_key())));
@@ -521,6 +548,15 @@ pub(crate) fn record(
                 })
                 .collect();
             let _ = sink.ctl.send(Ctl::Attach(rows));
+        }
+        let pending = state
+            .borrow_mut()
+            .stacks
+            .as_mut()
+            .map(|s| std::mem::take(&mut s.py_pending))
+            .unwrap_or_default();
+        if !pending.is_empty() {
+            look_python(&skel, state.borrow_mut().stacks.as_mut(), pending);
         }
         // Small batches are held briefly so a fast-waking ring does not flood the channel.
         if last_flush.elapsed() >= Duration::from_millis(100) {
@@ -730,6 +766,10 @@ pub(crate) fn record(
     if let Some(p) = st.places.take() {
         p.finish();
     }
+    let python = python_summary(&skel, st.stacks.as_ref());
+    if let Some(d) = python_drop(&python) {
+        let _ = sink.ctl.send(d);
+    }
     let distinct_stacks = st.stacks.take().map_or(0, |s| {
         let n = s.distinct;
         s.finish();
@@ -780,10 +820,86 @@ pub(crate) fn record(
             in_situ: in_situ_summary,
         },
         stacks: distinct_stacks,
+        python,
         map_hook,
         kernels: kernel_summary,
     };
     Ok((summary, st.sent))
+}
+
+/// Looks for CPython in `pids` and gives the kernel the layout of each one found (bpf python.h);
+/// a process found not to run one (any more: it exec'd or exited) loses its entry.
+fn look_python(
+    skel: &CausewaySkel<'_>,
+    stacks: Option<&mut Stacks>,
+    pids: impl IntoIterator<Item = u32>,
+) {
+    let Some(py) = stacks.and_then(|s| s.python.as_mut()) else {
+        return;
+    };
+    for pid in pids {
+        let key = pid.to_ne_bytes();
+        match py.look(pid) {
+            Some(walk) => match skel
+                .maps
+                .py_procs
+                .update(&key, &walk.to_bytes(), MapFlags::ANY)
+            {
+                Ok(()) => info!(
+                    pid,
+                    "CPython found: Python frames are recorded with the stacks"
+                ),
+                Err(err) => {
+                    warn!(pid, %err, "Python frames not recorded for this process: py_procs is full")
+                }
+            },
+            None if py.get(pid).is_none() => {
+                let _ = skel.maps.py_procs.delete(&key);
+            }
+            None => {}
+        }
+    }
+}
+
+/// What the Python walks came to: the kernel's per-call counts and the stacks' statuses.
+fn python_summary(skel: &CausewaySkel<'_>, stacks: Option<&Stacks>) -> PythonSummary {
+    let Some((s, py)) = stacks.and_then(|s| Some((s, s.python.as_ref()?))) else {
+        return PythonSummary::default();
+    };
+    let count = |slot: u32| {
+        skel.maps
+            .py_counts
+            .lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY)
+            .ok()
+            .flatten()
+            .map_or(0, |v| sum_percpu(&v))
+    };
+    PythonSummary {
+        processes: py.found(),
+        unsupported: py.unsupported(),
+        walks: count(0),
+        no_thread: count(1),
+        truncated: count(2),
+        bad_read: count(3),
+        early_stacks: s.py_early(),
+        stacks: s.py_statuses.clone(),
+    }
+}
+
+/// The drop row for calls recorded without their Python frames, if any were.
+fn python_drop(p: &PythonSummary) -> Option<Ctl> {
+    let stacks = |k: &str| p.stacks.get(k).copied().unwrap_or(0);
+    let (rejected, unreadable) = (stacks("rejected"), stacks("unreadable"));
+    let count = p.no_thread + rejected + unreadable + p.unsupported + p.early_stacks;
+    (count > 0).then(|| Ctl::Drop {
+        kind: DropKind::PythonFrames,
+        op: None,
+        count,
+        detail: format!(
+            "Python frames missing: {} calls whose thread's interpreter state was not found, {rejected} stacks whose frames did not read as code objects, {unreadable} stacks of processes gone before their frames were read, {} stacks recorded before their process's interpreter was found, {} processes with an unsupported CPython",
+            p.no_thread, p.early_stacks, p.unsupported
+        ),
+    })
 }
 
 /// The full-mode events still in the threads' batches (read when no program runs any more).

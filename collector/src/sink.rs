@@ -31,6 +31,9 @@ pub enum DropKind {
     ChannelFull,
     /// A held process was let go before its libraries' probes were attached.
     HoldTimeout,
+    /// Calls recorded with a stack but without their Python frames (thread state not found,
+    /// frames that did not read as code objects, an unsupported CPython).
+    PythonFrames,
 }
 
 impl DropKind {
@@ -40,6 +43,7 @@ impl DropKind {
             DropKind::RingbufFull => "ringbuf_full",
             DropKind::ChannelFull => "channel_full",
             DropKind::HoldTimeout => "hold_timeout",
+            DropKind::PythonFrames => "python_frames",
         }
     }
 }
@@ -66,6 +70,8 @@ pub enum Ctl {
     Counts(Vec<OpCount>, Vec<HistogramBucket>),
     /// A symbolised user stack (hash as stored in events.stack_hash, frames innermost first).
     Stack(i64, Vec<Frame>),
+    /// The CPython frames of a stack (same hash), innermost first.
+    PyStack(i64, causeway_store::PythonStack),
     /// Calibrated probe costs.
     Costs(Vec<ProbeCost>),
     /// Probe-mode switches.
@@ -228,6 +234,7 @@ fn run(
                         Ctl::Drop { kind, op, count, detail } => w.record_drop(kind.as_str(), op, count, &detail),
                         Ctl::Counts(counts, hist) => w.record_op_counts(&counts).and_then(|()| w.record_histogram(&hist)),
                         Ctl::Stack(hash, frames) => w.add_stack(hash, &frames),
+                        Ctl::PyStack(hash, py) => w.add_python_stack(hash, &py),
                         Ctl::Costs(costs) => w.record_probe_costs(&costs),
                         Ctl::Modes(switches) => w.record_mode_switches(&switches),
                         Ctl::Overhead(rows) => w.record_overhead(&rows),

@@ -3,6 +3,8 @@
 //! snapshot taken when the process is first seen, refreshed on a miss), and a symboliser thread
 //! turns (file, file offset) pairs into symbol names with blazesym. Working from files rather
 //! than the live process lets stacks of processes that already exited be symbolised too.
+//! CPython frames in the same record are named here, on the poll thread, from the code objects
+//! in the live process (python.rs), and go to the writer at once.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
@@ -12,10 +14,11 @@ use std::thread::JoinHandle;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use causeway_bpf::abi::RawStack;
-use causeway_store::Frame;
+use causeway_store::{Frame, PythonStack};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use tracing::debug;
 
+use crate::python::{Interpreters, Rejected};
 use crate::sink::Ctl;
 
 /// Longest symbol name stored (C++ template names can be very long).
@@ -140,22 +143,77 @@ pub struct Stacks {
     join: Option<JoinHandle<()>>,
     /// Distinct stacks handed to the symboliser.
     pub distinct: u64,
+    /// CPython interpreters of the traced processes; None with Python frames off.
+    pub python: Option<Interpreters>,
+    /// Processes to look at for an interpreter (their stacks came before it was known).
+    pub py_pending: Vec<u32>,
+    /// Distinct stacks by the status of their Python frames.
+    pub py_statuses: std::collections::BTreeMap<&'static str, u64>,
+    /// Distinct stacks per process recorded before its interpreter was in the kernel (they
+    /// have no Python frames; counted as missing once the process is found to run CPython).
+    py_early: HashMap<u32, u64>,
+    ctl: Sender<Ctl>,
 }
 
 impl Stacks {
     /// Starts the symboliser thread; symbolised stacks go to the writer as `Ctl::Stack`.
-    pub fn start(ctl: Sender<Ctl>) -> std::io::Result<Stacks> {
+    /// With `python`, CPython frames are named too.
+    pub fn start(ctl: Sender<Ctl>, python: bool) -> std::io::Result<Stacks> {
         let (tx, rx) = unbounded();
+        let to_writer = ctl.clone();
         let join = std::thread::Builder::new()
             .name("causeway-symbols".into())
-            .spawn(move || run(rx, ctl))?;
+            .spawn(move || run(rx, to_writer))?;
         Ok(Stacks {
             maps: MapsCache::default(),
             sent: HashSet::new(),
             jobs: Some(tx),
             join: Some(join),
             distinct: 0,
+            python: python.then(Interpreters::default),
+            py_pending: Vec::new(),
+            py_statuses: std::collections::BTreeMap::new(),
+            py_early: HashMap::new(),
+            ctl,
         })
+    }
+
+    /// Names the Python frames of a new stack (reading the live process) and sends them.
+    fn python_frames(&mut self, s: &RawStack) {
+        let Some(py) = self.python.as_mut() else {
+            return;
+        };
+        let f = s.py_flags;
+        if !f.walked() && !f.no_thread() {
+            // Not (yet) known as CPython in the kernel: look at the process.
+            if !py.looked_at(s.pid) {
+                self.py_pending.push(s.pid);
+            }
+            *self.py_early.entry(s.pid).or_default() += 1;
+            return;
+        }
+        let (status, frames) = if f.no_thread() {
+            ("no_thread", Vec::new())
+        } else {
+            let named = match py.get(s.pid).cloned() {
+                Some(interp) => py.symbols.frames(s.pid, &interp, &s.py),
+                None => Err(Rejected::Invalid),
+            };
+            match named {
+                Ok(frames) if f.truncated() => ("truncated", frames),
+                Ok(frames) if f.bad_read() => ("partial", frames),
+                Ok(frames) => ("ok", frames),
+                Err(Rejected::Invalid) => ("rejected", Vec::new()),
+                Err(Rejected::Unreadable) => ("unreadable", Vec::new()),
+            }
+        };
+        *self.py_statuses.entry(status).or_default() += 1;
+        let stack = PythonStack {
+            tid: s.tid,
+            status,
+            frames,
+        };
+        let _ = self.ctl.send(Ctl::PyStack(s.hash as i64, stack));
     }
 
     /// Handles a stack record: locates its frames now (the process may exit soon) and queues it.
@@ -163,6 +221,7 @@ impl Stacks {
         if !self.sent.insert(s.hash) {
             return;
         }
+        self.python_frames(&s);
         let located = self.maps.locate(s.pid, &s.ips);
         let frames = s.ips.into_iter().zip(located).collect();
         if let Some(tx) = &self.jobs {
@@ -172,6 +231,17 @@ impl Stacks {
             });
             self.distinct += 1;
         }
+    }
+
+    /// Distinct stacks of CPython processes recorded before their interpreter was found.
+    pub fn py_early(&self) -> u64 {
+        let Some(py) = self.python.as_ref() else {
+            return 0;
+        };
+        (self.py_early.iter())
+            .filter(|(pid, _)| py.was_found(**pid))
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// Waits until every queued stack is symbolised and handed to the writer.

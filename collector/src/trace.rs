@@ -155,9 +155,13 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = 100.0 * DEFAULT_DUTY, value_name = "PCT", value_parser = parse_duty)]
     pub sample_duty: f64,
     /// Record the user-space call stack of every call made in full mode, symbolised by name
-    /// (frames are found through frame pointers).
+    /// (frames are found through frame pointers); in CPython 3.10-3.13 processes also the
+    /// calling thread's Python frames (file, function, line).
     #[arg(long)]
     pub stacks: bool,
+    /// With --stacks: record native frames only, not the Python frames of CPython processes.
+    #[arg(long, requires = "stacks")]
+    pub no_python_frames: bool,
     /// Attach one classic uprobe per function even where the kernel has uprobe.multi (the path
     /// used on kernels before 6.6; slower to detach).
     #[arg(long, hide = true)]
@@ -178,6 +182,10 @@ pub struct TraceArgs {
     /// Fault injection for tests: each attach after a mapping takes this much longer.
     #[arg(skip)]
     pub stall_attach: Option<Duration>,
+    /// Fault injection for tests: the CPython layout of this version ("3.12") is used for
+    /// every interpreter found, whatever its own version.
+    #[arg(skip)]
+    pub python_layout: Option<String>,
     /// Time socket calls from system call entry to exit (whole-call durations, the send/recv
     /// family only; the path used on kernels before 6.3) instead of from their first block to
     /// their return; every system call on the machine pays for it (~170 ns each on the
@@ -303,10 +311,34 @@ pub struct TraceSummary {
     pub overhead: OverheadSummary,
     /// Distinct user stacks recorded (`--stacks`).
     pub stacks: u64,
+    /// Python frames of the stacks (`--stacks` in CPython processes).
+    pub python: PythonSummary,
     /// Libraries attached when they were mapped (the library-load hook).
     pub map_hook: MapHookSummary,
     /// Kernels named from the launches' host stubs.
     pub kernels: crate::kernels::KernelSummary,
+}
+
+/// How the Python frames of `--stacks` went.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PythonSummary {
+    /// Processes found running a supported CPython.
+    pub processes: u64,
+    /// Processes running a CPython with no tested layout (none of their frames recorded).
+    pub unsupported: u64,
+    /// Walks of a thread's frames at recorded calls (the kernel's count, per call).
+    pub walks: u64,
+    /// Calls whose thread's interpreter state was not found (recorded without Python frames).
+    pub no_thread: u64,
+    /// Walks cut at the 32-frame limit.
+    pub truncated: u64,
+    /// Walks that stopped at a frame that could not be read.
+    pub bad_read: u64,
+    /// Distinct stacks of CPython processes recorded before their interpreter was found (a
+    /// process not started by the trace, before its first stack arrived): no Python frames.
+    pub early_stacks: u64,
+    /// Distinct stacks by the status of their Python frames (python_stacks.status).
+    pub stacks: std::collections::BTreeMap<&'static str, u64>,
 }
 
 fn libbpf_log(level: PrintLevel, msg: String) {

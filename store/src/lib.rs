@@ -32,7 +32,7 @@ pub use reader::{ColumnInfo, QueryLimits, QueryResult, Reader, ReaderOptions};
 pub use row::{FromRow, row};
 pub use rows::{
     CgroupInfo, CgroupSchedstat, ChainRow, Event, Frame, HistogramBucket, OpCount, ProcessInfo,
-    SessionInfo, SessionRow, SystemSnapshot,
+    PythonFrame, PythonStack, SessionInfo, SessionRow, SystemSnapshot,
 };
 pub use writer::{
     LIVE_READERS, MAX_EVENT_DURATION_NS, MAX_TIMESTAMP_NS, REOPEN_ROWS, SharedReader, Writer,

@@ -194,6 +194,17 @@ fn copy_source(conn: &Connection, tmp: &Path, src: &Path, i: usize) -> Result<So
     .into_iter()
     .filter(|(v, _)| version >= *v)
     .map(|(_, t)| t);
+    // Python frames are interned by stack hash, like stack_frames (schema 10).
+    let python = if version >= 10 {
+        format!(
+            "INSERT INTO python_stacks SELECT * FROM {alias}.python_stacks
+               WHERE stack_hash NOT IN (SELECT stack_hash FROM main.python_stacks);
+             INSERT INTO python_frames SELECT * FROM {alias}.python_frames
+               WHERE stack_hash NOT IN (SELECT stack_hash FROM main.python_frames);"
+        )
+    } else {
+        String::new()
+    };
     let per_node: Vec<String> = PER_NODE_TABLES
         .iter()
         .copied()
@@ -227,8 +238,11 @@ fn copy_source(conn: &Connection, tmp: &Path, src: &Path, i: usize) -> Result<So
            SELECT * FROM {alias}.stack_frames
            WHERE stack_hash NOT IN (SELECT stack_hash FROM main.stack_frames);
          {}
+         {}
          COMMIT;",
-        per_node.join("\n")
+        per_node.join("\n"),
+        python
+
     ))
     .inspect_err(|_| {
         let _ = conn.execute_batch("ROLLBACK");

@@ -70,6 +70,28 @@ pub struct ProcessInfo {
     pub gpu_devices: String,
 }
 
+/// The CPython frames of one call stack (`python_stacks`, `python_frames`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PythonStack {
+    /// The calling thread.
+    pub tid: u32,
+    /// ok, truncated, no_thread, rejected or unreadable.
+    pub status: &'static str,
+    /// Innermost first.
+    pub frames: Vec<PythonFrame>,
+}
+
+/// One CPython frame: where the calling thread's Python code was.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PythonFrame {
+    /// Source file (`co_filename`).
+    pub file: String,
+    /// Qualified function name (`co_qualname`; 3.10: `co_name`).
+    pub function: String,
+    /// Source line, 0 when the instruction has none.
+    pub line: u32,
+}
+
 /// One frame of a call stack.
 #[derive(Debug, Clone, Default)]
 pub struct Frame {

@@ -20,7 +20,8 @@ use crate::catalog::{OPS, Source};
 /// (008_tasks.sql).
 /// 9: where processes run: `processes.cgroup_id`, `gpu_visible`, `gpu_devices`, and the
 /// container runtime, pod uid, container name and a note in `cgroups` (009_placement.sql).
-pub const SCHEMA_VERSION: u32 = 9;
+/// 10: `python_stacks` and `python_frames`, the CPython frames of call stacks (010_python.sql).
+pub const SCHEMA_VERSION: u32 = 10;
 
 /// The oldest version this build reads: the event layout of version 2. Version-1 files are
 /// refused with a hint to import or record them again.
@@ -40,6 +41,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (7, include_str!("../sql/007_attach_kernels.sql")),
     (8, include_str!("../sql/008_tasks.sql")),
     (9, include_str!("../sql/009_placement.sql")),
+    (10, include_str!("../sql/010_python.sql")),
 ];
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
@@ -223,6 +225,30 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "why pod metadata is missing, when it is (unreachable, refused, malformed answer)",
     ),
     ("stack_frames", "depth", "", "0 = innermost frame"),
+    (
+        "python_stacks",
+        "status",
+        "",
+        "how the calling thread's CPython frames were walked: ok, truncated (deeper than 32 frames: the outermost are cut), partial (a frame could not be read: the ones inside it are kept), no_thread (the thread's interpreter state was not found: none recorded), rejected (a recorded frame did not read as a code object: none kept), unreadable (the process was gone)",
+    ),
+    (
+        "python_frames",
+        "depth",
+        "",
+        "0 = innermost Python frame (the one that made the call); join stack_frames on stack_hash for the native frames",
+    ),
+    (
+        "python_frames",
+        "function",
+        "",
+        "qualified function name (co_qualname; CPython 3.10: co_name) (data from the traced machine)",
+    ),
+    (
+        "python_frames",
+        "line",
+        "",
+        "source line being run in that frame, 0 when the instruction has none",
+    ),
     (
         "stack_frames",
         "symbol",

@@ -11,7 +11,7 @@ use crate::batch::EventBuffer;
 use crate::error::{DuckContext, Result, StoreError};
 use crate::rows::{
     CgroupInfo, CgroupSchedstat, ChainRow, Event, Frame, HistogramBucket, OpCount, ProcessInfo,
-    SessionInfo, SessionRow, SystemSnapshot,
+    PythonStack, SessionInfo, SessionRow, SystemSnapshot,
 };
 use crate::schema;
 
@@ -682,6 +682,36 @@ impl Writer {
             }
         }
         tx.commit().ctx(&self.path, "committing a stack")?;
+        Ok(())
+    }
+
+    /// Records the CPython frames of a stack (once per stack hash).
+    pub fn add_python_stack(&mut self, stack_hash: i64, py: &PythonStack) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction()
+            .ctx(&self.path, "starting a transaction")?;
+        tx.execute(
+            "INSERT INTO python_stacks VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            params![stack_hash, py.tid, py.status, py.frames.len() as u16],
+        )
+        .ctx(&self.path, "recording a Python stack")?;
+        {
+            let mut st = tx
+                .prepare("INSERT INTO python_frames VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+                .ctx(&self.path, "preparing a Python frame insert")?;
+            for (depth, f) in py.frames.iter().enumerate() {
+                st.execute(params![
+                    stack_hash,
+                    depth as u16,
+                    f.file,
+                    f.function,
+                    f.line
+                ])
+                .ctx(&self.path, "recording a Python frame")?;
+            }
+        }
+        tx.commit().ctx(&self.path, "committing a Python stack")?;
         Ok(())
     }
 

@@ -1,5 +1,8 @@
 //! `get_stacks` (CLI `causeway stacks`): the call stacks that cost the most time for an op,
-//! process and window, with resolved frames from `stack_frames` joined on `events.stack_hash`.
+//! process and window, with resolved frames from `stack_frames` joined on `events.stack_hash`,
+//! and the CPython frames of `python_frames` (file, function, line) where the collector recorded
+//! them: those are what a Python program's author reads, so they come first (innermost first),
+//! then the native frames, within max_frames (raise it for every native frame).
 
 use causeway_store::duckdb::params;
 use causeway_store::sanitize::sanitize_with;
@@ -47,7 +50,8 @@ pub struct StackOut {
     pub p50_ns: i64,
     /// Longest.
     pub max_ns: i64,
-    /// Frames, innermost first (data from the traced machine).
+    /// Frames, innermost first (data from the traced machine): a Python program's frames
+    /// (symbol: the function, module: file:line), then the native ones.
     pub frames: Vec<FrameOut>,
     /// Frames left out (max_frames).
     pub more_frames: usize,
@@ -86,6 +90,35 @@ WHERE d.stack_hash = 0 AND d.timestamp BETWEEN ? AND ?
 const FRAMES_SQL: &str = "
 SELECT CASE WHEN symbol = '' THEN printf('0x%x', ip) ELSE symbol END, module
 FROM stack_frames WHERE stack_hash = ? ORDER BY depth";
+
+const HAS_PYTHON_SQL: &str =
+    "SELECT count(*)::BIGINT FROM duckdb_tables() WHERE table_name = 'python_frames'";
+
+const PY_STATUS_SQL: &str = "SELECT status FROM python_stacks WHERE stack_hash = ?";
+
+const PY_FRAMES_SQL: &str =
+    "SELECT function, file, line FROM python_frames WHERE stack_hash = ? ORDER BY depth";
+
+/// What a stack's python_stacks.status tells a reader (as a frame of its own, after the Python
+/// frames), None when nothing needs saying.
+fn python_note(status: &str) -> Option<String> {
+    Some(
+        match status {
+            "ok" => return None,
+            "truncated" => "Python frames cut at the walk limit of 32: the outermost are missing",
+            "partial" => "a Python frame could not be read: the outer ones are missing",
+            "no_thread" => {
+                "Python frames not recorded: the thread's interpreter state was not found"
+            }
+            "rejected" => "Python frames not recorded: they did not read as code objects",
+            "unreadable" => {
+                "Python frames not recorded: the process was gone before they were read"
+            }
+            _ => "Python frames: unknown status",
+        }
+        .to_string(),
+    )
+}
 
 fn duck(r: &Reader, action: &'static str) -> impl Fn(causeway_store::duckdb::Error) -> ToolError {
     let path = r.path().to_path_buf();
@@ -137,6 +170,13 @@ pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, Too
     let total_stacks = rows.len();
     let (rows, next_cursor) = page(rows, offset, limit);
     let mut frames_stmt = reader.prepare_trusted(FRAMES_SQL)?;
+    // Files written before schema 10 have no Python tables.
+    let has_python = reader
+        .prepare_trusted(HAS_PYTHON_SQL)?
+        .query_row([], |r| r.get::<_, i64>(0))
+        .map_err(duck(reader, "looking for the Python frames table"))?
+        > 0;
+
     let mut stacks = Vec::with_capacity(rows.len());
     for (hash, calls, total, p50, max, ops) in rows {
         let all: Vec<FrameOut> = frames_stmt
@@ -151,7 +191,13 @@ pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, Too
             })
             .and_then(|rows| rows.collect())
             .map_err(duck(reader, "reading stack frames"))?;
-        let more_frames = all.len().saturating_sub(max_frames);
+        let mut frames = if has_python {
+            python_frames(reader, hash)?
+        } else {
+            Vec::new()
+        };
+        frames.extend(all);
+        let more_frames = frames.len().saturating_sub(max_frames);
         stacks.push(StackOut {
             stack_hash: hash,
             ops: ops.split(',').map(str::to_string).collect(),
@@ -159,7 +205,7 @@ pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, Too
             total_ns: total,
             p50_ns: p50,
             max_ns: max,
-            frames: all.into_iter().take(max_frames).collect(),
+            frames: frames.into_iter().take(max_frames).collect(),
             more_frames,
         });
     }
@@ -170,6 +216,37 @@ pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, Too
         window: [w.from_ns, w.until_ns],
         next_cursor,
     })
+}
+
+/// The Python frames of one stack as frames (function; file:line), with a note frame after them
+/// when they were cut or are missing.
+fn python_frames(reader: &Reader, hash: i64) -> Result<Vec<FrameOut>, ToolError> {
+    let status: Option<String> = reader
+        .prepare_trusted(PY_STATUS_SQL)?
+        .query_map(params![hash], |r| r.get(0))
+        .and_then(|mut rows| rows.next().transpose())
+        .map_err(duck(reader, "reading a Python stack"))?;
+    let Some(status) = status else {
+        return Ok(Vec::new());
+    };
+    let mut frames: Vec<FrameOut> = reader
+        .prepare_trusted(PY_FRAMES_SQL)?
+        .query_map(params![hash], |r| {
+            let file = r.get::<_, String>(1)?;
+            Ok(FrameOut {
+                symbol: sanitize_with(&r.get::<_, String>(0)?, 160),
+                module: sanitize_with(&format!("{file}:{}", r.get::<_, u32>(2)?), 200),
+            })
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(duck(reader, "reading Python frames"))?;
+    if let Some(note) = python_note(&status) {
+        frames.push(FrameOut {
+            symbol: format!("({note})"),
+            module: "python".into(),
+        });
+    }
+    Ok(frames)
 }
 
 /// `get_stacks`.

@@ -297,7 +297,7 @@ static __always_inline int cw_entry(struct pt_regs *ctx)
 	st.slot = slot;
 	st.sp = ctx->sp;
 	if (stacks_enabled && mode == CW_MODE_FULL)
-		st.stack_hash = cw_user_stack(ctx, tgid);
+		st.stack_hash = cw_user_stack(ctx, task, tgid);
 	st.ts = bpf_ktime_get_ns();
 	fl->calls[d] = st;
 	fl->depth = d + 1;

@@ -43,6 +43,7 @@ struct cw_stack_event cw_stack_event_abi = {};
 struct cw_lib_event cw_lib_event_abi = {};
 struct cw_name_event cw_name_event_abi = {};
 struct cw_task_event cw_task_event_abi = {};
+struct cw_py_frame cw_py_frame_abi = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

@@ -97,6 +97,21 @@
 
 /* Deepest user stack recorded (innermost frames first). */
 #define CW_MAX_FRAMES 32
+/* Most Python frames recorded per stack (innermost first); deeper stacks are cut and flagged. */
+#define CW_MAX_PY_FRAMES 32
+
+/* Flags of a stack's Python frames (struct cw_stack_event.py_flags). */
+#define CW_PY_WALKED 1    /* the process runs a known CPython and the thread's state was found */
+#define CW_PY_TRUNCATED 2 /* more Python frames than CW_MAX_PY_FRAMES: the outermost are cut */
+#define CW_PY_NO_THREAD 4 /* a known CPython, but the calling thread's state was not found */
+#define CW_PY_BAD_READ 8  /* a frame could not be read: the frames before it are kept */
+
+/* Slots of the per-CPU `py_counts` array: walks at recorded calls, by outcome. */
+#define CW_PYC_WALKED 0
+#define CW_PYC_NO_THREAD 1
+#define CW_PYC_TRUNCATED 2
+#define CW_PYC_BAD_READ 3
+#define CW_PYC_SLOTS 4
 /* log2 histogram buckets of durations in ns (bucket i counts [2^i, 2^(i+1)), bucket 0 also 0). */
 #define CW_HIST_BUCKETS 40
 
@@ -116,7 +131,15 @@ struct cw_event {
 	__u64 stack_hash;   /* user stack at the call (struct cw_stack_event.hash), 0 = none */
 };
 
-/* A user stack, sent once per distinct (process, frames) hash; events refer to it by hash. */
+/* One CPython frame: its code object and where in it the thread is (3.11+: the instruction
+ * pointer; 3.10: f_lasti, an instruction index). User space reads the code object. */
+struct cw_py_frame {
+	__u64 code;
+	__u64 instr;
+};
+
+/* A user stack, sent once per distinct (process, frames) hash; events refer to it by hash. The
+ * hash covers the Python frames too: one native stack runs many Python lines. */
 struct cw_stack_event {
 	__u8 kind;          /* CW_KIND_STACK */
 	__u8 pad;
@@ -124,6 +147,10 @@ struct cw_stack_event {
 	__u32 pid;          /* process (tgid) whose address space the ips belong to */
 	__u64 hash;         /* never 0 */
 	__u64 ips[CW_MAX_FRAMES];
+	__u16 npy;          /* valid entries of py */
+	__u16 py_flags;     /* CW_PY_* */
+	__u32 tid;          /* the calling thread */
+	struct cw_py_frame py[CW_MAX_PY_FRAMES];
 };
 
 /* The name cuModuleGetFunction / cuLibraryGetKernel got a handle by, read when the call returns

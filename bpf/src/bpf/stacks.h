@@ -6,16 +6,24 @@
 // only the hash. A stack whose record was lost to a full ring buffer is not marked as sent, so
 // its next occurrence sends it again. User space symbolises the frames (collector/src/stacks.rs);
 // stack records wake it at once, so it can read the process's mappings while the process runs.
+// In a CPython process the thread's Python frames (python.h) go into the same record and hash;
+// they are recorded even where the native walk fails (code built without frame pointers).
 #ifndef CAUSEWAY_STACKS_H
 #define CAUSEWAY_STACKS_H
 
 #include "common.h"
+#include "python.h"
+
+struct cw_stack_scratch {
+	__u64 ips[CW_MAX_FRAMES];
+	struct cw_stack_py py;
+};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64[CW_MAX_FRAMES]);
+	__type(value, struct cw_stack_scratch);
 } stack_scratch SEC(".maps");
 
 /* Hashes already sent to user space (an evicted one is merely sent again). */
@@ -27,23 +35,28 @@ struct {
 } stacks_sent SEC(".maps");
 
 /* The hash of the current user stack (sending its frames if new); 0 when it cannot be read. */
-static __always_inline __u64 cw_user_stack(struct pt_regs *ctx, __u32 tgid)
+static __always_inline __u64 cw_user_stack(struct pt_regs *ctx, struct task_struct *task,
+					   __u32 tgid)
 {
 	__u32 zero = 0;
-	__u64 *ips = bpf_map_lookup_elem(&stack_scratch, &zero);
-	if (!ips)
+	struct cw_stack_scratch *sc = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!sc)
 		return 0;
+	__u64 *ips = sc->ips;
+	__u16 py_flags = 0;
+	__u64 py_hash = 0;
+	__u32 npy = cw_py_walk(task, tgid, &sc->py, &py_flags, &py_hash);
 	/* Walked into ips[1..]: ips[1] is the probed function's first instruction. The probe sits
 	 * there, before any frame is set up, so the caller's return address is at [sp]; unwinders
 	 * that do not recognise a function entry miss it (the walk resumes at the caller's caller).
 	 * Then it goes into ips[1] and the stack starts at ips[0]. */
 	long n = bpf_get_stack(ctx, &ips[1], (CW_MAX_FRAMES - 1) * sizeof(__u64), BPF_F_USER_STACK);
-	if (n <= 0)
+	if (n <= 0 && npy == 0)
 		return 0;
-	__u32 got = n / sizeof(__u64);
+	__u32 got = n > 0 ? n / sizeof(__u64) : 0;
 	__u32 first = 1, nframes = got;
 	__u64 ret = 0;
-	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)ctx->sp) == 0 && ret &&
+	if (got > 0 && bpf_probe_read_user(&ret, sizeof(ret), (void *)ctx->sp) == 0 && ret &&
 	    (got < 2 || ips[2] != ret)) {
 		ips[0] = ips[1];
 		ips[1] = ret;
@@ -58,6 +71,9 @@ static __always_inline __u64 cw_user_stack(struct pt_regs *ctx, __u32 tgid)
 		h = (h ^ ips[j]) * 0x100000001b3ULL;
 		h ^= h >> 29;
 	}
+	h ^= py_hash;
+	/* A thread whose state was not found, or a cut walk, is another stack than a full one. */
+	h ^= (__u64)py_flags << 48;
 	/* Final avalanche (splitmix64), so that every bit depends on every frame. */
 	h ^= h >> 30;
 	h *= 0xbf58476d1ce4e5b9ULL;
@@ -86,6 +102,11 @@ static __always_inline __u64 cw_user_stack(struct pt_regs *ctx, __u32 tgid)
 		__u32 j = first + i;
 		e->ips[i] = (i < nframes && j < CW_MAX_FRAMES) ? ips[j] : 0;
 	}
+	e->npy = npy;
+	e->py_flags = py_flags;
+	e->tid = task->pid;
+	/* Entries past npy are what an earlier walk left: user space reads npy of them. */
+	__builtin_memcpy(e->py, sc->py.py, sizeof(e->py));
 	/* Wake the consumer now (new stacks are rare): it reads the process's mappings while the
 	 * process is surely still alive. */
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);

@@ -45,6 +45,7 @@ enum bpf_map_type {
 /* Helpers whose presence the programs check at load time (bpf_core_enum_value_exists). */
 enum bpf_func_id {
 	BPF_FUNC_find_vma = 180,
+	BPF_FUNC_loop = 181,
 };
 
 enum {
@@ -122,8 +123,14 @@ struct css_set {
 	struct cgroup *dfl_cgrp;
 };
 
+/* x86-64: the thread's FS base, which is glibc's pthread_self() (CPython's thread ident). */
+struct thread_struct {
+	unsigned long fsbase;
+};
+
 struct task_struct {
 	struct sched_entity se;
+	struct thread_struct thread;
 	struct signal_struct *signal;
 	int wake_cpu;
 	int exit_code;

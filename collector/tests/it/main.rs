@@ -13,6 +13,7 @@ mod net;
 mod overhead;
 mod overrun;
 mod placement;
+mod python;
 mod real_runtime;
 mod sched;
 mod stacks;

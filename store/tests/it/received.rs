@@ -58,8 +58,9 @@ fn a_version_2_file_is_upgraded_and_extended() {
              ALTER TABLE processes DROP COLUMN gpu_devices; ALTER TABLE cgroups DROP COLUMN runtime;
              ALTER TABLE cgroups DROP COLUMN pod_uid; ALTER TABLE cgroups DROP COLUMN container_name;
              ALTER TABLE cgroups DROP COLUMN note;
+             DROP TABLE python_stacks; DROP TABLE python_frames;
              DELETE FROM schema_columns
-               WHERE table_name IN ('metric_points', 'log_records', 'probe_sampling', 'probe_in_situ', 'library_attach', 'kernels', 'kernel_launches', 'tasks');
+               WHERE table_name IN ('metric_points', 'log_records', 'probe_sampling', 'probe_in_situ', 'library_attach', 'kernels', 'kernel_launches', 'tasks', 'python_stacks', 'python_frames');
              UPDATE meta SET value = '2' WHERE key = 'schema_version'",
         )
         .unwrap();

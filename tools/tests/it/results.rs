@@ -444,3 +444,84 @@ fn extreme_values_neither_fail_nor_overflow() {
         ok(&c, name, args);
     }
 }
+
+/// A stack with Python frames: `get_stacks` shows them (sanitised) before the native frames,
+/// and says when the Python frames were cut.
+#[test]
+fn stacks_show_python_frames_before_the_native_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("py.duckdb");
+    let mut w = Writer::create(
+        &path,
+        WriterOptions {
+            node: "n".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    w.add_stack(
+        42,
+        &[Frame {
+            ip: 1,
+            symbol: "cudaLaunchKernel".into(),
+            module: "libcudart.so.12".into(),
+            offset: 0,
+        }],
+    )
+    .unwrap();
+    let frame = |function: &str, line| causeway_store::PythonFrame {
+        file: "/srv/train.py".into(),
+        function: function.into(),
+        line,
+    };
+    w.add_python_stack(
+        42,
+        &causeway_store::PythonStack {
+            tid: 7,
+            status: "truncated",
+            frames: vec![frame("Model.forward\u{202e}", 31), frame("<module>", 90)],
+        },
+    )
+    .unwrap();
+    w.append(&Event {
+        timestamp: 1_000,
+        duration: 5,
+        pid: 7,
+        tid: 7,
+        comm: "python".into(),
+        op_id: 3,
+        stack_hash: 42,
+        ..Default::default()
+    })
+    .unwrap();
+    w.finish().unwrap();
+    let c = Context::new(path, vec![]);
+    let out = call(&c, "get_stacks", json!({})).unwrap();
+    let s = &out.structured["stacks"][0];
+    let frame = |i: usize| {
+        (
+            s["frames"][i]["symbol"].as_str().unwrap().to_string(),
+            s["frames"][i]["module"].as_str().unwrap().to_string(),
+        )
+    };
+    assert_eq!(
+        frame(0),
+        ("Model.forward\u{fffd}".into(), "/srv/train.py:31".into()),
+        "sanitised: {s}"
+    );
+    assert_eq!(frame(1), ("<module>".into(), "/srv/train.py:90".into()));
+    assert!(frame(2).0.contains("cut at the walk limit of 32"), "{s}");
+    assert_eq!(
+        frame(3),
+        ("cudaLaunchKernel".into(), "libcudart.so.12".into())
+    );
+    assert_eq!(s["more_frames"], 0);
+    assert!(
+        out.text.contains("\"<module>\" in \"/srv/train.py:90\""),
+        "{}",
+        out.text
+    );
+    // max_frames cuts the native frames first.
+    let two = call(&c, "get_stacks", json!({"max_frames": 2})).unwrap();
+    assert_eq!(two.structured["stacks"][0]["more_frames"], 2);
+}

@@ -1,7 +1,9 @@
 //! How long a report takes to build and how big it is, on the vLLM reference trace imported
 //! from ../shared/investigations (or $CAUSEWAY_SHARED_DIR): gathering the data (findings,
 //! stats, timeline, histograms, stacks, facts), rendering the page, and writing the file.
-//! `cargo bench -p causeway-report --bench report`; `CAUSEWAY_BENCH_RUNS` sets the runs.
+//! `cargo bench -p causeway-report --bench report`; `CAUSEWAY_BENCH_RUNS` sets the runs, and
+//! `CAUSEWAY_BENCH_STORE=PATH` adds a store of ours (e.g. the 10M-event store the explain bench
+//! keeps with `BENCH_DB=PATH cargo bench -p causeway-analysis --bench explain`).
 
 // A benchmark's figures are its output.
 #![allow(clippy::print_stdout)]
@@ -23,6 +25,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
     let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut stores = Vec::new();
     for name in ["vllm-37343-logprobs-amplification.db", "sample-cluster.db"] {
         let src = shared.join(name);
         assert!(src.exists(), "{} is missing", src.display());
@@ -35,6 +38,13 @@ fn main() {
             &mut |_| {},
         )
         .expect("import");
+        stores.push((name.to_string(), db));
+    }
+    if let Some(p) = std::env::var_os("CAUSEWAY_BENCH_STORE") {
+        let p = PathBuf::from(p);
+        stores.push((p.display().to_string(), p));
+    }
+    for (name, db) in stores {
         let r = Reader::open(&db).expect("open");
         let q = WindowParams::default();
         let (mut best_build, mut best_render, mut best_write) = (f64::MAX, f64::MAX, f64::MAX);

@@ -9,7 +9,7 @@ pub mod kube;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 pub use causeway_store::CgroupInfo;
@@ -31,7 +31,7 @@ pub struct ProcessPlace {
 #[derive(Debug)]
 pub struct Placer {
     root: Option<PathBuf>,
-    described: HashMap<u64, ()>,
+    described: HashSet<u64>,
 }
 
 impl Default for Placer {
@@ -45,7 +45,7 @@ impl Placer {
     pub fn new() -> Placer {
         Placer {
             root: cgroup::mount_point(),
-            described: HashMap::new(),
+            described: HashSet::new(),
         }
     }
 
@@ -64,7 +64,7 @@ impl Placer {
             return (place, None);
         };
         place.cgroup_id = id;
-        if self.described.insert(id, ()).is_some() {
+        if !self.described.insert(id) {
             return (place, None);
         }
         (place, Some(describe(id, &path)))

@@ -757,33 +757,13 @@ impl Writer {
                 |r| r.get(0),
             )
             .ctx(&self.path, "numbering the session")?;
-        self.conn
-            .execute(
-                "INSERT INTO sessions VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                params![
-                    id,
-                    self.opts.node,
-                    s.started_ns,
-                    s.hostname,
-                    s.kernel,
-                    s.os_release,
-                    s.cpu_model,
-                    s.cpu_cores,
-                    s.mem_total_mb,
-                    s.gpu_model,
-                    s.gpu_driver,
-                    s.cuda_version,
-                    s.python_version,
-                    s.tool_version,
-                    s.pid_filter,
-                    s.flags,
-                    s.rank,
-                    s.local_rank,
-                    s.world_size,
-                    s.origin
-                ],
-            )
-            .ctx(&self.path, "recording the session")?;
+        // One insert for recorded and imported sessions: a fresh number never conflicts.
+        self.add_session(&SessionRow {
+            session_id: id,
+            node: self.opts.node.clone(),
+            stopped_ns: 0,
+            info: s.clone(),
+        })?;
         Ok(id)
     }
 

@@ -27,10 +27,14 @@ mod stacks;
 mod trace;
 mod trim;
 
+pub use causeway_bpf::abi::ProbeMode;
+pub use causeway_bpf::load::DEFAULT_RINGBUF_BYTES;
 pub use check::{CheckReport, check};
 pub use error::CollectorError;
 pub use sink::OnStore;
 pub use trace::{
-    InSituSummary, MapAttach, MapHookSummary, OpSummary, OverheadSummary, PythonSummary,
-    SIGKILL_LOSS_BOUND, TraceArgs, TraceHooks, TraceSummary, run_trace, run_trace_with,
+    DEFAULT_HOLD_TIMEOUT, DEFAULT_OVERHEAD_BUDGET, DEFAULT_SAMPLE_DUTY_PCT, InSituSummary,
+    MapAttach, MapHookSummary, OpSummary, OverheadSummary, PythonSummary, SIGKILL_LOSS_BOUND,
+    TraceArgs, TraceHooks, TraceSummary, parse_budget, parse_duty, parse_probe_mode, run_trace,
+    run_trace_with,
 };

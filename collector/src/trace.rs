@@ -53,8 +53,17 @@ pub const SIGKILL_LOSS_BOUND: Duration = Duration::from_secs(1);
 /// row group held ~11 MB in each (docs/benchmarks.md).
 const WRITER_CHUNK: usize = 16_384;
 
+/// Default `--overhead-budget` (% of each traced process's CPU time).
+pub const DEFAULT_OVERHEAD_BUDGET: f64 = 1.0;
+
+/// Default `--sample-duty` (%).
+pub const DEFAULT_SAMPLE_DUTY_PCT: f64 = 100.0 * DEFAULT_DUTY;
+
+/// Default `--hold-timeout`.
+pub const DEFAULT_HOLD_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Parses `--overhead-budget`: a percentage in (0, 100].
-fn parse_budget(s: &str) -> Result<f64, String> {
+pub fn parse_budget(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .trim_end_matches('%')
         .parse()
@@ -67,7 +76,7 @@ fn parse_budget(s: &str) -> Result<f64, String> {
 }
 
 /// Parses `--sample-duty`: a percentage in [2, 50] (sampling.rs DUTY_MIN, DUTY_MAX).
-fn parse_duty(s: &str) -> Result<f64, String> {
+pub fn parse_duty(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .trim_end_matches('%')
         .parse()
@@ -81,7 +90,7 @@ fn parse_duty(s: &str) -> Result<f64, String> {
 }
 
 /// Parses `--probe-mode OP=MODE`.
-fn parse_probe_mode(s: &str) -> Result<(u16, ProbeMode), String> {
+pub fn parse_probe_mode(s: &str) -> Result<(u16, ProbeMode), String> {
     let (op, mode) = s
         .split_once('=')
         .ok_or_else(|| format!("'{s}': expected OP=MODE, e.g. cudaLaunchKernel=entry_only"))?;
@@ -94,111 +103,85 @@ fn parse_probe_mode(s: &str) -> Result<(u16, ProbeMode), String> {
     Ok((op.id, mode))
 }
 
-/// Options of `causeway trace`.
-#[derive(Debug, Clone, clap::Args)]
+/// Options of a recording (`causeway trace`, `mcp --live`, the agent); the binary owns how
+/// they are spelled on the command line.
+#[derive(Debug, Clone)]
 pub struct TraceArgs {
     /// Trace store file to create (DuckDB; must not exist yet).
-    #[arg(long, value_name = "PATH")]
     pub db: PathBuf,
     /// Trace this process (and the processes it forks) instead of every CUDA process.
-    #[arg(long, conflicts_with = "command")]
     pub pid: Option<u32>,
     /// Stop after this long (e.g. 30s, 5m); default: until Ctrl-C or the command exits.
-    #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
     /// Node name stored with every row (default: CAUSEWAY_NODE or the hostname).
-    #[arg(long)]
     pub node: Option<String>,
     /// Cluster (job) id for processes whose environment names none ($CAUSEWAY_CLUSTER or
     /// torchrun's $TORCHELASTIC_RUN_ID in the process wins); stored with the node and processes.
-    #[arg(long, env = "CAUSEWAY_CLUSTER")]
     pub cluster: Option<String>,
     /// Pod and container names for traced processes in Kubernetes pods: a URL answering a
     /// PodList (the kubelet's https://NODE:10250/pods, or the API server's
     /// /api/v1/pods?fieldSelector=spec.nodeName=NODE), or `in-cluster` (the API server, with
     /// this pod's service account and $NODE_NAME). Without it, cgroups keep container and pod
     /// ids only.
-    #[arg(long, value_name = "URL|in-cluster")]
     pub kube_pods: Option<String>,
     /// Bearer token file for --kube-pods (a service account token).
-    #[arg(long, value_name = "FILE", requires = "kube_pods")]
     pub kube_token_file: Option<PathBuf>,
     /// CA certificate (PEM) that signed the --kube-pods server's certificate.
-    #[arg(long, value_name = "PEM", requires = "kube_pods")]
     pub kube_ca_cert: Option<PathBuf>,
     /// Do not record host events (scheduler, block I/O, network); process fork/exec/exit still are.
-    #[arg(long)]
     pub no_host: bool,
     /// Also probe NCCL (libnccl) collectives and send/recv.
-    #[arg(long)]
     pub nccl: bool,
     /// Stream every event as one JSON object per line on stdout while recording.
-    #[arg(long)]
     pub json: bool,
     /// BPF ring-buffer size in bytes (a power of two >= 4096).
-    #[arg(long, default_value_t = DEFAULT_RINGBUF_BYTES, value_name = "BYTES")]
     pub ringbuf_size: u32,
     /// Keep the estimated cost of the probes under PCT % of each traced process's CPU time by
     /// moving hot calls to cheaper probe modes (aggregate, entry_only, then sampled: probes
     /// attached only part of the time, calls estimated); 100 never moves them.
-    #[arg(long, default_value_t = 1.0, value_name = "PCT", value_parser = parse_budget)]
     pub overhead_budget: f64,
     /// Never sample: every call stays counted exactly (entry_only is the cheapest mode the
     /// budget uses), at the price of exceeding the budget on very hot calls.
-    #[arg(long)]
     pub exact_counts: bool,
     /// Pin a call's probe mode, OP=full|aggregate|entry_only|sampled (repeatable); the budget
     /// leaves it.
-    #[arg(long = "probe-mode", value_name = "OP=MODE", value_parser = parse_probe_mode)]
     pub probe_modes: Vec<(u16, ProbeMode)>,
     /// Share of the time (%) the probes of a call pinned to sampled mode are attached.
-    #[arg(long, default_value_t = 100.0 * DEFAULT_DUTY, value_name = "PCT", value_parser = parse_duty)]
     pub sample_duty: f64,
     /// Record the user-space call stack of every call made in full mode, symbolised by name
     /// (frames are found through frame pointers); in CPython 3.10-3.13 processes also the
     /// calling thread's Python frames (file, function, line).
-    #[arg(long)]
     pub stacks: bool,
     /// With --stacks: record native frames only, not the Python frames of CPython processes.
-    #[arg(long, requires = "stacks")]
     pub no_python_frames: bool,
     /// Attach one classic uprobe per function even where the kernel has uprobe.multi (the path
     /// used on kernels before 6.6; slower to detach).
-    #[arg(long, hide = true)]
     pub classic_uprobes: bool,
     /// Do not load the library-load hook: libraries a process maps after the start are found by
     /// the periodic rescan of /proc/PID/maps only (every 1 s, 2 s for all processes).
-    #[arg(long, hide = true)]
     pub no_map_hook: bool,
     /// How long a process of the command may be stopped while the probes of a library it just
     /// mapped (or a program it exec'd) are attached; past it, it runs on and the calls made
     /// before the attach are missed (counted in the summary).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s", value_name = "DURATION")]
     pub hold_timeout: Duration,
     /// Never stop the command's processes while their libraries are attached: calls made within
     /// milliseconds of mapping a CUDA library can then be missed.
-    #[arg(long)]
     pub no_hold: bool,
     /// Fault injection for tests: each attach after a mapping takes this much longer.
-    #[arg(skip)]
     pub stall_attach: Option<Duration>,
     /// Fault injection for tests: the CPython layout of this version ("3.12") is used for
     /// every interpreter found, whatever its own version.
-    #[arg(skip)]
     pub python_layout: Option<String>,
     /// Time socket calls from system call entry to exit (whole-call durations, the send/recv
     /// family only; the path used on kernels before 6.3) instead of from their first block to
     /// their return; every system call on the machine pays for it (~170 ns each on the
     /// development VM), and every probed call's return where uretprobes return through a
     /// system call
-    #[arg(long)]
     pub net_syscalls: bool,
     /// Command to start and trace with its process tree until it exits (after `--`).
-    #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
     /// Our stdin/stdout carry a protocol (`causeway mcp --live` over stdio): the command gets
     /// no stdin and writes its stdout to stderr.
-    #[arg(skip)]
     pub stdio_is_protocol: bool,
 }
 
@@ -418,17 +401,38 @@ pub(crate) fn spawn(
 }
 
 impl TraceArgs {
-    /// The options `causeway trace --db DB` would have (every other flag at its default), for
-    /// programs that start a recording themselves (`causeway mcp --live`).
+    /// The options `causeway trace --db DB` has (every other flag at its default), for
+    /// programs that start a recording themselves (`causeway mcp --live`, the agent, tests).
     pub fn with_db(db: PathBuf) -> TraceArgs {
-        #[derive(clap::Parser)]
-        struct Defaults {
-            #[command(flatten)]
-            args: TraceArgs,
+        TraceArgs {
+            db,
+            pid: None,
+            duration: None,
+            node: None,
+            cluster: None,
+            kube_pods: None,
+            kube_token_file: None,
+            kube_ca_cert: None,
+            no_host: false,
+            nccl: false,
+            json: false,
+            ringbuf_size: DEFAULT_RINGBUF_BYTES,
+            overhead_budget: DEFAULT_OVERHEAD_BUDGET,
+            exact_counts: false,
+            probe_modes: Vec::new(),
+            sample_duty: DEFAULT_SAMPLE_DUTY_PCT,
+            stacks: false,
+            no_python_frames: false,
+            classic_uprobes: false,
+            no_map_hook: false,
+            hold_timeout: DEFAULT_HOLD_TIMEOUT,
+            no_hold: false,
+            stall_attach: None,
+            python_layout: None,
+            net_syscalls: false,
+            command: Vec::new(),
+            stdio_is_protocol: false,
         }
-        let mut a = <Defaults as clap::Parser>::parse_from(["trace", "--db", "-"]).args;
-        a.db = db;
-        a
     }
 }
 

@@ -17,6 +17,7 @@ mod rows;
 pub mod sanitize;
 pub mod schema;
 pub mod symbols;
+pub mod timeline;
 mod writer;
 
 use std::path::Path;
@@ -101,7 +102,8 @@ pub(crate) fn open_rw(path: &Path, opts: &WriterOptions) -> Result<duckdb::Conne
         .with("default_block_size", BLOCK_SIZE)
         .and_then(|c| c.enable_autoload_extension(false))
         .and_then(|c| c.with("autoinstall_known_extensions", "false"))
-        .and_then(|c| c.enable_external_access(false))
+        // A timeline's segments are attached first; file access is turned off right after.
+        .and_then(|c| c.enable_external_access(!opts.timeline.is_empty()))
         .and_then(|c| match &opts.memory_limit {
             Some(m) => c.max_memory(m),
             None => Ok(c),
@@ -113,6 +115,11 @@ pub(crate) fn open_rw(path: &Path, opts: &WriterOptions) -> Result<duckdb::Conne
         .ctx(path, "configuring the writer")?;
     let conn =
         duckdb::Connection::open_with_flags(path, config).ctx(path, "opening for writing")?;
+    if !opts.timeline.is_empty() {
+        timeline::attach_to_live(&conn, path, &opts.timeline)?;
+        conn.execute_batch("SET enable_external_access = false")
+            .ctx(path, "turning file access off")?;
+    }
     remove_stale_temp_dir(path);
     Ok(conn)
 }

@@ -106,6 +106,20 @@ impl Reader {
 
     /// Opens `path` read-only with explicit caps. Never writes or migrates the file.
     pub fn open_with(path: &Path, opts: &ReaderOptions) -> Result<Reader> {
+        if path.is_dir() {
+            // An agent's data directory: its closed segments as one trace.
+            let conn = crate::timeline::open_dir(path, opts)?;
+            let schema_version = crate::check_schema(&conn, path)?;
+            conn.execute_batch("SET lock_configuration = true")
+                .ctx(path, "locking the configuration")?;
+            return Ok(Reader {
+                conn: Some(conn),
+                path: path.to_path_buf(),
+                policy: crate::default_policy(),
+                live: false,
+                schema_version,
+            });
+        }
         if !path.exists() {
             return Err(StoreError::Missing {
                 path: path.to_path_buf(),

@@ -63,6 +63,10 @@ pub struct WriterOptions {
     /// only when a query needs it (docs/benchmarks.md). Live readers are locked and moved to
     /// the new database.
     pub reopen_rows: u64,
+    /// Closed store files (oldest first) the live readers see before this one, as one trace
+    /// (the agent's recent segments): attached read-only to the writer's database
+    /// ([`crate::timeline`]).
+    pub timeline: Vec<PathBuf>,
 }
 
 impl Default for WriterOptions {
@@ -80,6 +84,7 @@ impl Default for WriterOptions {
             threads: None,
             trim_cache: false,
             reopen_rows: 0,
+            timeline: Vec::new(),
         }
     }
 }
@@ -134,6 +139,8 @@ pub struct Writer {
     /// Events whose duration or timestamp was outside the stored range and was clamped into
     /// it; stored as a `clamped` drop by `finish`.
     clamped: u64,
+    /// `lost` and `clamped` already stored as drops in earlier files ([`Writer::rotate`]).
+    losses_stored: (u64, u64),
     /// Rows appended through [`Writer::conn`] by the owner (the cluster store), counted towards
     /// [`WriterOptions::reopen_rows`] with `written`.
     other_rows: u64,
@@ -194,7 +201,12 @@ impl Writer {
                 path: path.to_path_buf(),
             });
         }
-        let conn = crate::open_rw(path, &opts)?;
+        // The schema's own catalogue (schema_columns) reads duckdb_columns(): no timeline yet.
+        let bare = WriterOptions {
+            timeline: Vec::new(),
+            ..opts.clone()
+        };
+        let conn = crate::open_rw(path, &bare)?;
         schema::create(&conn).ctx(path, "creating the schema")?;
         // Creating the schema leaves the primary-key index of every table in memory (DuckDB's
         // `ART_INDEX` in duckdb_memory()) for the whole recording; a file opened again loads
@@ -227,6 +239,7 @@ impl Writer {
             written: 0,
             lost: 0,
             clamped: 0,
+            losses_stored: (0, 0),
             other_rows: 0,
             rows_at_open: 0,
             put_off: 0,
@@ -240,10 +253,7 @@ impl Writer {
     /// writer locks it while it reopens the database ([`Writer::maybe_reopen`]), so hold the
     /// lock only for a query or a tool call.
     pub fn live_reader(&self) -> Result<SharedReader> {
-        let conn = self
-            .conn
-            .try_clone()
-            .ctx(&self.path, "opening a reader on the live store")?;
+        let conn = self.reader_conn(&self.conn)?;
         let reader = Arc::new(Mutex::new(crate::Reader::from_writer_connection(
             conn, &self.path,
         )?));
@@ -251,6 +261,16 @@ impl Writer {
         live.retain(|r| r.strong_count() > 0);
         live.push(Arc::downgrade(&reader));
         Ok(reader)
+    }
+
+    /// A connection for a live reader on `conn`'s database: it sees the timeline's segments
+    /// with this file as one trace.
+    fn reader_conn(&self, conn: &Connection) -> Result<Connection> {
+        let c = conn
+            .try_clone()
+            .ctx(&self.path, "opening a reader on the live store")?;
+        crate::timeline::use_timeline(&c, &self.path, self.opts.timeline.len())?;
+        Ok(c)
     }
 
     /// [`LIVE_READERS`] live readers ([`Writer::live_reader`]).
@@ -394,6 +414,7 @@ impl Writer {
                     let c = conn
                         .try_clone()
                         .ctx(path, "opening a reader on the reopened store")?;
+                    crate::timeline::use_timeline(&c, path, self.opts.timeline.len())?;
                     g.swap_conn(Some(c));
                 }
                 if !guards.is_empty() {
@@ -968,6 +989,114 @@ impl Writer {
         app.flush().ctx(&self.path, "flushing host rows")
     }
 
+    /// Stores the events clamped and lost to failed writes since the last time as drops.
+    fn store_losses(&mut self) -> Result<()> {
+        let clamped = self.clamped - self.losses_stored.1;
+        if clamped > 0 {
+            self.record_drop(
+                "clamped",
+                None,
+                clamped,
+                &format!(
+                    "events whose duration was outside 0..={MAX_EVENT_DURATION_NS} ns or whose \
+                     timestamp was outside 0..={MAX_TIMESTAMP_NS} ns were clamped into range"
+                ),
+            )?;
+        }
+        let lost = self.lost - self.losses_stored.0;
+        if lost > 0 {
+            self.record_drop(
+                "write_failed",
+                None,
+                lost,
+                "event batches the store could not append",
+            )?;
+        }
+        self.losses_stored = (self.lost, self.clamped);
+        Ok(())
+    }
+
+    /// Closes this file complete (as [`Writer::finish`] does) and goes on in a new store file
+    /// at `next`: same node, sequence numbers, counters and live readers (locked meanwhile,
+    /// then seeing `timeline`, the closed files before `next`, with it as one trace). `closed`
+    /// runs on the old file once it is closed (the agent moves it among the closed segments).
+    /// Nothing is replayed into the new file: the caller writes what it must repeat.
+    pub fn rotate(
+        mut self,
+        next: &Path,
+        timeline: Vec<PathBuf>,
+        closed: impl FnOnce(&Path) -> std::io::Result<()>,
+    ) -> Result<Writer> {
+        let flushed = self.flush();
+        self.store_losses()?;
+        let readers: Vec<SharedReader> = {
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            live.retain(|r| r.strong_count() > 0);
+            live.iter().filter_map(Weak::upgrade).collect()
+        };
+        // Waits for running queries: they are bounded by their time limits.
+        let mut guards: Vec<MutexGuard<'_, crate::Reader>> = readers
+            .iter()
+            .map(|r| r.lock().unwrap_or_else(|p| p.into_inner()))
+            .collect();
+        for g in &mut guards {
+            drop(g.swap_conn(None));
+        }
+        drop(self.events_conn);
+        let old = self.path.clone();
+        self.conn
+            .execute_batch("CHECKPOINT")
+            .ctx(&old, "checkpointing before rotating")?;
+        self.conn
+            .close()
+            .map_err(|(_, e)| e)
+            .ctx(&old, "closing to rotate")?;
+        closed(&old).map_err(|source| StoreError::Io {
+            path: old.clone(),
+            action: "moving the closed segment",
+            source,
+        })?;
+        let mut opts = self.opts;
+        opts.timeline = timeline;
+        let mut w = Writer::create(next, opts)?;
+        w.next_seq = self.next_seq;
+        w.written = self.written;
+        w.lost = self.lost;
+        w.clamped = self.clamped;
+        w.losses_stored = self.losses_stored;
+        w.reopens = self.reopens;
+        w.rows_at_open = self.written + self.other_rows;
+        w.other_rows = self.other_rows;
+        for g in &mut guards {
+            let c = w.reader_conn(&w.conn)?;
+            g.swap_conn(Some(c));
+        }
+        if !guards.is_empty() {
+            w.conn
+                .execute_batch("SET lock_configuration = true")
+                .ctx(next, "locking the configuration")?;
+        }
+        drop(guards);
+        w.live = Mutex::new(self.live.into_inner().unwrap_or_else(|p| p.into_inner()));
+        flushed?;
+        Ok(w)
+    }
+
+    /// Completes a store file whose writer was killed (an agent's open segment after a crash):
+    /// replays its write-ahead log, marks its running sessions stopped at its last event, and
+    /// checkpoints, so that it opens read-only like any closed file.
+    pub fn seal(path: &Path) -> Result<()> {
+        let conn = crate::open_rw(path, &WriterOptions::default())?;
+        crate::check_schema(&conn, path)?;
+        conn.execute_batch(
+            "UPDATE sessions SET stopped_ns = greatest(started_ns, \
+               (SELECT coalesce(max(timestamp + duration), 0) FROM event_rows)) \
+             WHERE stopped_ns = 0; CHECKPOINT",
+        )
+        .ctx(path, "sealing")?;
+        conn.close().map_err(|(_, e)| e).ctx(path, "closing")
+    }
+
     /// The connection, for trusted bulk writers in this crate (the received-batch writer).
     pub(crate) fn conn(&self) -> &Connection {
         &self.conn
@@ -978,25 +1107,7 @@ impl Writer {
     /// after the rest is done.
     pub fn finish(mut self) -> Result<()> {
         let flushed = self.flush();
-        if self.clamped > 0 {
-            self.record_drop(
-                "clamped",
-                None,
-                self.clamped,
-                &format!(
-                    "events whose duration was outside 0..={MAX_EVENT_DURATION_NS} ns or whose \
-                     timestamp was outside 0..={MAX_TIMESTAMP_NS} ns were clamped into range"
-                ),
-            )?;
-        }
-        if self.lost > 0 {
-            self.record_drop(
-                "write_failed",
-                None,
-                self.lost,
-                "event batches the store could not append",
-            )?;
-        }
+        self.store_losses()?;
         // A live reader's query (`trace --serve`, `trace --otlp-endpoint`) may be running: its
         // transaction blocks the checkpoint, so wait for it (bounded) rather than fail the file.
         let mut waited = 0;

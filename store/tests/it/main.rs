@@ -7,4 +7,5 @@ mod live;
 mod merge;
 mod reader;
 mod received;
+mod segments;
 mod writer;

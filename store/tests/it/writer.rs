@@ -138,6 +138,7 @@ fn batches_flush_by_size_and_by_time() {
             threads: Some(1),
             trim_cache: true,
             reopen_rows: 0,
+            timeline: Vec::new(),
         },
     )
     .unwrap();
@@ -520,6 +521,7 @@ fn reopening(reopen_rows: u64) -> WriterOptions {
         threads: Some(1),
         trim_cache: true,
         reopen_rows,
+        timeline: Vec::new(),
     }
 }
 

@@ -1,0 +1,184 @@
+//! Rolling segments: a writer that rotates into a new file keeps its sequence numbers and
+//! live readers, the closed file is complete on its own, live readers see the closed files and
+//! the open one as one trace (repeated rows once), a directory of segments opens as one trace,
+//! and a killed writer's file is sealed.
+
+use std::path::{Path, PathBuf};
+
+use causeway_store::{Event, Frame, ProcessInfo, Reader, Writer, WriterOptions};
+
+fn ev(ts: i64, pid: u32) -> Event {
+    Event {
+        timestamp: ts,
+        duration: 1_000,
+        pid,
+        tid: pid,
+        comm: "python3".into(),
+        op_id: 1,
+        arg0: 0,
+        arg1: 0,
+        ret_code: 0,
+        gpu_id: 0,
+        stack_hash: 7,
+        cgroup_id: 0,
+        rank: None,
+    }
+}
+
+fn process(pid: u32, last: i64) -> ProcessInfo {
+    ProcessInfo {
+        pid,
+        comm: "python3".into(),
+        first_seen_ns: 1,
+        last_seen_ns: last,
+        ..Default::default()
+    }
+}
+
+fn frame() -> Vec<Frame> {
+    vec![Frame {
+        ip: 0x10,
+        symbol: "cudaLaunchKernel".into(),
+        module: "libcudart.so.12".into(),
+        offset: 0,
+    }]
+}
+
+fn ints(r: &Reader, sql: &'static str) -> Vec<i64> {
+    let mut st = r.prepare_trusted(sql).unwrap();
+    st.query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Writes `n` events from `start` and the rows every segment repeats.
+fn segment_rows(w: &mut Writer, start: i64, n: i64, last_seen: i64) {
+    for i in 0..n {
+        w.append(&ev(start + i, 10)).unwrap();
+    }
+    w.upsert_process(&process(10, last_seen)).unwrap();
+    w.add_stack(7, &frame()).unwrap();
+    w.flush().unwrap();
+}
+
+fn closed_name(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("seg-{i}.duckdb"))
+}
+
+#[test]
+fn a_rotated_writer_serves_its_segments_as_one_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("open")).unwrap();
+    let open0 = dir.path().join("open/seg-0.duckdb");
+    let mut w = Writer::create(
+        &open0,
+        WriterOptions {
+            node: "n1".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let live = w.live_readers().unwrap();
+    segment_rows(&mut w, 1_000, 100, 5);
+
+    let mut closed = Vec::new();
+    for seg in 1..3 {
+        let prev_open = dir.path().join(format!("open/seg-{}.duckdb", seg - 1));
+        let prev_closed = closed_name(dir.path(), seg - 1);
+        closed.push(prev_closed.clone());
+        w = w
+            .rotate(
+                &dir.path().join(format!("open/seg-{seg}.duckdb")),
+                closed.clone(),
+                |old| {
+                    assert_eq!(old, prev_open);
+                    std::fs::rename(old, &prev_closed)
+                },
+            )
+            .unwrap();
+        segment_rows(&mut w, 1_000 + seg as i64 * 1_000, 100, 5 + seg as i64);
+    }
+    // The live readers: one timeline, the process and stack once, the newest process row.
+    let r = live[0].lock().unwrap();
+    assert_eq!(ints(&r, "SELECT count(*) FROM events"), vec![300]);
+    assert_eq!(
+        ints(&r, "SELECT count(DISTINCT seq) FROM events"),
+        vec![300],
+        "sequence numbers continue across segments"
+    );
+    assert_eq!(
+        ints(&r, "SELECT last_seen_ns FROM processes"),
+        vec![7],
+        "one process row, the newest segment's"
+    );
+    assert_eq!(ints(&r, "SELECT count(*) FROM stack_frames"), vec![1]);
+    assert_eq!(ints(&r, "SELECT count(*) FROM nodes"), vec![1]);
+    drop(r);
+
+    // Each closed segment is complete on its own.
+    for (i, p) in closed.iter().enumerate() {
+        let r = Reader::open(p).unwrap();
+        assert_eq!(ints(&r, "SELECT count(*) FROM events"), vec![100], "{i}");
+        assert_eq!(ints(&r, "SELECT count(*) FROM processes"), vec![1], "{i}");
+    }
+    w.finish().unwrap();
+    drop(live);
+    std::fs::rename(
+        dir.path().join("open/seg-2.duckdb"),
+        closed_name(dir.path(), 2),
+    )
+    .unwrap();
+
+    // The directory: every closed segment as one trace.
+    let r = Reader::open(dir.path()).unwrap();
+    assert_eq!(ints(&r, "SELECT count(*) FROM events"), vec![300]);
+    assert_eq!(ints(&r, "SELECT min(timestamp) FROM events"), vec![1_000]);
+    assert_eq!(ints(&r, "SELECT last_seen_ns FROM processes"), vec![7]);
+    let sql = causeway_sqlguard::guard(
+        "SELECT op, count(*) FROM events GROUP BY op",
+        r.policy(),
+        None,
+    )
+    .unwrap();
+    let res = r
+        .query(&sql, &causeway_store::QueryLimits::default())
+        .unwrap();
+    assert_eq!(res.rows.len(), 1);
+}
+
+#[test]
+fn an_empty_directory_is_an_error_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Reader::open(dir.path()).unwrap_err();
+    assert!(e.to_string().contains("no closed segment"), "{e}");
+    assert!(e.hint().is_some());
+}
+
+#[test]
+fn a_killed_writers_file_is_sealed_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("killed.duckdb");
+    let mut w = Writer::create(&path, WriterOptions::default()).unwrap();
+    let sid = w
+        .begin_session(&causeway_store::SessionInfo {
+            started_ns: 500,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(sid, 1);
+    for i in 0..10 {
+        w.append(&ev(1_000 + i, 3)).unwrap();
+    }
+    w.flush().unwrap();
+    // Dropped without finish: what a SIGKILL leaves (the WAL beside the file).
+    drop(w);
+    Writer::seal(&path).unwrap();
+    let r = Reader::open(&path).unwrap();
+    assert_eq!(ints(&r, "SELECT count(*) FROM events"), vec![10]);
+    assert_eq!(
+        ints(&r, "SELECT stopped_ns FROM sessions"),
+        vec![1_009 + 1_000],
+        "the session ends at its last event"
+    );
+}

@@ -74,6 +74,16 @@ pub enum CollectorError {
         source: causeway_bpf::libbpf_rs::Error,
     },
     /// The writer thread ended abnormally.
+    /// A file or directory of the agent's data directory could not be used.
+    #[error("{path}: {what} failed: {source}")]
+    Io {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
     #[error("the store writer thread panicked")]
     WriterPanicked,
 }

@@ -22,6 +22,7 @@ mod poll;
 pub mod python;
 mod recorder;
 mod sampling;
+mod segments;
 mod sink;
 mod stacks;
 mod trace;
@@ -31,10 +32,11 @@ pub use causeway_bpf::abi::ProbeMode;
 pub use causeway_bpf::load::DEFAULT_RINGBUF_BYTES;
 pub use check::{CheckReport, check};
 pub use error::CollectorError;
+pub use segments::{SegmentHandle, SegmentPolicy};
 pub use sink::OnStore;
 pub use trace::{
     DEFAULT_HOLD_TIMEOUT, DEFAULT_OVERHEAD_BUDGET, DEFAULT_SAMPLE_DUTY_PCT, InSituSummary,
     MapAttach, MapHookSummary, OpSummary, OverheadSummary, PythonSummary, SIGKILL_LOSS_BOUND,
-    TraceArgs, TraceHooks, TraceSummary, parse_budget, parse_duty, parse_probe_mode, run_trace,
-    run_trace_with,
+    SegmentsSummary, TraceArgs, TraceHooks, TraceSummary, parse_budget, parse_duty,
+    parse_probe_mode, run_trace, run_trace_with,
 };

@@ -823,6 +823,7 @@ pub(crate) fn record(
         python,
         map_hook,
         kernels: kernel_summary,
+        segments: None,
     };
     Ok((summary, st.sent))
 }

@@ -9,13 +9,14 @@ use std::time::Duration;
 use causeway_store::catalog::op_by_id;
 use causeway_store::{
     Event, Frame, HistogramBucket, InSituRow, KernelName, LibraryAttach, ModeSwitch, OpCount,
-    OverheadWindow, ProbeCost, ProcessInfo, SampledWindow, SessionInfo, TaskName, Writer,
-    WriterOptions,
+    OverheadWindow, ProbeCost, ProcessInfo, SampledWindow, SessionInfo, SessionRow, TaskName,
+    Writer, WriterOptions,
 };
 use crossbeam_channel::{Receiver, Sender, bounded, never, select, unbounded};
 use tracing::{debug, error, warn};
 
 use crate::error::CollectorError;
+use crate::segments::{Replay, Segments};
 
 /// Event batches in flight between the poll and writer threads (each up to `BATCH` events).
 pub const CHANNEL_BATCHES: usize = 256;
@@ -102,6 +103,10 @@ pub struct SinkStats {
     pub write_failed: u64,
     /// Times the writer reopened the store ([`Writer::maybe_reopen`]).
     pub reopens: u64,
+    /// Segments closed (rolling segments only).
+    pub segments_closed: u64,
+    /// Closed segments deleted by retention.
+    pub segments_deleted: u64,
 }
 
 /// The poll thread's handle on the writer thread.
@@ -122,6 +127,7 @@ impl Sink {
         session: SessionInfo,
         json: bool,
         on_store: Option<OnStore>,
+        segments: Option<Segments>,
     ) -> Result<Sink, CollectorError> {
         let writer = Writer::create(&path, opts).map_err(|source| CollectorError::Store {
             path: path.clone(),
@@ -134,7 +140,7 @@ impl Sink {
         let (ctl, ctl_rx) = unbounded();
         let join = std::thread::Builder::new()
             .name("causeway-writer".into())
-            .spawn(move || run(writer, path, session, data_rx, ctl_rx, json))
+            .spawn(move || run(writer, path, session, data_rx, ctl_rx, json, segments))
             .map_err(|source| CollectorError::Os {
                 what: "starting the writer thread",
                 source,
@@ -156,6 +162,26 @@ fn store_err(path: &std::path::Path) -> impl Fn(causeway_store::StoreError) -> C
     move |source| CollectorError::Store {
         path: path.to_path_buf(),
         source: Box::new(source),
+    }
+}
+
+/// Keeps what a new segment must repeat.
+fn remember(r: &mut Replay, msg: &Ctl) {
+    match msg {
+        Ctl::Process(p) => r.process(p),
+        Ctl::Cgroup(c) => r.cgroup(c),
+        Ctl::Stack(hash, frames) => r.stack(*hash, frames),
+        Ctl::PyStack(hash, py) => r.python(*hash, py),
+        Ctl::Costs(rows) => r.costs(rows),
+        Ctl::Modes(rows) => r.modes(rows),
+        Ctl::Attach(rows) => r.attach(rows),
+        Ctl::Kernels(rows) => r.kernels(rows),
+        Ctl::Tasks(rows) => r.tasks(rows),
+        Ctl::Drop { .. }
+        | Ctl::Counts(..)
+        | Ctl::Overhead(_)
+        | Ctl::Sampled(_)
+        | Ctl::InSitu(_) => {}
     }
 }
 
@@ -184,9 +210,11 @@ fn run(
     data: Receiver<Vec<Event>>,
     ctl: Receiver<Ctl>,
     json: bool,
+    mut segments: Option<Segments>,
 ) -> Result<SinkStats, CollectorError> {
     let err = store_err(&path);
     let sid = w.begin_session(&session).map_err(&err)?;
+    let mut replay = segments.is_some().then(Replay::default);
     let mut stats = SinkStats::default();
     let mut append_failed = false;
     let (mut data_open, mut ctl_open) = (true, true);
@@ -201,6 +229,9 @@ fn run(
         select! {
             recv(d) -> batch => match batch {
                 Ok(batch) => {
+                    if let Some(r) = replay.as_mut() {
+                        r.events(&batch);
+                    }
                     let mut out = json.then(|| stdout.lock());
                     for e in &batch {
                         // A failed batch write is counted by the writer (`lost`), which stores
@@ -228,6 +259,9 @@ fn run(
             },
             recv(c) -> msg => match msg {
                 Ok(msg) => {
+                    if let Some(r) = replay.as_mut() {
+                        remember(r, &msg);
+                    }
                     let res = match msg {
                         Ctl::Process(p) => w.upsert_process(&p),
                         Ctl::Cgroup(c) => { let node = w.node().to_string(); w.add_cgroups(&node, &[c]) }
@@ -257,6 +291,27 @@ fn run(
         if let Err(e) = w.tick() {
             warn!(error = %e, "periodic flush failed");
         }
+        if let (Some(segs), Some(r)) = (segments.as_mut(), replay.as_mut())
+            && segs.due()
+        {
+            w.end_session(sid, causeway_store::now_ns()).map_err(&err)?;
+            w = segs.rotate(w)?;
+            let node = w.node().to_string();
+            w.add_session(&SessionRow {
+                session_id: sid,
+                node,
+                stopped_ns: 0,
+                info: session.clone(),
+            })
+            .map_err(&err)?;
+            if let Err(e) = r.write(&mut w) {
+                warn!(error = %e, "repeating processes and stacks into the new segment failed");
+            }
+        }
+    }
+    if let Some(segs) = &segments {
+        stats.segments_closed = segs.closed;
+        stats.segments_deleted = segs.deleted;
     }
     w.end_session(sid, causeway_store::now_ns()).map_err(&err)?;
     // Flush first so that the last batch's failure is counted too; finish stores the drop.
@@ -267,5 +322,9 @@ fn run(
     stats.write_failed = w.lost();
     stats.reopens = w.reopens();
     w.finish().map_err(&err)?;
+    if let Some(segs) = segments.as_mut() {
+        segs.close_last()?;
+        stats.segments_closed = segs.closed;
+    }
     Ok(stats)
 }

@@ -300,6 +300,18 @@ pub struct TraceSummary {
     pub map_hook: MapHookSummary,
     /// Kernels named from the launches' host stubs.
     pub kernels: crate::kernels::KernelSummary,
+    /// Rolling segments (the agent): `db` is their data directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segments: Option<SegmentsSummary>,
+}
+
+/// What the rolling segments did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SegmentsSummary {
+    /// Segments closed.
+    pub closed: u64,
+    /// Closed segments deleted by retention.
+    pub deleted: u64,
 }
 
 /// How the Python frames of `--stacks` went.
@@ -447,6 +459,9 @@ pub struct TraceHooks {
     /// Called once when the probes are attached and recording has begun (before the
     /// `-- COMMAND` starts): calls from then on are recorded.
     pub on_ready: Option<Box<dyn FnOnce() + Send>>,
+    /// Record into rolling segments in the directory `db` names, closed and kept as this
+    /// policy (shared: the agent changes it on SIGHUP) says.
+    pub segments: Option<crate::segments::SegmentHandle>,
 }
 
 impl std::fmt::Debug for TraceHooks {
@@ -455,6 +470,7 @@ impl std::fmt::Debug for TraceHooks {
             .field("stop", &self.stop.is_some())
             .field("on_store", &self.on_store.is_some())
             .field("on_ready", &self.on_ready.is_some())
+            .field("segments", &self.segments)
             .finish()
     }
 }
@@ -559,12 +575,25 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
         host::set_default_cluster(c);
     }
     let libs = initial_libs(&mode)?;
+    let segments = hooks
+        .segments
+        .map(|policy| crate::segments::Segments::start(&args.db, policy))
+        .transpose()?;
+    let store_path = match &segments {
+        Some(s) => {
+            wopts.timeline = s.timeline();
+            s.open_path().to_path_buf()
+        }
+        None => args.db.clone(),
+    };
+    let rolling = segments.is_some();
     let sink = Sink::start(
-        args.db.clone(),
+        store_path,
         wopts,
         host::session_info(started_ns, pid_filter, flags),
         args.json,
         hooks.on_store,
+        segments,
     )?;
     let result = crate::recorder::record(args, &mode, libs, &stop, &sink, started, hooks.on_ready);
     for id in sig_ids {
@@ -581,6 +610,12 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
     summary.events_written = sink_stats.written;
     summary.write_failed = sink_stats.write_failed;
     summary.store_reopens = sink_stats.reopens;
+    if rolling {
+        summary.segments = Some(SegmentsSummary {
+            closed: sink_stats.segments_closed,
+            deleted: sink_stats.segments_deleted,
+        });
+    }
     summary.seconds = started.elapsed().as_secs_f64();
     info!(db = %summary.db.display(), events = summary.events_written, ringbuf_drops = summary.ringbuf_drops, channel_drops = summary.channel_drops, "trace complete");
     Ok(summary)

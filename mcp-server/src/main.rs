@@ -59,6 +59,9 @@ enum Command {
     /// Record a trace with eBPF (root): CUDA runtime/driver/NCCL calls and host events; --listen
     /// also serves it over MCP while it records.
     Trace(cmd::trace::TraceCmd),
+    /// Record always (root): rolling segments with retention from one config file, serving
+    /// and pushing like `trace`; `--check-config` validates the file.
+    Agent(cmd::agent::AgentArgs),
     /// Check this machine for tracing: kernel, BTF, privileges, NVIDIA driver, CUDA libraries.
     Check(cmd::check::CheckArgs),
 }
@@ -171,6 +174,7 @@ fn main() -> ExitCode {
         Command::Describe(a) => cmd::traces::run_describe(a),
         Command::Selftest(a) => cmd::traces::run_selftest(a),
         Command::Trace(a) => cmd::trace::run(a),
+        Command::Agent(a) => cmd::agent::run(a),
         Command::Check(a) => match cmd::check::run(a) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -230,23 +230,38 @@ pub fn start_live_recording(
     ctx: &Arc<Context>,
     args: TraceArgs,
 ) -> Result<(Arc<AtomicBool>, Recorder)> {
+    start_live_recording_with(ctx, args, None)
+}
+
+/// [`start_live_recording`], into rolling segments when `segments` is given (the agent).
+pub fn start_live_recording_with(
+    ctx: &Arc<Context>,
+    args: TraceArgs,
+    segments: Option<causeway_collector::SegmentHandle>,
+) -> Result<(Arc<AtomicBool>, Recorder)> {
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
     let live_ctx = ctx.clone();
+    let store_ready = ready_tx.clone();
     let hooks = TraceHooks {
         stop: Some(stop.clone()),
         on_store: Some(Box::new(move |readers| {
             live_ctx.insert_readers(readers);
+            let _ = store_ready.send(());
+        })),
+        // Serving starts once calls are recorded: an answer never predates the probes.
+        on_ready: Some(Box::new(move || {
             let _ = ready_tx.send(());
         })),
-        on_ready: None,
+        segments,
     };
     let recorder = std::thread::Builder::new()
         .name("causeway-recorder".into())
         .spawn(move || causeway_collector::run_trace_with(&args, hooks))
         .context("starting the recording thread")?;
-    if ready_rx.recv().is_err() {
-        // The recorder ended before creating the store: its error says why.
+    // The store first, then the probes.
+    if ready_rx.recv().and_then(|()| ready_rx.recv()).is_err() {
+        // The recorder ended before creating the store or attaching: its error says why.
         return match recorder.join() {
             Ok(Err(e)) => Err(e.into()),
             Ok(Ok(_)) => bail!("the recording ended before its store was created"),

@@ -1,5 +1,6 @@
 //! One module per CLI command; each is a thin layer over the library crates.
 
+pub mod agent;
 pub mod check;
 pub mod collect;
 pub mod demo;

@@ -15,7 +15,9 @@ use causeway_collector::{
     parse_budget, parse_duty, parse_probe_mode,
 };
 
-use super::mcp::{HttpFlags, context, http_options, runtime, serve_http, start_live_recording};
+use super::mcp::{
+    HttpFlags, context, http_options, runtime, serve_http, start_live_recording_with,
+};
 
 /// Arguments of `causeway trace`.
 #[derive(Debug, clap::Args)]
@@ -172,27 +174,42 @@ fn finish(args: &TraceCmd, summary: &causeway_collector::TraceSummary) -> Result
 
 /// Runs `trace`: the summary goes to stdout as JSON unless events stream there (`--json`).
 pub fn run(args: &TraceCmd) -> Result<()> {
-    let push = args.otlp.target()?;
+    let push = args.otlp.target()?.map(|t| (t, args.otlp.otlp_interval));
     let trace = args.trace.clone().into_args();
-    if args.serve.is_none() && push.is_none() {
-        let summary = causeway_collector::run_trace(&trace)?;
-        return finish(args, &summary);
-    }
     let opts = args
         .serve
         .map(|a| http_options(a, &args.http))
         .transpose()?;
-    let ctx = Arc::new(context(&trace.db, &[]));
-    let (stop, recorder) = start_live_recording(&ctx, trace)?;
+    let ctx = context(&trace.db, &[]);
+    let summary = record(trace, ctx, opts, push, None, "trace")?;
+    finish(args, &summary)
+}
+
+/// Records `trace`; with `opts` also serves it over HTTP while it records, with `push` pushes
+/// OTLP from it every interval, and with `segments` records into rolling segments (the agent).
+pub fn record(
+    trace: TraceArgs,
+    ctx: causeway_tools::Context,
+    opts: Option<causeway_serve::http::HttpOptions>,
+    push: Option<(causeway_client::otlp_push::Target, Duration)>,
+    segments: Option<causeway_collector::SegmentHandle>,
+    what: &'static str,
+) -> Result<causeway_collector::TraceSummary> {
+    if opts.is_none() && push.is_none() && segments.is_none() {
+        return Ok(causeway_collector::run_trace(&trace)?);
+    }
+    let ctx = Arc::new(ctx);
+    let rolling = segments.is_some();
+    let dir = trace.db.clone();
+    let (stop, recorder) = start_live_recording_with(&ctx, trace, segments)?;
+    if rolling {
+        // The line a supervisor (or a test) waits for: the probes are attached.
+        eprintln!("causeway {what}: recording into {}", dir.display());
+    }
     let pushed = Arc::new(AtomicBool::new(false));
     let pusher = push
-        .map(|t| {
-            causeway_client::otlp_push::live::spawn_pusher(
-                ctx.clone(),
-                t,
-                args.otlp.otlp_interval,
-                pushed.clone(),
-            )
+        .map(|(t, interval)| {
+            causeway_client::otlp_push::live::spawn_pusher(ctx.clone(), t, interval, pushed.clone())
         })
         .transpose()?;
     let Some(opts) = opts else {
@@ -203,7 +220,7 @@ pub fn run(args: &TraceCmd) -> Result<()> {
         if let Some(p) = pusher {
             let _ = p.join();
         }
-        return finish(args, &summary??);
+        return Ok(summary??);
     };
     let runtime = runtime()?;
     // Serve until the recording ends (duration, Ctrl-C, the command's exit): the server and
@@ -219,7 +236,7 @@ pub fn run(args: &TraceCmd) -> Result<()> {
             r
         })
     };
-    let served = runtime.block_on(serve_http(ctx, opts, "trace", {
+    let served = runtime.block_on(serve_http(ctx, opts, what, {
         let done = done.clone();
         async move { done.notified().await }
     }));
@@ -233,5 +250,5 @@ pub fn run(args: &TraceCmd) -> Result<()> {
         let _ = p.join();
     }
     served?;
-    finish(args, &summary)
+    Ok(summary)
 }

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `causeway` binary: commands as a person runs them, exit codes,
 //! messages and snapshot-tested output.
 
+mod agent;
 mod bombs;
 mod browser;
 mod cli;
@@ -18,6 +19,7 @@ mod mcp;
 mod one_answer;
 mod otlp;
 mod report;
+
 mod trace;
 
 /// The code of a google.rpc.Status body (0 when there is none).

@@ -26,6 +26,11 @@ pub fn standin() -> String {
     standin_build::get().exe().to_string()
 }
 
+/// The stand-in workload with the runtime linked statically (found by all-process tracing).
+pub fn standin_static() -> std::path::PathBuf {
+    standin_build::get().static_workload.clone()
+}
+
 #[test]
 fn trace_records_a_command_and_query_reads_it() {
     if std::env::var("CAUSEWAY_SKIP_BPF_TESTS").as_deref() == Ok("1") {

@@ -487,3 +487,90 @@ fn containerfile_lints_and_ships_the_duckdb_library_where_the_rpath_looks() {
     assert!(last_stage.contains("\nUSER 65532:65532\n"), "non-root");
     assert!(last_stage.contains("\nENTRYPOINT [\"causeway\"]\n"));
 }
+
+/// `causeway query --json SQL` on `db`: the first column of the first row.
+fn count(db: &Path, sql: &str) -> i64 {
+    let out = run(Command::new(env!("CARGO_BIN_EXE_causeway"))
+        .args(["query", "--json", "--db"])
+        .arg(db)
+        .arg(sql));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["rows"][0][0].as_i64().unwrap()
+}
+
+/// The capability set the DaemonSet and the unit give is enough: `causeway trace` over all
+/// processes, as an unprivileged uid holding only those capabilities (ambient, as under
+/// systemd), attaches to a root process of the stand-in workload (its maps and library read
+/// through /proc/PID/..., CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH) and records its calls; the
+/// workload runs to its end.
+#[test]
+fn the_agents_capabilities_suffice_to_trace_another_users_process() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+    if !crate::trace::bpf_tests() {
+        return;
+    }
+    let setpriv = system_tool("setpriv", "util-linux");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let db = dir.path().join("t.duckdb");
+    let caps = AGENT_CAPS
+        .iter()
+        .map(|c| format!("+{}", c.to_lowercase()))
+        .collect::<Vec<_>>()
+        .join(",");
+    let tracer = Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(format!("--inh-caps=-all,{caps}"))
+        .arg(format!("--ambient-caps=-all,{caps}"))
+        .arg(format!("--bounding-set=-all,{caps}"))
+        .arg(env!("CARGO_BIN_EXE_causeway"))
+        .args(["trace", "--duration", "12s", "--db"])
+        .arg(&db)
+        .env("HOME", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The workload (root, this test's uid) starts once the probes are likely loaded; a process
+    // found later by the periodic rescan of /proc is attached too.
+    std::thread::sleep(Duration::from_secs(3));
+    let mut workload = Command::new(crate::trace::standin())
+        .args(["hold", "4000"])
+        .spawn()
+        .unwrap();
+    let pid = workload.id();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = workload.try_wait().unwrap() {
+            break s;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = workload.kill();
+            panic!("the workload did not finish in 30 s (stopped and never continued?)");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "workload: {status}");
+    let out = tracer.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "causeway trace with only {caps}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let attached = count(
+        &db,
+        &format!(
+            "SELECT count(*) FROM library_attach WHERE pid = {pid} AND attached_ns IS NOT NULL"
+        ),
+    );
+    assert!(
+        attached >= 1,
+        "the root process's CUDA libraries were attached"
+    );
+    let launches = count(
+        &db,
+        &format!("SELECT count(*) FROM events WHERE pid = {pid} AND op = 'cudaLaunchKernel'"),
+    );
+    assert!(launches > 0, "its kernel launches were recorded");
+}

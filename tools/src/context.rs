@@ -216,6 +216,14 @@ impl Context {
         map.insert(path, Arc::new(pool));
     }
 
+    /// Serves a live recording's `readers` as the trace at `path` (the agent's data
+    /// directory, whose open segment changes as the recording rolls).
+    pub fn insert_readers_as(&self, path: PathBuf, readers: Vec<causeway_store::SharedReader>) {
+        let pool = Pool::live(readers);
+        let mut map = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(path, Arc::new(pool));
+    }
+
     /// The pool of a trace, opened on first use.
     fn pool(&self, trace: Option<&str>) -> Result<Arc<Pool>, ToolError> {
         let path = self.resolve(trace)?;

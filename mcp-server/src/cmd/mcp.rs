@@ -243,10 +243,15 @@ pub fn start_live_recording_with(
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
     let live_ctx = ctx.clone();
     let store_ready = ready_tx.clone();
+    let rolling = segments.is_some().then(|| args.db.clone());
     let hooks = TraceHooks {
         stop: Some(stop.clone()),
         on_store: Some(Box::new(move |readers| {
-            live_ctx.insert_readers(readers);
+            match rolling {
+                // Segments: the readers serve the data directory, the trace's name.
+                Some(dir) => live_ctx.insert_readers_as(dir, readers),
+                None => live_ctx.insert_readers(readers),
+            }
             let _ = store_ready.send(());
         })),
         // Serving starts once calls are recorded: an answer never predates the probes.

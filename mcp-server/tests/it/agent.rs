@@ -149,6 +149,28 @@ fn launches_at(args: &[&str], pids: &[u32], unique: bool) -> u64 {
     n
 }
 
+/// Runs the workload until the agent records it. Tracing every process, the agent attaches a
+/// program's probes when it first sees it exec'd, without holding it (nothing it did not start
+/// is stopped): a run that calls sooner than that is not recorded (library_attach says when
+/// tracing began). Later runs of the attached file are recorded from their first call.
+fn warm_up(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pids = run_workload(1, Duration::ZERO);
+        let seen = Instant::now();
+        while seen.elapsed() < Duration::from_secs(3) {
+            if launches_at(&["--nodes", addr], &pids, false) > 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent never recorded the workload"
+        );
+    }
+}
+
 fn closed_segments(data: &Path) -> usize {
     std::fs::read_dir(data)
         .unwrap()
@@ -157,12 +179,16 @@ fn closed_segments(data: &Path) -> usize {
         .count()
 }
 
-fn sigterm(child: &Child) {
+fn signal(child: &Child, sig: &str) {
     let st = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([sig, &child.id().to_string()])
         .status()
         .unwrap();
     assert!(st.success());
+}
+
+fn sigterm(child: &Child) {
+    signal(child, "-TERM");
 }
 
 #[test]
@@ -176,6 +202,7 @@ fn the_agent_rolls_segments_and_serves_them_as_one_trace() {
     let data = dir.path().join("data");
     let mut agent = start(&config);
     let addr = crate::common::listening_addr(&mut agent);
+    warm_up(&addr);
     let runs = 8;
     // Runs spread over ~4 rotations: some calls fall in every segment.
     let pids = run_workload(runs, Duration::from_millis(900));
@@ -236,7 +263,7 @@ fn the_agent_rolls_segments_and_serves_them_as_one_trace() {
 fn after_sigkill_the_next_start_recovers_the_open_segment_and_retention_applies() {
     let Some(_one) = bpf_tests() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), "");
+    let config = write_config(dir.path(), "\n[serve]\nlisten = \"127.0.0.1:0\"\n");
     let data = dir.path().join("data");
     // Long period: everything is in the open segment when the agent is killed.
     let text = std::fs::read_to_string(&config)
@@ -244,7 +271,8 @@ fn after_sigkill_the_next_start_recovers_the_open_segment_and_retention_applies(
         .replace("period = \"2s\"", "period = \"1h\"");
     std::fs::write(&config, text).unwrap();
     let mut agent = start(&config);
-    wait_ready(&mut agent);
+    let addr = crate::common::listening_addr(&mut agent);
+    warm_up(&addr);
     let pids = run_workload(3, Duration::from_millis(100));
     // Past the writer's flush bound: what a SIGKILL may lose is bounded
     // (collector SIGKILL_LOSS_BOUND).
@@ -282,7 +310,7 @@ fn after_sigkill_the_next_start_recovers_the_open_segment_and_retention_applies(
         "nothing committed before the SIGKILL is lost: runs {pids:?}, recorded {per_pid}"
     );
 
-    // Retention by total size: a tiny limit keeps only what fits, oldest deleted first.
+    // Retention by age: segments closed longer ago than max_age are deleted at the start.
     let text = std::fs::read_to_string(&config)
         .unwrap()
         .replace("max_total_size = \"10GiB\"", "max_total_size = \"1GiB\"")
@@ -296,9 +324,29 @@ fn after_sigkill_the_next_start_recovers_the_open_segment_and_retention_applies(
         0,
         "segments past max_age deleted at start"
     );
+    // SIGHUP applies a new period (and retention) without a restart.
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("period = \"1h\"", "period = \"1s\"")
+        .replace("max_age = \"1s\"", "max_age = \"1h\"");
+    std::fs::write(&config, text).unwrap();
+    signal(&agent, "-HUP");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while closed_segments(&data) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no rotation after SIGHUP shortened the period"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     sigterm(&agent);
-    assert!(agent.wait().unwrap().success());
-    agent.stdout.take();
+    let out = agent.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        summary["segments"]["closed"].as_u64().unwrap() >= 3,
+        "{summary}"
+    );
 }
 
 /// Waits for the agent's line saying that its probes are attached (stderr), then keeps

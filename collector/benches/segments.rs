@@ -1,0 +1,193 @@
+//! The agent's day, compressed: a recording at a sustained event rate into rolling segments
+//! closed every `CAUSEWAY_BENCH_PERIOD` (default 2.5 s: 24 rotations a minute, a day of the
+//! default hourly segments), retention capped at `CAUSEWAY_BENCH_KEEP_MIB`, against the same
+//! recording into one file in the same run. Reports drops, events stored per call made, peak
+//! RSS, the data directory's largest size and the rotations. Root (real eBPF):
+//! `cargo bench -p causeway-collector --bench segments`.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use causeway_collector::{SegmentPolicy, TraceArgs, TraceHooks, TraceSummary, run_trace_with};
+
+#[path = "../tests/it/standin.rs"]
+#[allow(dead_code)]
+mod standin;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn dir_bytes(p: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(p) else {
+        return std::fs::metadata(p).map_or(0, |m| m.len());
+    };
+    rd.filter_map(Result::ok)
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() {
+                dir_bytes(&p)
+            } else {
+                std::fs::metadata(&p).map_or(0, |m| m.len())
+            }
+        })
+        .sum()
+}
+
+struct Run {
+    summary: TraceSummary,
+    peak_rss_mib: f64,
+    peak_disk_mib: f64,
+    launches: u64,
+}
+
+fn run(
+    s: &standin::Standin,
+    db: &Path,
+    per_s: u64,
+    seconds: u64,
+    policy: Option<SegmentPolicy>,
+) -> Run {
+    let threads = 2u64;
+    let calls = per_s * seconds / threads;
+    let out = db.with_extension("rate");
+    let mut a = TraceArgs::with_db(db.to_path_buf());
+    a.node = Some("bench".into());
+    a.no_host = true;
+    a.overhead_budget = 100.0;
+    a.command = vec![
+        s.exe().to_string(),
+        "rate".into(),
+        calls.to_string(),
+        out.display().to_string(),
+        threads.to_string(),
+        per_s.to_string(),
+    ];
+    let samples = Arc::new(Mutex::new((0u64, 0u64)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let monitor = {
+        let (samples, stop, path) = (samples.clone(), stop.clone(), db.to_path_buf());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let (rss, disk) = (rss_kib(), dir_bytes(&path));
+                let mut m = samples.lock().unwrap();
+                m.0 = m.0.max(rss);
+                m.1 = m.1.max(disk);
+                drop(m);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+    };
+    let hooks = TraceHooks {
+        segments: policy.map(|p| Arc::new(RwLock::new(p))),
+        ..TraceHooks::default()
+    };
+    let summary = run_trace_with(&a, hooks).expect("trace (run as root)");
+    stop.store(true, Ordering::Relaxed);
+    monitor.join().unwrap();
+    let (rss, disk) = *samples.lock().unwrap();
+    let launches = summary
+        .ops
+        .iter()
+        .find(|o| o.op == "cudaLaunchKernel")
+        .map_or(0, |o| o.stored);
+    Run {
+        summary,
+        peak_rss_mib: rss as f64 / 1024.0,
+        peak_disk_mib: disk as f64 / 1_048_576.0,
+        launches,
+    }
+}
+
+fn main() {
+    let per_s = env_u64("CAUSEWAY_BENCH_RATE", 100_000);
+    let seconds = env_u64("CAUSEWAY_BENCH_SECONDS", 60);
+    let period = Duration::from_millis(env_u64("CAUSEWAY_BENCH_PERIOD_MS", 2_500));
+    let keep_mib = env_u64("CAUSEWAY_BENCH_KEEP_MIB", 64);
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let one = if std::env::var("CAUSEWAY_BENCH_ONLY_SEGMENTS").is_ok() {
+        None
+    } else {
+        Some(run(s, &dir.path().join("one.duckdb"), per_s, seconds, None))
+    };
+    let policy = SegmentPolicy {
+        period,
+        max_bytes: 1 << 30,
+        max_age: Duration::from_secs(86_400),
+        max_total_bytes: keep_mib << 20,
+        serve_window: Duration::from_secs(3600),
+    };
+    let seg = run(
+        s,
+        &dir.path().join("segments"),
+        per_s,
+        seconds,
+        Some(policy),
+    );
+    println!(
+        "\nsegments bench: {per_s} calls/s asked for {seconds} s (2 threads), period {period:?}, retention {keep_mib} MiB ({:.0} s in all)",
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "{:<14} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10} {:>9} {:>8}",
+        "recording",
+        "calls",
+        "stored",
+        "ring",
+        "channel",
+        "peak RSS",
+        "peak disk",
+        "closed",
+        "deleted"
+    );
+    for (name, r) in [("one file", one.as_ref()), ("segments", Some(&seg))] {
+        let Some(r) = r else { continue };
+        let (closed, deleted) = r
+            .summary
+            .segments
+            .as_ref()
+            .map_or((0, 0), |s| (s.closed, s.deleted));
+        let calls = r
+            .summary
+            .ops
+            .iter()
+            .find(|o| o.op == "cudaLaunchKernel")
+            .map_or(0, |o| o.calls);
+        println!(
+            "{name:<14} {:>10} {:>10} {:>8} {:>8} {:>7.1} MiB {:>6.1} MiB {closed:>9} {deleted:>8}",
+            calls,
+            r.launches,
+            r.summary.ringbuf_drops,
+            r.summary.channel_drops,
+            r.peak_rss_mib,
+            r.peak_disk_mib,
+        );
+    }
+    println!(
+        "RSS segments / one file: {:.2}x; disk bound {keep_mib} MiB + one open segment",
+        seg.peak_rss_mib / one.as_ref().map_or(f64::NAN, |o| o.peak_rss_mib)
+    );
+    if let Ok(keep) = std::env::var("CAUSEWAY_BENCH_KEEP_DIR") {
+        let _ = std::fs::rename(dir.path().join("segments"), &keep);
+        println!("segments kept in {keep}");
+    }
+}

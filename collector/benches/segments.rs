@@ -5,6 +5,9 @@
 //! RSS, the data directory's largest size and the rotations. Root (real eBPF):
 //! `cargo bench -p causeway-collector --bench segments`.
 
+// A bench reports on stdout.
+#![allow(clippy::print_stdout)]
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};

@@ -163,6 +163,7 @@ impl Segments {
     pub fn rotate(&mut self, w: Writer) -> Result<Writer, CollectorError> {
         // The segment about to close counts: a deleted file that is still attached would keep
         // its space until the next rotation.
+        let t0 = Instant::now();
         self.retain(file_bytes(&self.open));
         let next = self.next_path();
         let closed = closed_path(&self.dir, &self.open);
@@ -175,7 +176,8 @@ impl Segments {
                 source: Box::new(source),
             })?;
         self.closed += 1;
-        info!(closed = %closed.display(), next = %next.display(), "segment closed");
+        let ms = t0.elapsed().as_millis();
+        info!(closed = %closed.display(), next = %next.display(), ms, "segment closed");
         self.open = next;
         self.opened = Instant::now();
         self.size_checked = Instant::now();

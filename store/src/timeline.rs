@@ -93,12 +93,73 @@ pub(crate) fn attach(conn: &Connection, segments: &[PathBuf]) -> Result<()> {
 /// catalogs, which a temporary view would shadow.
 const TIMELINE: &str = "cw_timeline";
 
-/// One view per relation named `{into}{relation}` over `catalogs` (quoted, oldest first).
-fn views_sql(catalogs: &[String], into: &str) -> String {
-    RELATIONS
+/// Thread names each segment may intern ([`internal_sql`]): its `comm_id`s are moved into a
+/// range of their own so that the union's event rows still join the union's names.
+const COMMS_PER_SEGMENT: u64 = 1 << 20;
+
+/// The tables that are not readable relations but that the analysis's own (trusted) queries
+/// read: event rows with their segment's thread-name ids moved apart, the names likewise, and
+/// the OTLP tables of a cluster store.
+/// Event rows also keep a `rowid` of their own, running on from one segment to the next
+/// (`first_rows[i]`: the rows of the segments before the `i`-th): the analysis reads them in
+/// row-id chunks.
+fn internal_sql(table: &str, catalogs: &[String], first_rows: &[u64]) -> String {
+    let part = |(i, c): (usize, &String)| {
+        let shift = i as u64 * COMMS_PER_SEGMENT;
+        match table {
+            "event_rows" => format!(
+                "SELECT * REPLACE ((comm_id::UBIGINT + {shift})::UINTEGER AS comm_id), \
+                 rowid + {} AS rowid FROM {c}.main.{table}",
+                first_rows[i]
+            ),
+            "comms" => format!(
+                "SELECT * REPLACE ((comm_id::UBIGINT + {shift})::UINTEGER AS comm_id) \
+                 FROM {c}.main.{table}"
+            ),
+            _ => format!("SELECT * FROM {c}.main.{table}"),
+        }
+    };
+    catalogs
         .iter()
-        .map(|rel| format!("CREATE VIEW {into}{rel} AS {};\n", union_sql(rel, catalogs)))
-        .collect()
+        .enumerate()
+        .map(part)
+        .collect::<Vec<_>>()
+        .join(" UNION ALL BY NAME ")
+}
+
+/// Internal tables the timeline also covers ([`internal_sql`]).
+const INTERNAL: &[&str] = &[
+    "event_rows",
+    "comms",
+    "metric_rows",
+    "otlp_resources",
+    "otlp_metrics",
+];
+
+/// One view per relation (and internal table) named `{into}{name}` over `catalogs` (quoted,
+/// oldest first).
+fn views_sql(conn: &Connection, path: &Path, catalogs: &[String], into: &str) -> Result<String> {
+    let mut first_rows = vec![0u64; catalogs.len()];
+    for i in 1..catalogs.len() {
+        let n: i64 = conn
+            .query_row(
+                &format!("SELECT count(*) FROM {}.main.event_rows", catalogs[i - 1]),
+                [],
+                |r| r.get(0),
+            )
+            .ctx(path, "counting a segment's events")?;
+        first_rows[i] = first_rows[i - 1] + n.max(0) as u64;
+    }
+    let relations = RELATIONS
+        .iter()
+        .map(|rel| format!("CREATE VIEW {into}{rel} AS {};\n", union_sql(rel, catalogs)));
+    let internal = INTERNAL.iter().map(|t| {
+        format!(
+            "CREATE VIEW {into}{t} AS {};\n",
+            internal_sql(t, catalogs, &first_rows)
+        )
+    });
+    Ok(relations.chain(internal).collect())
 }
 
 /// Gives a live writer's database (`conn`, file access still allowed) the timeline of
@@ -113,7 +174,7 @@ pub(crate) fn attach_to_live(conn: &Connection, path: &Path, segments: &[PathBuf
     catalogs.push(quoted(&own));
     let sql = format!(
         "ATTACH ':memory:' AS {TIMELINE};\n{}",
-        views_sql(&catalogs, &format!("{TIMELINE}.main."))
+        views_sql(conn, path, &catalogs, &format!("{TIMELINE}.main."))?
     );
     conn.execute_batch(&sql)
         .ctx(path, "creating the timeline's views")
@@ -149,6 +210,16 @@ pub fn segments_in(dir: &Path) -> Result<Vec<PathBuf>> {
 /// file ([`crate::Reader::open_with`]).
 pub(crate) fn open_dir(dir: &Path, opts: &crate::ReaderOptions) -> Result<Connection> {
     let segments = segments_in(dir)?;
+    if segments.len() as u64 > u64::from(u32::MAX) / COMMS_PER_SEGMENT {
+        return Err(StoreError::Invalid {
+            message: format!(
+                "{}: {} segments are more than one trace can hold",
+                dir.display(),
+                segments.len()
+            ),
+            hint: "copy the segments of the time you want into a directory of their own".into(),
+        });
+    }
     if segments.is_empty() {
         return Err(StoreError::Invalid {
             message: format!("{}: holds no closed segment (*.duckdb)", dir.display()),
@@ -167,7 +238,7 @@ pub(crate) fn open_dir(dir: &Path, opts: &crate::ReaderOptions) -> Result<Connec
     let conn = Connection::open_in_memory_with_flags(config).ctx(dir, "opening the timeline")?;
     attach(&conn, &segments)?;
     let catalogs: Vec<String> = (0..segments.len()).map(|i| quoted(&alias(i))).collect();
-    let mut sql = views_sql(&catalogs, "");
+    let mut sql = views_sql(&conn, dir, &catalogs, "")?;
     sql.push_str("SET enable_external_access = false; SET max_temp_directory_size = '0B';");
     conn.execute_batch(&sql)
         .ctx(dir, "creating the timeline's views")?;
@@ -187,5 +258,7 @@ mod tests {
         }
         assert!(union_sql("processes", &cats).contains("PARTITION BY node, pid"));
         assert!(union_sql("events", &cats).contains("UNION ALL BY NAME"));
+        assert!(internal_sql("event_rows", &cats, &[0, 5]).contains("+ 1048576"));
+        assert!(internal_sql("event_rows", &cats, &[0, 5]).contains("rowid + 5 AS rowid"));
     }
 }

@@ -62,6 +62,10 @@ fn segment_rows(w: &mut Writer, start: i64, n: i64, last_seen: i64) {
     w.flush().unwrap();
 }
 
+/// Event rows joined with their thread names, as the analysis's trusted queries read them.
+const INTERNAL_JOIN: &str = "SELECT count(*) FROM event_rows e JOIN comms c USING (comm_id) \
+                             WHERE c.comm = 'python3'";
+
 fn closed_name(dir: &Path, i: usize) -> PathBuf {
     dir.join(format!("seg-{i}.duckdb"))
 }
@@ -114,6 +118,11 @@ fn a_rotated_writer_serves_its_segments_as_one_trace() {
     );
     assert_eq!(ints(&r, "SELECT count(*) FROM stack_frames"), vec![1]);
     assert_eq!(ints(&r, "SELECT count(*) FROM nodes"), vec![1]);
+    assert_eq!(
+        ints(&r, INTERNAL_JOIN),
+        vec![300],
+        "the analysis's own tables too"
+    );
     drop(r);
 
     // Each closed segment is complete on its own.
@@ -135,6 +144,7 @@ fn a_rotated_writer_serves_its_segments_as_one_trace() {
     assert_eq!(ints(&r, "SELECT count(*) FROM events"), vec![300]);
     assert_eq!(ints(&r, "SELECT min(timestamp) FROM events"), vec![1_000]);
     assert_eq!(ints(&r, "SELECT last_seen_ns FROM processes"), vec![7]);
+    assert_eq!(ints(&r, INTERNAL_JOIN), vec![300]);
     let sql = causeway_sqlguard::guard(
         "SELECT op, count(*) FROM events GROUP BY op",
         r.policy(),

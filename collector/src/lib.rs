@@ -26,6 +26,7 @@ mod sink;
 mod stacks;
 mod trace;
 mod trim;
+mod tuning;
 
 pub use check::{CheckReport, check};
 pub use error::CollectorError;

@@ -19,45 +19,11 @@ use causeway_bpf::abi::{OP_CALIBRATE, ProbeMode};
 use causeway_store::{ModeSwitch, OverheadWindow};
 
 use crate::cost::{CostModel, FirstInsn};
-use crate::sampling::{DUTY_MAX, DUTY_MIN};
-
-/// Act only when the worst process is above the budget; aim this far below it.
-const MARGIN: f64 = 0.8;
-/// Move an op back to a more detailed mode only while every process is below this share of the budget.
-const UPGRADE_BELOW: f64 = 0.5;
-/// An op keeps a mode at least this long before it is moved back (ns).
-const MIN_DWELL_NS: i64 = 10_000_000_000;
-/// Only ops that make up at least this share of the worst process's probe time are reduced.
-const HOT_SHARE: f64 = 0.05;
-/// Over budget, the cheapest ops that together cost less than this share of the budget are
-/// left as they are: reducing them could not bring the process back under it (at most this
-/// much over), and their counts stay exact, the job's progress measurable in situ (a process
-/// whose every call is sampled has none) and their durations kept. Without it, a window with
-/// little attached time of a sampled op at its floor made a loop's syncs look hot.
-const EXEMPT_SHARE_OF_BUDGET: f64 = 0.1;
-/// Probe time below this share of one core (per window) is reported but never acted on: a
-/// process that hardly runs would otherwise lose the durations of its rare calls for nothing.
-const SIGNIFICANT_SHARE_OF_CORE: f64 = 0.001;
-
-/// The most the in-situ measurement may scale an op's calibrated costs by.
-pub const MAX_FACTOR: f64 = 10.0;
-
-/// An op the controller does not sample, estimated to cost a process at least this share of
-/// the budget, is sampled for a while to measure its cost on the job (an in-situ check), once:
-/// the calibration can be several times low on a real job (3-4x on the H100, docs/benchmarks.md),
-/// and only a sampled op is measured in situ. Cheaper ops could not push the job far over
-/// the budget even then.
-const CHECK_SHARE_OF_BUDGET: f64 = 0.25;
-/// Checks start this long into the trace: the modes have settled, and a short job, whose counts
-/// stay exact, is not checked at all (ns).
-const CHECK_AFTER_NS: i64 = 30_000_000_000;
-/// The duty of an op under check: half its calls are still counted and timed.
-const CHECK_DUTY: f64 = DUTY_MAX;
-/// A check that has measured nothing by then ends (ns): the job's progress was too irregular.
-const CHECK_MAX_NS: i64 = 120_000_000_000;
-/// Calls per second of its other (not sampled) ops a process needs for a check: they are the
-/// progress the measurement compares (insitu.rs wants 100 per kind of segment).
-const CHECK_MIN_PROGRESS_PER_S: f64 = 20.0;
+use crate::tuning::{
+    CHECK_AFTER_NS, CHECK_DUTY, CHECK_MAX_NS, CHECK_MIN_PROGRESS_PER_S, CHECK_SHARE_OF_BUDGET,
+    DUTY_MAX, DUTY_MIN, EXEMPT_SHARE_OF_BUDGET, HOT_SHARE, MARGIN, MAX_FACTOR, MIN_DWELL_NS,
+    SIGNIFICANT_SHARE_OF_CORE, UPGRADE_BELOW,
+};
 
 /// Whether an op id is a probed library call (CUDA runtime/driver/graph or NCCL).
 pub fn is_call_op(op: u16) -> bool {

@@ -27,6 +27,7 @@ mod stacks;
 mod trace;
 mod trim;
 mod tuning;
+mod windows;
 
 pub use check::{CheckReport, check};
 pub use error::CollectorError;

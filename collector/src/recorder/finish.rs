@@ -148,8 +148,8 @@ impl Recording<'_, '_> {
             overhead: OverheadSummary {
                 budget_pct: ctl.budget_pct(),
                 estimated_pct: ctl.overall_pct(),
-                cpu_ns: ctl.cpu_ns,
-                probe_ns: ctl.probe_ns as u64,
+                cpu_ns: ctl.windows.cpu_ns,
+                probe_ns: ctl.windows.probe_ns as u64,
                 costs: calibration,
                 mode_switches: switches,
                 in_situ: in_situ_summary,

@@ -13,7 +13,6 @@ use causeway_bpf::abi::ProbeMode;
 use causeway_bpf::libbpf_rs::{Link, MapCore, MapFlags};
 use causeway_bpf::skel::CausewaySkel;
 use causeway_store::InSituRow;
-use causeway_store::ModeSwitch;
 use causeway_store::catalog::op_by_id;
 use tracing::{info, warn};
 
@@ -21,7 +20,7 @@ use super::{Recording, map_err};
 use crate::attach::{OpProbes, drop_links};
 use crate::error::CollectorError;
 use crate::insitu::{Counts, sampled_ops};
-use crate::overhead_control::Controller;
+use crate::overhead_control::{Controller, Switch};
 use crate::poll::read_stats;
 use crate::sampling::Sampler;
 use crate::tuning::{DEFAULT_DUTY, DETACH_WAIT_MAX_S};
@@ -53,8 +52,8 @@ pub(super) fn wanted(ctl: &Controller, sampler: &Sampler, op: u16) -> OpProbes {
     }
 }
 
-/// Drops links lists on a thread of its own (each waits for RCU grace periods: 35-48 ms for one
-/// sampled op on the development VM), so that the ring keeps being drained meanwhile.
+/// Drops links lists on a thread of its own (each waits for RCU grace periods, tens of ms), so
+/// that the ring keeps being drained meanwhile.
 pub(super) struct Detacher {
     reap: Sender<Vec<Link>>,
     /// Lists sent and not dropped yet: until none is left, no op is attached again (an old
@@ -126,15 +125,10 @@ impl Recording<'_, '_> {
     /// call without its return probe: the mode goes first when return probes go away, last when
     /// they come back. An op entering sampled mode starts with its probes attached; one leaving
     /// it between its attached slices gets them back once its old links are gone.
-    pub(super) fn apply(&mut self, s: &ModeSwitch) -> Result<(), CollectorError> {
-        let (Some(from), Some(to)) = (
-            ProbeMode::from_name(&s.previous),
-            ProbeMode::from_name(&s.mode),
-        ) else {
-            return Ok(());
-        };
+    pub(super) fn apply(&mut self, s: &Switch) -> Result<(), CollectorError> {
+        let (from, to) = (s.from.mode, s.to.mode);
         let skel = self.ctx.skel;
-        let (op, duty) = (s.op_id, self.ctl.duty(s.op_id));
+        let (op, duty) = (s.op, s.to.duty);
         let (sampling, attached) = (&mut self.sampling, &mut self.found.attached);
         let now = causeway_store::now_ns();
         let detached = from == ProbeMode::Sampled && to != from && sampling.sampler.stop(op, now);
@@ -162,7 +156,7 @@ impl Recording<'_, '_> {
             set_op_mode(skel, op, to)?;
         }
         let name = op_by_id(op).map_or("?", |o| o.name);
-        info!(op = name, from = %s.previous, to = %s.mode, reason = %s.reason, overhead_pct = format!("{:.2}", s.overhead_pct), duty = ?duty.filter(|_| to == ProbeMode::Sampled), "probe mode changed");
+        info!(op = name, from = from.name(), to = to.name(), reason = s.reason.name(), overhead_pct = format!("{:.2}", s.overhead_pct), duty = ?duty, "probe mode changed");
         Ok(())
     }
 

@@ -1,8 +1,9 @@
 //! The recording loop of `causeway trace`, on one thread that owns the skeleton and every link:
-//! load, calibrate the probe costs, attach, then poll the ring buffer, run the overhead
-//! controller and the live summary every tick, write the kernel's counters every few ticks, and
-//! attach library copies that appear (libs.rs). Sampled ops' probes are attached and detached on
-//! their schedule (modes.rs). At the end, drain and write the last window (finish.rs).
+//! load, calibrate the probe costs and attach (setup.rs), then poll the ring buffer, run the
+//! overhead controller and the live summary every tick, write the kernel's counters every few
+//! ticks, and attach library copies that appear (libs.rs). Sampled ops' probes are attached and
+//! detached on their schedule (modes.rs). At the end, drain and write the last window
+//! (finish.rs). Intervals are in tuning.rs.
 //!
 //! [`Recording`] holds the loop's state; each step of the loop is one of its methods.
 
@@ -25,6 +26,7 @@ use causeway_bpf::load::{
     LoadConfig, open_and_load, sock_tracepoints_supported, uprobe_multi_supported,
 };
 use causeway_bpf::skel::CausewaySkel;
+use causeway_store::InSituRow;
 use tracing::{debug, info, warn};
 
 use crate::attach::Attached;
@@ -303,20 +305,29 @@ impl<'a, 's> Recording<'a, 's> {
         let _ = rb.consume();
     }
 
-    /// One controller window: measures the probes' cost, applies the switches it decides,
-    /// follows them with the in-situ meter, draws the live summary and, every few ticks,
-    /// writes the kernel's counters.
+    /// One tick: the controller's window (policy), then what the tick reports (accounting).
     fn tick(&mut self) -> Result<(), CollectorError> {
         let interval = self.clock.tick.elapsed().as_secs_f64();
         self.clock.tick = Instant::now();
         self.clock.ticks += 1;
-        let (skel, sink) = (self.ctx.skel, self.ctx.sink);
-        let stats = read_stats(skel);
+        let stats = read_stats(self.ctx.skel);
+        let in_situ = self.control(&stats)?;
+        self.report(&stats, interval, in_situ);
+        Ok(())
+    }
+
+    /// The controller's window: measures the probes' cost, applies the switches it decides
+    /// and follows them with the in-situ meter; returns the meter's rows.
+    fn control(
+        &mut self,
+        stats: &HashMap<StatKey, Stat>,
+    ) -> Result<Vec<InSituRow>, CollectorError> {
+        let sink = self.ctx.sink;
         let state = self.state.clone();
         let boot_start_ns = self.ctx.boot_start_ns;
         let tick = self
             .ctl
-            .tick(causeway_store::now_ns(), &call_counts(&stats), |pid| {
+            .tick(causeway_store::now_ns(), &call_counts(stats), |pid| {
                 state.borrow().cpu_reading(pid, boot_start_ns)
             });
         for s in &tick.switches {
@@ -331,12 +342,18 @@ impl<'a, 's> Recording<'a, 's> {
             let rows = tick.switches.iter().map(Switch::row).collect();
             let _ = sink.ctl.send(Ctl::Modes(rows));
         }
+        Ok(in_situ)
+    }
+
+    /// The live summary, and every few ticks the kernel's counters and the in-situ rows.
+    fn report(&mut self, stats: &HashMap<StatKey, Stat>, interval: f64, in_situ: Vec<InSituRow>) {
+        let (skel, sink) = (self.ctx.skel, self.ctx.sink);
         let mut st = self.state.borrow_mut();
         let (ctl, sampler) = (&self.ctl, &self.sampling.sampler);
         if self.live.enabled() {
             let now = causeway_store::now_ns();
             let ops = self.live.ops(
-                &stats,
+                stats,
                 interval,
                 |op| {
                     if is_call_op(op) {
@@ -360,7 +377,7 @@ impl<'a, 's> Recording<'a, 's> {
         if self.clock.ticks.is_multiple_of(SNAPSHOT_TICKS) {
             let meter = &self.sampling.meter;
             st.snapshot(
-                &stats,
+                stats,
                 skel,
                 sink,
                 |op, now| sampler.detached_and_switching_ns(op, now),
@@ -381,7 +398,6 @@ impl<'a, 's> Recording<'a, 's> {
                 "recording"
             );
         }
-        Ok(())
     }
 
     /// How often traced processes' maps are rescanned.

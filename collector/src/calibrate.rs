@@ -19,15 +19,7 @@ use tracing::{debug, info, warn};
 
 use crate::attach::attach_at;
 use crate::cost::{CostModel, Costs, FirstInsn};
-
-/// Calls timed per measurement on an emulated first instruction (about 1 us each)...
-const CALLS_FAST: u64 = 2000;
-/// ...and on a single-stepped one (about 20 us each).
-const CALLS_SLOW: u64 = 150;
-/// Calls before each measurement, not timed.
-const WARMUP: u64 = 20;
-/// Interleaved rounds; each cost is the smallest of its rounds (least disturbed by other load).
-const ROUNDS: usize = 3;
+use crate::tuning::{CALLS_FAST, CALLS_SLOW, ROUNDS, WARMUP};
 
 /// One tiny function per kind of first instruction, written in assembly so that the first
 /// instruction is exactly the one named. Each returns its argument plus one.

@@ -21,20 +21,9 @@ use causeway_bpf::abi::{ProbeMode, Stat, StatKey};
 use causeway_store::InSituRow;
 
 use crate::overhead_control::{Controller, is_call_op};
-
-/// Segments shorter than this are left out (ns): a few steps at least.
-const MIN_SEGMENT_NS: i64 = 10_000_000;
-/// Segments and progress calls of each kind (attached, detached) before an estimate the
-/// controller acts on...
-const MIN_FOR_COSTS: (u64, f64) = (8, 100.0);
-/// ...and before the speedup that estimated counts use (a point estimate: its noise averages
-/// out over the windows, while waiting longer holds the first windows' counts back longer).
-const MIN_FOR_COUNTS: (u64, f64) = (3, 30.0);
-/// The detached / attached progress rate believed (a measurement outside is noise or a phase
-/// change, not probes).
-const SPEEDUP_BOUNDS: (f64, f64) = (0.8, 5.0);
-/// Standard errors the slowdown's lower bound stays below its point estimate.
-const CONFIDENCE_SDS: f64 = 2.0;
+use crate::tuning::{
+    CONFIDENCE_SDS, MIN_FOR_COSTS, MIN_FOR_COUNTS, MIN_SEGMENT_NS, SPEEDUP_BOUNDS,
+};
 
 /// Cumulative counts at one instant, per (pid, op): (calls, probe hits = calls + nested entries).
 #[derive(Debug, Clone, Default, PartialEq)]

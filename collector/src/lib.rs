@@ -27,6 +27,8 @@ mod sink;
 mod stacks;
 mod trace;
 mod trim;
+mod tuning;
+mod windows;
 
 pub use causeway_bpf::abi::ProbeMode;
 pub use causeway_bpf::load::DEFAULT_RINGBUF_BYTES;

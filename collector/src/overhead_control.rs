@@ -1,17 +1,22 @@
 //! The overhead controller (`--overhead-budget`): every window it estimates what the probes cost
-//! each traced process (calls the kernel counted x calibrated cost of the op's probe mode) against
-//! the process's CPU time, and moves hot ops to cheaper probe modes when the worst process is
-//! over budget (full -> aggregate -> entry-only -> sampled, taking the least step that covers
-//! the excess), and back, one op at a time, once the estimate stays well below it. Counts stay
-//! exact in every mode but `sampled`, whose probes are attached for a share of the time (its
-//! duty, sampling.rs) and whose calls are estimated from what was counted then; `--exact-counts`
-//! keeps the controller from sampling. Once a sampled op's cost to the job is measured in situ
-//! (insitu.rs) above its calibration, its costs are scaled by the difference. An op that its
-//! calibration keeps out of sampling, yet costs a good share of the budget, is sampled for a
-//! while once, so that its cost is measured too (an in-situ check).
+//! each traced process (windows.rs: calls the kernel counted x cost of the op's plan) against the
+//! process's CPU time, and moves hot ops down the ladder of plans (below) when the worst process
+//! is over budget, and back up, one op at a time, once the estimate stays well below it. Counts
+//! stay exact in every plan but sampled, whose probes are attached for a share of the time (its
+//! duty, sampling.rs) and whose calls are estimated from what was counted then. Once a sampled
+//! op's cost to the job is measured in situ (insitu.rs) above its calibration, its costs are
+//! scaled by the difference. An op that its calibration keeps out of sampling, yet costs a good
+//! share of the budget, is sampled for a while once, so that its cost is measured too (an in-situ
+//! check).
+//!
+//! The ladder, most detailed (and dearest) first: full -> aggregate -> entry_only -> sampled at
+//! decreasing duty (`DUTY_MAX` down to `DUTY_MIN`). Over budget an op takes the least step down
+//! that covers the excess (else the cheapest); under budget the op whose step up costs least
+//! climbs to the most detailed plan that fits, a sampled op that fits none doubling its duty.
+//! `--exact-counts` ends the ladder at entry_only; `--probe-mode` pins an op to one rung.
 //!
 //! The decisions are pure functions of the window's numbers (unit-tested below); reading /proc
-//! and applying a switch to the BPF maps and links is the caller's (trace.rs) job.
+//! and applying a switch to the BPF maps and links is the caller's (recorder.rs) job.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -19,93 +24,110 @@ use causeway_bpf::abi::{OP_CALIBRATE, ProbeMode};
 use causeway_store::{ModeSwitch, OverheadWindow};
 
 use crate::cost::{CostModel, FirstInsn};
-use crate::sampling::{DUTY_MAX, DUTY_MIN};
-
-/// Act only when the worst process is above the budget; aim this far below it.
-const MARGIN: f64 = 0.8;
-/// Move an op back to a more detailed mode only while every process is below this share of the budget.
-const UPGRADE_BELOW: f64 = 0.5;
-/// An op keeps a mode at least this long before it is moved back (ns).
-const MIN_DWELL_NS: i64 = 10_000_000_000;
-/// Only ops that make up at least this share of the worst process's probe time are reduced.
-const HOT_SHARE: f64 = 0.05;
-/// Over budget, the cheapest ops that together cost less than this share of the budget are
-/// left as they are: reducing them could not bring the process back under it (at most this
-/// much over), and their counts stay exact, the job's progress measurable in situ (a process
-/// whose every call is sampled has none) and their durations kept. Without it, a window with
-/// little attached time of a sampled op at its floor made a loop's syncs look hot.
-const EXEMPT_SHARE_OF_BUDGET: f64 = 0.1;
-/// Probe time below this share of one core (per window) is reported but never acted on: a
-/// process that hardly runs would otherwise lose the durations of its rare calls for nothing.
-const SIGNIFICANT_SHARE_OF_CORE: f64 = 0.001;
-
-/// The most the in-situ measurement may scale an op's calibrated costs by.
-pub const MAX_FACTOR: f64 = 10.0;
-
-/// An op the controller does not sample, estimated to cost a process at least this share of
-/// the budget, is sampled for a while to measure its cost on the job (an in-situ check), once:
-/// the calibration can be several times low on a real job (3-4x on the H100, docs/benchmarks.md),
-/// and only a sampled op is measured in situ. Cheaper ops could not push the job far over
-/// the budget even then.
-const CHECK_SHARE_OF_BUDGET: f64 = 0.25;
-/// Checks start this long into the trace: the modes have settled, and a short job, whose counts
-/// stay exact, is not checked at all (ns).
-const CHECK_AFTER_NS: i64 = 30_000_000_000;
-/// The duty of an op under check: half its calls are still counted and timed.
-const CHECK_DUTY: f64 = DUTY_MAX;
-/// A check that has measured nothing by then ends (ns): the job's progress was too irregular.
-const CHECK_MAX_NS: i64 = 120_000_000_000;
-/// Calls per second of its other (not sampled) ops a process needs for a check: they are the
-/// progress the measurement compares (insitu.rs wants 100 per kind of segment).
-const CHECK_MIN_PROGRESS_PER_S: f64 = 20.0;
+use crate::tuning::{
+    CHECK_AFTER_NS, CHECK_DUTY, CHECK_MAX_NS, CHECK_MIN_PROGRESS_PER_S, CHECK_SHARE_OF_BUDGET,
+    DUTY_MAX, DUTY_MIN, EXEMPT_SHARE_OF_BUDGET, HOT_SHARE, MARGIN, MAX_FACTOR, MIN_DWELL_NS,
+    SIGNIFICANT_SHARE_OF_CORE, UPGRADE_BELOW,
+};
+use crate::windows::Windows;
+pub use crate::windows::{CpuReading, ProcessWindow};
 
 /// Whether an op id is a probed library call (CUDA runtime/driver/graph or NCCL).
 pub fn is_call_op(op: u16) -> bool {
     op != OP_CALIBRATE && !(100..200).contains(&op)
 }
 
-/// CPU time of one traced process, as the caller could read it this window.
+/// How an op is probed: its mode and, in sampled mode, its duty (the share of the time its
+/// probes are attached). One rung of the ladder.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Plan {
+    /// The probe mode.
+    pub mode: ProbeMode,
+    /// The duty, in sampled mode only.
+    pub duty: Option<f64>,
+}
+
+impl Plan {
+    /// Every op's plan until the controller moves it.
+    pub const FULL: Plan = Plan {
+        mode: ProbeMode::Full,
+        duty: None,
+    };
+
+    /// `mode` (not sampled).
+    pub fn of(mode: ProbeMode) -> Plan {
+        Plan { mode, duty: None }
+    }
+
+    /// Sampled at `duty` (kept within `DUTY_MIN`..`DUTY_MAX`).
+    pub fn sampled(duty: f64) -> Plan {
+        Plan {
+            mode: ProbeMode::Sampled,
+            duty: Some(duty.clamp(DUTY_MIN, DUTY_MAX)),
+        }
+    }
+
+    /// Calls made per call counted: sampled ops are counted only while attached.
+    fn share_counted(self) -> f64 {
+        self.duty.unwrap_or(1.0)
+    }
+}
+
+/// Why a plan changed (`mode_switches.reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CpuReading {
-    /// Alive: CPU time so far (ns), and whether it started after the trace did (so all of
-    /// that time falls inside the trace).
-    Alive {
-        /// User + system CPU time (ns).
-        cpu_ns: u64,
-        /// Started after the trace.
-        new: bool,
-    },
-    /// Exited with this total CPU time (the process_exit event), same meaning of `new`.
-    Exited {
-        /// User + system CPU time (ns).
-        cpu_ns: u64,
-        /// Started after the trace.
-        new: bool,
-    },
-    /// Not readable (gone, exit event not seen yet).
-    Unknown,
+pub enum Reason {
+    /// `--probe-mode`.
+    Forced,
+    /// The worst process was over the budget.
+    OverBudget,
+    /// Every process stayed well under the budget.
+    UnderBudget,
+    /// Sampled to measure its cost on the job.
+    InSituCheck,
+    /// Its in-situ check ended.
+    Checked,
 }
 
-/// One process's numbers in one window.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ProcessWindow {
-    /// Probed calls per op in the window.
-    pub calls: BTreeMap<u16, u64>,
-    /// CPU time in the window (ns).
-    pub cpu_ns: u64,
-    /// Estimated probe time in the window (ns).
-    pub probe_ns: f64,
+impl Reason {
+    /// The stored name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Forced => "forced",
+            Reason::OverBudget => "over_budget",
+            Reason::UnderBudget => "under_budget",
+            Reason::InSituCheck => "in_situ_check",
+            Reason::Checked => "checked",
+        }
+    }
 }
 
-impl ProcessWindow {
-    /// Probe time as a share of CPU time, in % (CPU time is at least the probe time, which the
-    /// kernel charges to the process; tick-resolution CPU readings can be lower).
-    pub fn pct(&self) -> f64 {
-        let cpu = (self.cpu_ns as f64).max(self.probe_ns);
-        if cpu <= 0.0 {
-            0.0
-        } else {
-            100.0 * self.probe_ns / cpu
+/// One plan change, typed; [`Switch::row`] is its store row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Switch {
+    /// When it was decided (ns).
+    pub ts_ns: i64,
+    /// The op.
+    pub op: u16,
+    /// The plan it had.
+    pub from: Plan,
+    /// The plan it gets.
+    pub to: Plan,
+    /// Why.
+    pub reason: Reason,
+    /// The worst process's overhead in the window that decided it (%).
+    pub overhead_pct: f64,
+}
+
+impl Switch {
+    /// The `mode_switches` row: names only here, at the store boundary.
+    pub fn row(&self) -> ModeSwitch {
+        ModeSwitch {
+            ts_ns: self.ts_ns,
+            op_id: self.op,
+            mode: self.to.mode.name().into(),
+            previous: self.from.mode.name().into(),
+            reason: self.reason.name().into(),
+            overhead_pct: self.overhead_pct,
         }
     }
 }
@@ -115,8 +137,8 @@ impl ProcessWindow {
 pub struct Tick {
     /// Rows for `probe_overhead`.
     pub windows: Vec<OverheadWindow>,
-    /// Mode changes to apply (and record).
-    pub switches: Vec<ModeSwitch>,
+    /// Plan changes to apply (and record).
+    pub switches: Vec<Switch>,
 }
 
 /// The controller's state across windows.
@@ -125,10 +147,9 @@ pub struct Controller {
     budget_pct: f64,
     costs: CostModel,
     kinds: HashMap<u16, FirstInsn>,
-    modes: BTreeMap<u16, ProbeMode>,
+    /// Every op not in full mode: its plan (the one table of modes and duties).
+    plans: BTreeMap<u16, Plan>,
     forced: BTreeSet<u16>,
-    /// Duty of the sampled ops.
-    duty: BTreeMap<u16, f64>,
     /// Per op, how much more a probe hit costs the job than calibrated, as measured in situ
     /// (insitu.rs; at least 1).
     measured: BTreeMap<u16, f64>,
@@ -141,16 +162,8 @@ pub struct Controller {
     /// When the trace started (ns).
     start_ns: i64,
     last_switch_ns: HashMap<u16, i64>,
-    prev_calls: HashMap<(u32, u16), u64>,
-    cpu_base: HashMap<u32, u64>,
-    /// Processes whose exit was already measured: the kernel keeps their final counts and the
-    /// poll state its exit reading, which must not be counted again in later windows.
-    exited: BTreeSet<u32>,
-    window_start_ns: i64,
-    /// Estimated probe time over the trace (ns), all processes.
-    pub probe_ns: f64,
-    /// CPU time over the trace (ns), all processes with probed calls.
-    pub cpu_ns: u64,
+    /// What the probes cost, per window and over the trace.
+    pub windows: Windows,
     /// The worst process's overhead in the last window (%).
     pub last_worst_pct: f64,
 }
@@ -162,21 +175,15 @@ impl Controller {
             budget_pct,
             costs,
             kinds: HashMap::new(),
-            modes: BTreeMap::new(),
+            plans: BTreeMap::new(),
             forced: BTreeSet::new(),
-            duty: BTreeMap::new(),
             measured: BTreeMap::new(),
             sampling: true,
             checked: BTreeSet::new(),
             checking: None,
             start_ns: now_ns,
             last_switch_ns: HashMap::new(),
-            prev_calls: HashMap::new(),
-            cpu_base: HashMap::new(),
-            exited: BTreeSet::new(),
-            window_start_ns: now_ns,
-            probe_ns: 0.0,
-            cpu_ns: 0,
+            windows: Windows::new(now_ns),
             last_worst_pct: 0.0,
         }
     }
@@ -186,9 +193,14 @@ impl Controller {
         self.sampling = false;
     }
 
+    /// The plan of an op.
+    pub fn plan(&self, op: u16) -> Plan {
+        self.plans.get(&op).copied().unwrap_or(Plan::FULL)
+    }
+
     /// The duty of a sampled op (the share of the time its probes are attached).
     pub fn duty(&self, op: u16) -> Option<f64> {
-        self.duty.get(&op).copied()
+        self.plan(op).duty
     }
 
     /// The budget (% of CPU time).
@@ -200,7 +212,6 @@ impl Controller {
     pub fn costs(&self) -> &CostModel {
         &self.costs
     }
-
     /// Records the first instruction of a probed function of `op`; an op probed in several
     /// functions or files is costed at its most expensive one.
     pub fn set_first_insn(&mut self, op: u16, kind: FirstInsn) {
@@ -246,46 +257,42 @@ impl Controller {
 
     /// The current mode of an op.
     pub fn mode(&self, op: u16) -> ProbeMode {
-        self.modes.get(&op).copied().unwrap_or(ProbeMode::Full)
+        self.plan(op).mode
     }
 
     /// Ops not in full mode.
     pub fn reduced(&self) -> impl Iterator<Item = (u16, ProbeMode)> + '_ {
-        self.modes
+        self.plans
             .iter()
-            .filter(|(_, m)| **m != ProbeMode::Full)
-            .map(|(o, m)| (*o, *m))
+            .filter(|(_, p)| p.mode != ProbeMode::Full)
+            .map(|(o, p)| (*o, p.mode))
     }
 
     /// Pins an op to a mode (`--probe-mode`; `duty` for sampled): the controller never moves it.
-    pub fn force(&mut self, op: u16, mode: ProbeMode, duty: f64, now_ns: i64) -> ModeSwitch {
+    pub fn force(&mut self, op: u16, mode: ProbeMode, duty: f64, now_ns: i64) -> Switch {
         self.forced.insert(op);
-        let previous = self.mode(op);
-        self.modes.insert(op, mode);
-        if mode == ProbeMode::Sampled {
-            self.duty.insert(op, duty.clamp(DUTY_MIN, DUTY_MAX));
-        }
-        ModeSwitch {
-            ts_ns: now_ns,
-            op_id: op,
-            mode: mode.name().into(),
-            previous: previous.name().into(),
-            reason: "forced".into(),
-            overhead_pct: 0.0,
-        }
+        let to = if mode == ProbeMode::Sampled {
+            Plan::sampled(duty)
+        } else {
+            Plan::of(mode)
+        };
+        let s = self.switch(op, to, Reason::Forced, 0.0, now_ns);
+        self.plans.insert(op, to);
+        s
     }
 
     /// Ends a window at `now_ns`: `counts` are the kernel's cumulative calls per (pid, op) of
-    /// probed ops, `cpu` reads a process's CPU time. Updates the modes it decides on.
+    /// probed ops, `cpu` reads a process's CPU time. Updates the plans it decides on.
     pub fn tick(
         &mut self,
         now_ns: i64,
         counts: &[((u32, u16), u64)],
         cpu: impl Fn(u32) -> CpuReading,
     ) -> Tick {
-        let (mut tick, measured, start) = self.measure(now_ns, counts, cpu);
-        let span_ns = (now_ns - start).max(1) as f64;
-        let significant: Vec<&ProcessWindow> = measured
+        let m = self.measure(now_ns, counts, cpu);
+        let span_ns = (now_ns - m.start_ns).max(1) as f64;
+        let significant: Vec<&ProcessWindow> = m
+            .procs
             .values()
             .filter(|w| w.probe_ns >= SIGNIFICANT_SHARE_OF_CORE * span_ns)
             .collect();
@@ -294,18 +301,14 @@ impl Controller {
         if decided.is_empty() {
             decided.extend(self.check(&significant, span_ns, now_ns));
         }
-        for (s, duty) in decided {
-            if let Some(m) = ProbeMode::from_name(&s.mode) {
-                self.modes.insert(s.op_id, m);
-                self.last_switch_ns.insert(s.op_id, now_ns);
-                match duty {
-                    Some(d) => self.duty.insert(s.op_id, d),
-                    None => self.duty.remove(&s.op_id),
-                };
-            }
-            tick.switches.push(s);
+        for s in &decided {
+            self.plans.insert(s.op, s.to);
+            self.last_switch_ns.insert(s.op, now_ns);
         }
-        tick
+        Tick {
+            windows: m.rows,
+            switches: decided,
+        }
     }
 
     /// The op under an in-situ check, if any.
@@ -314,18 +317,13 @@ impl Controller {
     }
 
     /// In-situ checks, in a window where nothing else changed. A check in progress ends once
-    /// the op is measured (or after [`CHECK_MAX_NS`]); the op then goes back to the mode it
-    /// had if every process stays under the budget, with the margin, at its costs as measured
+    /// the op is measured (or after `CHECK_MAX_NS`); the op then goes back to the mode it had
+    /// if every process stays under the budget, with the margin, at its costs as measured
     /// (`checked`), and otherwise stays sampled for the budget to lower its duty. Else the op
-    /// costing a process the most, if at least [`CHECK_SHARE_OF_BUDGET`] of the budget and
-    /// neither sampled, forced nor checked before, is sampled at [`CHECK_DUTY`]
+    /// costing a process the most, if at least `CHECK_SHARE_OF_BUDGET` of the budget and
+    /// neither sampled, forced nor checked before, is sampled at `CHECK_DUTY`
     /// (`in_situ_check`), in a process with progress to measure.
-    fn check(
-        &mut self,
-        procs: &[&ProcessWindow],
-        span_ns: f64,
-        now_ns: i64,
-    ) -> Option<(ModeSwitch, Option<f64>)> {
+    fn check(&mut self, procs: &[&ProcessWindow], span_ns: f64, now_ns: i64) -> Option<Switch> {
         let worst_pct = procs.iter().map(|w| w.pct()).fold(0.0, f64::max);
         if let Some((op, back, since)) = self.checking {
             if self.mode(op) != ProbeMode::Sampled {
@@ -339,9 +337,10 @@ impl Controller {
             }
             self.checking = None;
             self.checked.insert(op);
-            let unit = self.unit_cost(op, back, None);
-            let fits = self.projected_pct(procs, op, unit) <= self.budget_pct * MARGIN;
-            return fits.then(|| (self.switch(op, back, "checked", worst_pct, now_ns), None));
+            let back = Plan::of(back);
+            let fits =
+                self.projected_pct(procs, op, self.unit_cost(op, back)) <= self.budget_pct * MARGIN;
+            return fits.then(|| self.switch(op, back, Reason::Checked, worst_pct, now_ns));
         }
         if !self.sampling || now_ns - self.start_ns < CHECK_AFTER_NS {
             return None;
@@ -376,8 +375,8 @@ impl Controller {
         }
         let (_, op) = best?;
         self.checking = Some((op, self.mode(op), now_ns));
-        let s = self.switch(op, ProbeMode::Sampled, "in_situ_check", worst_pct, now_ns);
-        Some((s, Some(CHECK_DUTY)))
+        let to = Plan::sampled(CHECK_DUTY);
+        Some(self.switch(op, to, Reason::InSituCheck, worst_pct, now_ns))
     }
 
     /// The worst process's share in probes (%) were `op` to cost `unit` per call made.
@@ -405,117 +404,61 @@ impl Controller {
         counts: &[((u32, u16), u64)],
         cpu: impl Fn(u32) -> CpuReading,
     ) -> Vec<OverheadWindow> {
-        self.measure(now_ns, counts, cpu).0.windows
+        self.measure(now_ns, counts, cpu).rows
     }
 
     /// The trace so far: estimated probe time over CPU time of the processes with probed calls (%).
     pub fn overall_pct(&self) -> f64 {
-        let cpu = (self.cpu_ns as f64).max(self.probe_ns);
-        if cpu <= 0.0 {
-            0.0
-        } else {
-            100.0 * self.probe_ns / cpu
-        }
+        self.windows.overall_pct()
     }
 
+    /// The window ending at `now_ns`, each call counted at the cost of its op's plan.
     fn measure(
         &mut self,
         now_ns: i64,
         counts: &[((u32, u16), u64)],
         cpu: impl Fn(u32) -> CpuReading,
-    ) -> (Tick, BTreeMap<u32, ProcessWindow>, i64) {
-        let start = std::mem::replace(&mut self.window_start_ns, now_ns);
-        let mut procs: BTreeMap<u32, ProcessWindow> = BTreeMap::new();
-        for &((pid, op), total) in counts {
-            if !is_call_op(op) {
-                continue;
-            }
-            let prev = self.prev_calls.insert((pid, op), total).unwrap_or(0);
-            let w = procs.entry(pid).or_default();
-            let d = total.saturating_sub(prev);
-            if d > 0 {
-                w.calls.insert(op, d);
-                w.probe_ns += d as f64 * self.cost(op, self.mode(op));
-            }
-        }
-        let mut tick = Tick::default();
-        let mut measured = BTreeMap::new();
-        for (pid, mut w) in procs {
-            let reading = cpu(pid);
-            let (now_cpu, new, gone) = match reading {
-                CpuReading::Alive { cpu_ns, new } => (cpu_ns, new, false),
-                CpuReading::Exited { cpu_ns, new } => (cpu_ns, new, true),
-                CpuReading::Unknown => continue,
-            };
-            if gone && !self.exited.insert(pid) {
-                continue;
-            }
-            if !gone && self.exited.remove(&pid) {
-                // The pid was reused by a new process: its counters start again.
-                self.prev_calls.retain(|(p, _), _| *p != pid);
-            }
-            let Some(base) = self.cpu_base.get(&pid).copied().or(new.then_some(0)) else {
-                // A process older than the trace: this reading is only the baseline.
-                self.cpu_base.insert(pid, now_cpu);
-                continue;
-            };
-            if gone {
-                self.cpu_base.remove(&pid);
-            } else {
-                self.cpu_base.insert(pid, now_cpu);
-            }
-            w.cpu_ns = now_cpu.saturating_sub(base);
-            if w.calls.is_empty() && w.cpu_ns == 0 {
-                continue;
-            }
-            self.probe_ns += w.probe_ns;
-            self.cpu_ns += w.cpu_ns;
-            tick.windows.push(OverheadWindow {
-                pid,
-                window_start_ns: start,
-                window_end_ns: now_ns,
-                cpu_ns: w.cpu_ns,
-                probe_ns: w.probe_ns as u64,
-                calls: w.calls.values().sum(),
-                budget_pct: self.budget_pct,
-            });
-            measured.insert(pid, w);
-        }
-        (tick, measured, start)
+    ) -> crate::windows::Measured {
+        let mut windows = std::mem::replace(&mut self.windows, Windows::new(now_ns));
+        let m = windows.measure(
+            now_ns,
+            counts,
+            |op| self.cost(op, self.mode(op)),
+            cpu,
+            self.budget_pct,
+        );
+        self.windows = windows;
+        m
     }
 
-    fn switch(&self, op: u16, to: ProbeMode, reason: &str, pct: f64, now_ns: i64) -> ModeSwitch {
-        ModeSwitch {
+    fn switch(&self, op: u16, to: Plan, reason: Reason, pct: f64, now_ns: i64) -> Switch {
+        Switch {
             ts_ns: now_ns,
-            op_id: op,
-            mode: to.name().into(),
-            previous: self.mode(op).name().into(),
-            reason: reason.into(),
+            op,
+            from: self.plan(op),
+            to,
+            reason,
             overhead_pct: pct,
         }
     }
 
-    /// Probe time per call made of `op` in `mode` (`duty` for sampled): a sampled op's calls
-    /// trap only while its probes are attached.
-    fn unit_cost(&self, op: u16, mode: ProbeMode, duty: Option<f64>) -> f64 {
-        let c = self.cost(op, mode);
-        match (mode, duty) {
-            (ProbeMode::Sampled, Some(d)) => c * d,
-            _ => c,
-        }
+    /// Probe time per call made of `op` under `plan`: a sampled op's calls trap only while its
+    /// probes are attached.
+    fn unit_cost(&self, op: u16, plan: Plan) -> f64 {
+        self.cost(op, plan.mode) * plan.share_counted()
     }
 
     /// Probe time per call made of `op` now.
     fn unit_now(&self, op: u16) -> f64 {
-        self.unit_cost(op, self.mode(op), self.duty(op))
+        self.unit_cost(op, self.plan(op))
     }
 
     /// Calls made of `op` in a window where the kernel counted `counted` (sampled: estimated).
     fn made(&self, op: u16, counted: u64) -> f64 {
-        counted as f64 / self.duty(op).unwrap_or(1.0)
+        counted as f64 / self.plan(op).share_counted()
     }
 
-    /// Whether `op` is as cheap as the controller may make it.
+    /// Whether `op` is as cheap as the controller may make it: the bottom of its ladder.
     fn at_floor(&self, op: u16) -> bool {
         self.forced.contains(&op)
             || match self.mode(op) {
@@ -525,7 +468,39 @@ impl Controller {
             }
     }
 
-    fn decide(&self, procs: &[&ProcessWindow], now_ns: i64) -> Vec<(ModeSwitch, Option<f64>)> {
+    /// The rungs below `op`'s plan, most detailed first: the cheaper modes, then (if the
+    /// controller samples) sampled at the duty that would cover `excess` given `made` calls.
+    fn steps_down(&self, op: u16, made: f64, excess: f64) -> Vec<Plan> {
+        let mode = self.mode(op);
+        let mut steps: Vec<Plan> = [ProbeMode::Aggregate, ProbeMode::EntryOnly]
+            .into_iter()
+            .filter(|m| *m > mode && mode != ProbeMode::Sampled)
+            .map(Plan::of)
+            .collect();
+        if self.sampling {
+            let full = self.cost(op, ProbeMode::Sampled);
+            let d = (made * self.unit_now(op) - excess) / (made * full);
+            steps.push(Plan::sampled(d));
+        }
+        steps
+    }
+
+    /// The rungs above `op`'s plan, most detailed first; a sampled op below `DUTY_MAX` may
+    /// also double its duty.
+    fn steps_up(&self, op: u16) -> Vec<Plan> {
+        let mode = self.mode(op);
+        let mut steps: Vec<Plan> = [ProbeMode::Full, ProbeMode::Aggregate, ProbeMode::EntryOnly]
+            .into_iter()
+            .filter(|m| *m < mode)
+            .map(Plan::of)
+            .collect();
+        if let Some(d) = self.duty(op).filter(|d| *d < DUTY_MAX) {
+            steps.push(Plan::sampled(d * 2.0));
+        }
+        steps
+    }
+
+    fn decide(&self, procs: &[&ProcessWindow], now_ns: i64) -> Vec<Switch> {
         let Some(worst) = procs.iter().max_by(|a, b| a.pct().total_cmp(&b.pct())) else {
             return self.upgrade(procs, now_ns).into_iter().collect();
         };
@@ -571,20 +546,8 @@ impl Controller {
                 break;
             }
             let now = self.unit_now(op);
-            let mode = self.mode(op);
-            let mut steps: Vec<(ProbeMode, Option<f64>)> =
-                [ProbeMode::Aggregate, ProbeMode::EntryOnly]
-                    .into_iter()
-                    .filter(|m| *m > mode && mode != ProbeMode::Sampled)
-                    .map(|m| (m, None))
-                    .collect();
-            if self.sampling {
-                // The duty that covers the excess.
-                let full = self.cost(op, ProbeMode::Sampled);
-                let d = ((made * now - excess) / (made * full)).clamp(DUTY_MIN, DUTY_MAX);
-                steps.push((ProbeMode::Sampled, Some(d)));
-            }
-            let unit = |(m, d): (ProbeMode, Option<f64>)| self.unit_cost(op, m, d);
+            let steps = self.steps_down(op, made, excess);
+            let unit = |p: Plan| self.unit_cost(op, p);
             // The least reduction that covers the excess, else the cheapest step, the most
             // reduced of equally cheap ones: calibration noise can make entry-only cost what full
             // mode does (the costs are clamped monotonic), yet it saves a trap per call.
@@ -604,20 +567,19 @@ impl Controller {
                 continue;
             };
             excess -= made * (now - unit(to));
-            out.push((self.switch(op, to.0, "over_budget", pct, now_ns), to.1));
+            out.push(self.switch(op, to, Reason::OverBudget, pct, now_ns));
         }
         out
     }
 
-    /// Under budget: move back the one op whose return to a more detailed mode (full if that
-    /// fits, else aggregate, else entry-only; a sampled op that fits none of them gets twice its
-    /// duty) costs least, if every process stays well below the budget with it and the op has
-    /// kept its mode long enough.
-    fn upgrade(&self, procs: &[&ProcessWindow], now_ns: i64) -> Option<(ModeSwitch, Option<f64>)> {
+    /// Under budget: move back the one op whose step up (the most detailed rung that fits)
+    /// costs least, if every process stays well below the budget with it and the op has kept
+    /// its plan long enough.
+    fn upgrade(&self, procs: &[&ProcessWindow], now_ns: i64) -> Option<Switch> {
         let limit = self.budget_pct * UPGRADE_BELOW;
         let worst_pct = procs.iter().map(|w| w.pct()).fold(0.0, f64::max);
-        let candidates = self.modes.iter().filter(|(op, m)| {
-            **m != ProbeMode::Full
+        let candidates = self.plans.iter().filter(|(op, p)| {
+            p.mode != ProbeMode::Full
                 && !self.forced.contains(op)
                 && self.checking() != Some(**op)
                 && self
@@ -625,30 +587,21 @@ impl Controller {
                     .get(op)
                     .is_none_or(|t| now_ns - t >= MIN_DWELL_NS)
         });
-        let mut best: Option<(f64, u16, ProbeMode, Option<f64>)> = None;
-        for (&op, &mode) in candidates {
-            let projected = |unit: f64| self.projected_pct(procs, op, unit);
-            let mut steps: Vec<(ProbeMode, Option<f64>)> =
-                [ProbeMode::Full, ProbeMode::Aggregate, ProbeMode::EntryOnly]
-                    .into_iter()
-                    .filter(|m| *m < mode)
-                    .map(|m| (m, None))
-                    .collect();
-            if let Some(d) = self.duty(op).filter(|d| *d < DUTY_MAX) {
-                steps.push((ProbeMode::Sampled, Some((d * 2.0).min(DUTY_MAX))));
-            }
-            let Some((p, (to, duty))) = steps
+        let mut best: Option<(f64, u16, Plan)> = None;
+        for (&op, _) in candidates {
+            let Some((p, to)) = self
+                .steps_up(op)
                 .into_iter()
-                .map(|s| (projected(self.unit_cost(op, s.0, s.1)), s))
+                .map(|s| (self.projected_pct(procs, op, self.unit_cost(op, s)), s))
                 .find(|(p, _)| *p < limit)
             else {
                 continue;
             };
             if best.is_none_or(|(b, ..)| p < b) {
-                best = Some((p, op, to, duty));
+                best = Some((p, op, to));
             }
         }
-        best.map(|(_, op, to, duty)| (self.switch(op, to, "under_budget", worst_pct, now_ns), duty))
+        best.map(|(_, op, to)| self.switch(op, to, Reason::UnderBudget, worst_pct, now_ns))
     }
 }
 
@@ -686,8 +639,13 @@ mod tests {
         assert_eq!(t.windows.len(), 1);
         assert_eq!(t.windows[0].calls, 50_010);
         assert_eq!(t.windows[0].probe_ns, 50_010 * 11_000);
-        assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
-        let s = &t.switches[0];
+        assert_eq!(
+            t.switches.len(),
+            1,
+            "{:?}",
+            t.switches.iter().map(Switch::row)
+        );
+        let s = &t.switches[0].row();
         assert_eq!(
             (s.op_id, s.mode.as_str(), s.previous.as_str()),
             (3, "entry_only", "full")
@@ -720,11 +678,16 @@ mod tests {
         progress: u64,
     ) -> Vec<ModeSwitch> {
         let mut out = Vec::new();
-        let mut counted = c.prev_calls.get(&(7, 3)).copied().unwrap_or(0);
+        let mut counted = c.windows.prev_calls.get(&(7, 3)).copied().unwrap_or(0);
         for t in from..to {
             counted += (hot * c.duty(3).unwrap_or(1.0)) as u64;
             let counts = [((7, 3), counted), ((7, 1), progress * t as u64)];
-            out.extend(c.tick(t * S, &counts, alive((t * S) as u64)).switches);
+            out.extend(
+                c.tick(t * S, &counts, alive((t * S) as u64))
+                    .switches
+                    .iter()
+                    .map(Switch::row),
+            );
         }
         out
     }
@@ -826,7 +789,7 @@ mod tests {
         let t = c.tick(2 * S, &[((7, 3), 1_000)], exited);
         assert!(t.windows.is_empty(), "{:?}", t.windows);
         assert!(c.close(3 * S, &[((7, 3), 1_000)], exited).is_empty());
-        assert_eq!(c.cpu_ns, S as u64);
+        assert_eq!(c.windows.cpu_ns, S as u64);
     }
 
     #[test]
@@ -835,7 +798,7 @@ mod tests {
         // 1 s = 8.4 ms, so 2.6 ms must go: aggregate saves 0.5 ms, not enough.
         let mut c = Controller::new(1.05, model(COSTS), 0);
         let t = c.tick(S, &[((7, 3), 1_000)], alive(S as u64));
-        assert_eq!(t.switches[0].mode, "entry_only");
+        assert_eq!(t.switches[0].row().mode, "entry_only");
         // Where aggregate saves enough (3 us of 11 us per call), it is the step taken.
         let costs = Costs {
             aggregate_ns: 8_000.0,
@@ -843,8 +806,13 @@ mod tests {
         };
         let mut c = Controller::new(1.3, model(costs), 0);
         let t = c.tick(S, &[((7, 3), 1_000)], alive(800_000_000));
-        assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
-        assert_eq!(t.switches[0].mode, "aggregate");
+        assert_eq!(
+            t.switches.len(),
+            1,
+            "{:?}",
+            t.switches.iter().map(Switch::row)
+        );
+        assert_eq!(t.switches[0].row().mode, "aggregate");
     }
 
     #[test]
@@ -859,7 +827,7 @@ mod tests {
         assert!(t.switches.is_empty());
         let t = c.tick(12 * S, &[((7, 3), 50_000)], alive(3 * S as u64));
         assert_eq!(t.switches.len(), 1);
-        assert_eq!(t.switches[0].reason, "under_budget");
+        assert_eq!(t.switches[0].row().reason, "under_budget");
         assert_eq!(c.mode(3), ProbeMode::Full);
         assert_eq!(c.duty(3), None);
         assert_eq!(c.reduced().count(), 0);
@@ -871,9 +839,17 @@ mod tests {
         // saves 12 ms. Sampled at duty d costs 2000 x d x 11 us: d = 8/22.
         let mut c = Controller::new(1.0, model(COSTS), 0);
         let t = c.tick(S, &[((7, 3), 2_000)], alive(S as u64));
-        assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
         assert_eq!(
-            (t.switches[0].mode.as_str(), t.switches[0].previous.as_str()),
+            t.switches.len(),
+            1,
+            "{:?}",
+            t.switches.iter().map(Switch::row)
+        );
+        assert_eq!(
+            (
+                t.switches[0].row().mode.as_str(),
+                t.switches[0].row().previous.as_str()
+            ),
             ("sampled", "full")
         );
         let d = c.duty(3).unwrap();
@@ -881,7 +857,11 @@ mod tests {
         // The next second the kernel counts the calls made while attached: on target.
         let counted = 2_000 + (2_000.0 * d) as u64;
         let t = c.tick(2 * S, &[((7, 3), counted)], alive(2 * S as u64));
-        assert!(t.switches.is_empty(), "{:?}", t.switches);
+        assert!(
+            t.switches.is_empty(),
+            "{:?}",
+            t.switches.iter().map(Switch::row)
+        );
         assert!(
             (c.last_worst_pct - 0.8).abs() < 0.01,
             "{}",
@@ -891,7 +871,10 @@ mod tests {
         let t = c.tick(3 * S, &[((7, 3), counted + 2_000)], alive(3 * S as u64));
         assert_eq!(t.switches.len(), 1);
         assert_eq!(
-            (t.switches[0].mode.as_str(), t.switches[0].previous.as_str()),
+            (
+                t.switches[0].row().mode.as_str(),
+                t.switches[0].row().previous.as_str()
+            ),
             ("sampled", "sampled")
         );
         assert!(c.duty(3).unwrap() < d);
@@ -899,7 +882,7 @@ mod tests {
         let mut c = Controller::new(1.0, model(COSTS), 0);
         c.exact_counts();
         let t = c.tick(S, &[((7, 3), 2_000)], alive(S as u64));
-        assert_eq!(t.switches[0].mode, "entry_only");
+        assert_eq!(t.switches[0].row().mode, "entry_only");
         assert_eq!(c.duty(3), None);
     }
 
@@ -907,7 +890,7 @@ mod tests {
     fn a_cost_measured_in_situ_above_the_calibration_lowers_the_duty() {
         let mut c = Controller::new(1.0, model(COSTS), 0);
         let t = c.tick(S, &[((7, 3), 2_000)], alive(S as u64));
-        assert_eq!(t.switches[0].mode, "sampled");
+        assert_eq!(t.switches[0].row().mode, "sampled");
         let d = c.duty(3).unwrap();
         // The job loses 33 us per hit, not 11: every mode of the op costs 3x.
         c.set_measured(3, 33_000.0);
@@ -916,7 +899,12 @@ mod tests {
         assert_eq!(c.calibrated(3, ProbeMode::Full), 11_000.0);
         let counted = 2_000 + (2_000.0 * d) as u64;
         let t = c.tick(2 * S, &[((7, 3), counted)], alive(2 * S as u64));
-        assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
+        assert_eq!(
+            t.switches.len(),
+            1,
+            "{:?}",
+            t.switches.iter().map(Switch::row)
+        );
         assert!(
             (t.switches[0].overhead_pct - 2.4).abs() < 0.05,
             "{:?}",
@@ -942,8 +930,13 @@ mod tests {
         let mut c = Controller::new(1.0, model(flat), 0);
         c.exact_counts();
         let t = c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
-        assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
-        assert_eq!(t.switches[0].mode, "entry_only");
+        assert_eq!(
+            t.switches.len(),
+            1,
+            "{:?}",
+            t.switches.iter().map(Switch::row)
+        );
+        assert_eq!(t.switches[0].row().mode, "entry_only");
     }
 
     #[test]
@@ -958,10 +951,19 @@ mod tests {
             counted += 100;
             let t = c.tick(i * S, &[((7, 3), counted)], alive(i as u64 * S as u64));
             if i < 11 {
-                assert!(t.switches.is_empty(), "second {i}: {:?}", t.switches);
+                assert!(
+                    t.switches.is_empty(),
+                    "second {i}: {:?}",
+                    t.switches.iter().map(Switch::row)
+                );
             } else {
-                assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
-                assert_eq!(t.switches[0].reason, "under_budget");
+                assert_eq!(
+                    t.switches.len(),
+                    1,
+                    "{:?}",
+                    t.switches.iter().map(Switch::row)
+                );
+                assert_eq!(t.switches[0].row().reason, "under_budget");
             }
         }
         assert_eq!(c.mode(3), ProbeMode::Sampled);
@@ -985,10 +987,19 @@ mod tests {
             let calls = 50_000 + 600 * (i as u64 - 1);
             let t = c.tick(i * S, &[((7, 3), calls)], alive(i as u64 * S as u64));
             if i < 11 {
-                assert!(t.switches.is_empty(), "second {i}: {:?}", t.switches);
+                assert!(
+                    t.switches.is_empty(),
+                    "second {i}: {:?}",
+                    t.switches.iter().map(Switch::row)
+                );
             } else {
-                assert_eq!(t.switches.len(), 1, "{:?}", t.switches);
-                assert_eq!(t.switches[0].mode, "aggregate");
+                assert_eq!(
+                    t.switches.len(),
+                    1,
+                    "{:?}",
+                    t.switches.iter().map(Switch::row)
+                );
+                assert_eq!(t.switches[0].row().mode, "aggregate");
             }
         }
     }
@@ -997,9 +1008,13 @@ mod tests {
     fn forced_ops_and_idle_processes_are_left_alone() {
         let mut c = Controller::new(1.0, model(COSTS), 0);
         let f = c.force(3, ProbeMode::Full, 1.0, 0);
-        assert_eq!(f.reason, "forced");
+        assert_eq!(f.row().reason, "forced");
         let t = c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
-        assert!(t.switches.is_empty(), "{:?}", t.switches);
+        assert!(
+            t.switches.is_empty(),
+            "{:?}",
+            t.switches.iter().map(Switch::row)
+        );
         // 10 calls in a second by a process that hardly ran: reported, not acted on.
         let mut c = Controller::new(1.0, model(COSTS), 0);
         let t = c.tick(S, &[((8, 1), 10)], alive(1_000));
@@ -1020,7 +1035,7 @@ mod tests {
             // (5% of the probe time, 9% of the budget), 200 syncs 2.2 ms.
             let t = c.tick(S, &[((7, 3), 1_500), ((7, 1), syncs)], alive(S as u64));
             assert!(t.windows[0].probe_ns > 10_000_000);
-            let switched: Vec<u16> = t.switches.iter().map(|s| s.op_id).collect();
+            let switched: Vec<u16> = t.switches.iter().map(|s| s.op).collect();
             assert_eq!(
                 switched,
                 if reduced { vec![1] } else { vec![] },

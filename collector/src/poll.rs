@@ -18,6 +18,7 @@ use crate::kernels::Kernels;
 use crate::overhead_control::CpuReading;
 use crate::sink::{BATCH, Ctl, DropKind, Sink};
 use crate::stacks::Stacks;
+use crate::tuning::HOLD_NS;
 
 /// cudaLaunchKernel: its arg0 is the kernel's host stub (or handle), named in kernels.rs.
 const OP_CUDA_LAUNCH_KERNEL: u16 = 3;
@@ -92,13 +93,6 @@ pub fn estimate(
         (counted as f64 * (observed_ns as f64 + detached) / observed_ns as f64).round() as u64
     }
 }
-
-/// How long a sampled op's counts row waits for its process's speedup to be measured
-/// (insitu.rs: 3 attached and 3 detached slices, 3-8 s) before it is estimated without one, at
-/// the attached rate (a process with no other calls never has one). Estimated at once, the
-/// first rows of a thread bound by its own CPU would come out low by the probes' share of its
-/// attached time.
-pub const HOLD_NS: i64 = 20_000_000_000;
 
 /// A counts row of a sampled op, with what its estimate needs: held back until its process's
 /// speedup is measured (at most [`HOLD_NS`]).

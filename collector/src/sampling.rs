@@ -4,7 +4,7 @@
 //! from which the calls made while detached are estimated (counted / attached share of a window).
 //!
 //! An attached slice lasts duty x period, with the period chosen so that a slice is at least
-//! [`MIN_ON_NS`] (a few steps of a training loop) and a window of counts (5 s) holds at least
+//! `MIN_ON_NS` (tuning.rs) (a few steps of a training loop) and a window of counts (5 s) holds at least
 //! two periods. The detached slice after it is jittered (0.5-1.5x its mean) so that a workload
 //! with a period of its own is not sampled at the same phase every time.
 //!
@@ -12,19 +12,7 @@
 
 use std::collections::BTreeMap;
 
-/// The shortest attached slice (ns).
-pub const MIN_ON_NS: i64 = 50_000_000;
-/// Period bounds (ns): at least 1 s, at most 2.5 s (two periods per 5 s counts window).
-const MIN_PERIOD_NS: i64 = 1_000_000_000;
-const MAX_PERIOD_NS: i64 = 2_500_000_000;
-/// Duty bounds: below 2% a 2.5 s period would hold less than [`MIN_ON_NS`]; above 50% sampling
-/// saves less than entry-only mode does.
-pub const DUTY_MIN: f64 = 0.02;
-/// See [`DUTY_MIN`].
-pub const DUTY_MAX: f64 = 0.5;
-
-/// The duty a sampled op gets when forced with `--probe-mode OP=sampled`.
-pub const DEFAULT_DUTY: f64 = 0.1;
+use crate::tuning::{DUTY_MAX, DUTY_MIN, MAX_PERIOD_NS, MIN_ON_NS, MIN_PERIOD_NS};
 
 #[derive(Debug, Clone)]
 struct OpState {

@@ -25,8 +25,8 @@ use crate::discover::{
 use crate::error::CollectorError;
 use crate::host;
 use crate::overhead_control::is_call_op;
-use crate::sampling::{DEFAULT_DUTY, DUTY_MAX, DUTY_MIN};
 use crate::sink::Sink;
+use crate::tuning::{DEFAULT_DUTY, DUTY_MAX, DUTY_MIN};
 
 /// DuckDB memory limit of the recording's writer. DuckDB's default (80% of RAM) lets its cache of
 /// written blocks grow with the recording: at 100k events/s the collector's RSS passed 210 MiB in

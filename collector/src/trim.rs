@@ -3,8 +3,8 @@
 //! Start-up touches far more than recording needs: the dynamic linker reads libduckdb.so's
 //! symbol and string tables whole while it relocates the library, and DuckDB runs the start-up code
 //! of every extension the prebuilt library carries. Those pages stay counted in the process's
-//! RSS until something unmaps them (docs/benchmarks.md, seventh pass: libduckdb.so went from
-//! 31 to about 20 MiB resident at the peak). So once the trace is set up, every read-only,
+//! RSS until something unmaps them (about a third of libduckdb.so's resident pages at the peak:
+//! docs/benchmarks.md, sustained recording). So once the trace is set up, every read-only,
 //! file-backed mapping holding no private (copied-on-write) page is dropped from the page
 //! tables with `MADV_DONTNEED`: the pages stay in the page cache, and those recording uses come
 //! back at their next touch as minor faults. Mappings with private pages (the relocated
@@ -137,10 +137,10 @@ pub(crate) fn release_startup_pages() -> usize {
 /// Drops the pages of the file mapped at `addr` that the process no longer needs (same rule as
 /// at start-up); returns the bytes of mappings advised. For the DuckDB library after the writer
 /// reopened the store: opening a database runs the start-up code of every extension again,
-/// which brought libduckdb.so back from ~19 to ~26 MiB resident (docs/benchmarks.md, eighth
-/// pass). Safe while other threads run, unlike [`release_startup_pages`], as long as `addr` is
-/// in a file that stays mapped for the life of the process (the executable or a library it
-/// was linked with): its mappings cannot be replaced between the smaps read and the madvise.
+/// which brought libduckdb.so's resident pages back up by about a third (docs/benchmarks.md,
+/// sustained recording). Safe while other threads run, unlike [`release_startup_pages`], as long
+/// as `addr` is in a file that stays mapped for the life of the process (the executable or a
+/// library it was linked with): its mappings cannot be replaced between the smaps read and the madvise.
 pub(crate) fn release_pages_of(addr: usize) -> usize {
     match std::fs::read_to_string("/proc/self/smaps") {
         Ok(smaps) => drop_pages(&droppable_of(&smaps, addr)),

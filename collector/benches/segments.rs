@@ -151,10 +151,11 @@ fn main() {
         started.elapsed().as_secs_f64()
     );
     println!(
-        "{:<14} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10} {:>9} {:>8}",
+        "{:<14} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10} {:>9} {:>8}",
         "recording",
         "calls",
         "stored",
+        "written",
         "ring",
         "channel",
         "peak RSS",
@@ -176,9 +177,10 @@ fn main() {
             .find(|o| o.op == "cudaLaunchKernel")
             .map_or(0, |o| o.calls);
         println!(
-            "{name:<14} {:>10} {:>10} {:>8} {:>8} {:>7.1} MiB {:>6.1} MiB {closed:>9} {deleted:>8}",
+            "{name:<14} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7.1} MiB {:>6.1} MiB {closed:>9} {deleted:>8}",
             calls,
             r.launches,
+            r.summary.events_written,
             r.summary.ringbuf_drops,
             r.summary.channel_drops,
             r.peak_rss_mib,

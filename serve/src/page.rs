@@ -1,7 +1,8 @@
 //! The web report at `/` of every serve address: the page `causeway report` writes, served
 //! live (it polls `GET /api/v1/report` for fresh data while a trace grows) under a strict
 //! Content-Security-Policy header. Same token, Host and Origin rules as every other route.
-//! Both take the window and filters as query parameters: `?since=5m&pid=42&node=n1`.
+//! Both take the window and filters as query parameters: `?since=5m&pid=42&node=n1`, and both
+//! are answered from `report_cache` while the store is unchanged.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -281,3 +281,34 @@ pub fn build(r: &Reader, q: &WindowParams) -> Result<ReportData, ReportError> {
         build_ms: started.elapsed().as_secs_f64() * 1e3,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use causeway_analysis::demo::{Scenario, write_scenario};
+
+    #[test]
+    fn evidence_runs_within_the_budget_and_past_it_says_why_it_did_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cpu.duckdb");
+        write_scenario(&path, Scenario::CpuContention, false).unwrap();
+        let r = Reader::open(&path).unwrap();
+        let d = build(&r, &WindowParams::default()).unwrap();
+        let c = d
+            .findings
+            .iter()
+            .find(|c| c.detector == "cpu_contention")
+            .expect("the scenario's finding");
+        let ran = evidence(&r, c, Instant::now() + EVIDENCE_BUDGET);
+        assert!(ran.error.is_none() && !ran.rows.is_empty(), "{ran:?}");
+        let spent = evidence(&r, c, Instant::now());
+        assert!(spent.rows.is_empty(), "{spent:?}");
+        assert!(
+            spent
+                .error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("not run")),
+            "{spent:?}"
+        );
+    }
+}

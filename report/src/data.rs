@@ -23,6 +23,11 @@ pub const EVIDENCE_ROWS: u64 = 10;
 /// Top stacks shown.
 pub const TOP_STACKS: u32 = 10;
 
+/// Time all evidence queries of one report may take together: the findings come worst first,
+/// so the worst get their rows; a query that needs longer (a self-join over millions of
+/// events) is cut off and shown as such, and the rest are not run.
+pub const EVIDENCE_BUDGET: Duration = Duration::from_secs(1);
+
 /// Nodes given their own row in the per-node view.
 pub const MAX_NODES: usize = 32;
 
@@ -31,7 +36,7 @@ pub const MAX_NODES: usize = 32;
 pub struct ReportData {
     /// causeway version that built it.
     pub version: &'static str,
-    /// When it was built (ns since the epoch).
+    /// When it was built, or last found current by the live page's cache (ns since the epoch).
     pub generated_ns: i64,
     /// The trace's name (its file name).
     pub trace: String,
@@ -119,13 +124,9 @@ fn gpu_totals(s: &TraceStats) -> (u64, i64, i64) {
 }
 
 /// Runs a finding's evidence SQL through sqlguard and the read-only connection, as `query`
-/// would; a refusal or failure is shown with the finding instead of failing the report.
-fn evidence(r: &Reader, c: &Chain) -> Evidence {
-    let limits = QueryLimits {
-        timeout: Duration::from_secs(5),
-        max_bytes: 64 * 1024,
-        max_rss_bytes: None,
-    };
+/// would, within what is left of [`EVIDENCE_BUDGET`] by `deadline`; a refusal, failure or
+/// lack of time is shown with the finding instead of failing the report.
+fn evidence(r: &Reader, c: &Chain, deadline: Instant) -> Evidence {
     let mut e = Evidence {
         chain_id: c.id.clone(),
         columns: Vec::new(),
@@ -136,6 +137,19 @@ fn evidence(r: &Reader, c: &Chain) -> Evidence {
     if c.evidence_sql.trim().is_empty() {
         return e;
     }
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left < Duration::from_millis(20) {
+        e.error = Some(format!(
+            "not run: the report's {} ms for evidence went to the findings above; run the SQL with causeway query",
+            EVIDENCE_BUDGET.as_millis()
+        ));
+        return e;
+    }
+    let limits = QueryLimits {
+        timeout: left,
+        max_bytes: 64 * 1024,
+        max_rss_bytes: None,
+    };
     match causeway_tools::sql::query_for(r, &c.evidence_sql, Some(EVIDENCE_ROWS), &limits) {
         Ok(q) => {
             e.columns = q.columns.into_iter().map(|c| c.name).collect();
@@ -191,7 +205,8 @@ pub fn build(r: &Reader, q: &WindowParams) -> Result<ReportData, ReportError> {
     };
     let stats = causeway_tools::stats::stats_for(r, &stats_q)?;
     let chains = findings.explain.chains;
-    let evidence: Vec<Evidence> = chains.iter().map(|c| evidence(r, c)).collect();
+    let deadline = Instant::now() + EVIDENCE_BUDGET;
+    let evidence: Vec<Evidence> = chains.iter().map(|c| evidence(r, c, deadline)).collect();
 
     let mut timeline =
         series::timeline(r, &stats, q.pid, q.node.as_deref()).map_err(ReportError::read)?;
@@ -265,4 +280,35 @@ pub fn build(r: &Reader, q: &WindowParams) -> Result<ReportData, ReportError> {
         nodes,
         build_ms: started.elapsed().as_secs_f64() * 1e3,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use causeway_analysis::demo::{Scenario, write_scenario};
+
+    #[test]
+    fn evidence_runs_within_the_budget_and_past_it_says_why_it_did_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cpu.duckdb");
+        write_scenario(&path, Scenario::CpuContention, false).unwrap();
+        let r = Reader::open(&path).unwrap();
+        let d = build(&r, &WindowParams::default()).unwrap();
+        let c = d
+            .findings
+            .iter()
+            .find(|c| c.detector == "cpu_contention")
+            .expect("the scenario's finding");
+        let ran = evidence(&r, c, Instant::now() + EVIDENCE_BUDGET);
+        assert!(ran.error.is_none() && !ran.rows.is_empty(), "{ran:?}");
+        let spent = evidence(&r, c, Instant::now());
+        assert!(spent.rows.is_empty(), "{spent:?}");
+        assert!(
+            spent
+                .error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("not run")),
+            "{spent:?}"
+        );
+    }
 }

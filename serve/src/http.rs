@@ -225,6 +225,8 @@ pub async fn serve_with(
     let gatherer = Arc::new(std::sync::Mutex::new(
         causeway_export::gather::Gatherer::default(),
     ));
+    // One report cache for every page: polls of an unchanged store are answered from it.
+    let reports: super::page::Reports = Arc::default();
     let max_body = o.max_body_bytes;
     let max_connections =
         super::limits::connection_cap(o.max_connections, super::limits::raise_fd_limit());
@@ -267,6 +269,7 @@ pub async fn serve_with(
         let otlp = otlp.clone();
         let gatherer = gatherer.clone();
         let sessions = sessions.clone();
+        let reports = reports.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let handler = hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -276,6 +279,7 @@ pub async fn serve_with(
                 let policy = policy.clone();
                 let gatherer = gatherer.clone();
                 let sessions = sessions.clone();
+                let reports = reports.clone();
                 let otlp = otlp.clone().filter(|_| {
                     matches!(
                         req.uri().path(),
@@ -315,10 +319,10 @@ pub async fn serve_with(
                     if req.uri().path() == "/"
                         && matches!(*req.method(), hyper::Method::GET | hyper::Method::HEAD)
                     {
-                        return Ok(super::page::page(&req, ctx).await);
+                        return Ok(super::page::page(&req, ctx, reports).await);
                     }
                     if req.uri().path() == causeway_report::LIVE_DATA_PATH {
-                        return Ok(super::page::data(&req, ctx).await);
+                        return Ok(super::page::data(&req, ctx, reports).await);
                     }
                     if req.uri().path().starts_with(super::api::PREFIX) {
                         return Ok(super::api::handle(req, ctx, max_body).await);

@@ -9,6 +9,7 @@ pub mod http;
 pub mod limits;
 pub mod otlp_receive;
 pub mod page;
+pub mod report_cache;
 
 use std::sync::Arc;
 

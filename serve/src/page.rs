@@ -1,9 +1,11 @@
 //! The web report at `/` of every serve address: the page `causeway report` writes, served
 //! live (it polls `GET /api/v1/report` for fresh data while a trace grows) under a strict
 //! Content-Security-Policy header. Same token, Host and Origin rules as every other route.
-//! Both take the window and filters as query parameters: `?since=5m&pid=42&node=n1`.
+//! Both take the window and filters as query parameters: `?since=5m&pid=42&node=n1`, and both
+//! are answered from `report_cache` while the store is unchanged.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use causeway_report::{Mode, ReportData};
 use causeway_tools::params::WindowParams;
@@ -13,6 +15,7 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use super::api::with_body;
 use super::http::{Body, InBody, bare};
+use super::report_cache::{self, Decision, Entry, ReportCache};
 
 /// How often the live page asks for fresh data (ms).
 pub const POLL_MS: u32 = 2000;
@@ -60,14 +63,49 @@ pub fn window_params(query: Option<&str>) -> Result<WindowParams, ToolError> {
     Ok(p)
 }
 
-/// Builds the report data on a blocking thread (the analysis reads the store).
-async fn build(ctx: Arc<Context>, q: WindowParams) -> Result<ReportData, ToolError> {
-    tokio::task::spawn_blocking(move || {
+/// The reports the live page is answered with, shared by every connection of a server.
+pub type Reports = Arc<tokio::sync::Mutex<ReportCache>>;
+
+/// What the blocking half found.
+enum Outcome {
+    /// A cached report (`current`: the store is unchanged since it was built).
+    Cached(Arc<ReportData>, bool),
+    /// A new build.
+    Built(Entry),
+}
+
+/// The report of `q`: the cached one while the store is unchanged or was built too recently
+/// ([`Entry::decide`]), else a new build. One request at a time builds or checks (the lock):
+/// pages polling together wait for that one build instead of each starting theirs.
+async fn build(
+    ctx: Arc<Context>,
+    reports: Reports,
+    q: WindowParams,
+) -> Result<Arc<ReportData>, ToolError> {
+    let key = serde_json::to_string(&q).unwrap_or_default();
+    let mut cache = reports.lock().await;
+    let cached = cache.get(&key).cloned();
+    let outcome = tokio::task::spawn_blocking(move || {
         ctx.with_reader(None, |r| {
-            causeway_report::build(r, &q).map_err(|e| match e {
+            let version = report_cache::store_version(r)?;
+            if let Some(e) = cached {
+                match e.decide(&version, Instant::now()) {
+                    Decision::Current => return Ok(Outcome::Cached(e.data, true)),
+                    Decision::Stale => return Ok(Outcome::Cached(e.data, false)),
+                    Decision::Build => {}
+                }
+            }
+            let started = Instant::now();
+            let data = causeway_report::build(r, &q).map_err(|e| match e {
                 causeway_report::ReportError::Build(t) => t,
                 other => ToolError::failed(other.to_string(), other.hint()),
-            })
+            })?;
+            Ok(Outcome::Built(Entry {
+                version,
+                data: Arc::new(data),
+                built: Instant::now(),
+                took: started.elapsed(),
+            }))
         })
     })
     .await
@@ -76,6 +114,20 @@ async fn build(ctx: Arc<Context>, q: WindowParams) -> Result<ReportData, ToolErr
             "building the report panicked",
             "see the server's log",
         ))
+    })?;
+    Ok(match outcome {
+        Outcome::Built(e) => {
+            let data = e.data.clone();
+            cache.put(key, e);
+            data
+        }
+        // Unchanged store: the same report, current as of now.
+        Outcome::Cached(data, true) => {
+            let mut d = (*data).clone();
+            d.generated_ns = causeway_store::now_ns();
+            Arc::new(d)
+        }
+        Outcome::Cached(data, false) => data,
     })
 }
 
@@ -98,7 +150,7 @@ fn no_store(mut r: Response<Body>) -> Response<Body> {
 }
 
 /// `GET /`: the live page, with the policy as a header.
-pub async fn page(req: &Request<InBody>, ctx: Arc<Context>) -> Response<Body> {
+pub async fn page(req: &Request<InBody>, ctx: Arc<Context>, reports: Reports) -> Response<Body> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return bare(StatusCode::METHOD_NOT_ALLOWED);
     }
@@ -107,7 +159,7 @@ pub async fn page(req: &Request<InBody>, ctx: Arc<Context>) -> Response<Body> {
         Err(e) => return error_response(&e),
     };
     let mode = Mode::Live { poll_ms: POLL_MS };
-    match build(ctx, q).await {
+    match build(ctx, reports, q).await {
         Ok(d) => {
             let mut r = with_body(
                 StatusCode::OK,
@@ -129,7 +181,7 @@ pub async fn page(req: &Request<InBody>, ctx: Arc<Context>) -> Response<Body> {
 }
 
 /// `GET /api/v1/report`: the data the page renders, as JSON.
-pub async fn data(req: &Request<InBody>, ctx: Arc<Context>) -> Response<Body> {
+pub async fn data(req: &Request<InBody>, ctx: Arc<Context>, reports: Reports) -> Response<Body> {
     if req.method() != Method::GET {
         return bare(StatusCode::METHOD_NOT_ALLOWED);
     }
@@ -137,7 +189,7 @@ pub async fn data(req: &Request<InBody>, ctx: Arc<Context>) -> Response<Body> {
         Ok(q) => q,
         Err(e) => return error_response(&e),
     };
-    match build(ctx, q).await {
+    match build(ctx, reports, q).await {
         Ok(d) => no_store(with_body(
             StatusCode::OK,
             "application/json",

@@ -69,23 +69,25 @@ pub struct FrameOut {
 const SPAN_SQL: &str =
     "SELECT coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_data";
 
+// These read the physical `event_rows` (a node name is looked up once): the `event_data` view
+// joined node and thread names onto every event first.
 const STACKS_SQL: &str = "
 SELECT d.stack_hash, count(*)::BIGINT, (CASE WHEN sum(d.duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(d.duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(d.duration) END)::BIGINT, quantile_disc(d.duration, 0.5),
        max(d.duration), string_agg(DISTINCT o.op, ',' ORDER BY o.op)
-FROM event_data d JOIN ops o ON o.op_id = d.op_id
+FROM event_rows d JOIN ops o ON o.op_id = d.op_id
 WHERE d.stack_hash <> 0 AND d.timestamp BETWEEN ? AND ?
   AND (?::BIGINT < 0 OR d.pid = ?::BIGINT)
   AND (?::INTEGER < 0 OR d.op_id = ?::INTEGER)
-  AND (?::VARCHAR = '' OR d.node = ?::VARCHAR)
+  AND (?::VARCHAR = '' OR d.node_id = (SELECT max(node_id) FROM nodes WHERE node = ?::VARCHAR))
 GROUP BY d.stack_hash
 ORDER BY 3 DESC, 1";
 
 const NO_STACK_SQL: &str = "
-SELECT count(*)::BIGINT FROM event_data d
+SELECT count(*)::BIGINT FROM event_rows d
 WHERE d.stack_hash = 0 AND d.timestamp BETWEEN ? AND ?
   AND (?::BIGINT < 0 OR d.pid = ?::BIGINT)
   AND (?::INTEGER < 0 OR d.op_id = ?::INTEGER)
-  AND (?::VARCHAR = '' OR d.node = ?::VARCHAR)";
+  AND (?::VARCHAR = '' OR d.node_id = (SELECT max(node_id) FROM nodes WHERE node = ?::VARCHAR))";
 
 const FRAMES_SQL: &str = "
 SELECT CASE WHEN symbol = '' THEN printf('0x%x', ip) ELSE symbol END, module

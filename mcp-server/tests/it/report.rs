@@ -438,6 +438,25 @@ fn live_page_needs_the_token_and_refreshes_under_its_policy() {
     assert_eq!(code, 200);
     let data: Value = serde_json::from_str(body.split("\r\n\r\n").nth(1).unwrap()).unwrap();
     assert_eq!(data["query"]["since"], "10s");
+    // The store is unchanged: the next poll gets the same build, current as of that poll.
+    let (code, body) = raw(
+        &srv.addr,
+        "GET /api/v1/report?since=10s",
+        &srv.addr,
+        &[("Authorization", &bearer)],
+        "",
+    );
+    assert_eq!(code, 200);
+    let cached: Value = serde_json::from_str(body.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(
+        cached["build_ms"], data["build_ms"],
+        "answered from the cache"
+    );
+    assert_eq!(cached["findings"], data["findings"]);
+    assert!(
+        cached["generated_ns"].as_i64().unwrap() > data["generated_ns"].as_i64().unwrap(),
+        "stamped when it was found current"
+    );
     let (code, _) = raw(
         &srv.addr,
         "GET /?sql=select",

@@ -312,8 +312,13 @@ impl Replay {
     }
     /// Notes pids with events in the open segment.
     pub fn events(&mut self, batch: &[causeway_store::Event]) {
+        // Batches come in runs of one process's events: one lookup per run.
+        let mut last = None;
         for e in batch {
-            self.seen.insert(e.pid);
+            if last != Some(e.pid) {
+                self.seen.insert(e.pid);
+                last = Some(e.pid);
+            }
         }
     }
 

@@ -28,32 +28,32 @@ use prost::Message;
 
 use crate::common::{causeway, ok, scratch};
 
-const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+pub(crate) const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
 /// One request a receiver got: (path or gRPC service, authorization, content type, body).
 #[derive(Debug, Clone)]
-struct Got {
-    path: String,
-    auth: String,
+pub(crate) struct Got {
+    pub(crate) path: String,
+    pub(crate) auth: String,
     content_type: String,
-    body: Vec<u8>,
+    pub(crate) body: Vec<u8>,
 }
 
 #[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<Got>>>);
+pub(crate) struct Log(Arc<Mutex<Vec<Got>>>);
 
 impl Log {
-    fn take(&self) -> Vec<Got> {
+    pub(crate) fn take(&self) -> Vec<Got> {
         std::mem::take(&mut self.0.lock().unwrap())
     }
 }
 
 /// How the HTTP receiver answers: 200 (with the token) or a fixed status and body.
 #[derive(Clone)]
-struct Answer(u16, &'static str);
+pub(crate) struct Answer(pub(crate) u16, pub(crate) &'static str);
 
 /// An OTLP/HTTP receiver on loopback: answers 401 without `Bearer TOKEN`, else `answer`.
-fn http_receiver(answer: Answer) -> (String, Log, tokio::runtime::Runtime) {
+pub(crate) fn http_receiver(answer: Answer) -> (String, Log, tokio::runtime::Runtime) {
     receiver_on(answer, None)
 }
 
@@ -601,7 +601,7 @@ fn otlp_export_rejects_bad_input_before_writing() {
 }
 
 /// cudaLaunchKernel calls in a pushed metrics request (`causeway.op.calls`).
-fn launch_calls(body: &[u8]) -> i64 {
+pub(crate) fn launch_calls(body: &[u8]) -> i64 {
     let m = ExportMetricsServiceRequest::decode(body).unwrap();
     let mut n = 0;
     for metric in m

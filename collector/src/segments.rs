@@ -48,6 +48,8 @@ pub struct Segments {
     open: PathBuf,
     opened: Instant,
     size_checked: Instant,
+    /// The next segment's file, being made off the writer thread ([`Writer::prepare`]).
+    prepared: Option<(PathBuf, std::thread::JoinHandle<bool>)>,
     /// Segments closed by this recording.
     pub closed: u64,
     /// Closed segments deleted by retention.
@@ -76,6 +78,11 @@ impl Segments {
             if p.extension().is_none_or(|e| e != "duckdb") {
                 continue;
             }
+            if is_prepared(&p) {
+                // A next segment made but never used: nothing in it.
+                let _ = std::fs::remove_file(&p);
+                continue;
+            }
             // A crash or SIGKILL: what it committed is kept, and the next segment is new.
             match Writer::seal(&p) {
                 Ok(()) => {
@@ -94,6 +101,7 @@ impl Segments {
             open: PathBuf::new(),
             opened: Instant::now(),
             size_checked: Instant::now(),
+            prepared: None,
             closed: 0,
             deleted: 0,
         };
@@ -161,31 +169,70 @@ impl Segments {
     /// Closes the open segment into the data directory and opens the next one, whose live
     /// readers see the timeline with the segment just closed; retention runs first.
     pub fn rotate(&mut self, w: Writer) -> Result<Writer, CollectorError> {
+        let t0 = Instant::now();
         // The segment about to close counts: a deleted file that is still attached would keep
         // its space until the next rotation.
-        let t0 = Instant::now();
         self.retain(file_bytes(&self.open));
         let next = self.next_path();
+        let prepared = self.take_prepared(&next);
         let closed = closed_path(&self.dir, &self.open);
         let mut timeline = self.timeline();
         timeline.push(closed.clone());
         let w = w
-            .rotate(&next, timeline, |old| std::fs::rename(old, &closed))
+            .rotate(&next, prepared, timeline, |old| {
+                std::fs::rename(old, &closed)
+            })
             .map_err(|source| CollectorError::Store {
                 path: self.open.clone(),
                 source: Box::new(source),
             })?;
         self.closed += 1;
         let ms = t0.elapsed().as_millis();
-        info!(closed = %closed.display(), next = %next.display(), ms, "segment closed");
+        info!(closed = %closed.display(), next = %next.display(), prepared, ms, "segment closed");
         self.open = next;
         self.opened = Instant::now();
         self.size_checked = Instant::now();
+        self.prepare_next(w.options());
         Ok(w)
+    }
+
+    /// Starts making the next segment's file (its schema) on a thread of its own.
+    pub fn prepare_next(&mut self, opts: &causeway_store::WriterOptions) {
+        let path = self
+            .dir
+            .join("open")
+            .join(format!(".prepared-{}.duckdb", self.closed));
+        let _ = std::fs::remove_file(&path);
+        let opts = opts.clone();
+        let made = path.clone();
+        match std::thread::Builder::new()
+            .name("causeway-segment".into())
+            .spawn(move || match Writer::prepare(&made, &opts) {
+                Ok(()) => true,
+                Err(e) => {
+                    warn!(error = %e, "preparing the next segment failed; it is made at rotation");
+                    false
+                }
+            }) {
+            Ok(h) => self.prepared = Some((path, h)),
+            Err(e) => warn!(error = %e, "starting the segment thread failed"),
+        }
+    }
+
+    /// Moves the prepared file to `next`, if it was made: whether it was.
+    fn take_prepared(&mut self, next: &Path) -> bool {
+        let Some((path, h)) = self.prepared.take() else {
+            return false;
+        };
+        h.join().unwrap_or(false) && std::fs::rename(&path, next).is_ok()
     }
 
     /// Moves the last segment, complete, among the closed ones (the recording ended).
     pub fn close_last(&mut self) -> Result<(), CollectorError> {
+        if let Some((path, h)) = self.prepared.take() {
+            let _ = h.join();
+            let _ = std::fs::remove_file(&path);
+        }
         let closed = closed_path(&self.dir, &self.open);
         std::fs::rename(&self.open, &closed)
             .map_err(io_err(&self.open, "closing the last segment"))?;
@@ -214,6 +261,13 @@ impl Segments {
             }
         }
     }
+}
+
+/// Whether `p` is a next segment's file made ahead ([`Segments::prepare_next`]).
+fn is_prepared(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(".prepared-"))
 }
 
 /// Where the open segment `open` goes once closed.

@@ -215,6 +215,9 @@ fn run(
     let err = store_err(&path);
     let sid = w.begin_session(&session).map_err(&err)?;
     let mut replay = segments.is_some().then(Replay::default);
+    if let Some(segs) = segments.as_mut() {
+        segs.prepare_next(w.options());
+    }
     let mut stats = SinkStats::default();
     let mut append_failed = false;
     let (mut data_open, mut ctl_open) = (true, true);

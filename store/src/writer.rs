@@ -196,6 +196,15 @@ impl Writer {
     /// Creates a new store file without a node row for `opts.node` (the cluster store of
     /// `collect` records only the nodes that send to it).
     pub(crate) fn create_unregistered(path: &Path, opts: WriterOptions) -> Result<Writer> {
+        Self::prepare(path, &opts)?;
+        let conn = crate::open_rw(path, &opts)?;
+        Self::on(conn, path, opts)
+    }
+
+    /// Creates a store file with the schema and nothing else, closed, for a writer to go on in
+    /// later ([`Writer::rotate`]): the agent prepares its next segment off the writer thread,
+    /// so that a rotation does not wait for the schema. Fails if `path` exists.
+    pub fn prepare(path: &Path, opts: &WriterOptions) -> Result<()> {
         if path.exists() {
             return Err(StoreError::Exists {
                 path: path.to_path_buf(),
@@ -214,9 +223,14 @@ impl Writer {
         // again (peak RSS of probe_cost's sustained run: docs/benchmarks.md).
         conn.execute_batch("CHECKPOINT")
             .ctx(path, "checkpointing the new schema")?;
-        drop(conn);
-        let conn = crate::open_rw(path, &opts)?;
-        Self::on(conn, path, opts)
+        conn.close()
+            .map_err(|(_, e)| e)
+            .ctx(path, "closing the new store")
+    }
+
+    /// The options this writer was opened with.
+    pub fn options(&self) -> &WriterOptions {
+        &self.opts
     }
 
     /// A writer on an open database, with nothing written yet: the events connection beside
@@ -1017,13 +1031,14 @@ impl Writer {
     }
 
     /// Closes this file complete (as [`Writer::finish`] does) and goes on in a new store file
-    /// at `next`: same node, sequence numbers, counters and live readers (locked meanwhile,
+    /// at `next` (`prepared`: made by [`Writer::prepare`], else created here): same node, sequence numbers, counters and live readers (locked meanwhile,
     /// then seeing `timeline`, the closed files before `next`, with it as one trace). `closed`
     /// runs on the old file once it is closed (the agent moves it among the closed segments).
     /// Nothing is replayed into the new file: the caller writes what it must repeat.
     pub fn rotate(
         mut self,
         next: &Path,
+        prepared: bool,
         timeline: Vec<PathBuf>,
         closed: impl FnOnce(&Path) -> std::io::Result<()>,
     ) -> Result<Writer> {
@@ -1058,7 +1073,15 @@ impl Writer {
         })?;
         let mut opts = self.opts;
         opts.timeline = timeline;
-        let mut w = Writer::create(next, opts)?;
+        let mut w = if prepared {
+            // Made by [`Writer::prepare`]: only opened here.
+            let conn = crate::open_rw(next, &opts)?;
+            let mut w = Self::on(conn, next, opts)?;
+            w.register_node("recorded", "")?;
+            w
+        } else {
+            Writer::create(next, opts)?
+        };
         w.next_seq = self.next_seq;
         w.written = self.written;
         w.lost = self.lost;

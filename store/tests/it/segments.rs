@@ -91,15 +91,17 @@ fn a_rotated_writer_serves_its_segments_as_one_trace() {
         let prev_open = dir.path().join(format!("open/seg-{}.duckdb", seg - 1));
         let prev_closed = closed_name(dir.path(), seg - 1);
         closed.push(prev_closed.clone());
+        // The second segment is prepared beforehand (the agent's way), the third made at once.
+        let next = dir.path().join(format!("open/seg-{seg}.duckdb"));
+        let prepared = seg == 1;
+        if prepared {
+            Writer::prepare(&next, w.options()).unwrap();
+        }
         w = w
-            .rotate(
-                &dir.path().join(format!("open/seg-{seg}.duckdb")),
-                closed.clone(),
-                |old| {
-                    assert_eq!(old, prev_open);
-                    std::fs::rename(old, &prev_closed)
-                },
-            )
+            .rotate(&next, prepared, closed.clone(), |old| {
+                assert_eq!(old, prev_open);
+                std::fs::rename(old, &prev_closed)
+            })
             .unwrap();
         segment_rows(&mut w, 1_000 + seg as i64 * 1_000, 100, 5 + seg as i64);
     }

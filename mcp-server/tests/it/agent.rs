@@ -2,6 +2,7 @@
 //! lose and repeat nothing while programs run across rotations, one timeline served over HTTP
 //! and read from the data directory, retention, SIGTERM, and a restart after SIGKILL.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -113,38 +114,53 @@ fn run_workload(runs: u32, gap: Duration) -> Vec<u32> {
     pids
 }
 
-/// Launches of `pids` in the trace `args` name (`--db ...` or `--nodes ...`); with `unique`,
-/// also that no event is there twice (one recording: sequence numbers are unique).
-fn launches_at(args: &[&str], pids: &[u32], unique: bool) -> u64 {
-    let pids = pids
+/// The launches of `pids` in the trace `args` name (`--db ...` or `--nodes ...`), as rows of
+/// `select` (its columns by name: fleet answers lead with the node's column).
+fn launch_rows(
+    args: &[&str],
+    pids: &[u32],
+    select: &str,
+    group: &str,
+) -> Vec<HashMap<String, u64>> {
+    let list = pids
         .iter()
         .map(u32::to_string)
         .collect::<Vec<_>>()
         .join(",");
     let sql = format!(
-        "SELECT count(*) AS n, count(DISTINCT seq) AS d FROM events \
-         WHERE op = 'cudaLaunchKernel' AND pid IN ({pids})"
+        "SELECT {select} FROM events WHERE op = 'cudaLaunchKernel' AND pid IN ({list}) {group}"
     );
     let mut a = vec!["query"];
     a.extend_from_slice(args);
     a.extend_from_slice(&["--json", &sql]);
     let v: Value = serde_json::from_str(&ok(&a)).unwrap();
-    // Fleet answers lead with the node's column.
-    let col = |name: &str| {
-        v["columns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .position(|c| c["name"] == name)
-            .unwrap()
-    };
-    let row = &v["rows"][0];
-    let (n, d) = (
-        row[col("n")].as_u64().unwrap(),
-        row[col("d")].as_u64().unwrap(),
-    );
+    let names: Vec<String> = v["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect();
+    v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            names
+                .iter()
+                .zip(r.as_array().unwrap())
+                .filter_map(|(n, x)| x.as_u64().map(|x| (n.clone(), x)))
+                .collect()
+        })
+        .collect()
+}
+
+/// Launches of `pids` in the trace `args` name; with `unique`, also that no event is there
+/// twice (one recording: sequence numbers are unique).
+fn launches_at(args: &[&str], pids: &[u32], unique: bool) -> u64 {
+    let rows = launch_rows(args, pids, "count(*) AS n, count(DISTINCT seq) AS d", "");
+    let (n, d) = (rows[0]["n"], rows[0]["d"]);
     if unique {
-        assert_eq!(n, d, "an event repeated across segments: {v}");
+        assert_eq!(n, d, "an event repeated across segments: {rows:?}");
     }
     n
 }
@@ -173,34 +189,15 @@ fn warm_up(addr: &str) {
 
 /// Launches recorded of each of `pids`, in their order, from the trace `args` name.
 fn per_run(args: &[&str], pids: &[u32]) -> Vec<u64> {
-    let list = pids
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    let sql = format!(
-        "SELECT pid::BIGINT AS p, count(*) AS n FROM events \
-         WHERE op = 'cudaLaunchKernel' AND pid IN ({list}) GROUP BY pid"
-    );
-    let mut a = vec!["query"];
-    a.extend_from_slice(args);
-    a.extend_from_slice(&["--json", &sql]);
-    let v: Value = serde_json::from_str(&ok(&a)).unwrap();
-    let col = |name: &str| {
-        v["columns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .position(|c| c["name"] == name)
-            .unwrap()
-    };
-    let (p, n) = (col("p"), col("n"));
-    let got: std::collections::HashMap<u64, u64> = v["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| (r[p].as_u64().unwrap(), r[n].as_u64().unwrap()))
-        .collect();
+    let got: HashMap<u64, u64> = launch_rows(
+        args,
+        pids,
+        "pid::BIGINT AS p, count(*) AS n",
+        "GROUP BY pid",
+    )
+    .into_iter()
+    .map(|r| (r["p"], r["n"]))
+    .collect();
     pids.iter()
         .map(|pid| got.get(&u64::from(*pid)).copied().unwrap_or(0))
         .collect()

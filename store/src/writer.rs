@@ -287,6 +287,13 @@ impl Writer {
         Ok(c)
     }
 
+    /// The live readers still held by someone (the others are forgotten).
+    fn readers_alive(&self) -> Vec<SharedReader> {
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.retain(|r| r.strong_count() > 0);
+        live.iter().filter_map(Weak::upgrade).collect()
+    }
+
     /// [`LIVE_READERS`] live readers ([`Writer::live_reader`]).
     pub fn live_readers(&self) -> Result<Vec<SharedReader>> {
         (0..LIVE_READERS).map(|_| self.live_reader()).collect()
@@ -378,11 +385,7 @@ impl Writer {
         if !due || self.pending > 0 {
             return Ok(self);
         }
-        let readers: Vec<SharedReader> = {
-            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-            live.retain(|r| r.strong_count() > 0);
-            live.iter().filter_map(Weak::upgrade).collect()
-        };
+        let readers = self.readers_alive();
         let wait = self.put_off >= MAX_REOPEN_PUT_OFF;
         let mut guards: Vec<MutexGuard<'_, crate::Reader>> = Vec::with_capacity(readers.len());
         for r in &readers {
@@ -1044,11 +1047,7 @@ impl Writer {
     ) -> Result<Writer> {
         let flushed = self.flush();
         self.store_losses()?;
-        let readers: Vec<SharedReader> = {
-            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-            live.retain(|r| r.strong_count() > 0);
-            live.iter().filter_map(Weak::upgrade).collect()
-        };
+        let readers = self.readers_alive();
         // Waits for running queries: they are bounded by their time limits.
         let mut guards: Vec<MutexGuard<'_, crate::Reader>> = readers
             .iter()

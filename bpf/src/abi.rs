@@ -59,59 +59,27 @@ pub const BATCH_EVENTS: usize = 48;
 /// Slot of the `drops` array that counts lost stack records (`CW_DROP_STACK`).
 pub const DROP_STACK: u32 = 0;
 
-/// How an op is probed (the `op_mode` map values, `CW_MODE_*`). Calls are counted at entry in
-/// every mode that keeps the probes attached, so counts stay exact across switches between
-/// them; `Sampled` detaches the probes for most of the time, and its counts are estimates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ProbeMode {
-    /// Entry and return probes: duration histogram and one event per call.
+/// What the kernel records for an op's calls (the `op_mode` map values, `CW_MODE_*`). Calls are
+/// counted at entry in every mode, so counts stay exact across switches between them. Whether
+/// the probes are attached at all (the collector's sampling) is not the kernel's business.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpMode {
+    /// Entry and return probes: duration histogram and one event per call (`CW_MODE_FULL`).
     Full,
     /// Entry and return probes: duration histogram only, no ring-buffer events.
     Aggregate,
     /// Entry probe only (the return probe is detached): calls and bytes counted, no durations.
     EntryOnly,
-    /// Duty-cycled: entry and return probes attached (as in full mode) for a share of the time,
-    /// detached otherwise. Calls made while detached are not seen: their count is estimated
-    /// from the share of the time the probes were attached (collector sampling.rs).
-    Sampled,
 }
 
-impl ProbeMode {
-    /// Every mode, most detailed (and most costly) first.
-    pub const ALL: [ProbeMode; 4] = [
-        ProbeMode::Full,
-        ProbeMode::Aggregate,
-        ProbeMode::EntryOnly,
-        ProbeMode::Sampled,
-    ];
-
-    /// The `op_mode` map value: a sampled op runs in full mode while its probes are attached.
+impl OpMode {
+    /// The `op_mode` map value.
     pub fn value(self) -> u32 {
         match self {
-            ProbeMode::Full | ProbeMode::Sampled => 0,
-            ProbeMode::Aggregate => 1,
-            ProbeMode::EntryOnly => 2,
+            OpMode::Full => 0,
+            OpMode::Aggregate => 1,
+            OpMode::EntryOnly => 2,
         }
-    }
-
-    /// The name used on the command line and in the store: full, aggregate, entry_only, sampled.
-    pub fn name(self) -> &'static str {
-        match self {
-            ProbeMode::Full => "full",
-            ProbeMode::Aggregate => "aggregate",
-            ProbeMode::EntryOnly => "entry_only",
-            ProbeMode::Sampled => "sampled",
-        }
-    }
-
-    /// Parses a mode name.
-    pub fn from_name(name: &str) -> Option<ProbeMode> {
-        ProbeMode::ALL.into_iter().find(|m| m.name() == name)
-    }
-
-    /// Whether the return probe must be attached.
-    pub fn needs_return_probe(self) -> bool {
-        self != ProbeMode::EntryOnly
     }
 }
 
@@ -847,15 +815,10 @@ mod tests {
     }
 
     #[test]
-    fn probe_modes_round_trip_by_name() {
-        for m in ProbeMode::ALL {
-            assert_eq!(ProbeMode::from_name(m.name()), Some(m));
-        }
-        assert_eq!(ProbeMode::from_name("fast"), None);
-        assert!(!ProbeMode::EntryOnly.needs_return_probe());
-        assert_eq!(ProbeMode::Aggregate.value(), 1);
-        assert_eq!(ProbeMode::Sampled.value(), ProbeMode::Full.value());
-        assert!(ProbeMode::Sampled.needs_return_probe());
+    fn op_modes_are_the_kernels_values() {
+        // CW_MODE_FULL, CW_MODE_AGGREGATE, CW_MODE_ENTRY_ONLY in bpf/src/bpf/events.h.
+        let values = [OpMode::Full, OpMode::Aggregate, OpMode::EntryOnly].map(OpMode::value);
+        assert_eq!(values, [0, 1, 2]);
     }
 
     #[test]

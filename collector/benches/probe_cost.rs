@@ -55,9 +55,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use causeway_bpf::abi::ProbeMode;
 use causeway_bpf::libbpf_rs::UprobeMultiOpts;
 use causeway_bpf::load::{LoadConfig, open_and_load, uprobe_multi_supported};
+use causeway_collector::ProbeMode;
 use causeway_collector::{TraceArgs, TraceSummary, run_trace};
 
 fn env_u64(name: &str, default: u64) -> u64 {

@@ -11,7 +11,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use causeway_bpf::abi::{OP_CALIBRATE, ProbeMode, StatKey};
+use causeway_bpf::abi::{OP_CALIBRATE, OpMode, StatKey};
 use causeway_bpf::libbpf_rs::{Link, MapCore, MapFlags, ProgramMut};
 use causeway_bpf::probes::cookie;
 use causeway_bpf::skel::CausewaySkel;
@@ -121,10 +121,7 @@ fn location(kind: FirstInsn) -> Option<(String, usize)> {
     })
 }
 
-fn set_mode(
-    skel: &CausewaySkel<'_>,
-    mode: ProbeMode,
-) -> Result<(), causeway_bpf::libbpf_rs::Error> {
+fn set_mode(skel: &CausewaySkel<'_>, mode: OpMode) -> Result<(), causeway_bpf::libbpf_rs::Error> {
     skel.maps.op_mode.update(
         &u32::from(OP_CALIBRATE).to_ne_bytes(),
         &mode.value().to_ne_bytes(),
@@ -213,13 +210,13 @@ fn round(
     drop(exit);
     let bare_entry = time_all();
     drop(entry);
-    set_mode(skel, ProbeMode::Full)?;
+    set_mode(skel, OpMode::Full)?;
     let entry = t.attach(ours_in, multi, false)?;
     let exit = t.attach(ours_out, multi, true)?;
     let full = time_all();
-    set_mode(skel, ProbeMode::Aggregate)?;
+    set_mode(skel, OpMode::Aggregate)?;
     let aggregate = time_all();
-    set_mode(skel, ProbeMode::EntryOnly)?;
+    set_mode(skel, OpMode::EntryOnly)?;
     drop(exit);
     let entry_only = time_all();
     drop(entry);
@@ -255,7 +252,7 @@ pub fn calibrate(skel: &CausewaySkel<'_>, multi: bool) -> CostModel {
             }
             best.ok_or_else(|| "no round".to_string())
         });
-    let _ = set_mode(skel, ProbeMode::Full);
+    let _ = set_mode(skel, OpMode::Full);
     clear_own_counters(skel);
     match measured {
         Ok(costs) => {

@@ -5,7 +5,7 @@
 //! uprobe costs about 1 us on a `push` and 20 us on a `mov` or `endbr64`, so the kind matters
 //! more than anything causeway's programs do. calibrate.rs measures every kind at trace start.
 
-use causeway_bpf::abi::ProbeMode;
+use crate::ProbeMode;
 use causeway_store::ProbeCost;
 use serde::Serialize;
 

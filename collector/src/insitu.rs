@@ -17,7 +17,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use causeway_bpf::abi::{ProbeMode, Stat, StatKey};
+use crate::ProbeMode;
+use causeway_bpf::abi::{Stat, StatKey};
 use causeway_store::InSituRow;
 
 use crate::overhead_control::{Controller, is_call_op};

@@ -19,6 +19,7 @@ pub mod live;
 pub mod overhead_control;
 mod places;
 mod poll;
+mod probe_mode;
 pub mod python;
 mod recorder;
 mod sampling;
@@ -30,10 +31,10 @@ mod trim;
 mod tuning;
 mod windows;
 
-pub use causeway_bpf::abi::ProbeMode;
 pub use causeway_bpf::load::DEFAULT_RINGBUF_BYTES;
 pub use check::{CheckReport, check};
 pub use error::CollectorError;
+pub use probe_mode::ProbeMode;
 pub use segments::{SegmentHandle, SegmentPolicy};
 pub use sink::OnStore;
 pub use trace::{

@@ -20,7 +20,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use causeway_bpf::abi::{OP_CALIBRATE, ProbeMode};
+use crate::ProbeMode;
+use causeway_bpf::abi::OP_CALIBRATE;
 use causeway_store::{ModeSwitch, OverheadWindow};
 
 use crate::cost::{CostModel, FirstInsn};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use causeway_bpf::abi::ProbeMode;
+use crate::ProbeMode;
 use causeway_bpf::libbpf_rs::{self, PrintLevel};
 use causeway_bpf::load::DEFAULT_RINGBUF_BYTES;
 use causeway_store::catalog::op_by_name;

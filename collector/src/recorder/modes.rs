@@ -9,7 +9,7 @@ use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use causeway_bpf::abi::ProbeMode;
+use crate::ProbeMode;
 use causeway_bpf::libbpf_rs::{Link, MapCore, MapFlags};
 use causeway_bpf::skel::CausewaySkel;
 use causeway_store::InSituRow;
@@ -35,7 +35,7 @@ pub(super) fn set_op_mode(
         .op_mode
         .update(
             &u32::from(op).to_ne_bytes(),
-            &mode.value().to_ne_bytes(),
+            &mode.kernel().value().to_ne_bytes(),
             MapFlags::ANY,
         )
         .map_err(map_err("op_mode"))

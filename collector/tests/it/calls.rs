@@ -294,7 +294,7 @@ fn classic_uprobes_record_the_same_calls() {
     // probe attached for it).
     let mut a = args(&db, &[s.exe(), "calls", out.to_str().unwrap()]);
     a.classic_uprobes = true;
-    a.probe_modes = vec![(1, causeway_bpf::abi::ProbeMode::EntryOnly)];
+    a.probe_modes = vec![(1, causeway_collector::ProbeMode::EntryOnly)];
     let summary = trace(&a);
     assert_eq!(summary.command_exit, Some(0));
     let pid = command_pid(&db);

@@ -75,7 +75,7 @@ fn tracer_child() {
                 &[s.exe(), "logged", "5000", &ms, &log],
             );
             if std::env::var(CHILD_MODE_ENV).as_deref() == Ok("full") {
-                a.probe_modes = vec![(3, causeway_bpf::abi::ProbeMode::Full)];
+                a.probe_modes = vec![(3, causeway_collector::ProbeMode::Full)];
             }
             a
         }
@@ -336,7 +336,7 @@ fn a_long_recording_reopens_its_store_and_loses_nothing() {
     let db = db_path(&dir);
     let calls = 2_200_000;
     let mut a = args(&db, &[s.exe(), "rate", &calls.to_string()]);
-    a.probe_modes = vec![(3, causeway_bpf::abi::ProbeMode::Full)];
+    a.probe_modes = vec![(3, causeway_collector::ProbeMode::Full)];
     a.no_host = true;
     let summary = trace(&a);
     assert!(summary.store_reopens >= 1, "{summary:?}");

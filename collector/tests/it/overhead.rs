@@ -110,8 +110,8 @@ fn forced_modes_keep_counts_and_drop_only_what_the_mode_says() {
     let out = dir.path().join("out.txt");
     let mut a = args(&db, &[s.exe(), "calls", out.to_str().unwrap()]);
     a.probe_modes = vec![
-        (3, causeway_bpf::abi::ProbeMode::EntryOnly),
-        (4, causeway_bpf::abi::ProbeMode::Aggregate),
+        (3, causeway_collector::ProbeMode::EntryOnly),
+        (4, causeway_collector::ProbeMode::Aggregate),
     ];
     trace(&a);
     let pid = command_pid(&db);
@@ -228,7 +228,7 @@ fn a_call_pinned_to_sampled_mode_is_probed_part_of_the_time_and_its_count_estima
             "10000",
         ],
     );
-    a.probe_modes = vec![(3, causeway_bpf::abi::ProbeMode::Sampled)];
+    a.probe_modes = vec![(3, causeway_collector::ProbeMode::Sampled)];
     a.sample_duty = 20.0;
     let summary = trace(&a);
     assert_eq!(summary.command_exit, Some(0));
@@ -352,7 +352,7 @@ fn what_a_sampled_call_costs_the_job_is_measured_in_situ_and_agrees_with_the_cal
             out.to_str().unwrap(),
         ],
     );
-    a.probe_modes = vec![(3, causeway_bpf::abi::ProbeMode::Sampled)];
+    a.probe_modes = vec![(3, causeway_collector::ProbeMode::Sampled)];
     a.sample_duty = 20.0;
     // The controller stays out: in a second with little attached time it could sample the
     // syncs too (the stand-in's single-stepped sync, 190 a second, costs more than the tenth of

@@ -12,7 +12,7 @@ fn moderate_rate_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = db_path(&dir);
     let mut a = args(&db, &[s.exe(), "rate", "20000"]);
-    a.probe_modes = vec![(3, causeway_bpf::abi::ProbeMode::Full)];
+    a.probe_modes = vec![(3, causeway_collector::ProbeMode::Full)];
     let summary = trace(&a);
     assert_eq!(summary.ringbuf_drops + summary.channel_drops, 0);
     assert_eq!(
@@ -33,7 +33,7 @@ fn overrun_ring_buffer_drops_are_counted() {
     let db = db_path(&dir);
     let mut a = args(&db, &[s.exe(), "rate", "200000"]);
     a.ringbuf_size = 4096;
-    a.probe_modes = vec![(3, causeway_bpf::abi::ProbeMode::Full)];
+    a.probe_modes = vec![(3, causeway_collector::ProbeMode::Full)];
     let summary = trace(&a);
     assert!(
         summary.ringbuf_drops > 0,

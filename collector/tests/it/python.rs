@@ -154,7 +154,7 @@ fn run(
         causeway_store::catalog::op_by_name("cudaDeviceSynchronize")
             .unwrap()
             .id,
-        causeway_bpf::abi::ProbeMode::Full,
+        causeway_collector::ProbeMode::Full,
     )];
     extra(&mut a);
     let summary = trace(&a);

@@ -8,15 +8,17 @@
 //! two periods. The detached slice after it is jittered (0.5-1.5x its mean) so that a workload
 //! with a period of its own is not sampled at the same phase every time.
 //!
+//! The duty itself is the controller's (its plan table, overhead_control.rs): each switch passes
+//! the op's current duty, so a new duty takes effect from the next slice on.
+//!
 //! Pure bookkeeping (unit-tested below); attaching and detaching is the caller's (recorder.rs).
 
 use std::collections::BTreeMap;
 
-use crate::tuning::{DUTY_MAX, DUTY_MIN, MAX_PERIOD_NS, MIN_ON_NS, MIN_PERIOD_NS};
+use crate::tuning::{MAX_PERIOD_NS, MIN_ON_NS, MIN_PERIOD_NS};
 
 #[derive(Debug, Clone)]
 struct OpState {
-    duty: f64,
     attached: bool,
     /// When the current slice started (ns).
     since_ns: i64,
@@ -74,19 +76,17 @@ impl Sampler {
         }
     }
 
-    /// Starts sampling `op` (its probes attached at `now_ns`) with `duty`, or changes the duty
-    /// of an op already sampled (from its next slice on).
-    pub fn sample(&mut self, op: u16, duty: f64, now_ns: i64) {
-        let duty = duty.clamp(DUTY_MIN, DUTY_MAX);
-        if let Some(s) = self.ops.get_mut(&op) {
-            s.duty = duty;
+    /// Starts sampling `op` (its probes attached at `now_ns`, for a slice of `duty`); nothing
+    /// for an op already sampled, whose next slices follow the duty passed to
+    /// [`Sampler::switched`].
+    pub fn start(&mut self, op: u16, duty: f64, now_ns: i64) {
+        if self.ops.contains_key(&op) {
             return;
         }
         let until_ns = now_ns + self.slice_ns(duty, true);
         self.ops.insert(
             op,
             OpState {
-                duty,
                 attached: true,
                 since_ns: now_ns,
                 until_ns,
@@ -107,10 +107,10 @@ impl Sampler {
         !s.attached
     }
 
-    /// The duty of a sampled op.
+    /// Whether `op` is sampled.
     #[cfg(test)]
-    pub fn duty(&self, op: u16) -> Option<f64> {
-        self.ops.get(&op).map(|s| s.duty)
+    pub fn is_sampled(&self, op: u16) -> bool {
+        self.ops.contains_key(&op)
     }
 
     /// Whether `op` is sampled and between its attached slices.
@@ -136,8 +136,9 @@ impl Sampler {
     /// Records that `op`'s probes were attached or detached. An attach ran from `began_ns` to
     /// `at_ns`, when the links were in place: time spent switching. A detach starts at `at_ns`
     /// (`began_ns` is the same), when the links start to go; the time until they are gone
-    /// ([`Sampler::settled`]) is spent switching too.
-    pub fn switched(&mut self, op: u16, attached: bool, began_ns: i64, at_ns: i64) {
+    /// ([`Sampler::settled`]) is spent switching too. The next slice's length follows `duty`,
+    /// the op's duty now.
+    pub fn switched(&mut self, op: u16, attached: bool, began_ns: i64, at_ns: i64, duty: f64) {
         let Some(s) = self.ops.get(&op).cloned() else {
             return;
         };
@@ -150,7 +151,7 @@ impl Sampler {
         if !s.attached {
             *self.detached_ns.entry(op).or_default() += at_ns - s.since_ns;
         }
-        let until_ns = at_ns + self.slice_ns(s.duty, attached);
+        let until_ns = at_ns + self.slice_ns(duty, attached);
         self.ops.insert(
             op,
             OpState {
@@ -195,15 +196,17 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tuning::{DUTY_MAX, DUTY_MIN};
 
     const S: i64 = 1_000_000_000;
 
-    /// Runs the schedule for `secs` in 1 ms steps, switching at once; returns the detached time.
-    fn run(s: &mut Sampler, op: u16, secs: i64) -> i64 {
+    /// Runs the schedule at `duty` for `secs` in 1 ms steps, switching at once; returns the
+    /// detached time.
+    fn run(s: &mut Sampler, op: u16, duty: f64, secs: i64) -> i64 {
         let mut now = 0;
         while now < secs * S {
             for (o, attach) in s.due(now) {
-                s.switched(o, attach, now, now);
+                s.switched(o, attach, now, now, duty);
             }
             now += 1_000_000;
         }
@@ -214,8 +217,8 @@ mod tests {
     fn the_attached_share_follows_the_duty() {
         for duty in [0.02, 0.05, 0.1, 0.3] {
             let mut s = Sampler::new(7);
-            s.sample(3, duty, 0);
-            let detached = run(&mut s, 3, 200);
+            s.start(3, duty, 0);
+            let detached = run(&mut s, 3, duty, 200);
             let share = 1.0 - detached as f64 / (200 * S) as f64;
             assert!(
                 (share - duty).abs() < duty * 0.15,
@@ -231,23 +234,31 @@ mod tests {
         for duty in [DUTY_MIN, 0.05, DUTY_MAX] {
             assert!((period_ns(duty) as f64 * duty) as i64 >= MIN_ON_NS);
         }
-        // The duty is kept in bounds.
-        let mut s = Sampler::new(1);
-        s.sample(3, 0.001, 0);
-        assert_eq!(s.duty(3), Some(DUTY_MIN));
-        s.sample(3, 0.9, 0);
-        assert_eq!(s.duty(3), Some(DUTY_MAX));
+    }
+
+    #[test]
+    fn a_new_duty_takes_effect_from_the_next_slice() {
+        let mut s = Sampler::new(9);
+        s.start(3, 0.02, 0);
+        // Starting again changes nothing: the first slice is 2% of a 2.5 s period.
+        s.start(3, 0.5, 0);
+        assert_eq!(s.next_due_ns(), Some(S / 20));
+        // The controller raised the duty to 50%: the next attached slice is half of a 1 s period.
+        s.switched(3, false, S / 20, S / 20, 0.5);
+        let back = s.next_due_ns().unwrap();
+        s.switched(3, true, back, back, 0.5);
+        assert_eq!(s.next_due_ns(), Some(back + S / 2));
     }
 
     #[test]
     fn detached_slices_are_jittered() {
         let mut s = Sampler::new(42);
-        s.sample(3, 0.1, 0);
+        s.start(3, 0.1, 0);
         let mut offs = Vec::new();
         let mut now = 0;
         while offs.len() < 20 {
             for (o, attach) in s.due(now) {
-                s.switched(o, attach, now, now);
+                s.switched(o, attach, now, now, 0.1);
                 if !attach {
                     offs.push(s.next_due_ns().unwrap() - now);
                 }
@@ -268,22 +279,22 @@ mod tests {
     fn the_time_spent_switching_is_kept_apart_within_the_detached_time() {
         let ms = S / 1000;
         let mut s = Sampler::new(5);
-        s.sample(3, 0.1, 0);
+        s.start(3, 0.1, 0);
         // Detach from 100 ms: the links are gone at 150 ms.
-        s.switched(3, false, 100 * ms, 100 * ms);
+        s.switched(3, false, 100 * ms, 100 * ms, 0.1);
         assert_eq!(s.switching_ns(3, 120 * ms), 20 * ms);
         s.settled(3, 150 * ms);
         assert_eq!(s.switching_ns(3, 800 * ms), 50 * ms);
         // An attach from 900 ms, in place at 910 ms.
-        s.switched(3, true, 900 * ms, 910 * ms);
+        s.switched(3, true, 900 * ms, 910 * ms, 0.1);
         assert_eq!(s.switching_ns(3, S), 60 * ms);
         assert_eq!(s.detached_ns(3, S), 810 * ms);
         // An attach while the old links are still going (never done by the recorder) ends the
         // detach's switching where the attach begins; stopping ends it too.
-        s.switched(3, false, 1010 * ms, 1010 * ms);
-        s.switched(3, true, 1030 * ms, 1040 * ms);
+        s.switched(3, false, 1010 * ms, 1010 * ms, 0.1);
+        s.switched(3, true, 1030 * ms, 1040 * ms, 0.1);
         assert_eq!(s.switching_ns(3, 2 * S), 90 * ms);
-        s.switched(3, false, 1140 * ms, 1140 * ms);
+        s.switched(3, false, 1140 * ms, 1140 * ms, 0.1);
         s.stop(3, 1150 * ms);
         assert_eq!(s.switching_ns(3, 3 * S), 100 * ms);
         assert_eq!(s.detached_ns(3, 3 * S), 850 * ms);
@@ -292,18 +303,18 @@ mod tests {
     #[test]
     fn stopping_keeps_the_detached_time_and_says_whether_to_attach() {
         let mut s = Sampler::new(3);
-        s.sample(3, 0.1, 0);
+        s.start(3, 0.1, 0);
         // Attached until 0.1 s, then detached.
         assert_eq!(s.due(S / 20), vec![]);
         assert_eq!(s.due(S / 10), vec![(3, false)]);
-        s.switched(3, false, S / 10, S / 10);
+        s.switched(3, false, S / 10, S / 10, 0.1);
         assert!(s.is_detached(3));
         assert_eq!(s.detached_ns(3, S / 2), 4 * S / 10);
         assert!(s.stop(3, S / 2));
-        assert_eq!(s.duty(3), None);
+        assert!(!s.is_sampled(3));
         assert_eq!(s.detached_ns(3, 10 * S), 4 * S / 10);
         // An op stopped while attached needs nothing.
-        s.sample(4, 0.1, S);
+        s.start(4, 0.1, S);
         assert!(!s.stop(4, S + 1));
         assert_eq!(s.detached_ns(4, 2 * S), 0);
     }

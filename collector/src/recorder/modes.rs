@@ -135,7 +135,7 @@ impl Recording<'_, '_> {
         if to == ProbeMode::Sampled {
             sampling
                 .sampler
-                .sample(op, duty.unwrap_or(DEFAULT_DUTY), now);
+                .start(op, duty.unwrap_or(DEFAULT_DUTY), now);
         }
         if detached {
             sampling.detacher.wait();
@@ -175,19 +175,20 @@ impl Recording<'_, '_> {
         };
         let counts = || Counts::of(&read_stats(skel));
         for (op, attach) in due {
+            let duty = self.ctl.duty(op).unwrap_or(DEFAULT_DUTY);
             if attach {
                 if s.detacher.idle() {
                     let began = causeway_store::now_ns();
                     s.meter.end(op, began, &counts(), &sampled);
                     attached.attach_op_probes(skel, op, OpProbes::EntryAndReturn);
                     let at = causeway_store::now_ns();
-                    s.sampler.switched(op, true, began, at);
+                    s.sampler.switched(op, true, began, at, duty);
                     s.meter.begin(op, true, at, &counts(), &sampled);
                 }
             } else {
                 let at = causeway_store::now_ns();
                 s.meter.end(op, at, &counts(), &sampled);
-                s.sampler.switched(op, false, at, at);
+                s.sampler.switched(op, false, at, at, duty);
                 let (entries, exits) = attached.detach_op_probes(op);
                 s.detacher.send(entries);
                 s.detacher.send(exits);

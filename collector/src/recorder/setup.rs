@@ -50,7 +50,7 @@ pub(super) fn policy(
     for s in &forced {
         set_op_mode(skel, s.op, s.to.mode)?;
         if let Some(d) = s.to.duty {
-            sampler.sample(s.op, d, causeway_store::now_ns());
+            sampler.start(s.op, d, causeway_store::now_ns());
         }
     }
     let n = forced.len();

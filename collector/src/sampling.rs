@@ -139,7 +139,12 @@ impl Sampler {
     /// ([`Sampler::settled`]) is spent switching too. The next slice's length follows `duty`,
     /// the op's duty now.
     pub fn switched(&mut self, op: u16, attached: bool, began_ns: i64, at_ns: i64, duty: f64) {
-        let Some(s) = self.ops.get(&op).cloned() else {
+        let Some(OpState {
+            attached: was_attached,
+            since_ns,
+            ..
+        }) = self.ops.get(&op).cloned()
+        else {
             return;
         };
         if attached {
@@ -148,8 +153,8 @@ impl Sampler {
         } else {
             self.settling.insert(op, at_ns);
         }
-        if !s.attached {
-            *self.detached_ns.entry(op).or_default() += at_ns - s.since_ns;
+        if !was_attached {
+            *self.detached_ns.entry(op).or_default() += at_ns - since_ns;
         }
         let until_ns = at_ns + self.slice_ns(duty, attached);
         self.ops.insert(
@@ -158,7 +163,6 @@ impl Sampler {
                 attached,
                 since_ns: at_ns,
                 until_ns,
-                ..s
             },
         );
     }

@@ -11,6 +11,7 @@ pub mod cost;
 pub mod discover;
 pub mod elfsyms;
 mod error;
+mod estimate;
 pub mod hold;
 pub mod host;
 mod insitu;

@@ -25,6 +25,7 @@ use causeway_bpf::abi::OP_CALIBRATE;
 use causeway_store::{ModeSwitch, OverheadWindow};
 
 use crate::cost::{CostModel, FirstInsn};
+use crate::estimate::SampledTime;
 use crate::tuning::{
     CHECK_AFTER_NS, CHECK_DUTY, CHECK_MAX_NS, CHECK_MIN_PROGRESS_PER_S, CHECK_SHARE_OF_BUDGET,
     DUTY_MAX, DUTY_MIN, EXEMPT_SHARE_OF_BUDGET, HOT_SHARE, MARGIN, MAX_FACTOR, MIN_DWELL_NS,
@@ -68,7 +69,9 @@ impl Plan {
         }
     }
 
-    /// Calls made per call counted: sampled ops are counted only while attached.
+    /// The share of the calls made that the probes trap, as planned: a sampled op's only while
+    /// attached. For projecting a plan's cost; what a window's calls were is estimated from
+    /// the time actually attached (estimate.rs).
     fn share_counted(self) -> f64 {
         self.duty.unwrap_or(1.0)
     }
@@ -283,14 +286,17 @@ impl Controller {
     }
 
     /// Ends a window at `now_ns`: `counts` are the kernel's cumulative calls per (pid, op) of
-    /// probed ops, `cpu` reads a process's CPU time. Updates the plans it decides on.
+    /// probed ops, `cpu` reads a process's CPU time, `sampling` says how long sampled ops'
+    /// probes were attached (their calls are estimated as the stored counts are). Updates the
+    /// plans it decides on.
     pub fn tick(
         &mut self,
         now_ns: i64,
         counts: &[((u32, u16), u64)],
         cpu: impl Fn(u32) -> CpuReading,
+        sampling: &impl SampledTime,
     ) -> Tick {
-        let m = self.measure(now_ns, counts, cpu);
+        let m = self.measure(now_ns, counts, cpu, sampling);
         let span_ns = (now_ns - m.start_ns).max(1) as f64;
         let significant: Vec<&ProcessWindow> = m
             .procs
@@ -386,12 +392,12 @@ impl Controller {
         procs
             .iter()
             .map(|w| {
-                let made = self.made(op, w.calls.get(&op).copied().unwrap_or(0));
+                let made = w.made.get(&op).copied().unwrap_or(0.0);
                 let add = made * (unit - now);
                 ProcessWindow {
                     probe_ns: w.probe_ns + add,
                     cpu_ns: (w.cpu_ns as f64 + add).max(0.0) as u64,
-                    calls: BTreeMap::new(),
+                    ..ProcessWindow::default()
                 }
                 .pct()
             })
@@ -404,8 +410,9 @@ impl Controller {
         now_ns: i64,
         counts: &[((u32, u16), u64)],
         cpu: impl Fn(u32) -> CpuReading,
+        sampling: &impl SampledTime,
     ) -> Vec<OverheadWindow> {
-        self.measure(now_ns, counts, cpu).rows
+        self.measure(now_ns, counts, cpu, sampling).rows
     }
 
     /// The trace so far: estimated probe time over CPU time of the processes with probed calls (%).
@@ -419,6 +426,7 @@ impl Controller {
         now_ns: i64,
         counts: &[((u32, u16), u64)],
         cpu: impl Fn(u32) -> CpuReading,
+        sampling: &impl SampledTime,
     ) -> crate::windows::Measured {
         let mut windows = std::mem::replace(&mut self.windows, Windows::new(now_ns));
         let m = windows.measure(
@@ -426,6 +434,7 @@ impl Controller {
             counts,
             |op| self.cost(op, self.mode(op)),
             cpu,
+            sampling,
             self.budget_pct,
         );
         self.windows = windows;
@@ -452,11 +461,6 @@ impl Controller {
     /// Probe time per call made of `op` now.
     fn unit_now(&self, op: u16) -> f64 {
         self.unit_cost(op, self.plan(op))
-    }
-
-    /// Calls made of `op` in a window where the kernel counted `counted` (sampled: estimated).
-    fn made(&self, op: u16, counted: u64) -> f64 {
-        counted as f64 / self.plan(op).share_counted()
     }
 
     /// Whether `op` is as cheap as the controller may make it: the bottom of its ladder.
@@ -538,7 +542,7 @@ impl Controller {
                     && !exempt.contains(op)
                     && window_cost(**op, **n) >= HOT_SHARE * worst.probe_ns
             })
-            .map(|(op, n)| (*op, self.made(*op, *n)))
+            .map(|(op, _)| (*op, worst.made.get(op).copied().unwrap_or(0.0)))
             .collect();
         ops.sort_by(|a, b| (b.1 * self.unit_now(b.0)).total_cmp(&(a.1 * self.unit_now(a.0))));
         let mut out = Vec::new();
@@ -631,9 +635,86 @@ mod tests {
         move |_| CpuReading::Alive { cpu_ns, new: true }
     }
 
+    /// A controller whose sampled ops' probes were attached exactly their duty of each window
+    /// (what sampling.rs's schedule does on average): its detached time follows the plans.
+    struct Job {
+        c: Controller,
+        detached: Detached,
+        last_ns: i64,
+    }
+
+    /// Detached time so far per op (ns); nothing spent switching, no speedup measured.
+    #[derive(Clone, Default)]
+    struct Detached(BTreeMap<u16, i64>);
+
+    impl SampledTime for Detached {
+        fn detached_and_switching_ns(&self, op: u16, _now_ns: i64) -> (i64, i64) {
+            (self.0.get(&op).copied().unwrap_or(0), 0)
+        }
+        fn speedup(&self, _op: u16, _pid: u32) -> Option<f64> {
+            None
+        }
+    }
+
+    impl Job {
+        fn new(budget_pct: f64, costs: CostModel, now_ns: i64) -> Job {
+            Job {
+                c: Controller::new(budget_pct, costs, now_ns),
+                detached: Detached::default(),
+                last_ns: now_ns,
+            }
+        }
+
+        /// The detached time of the window ending at `now_ns`, under the plans it ran with.
+        fn advance(&mut self, now_ns: i64) {
+            for (op, plan) in &self.c.plans {
+                if let Some(d) = plan.duty {
+                    let off = ((1.0 - d) * (now_ns - self.last_ns) as f64) as i64;
+                    *self.detached.0.entry(*op).or_default() += off;
+                }
+            }
+            self.last_ns = now_ns;
+        }
+
+        fn tick(
+            &mut self,
+            now_ns: i64,
+            counts: &[((u32, u16), u64)],
+            cpu: impl Fn(u32) -> CpuReading,
+        ) -> Tick {
+            self.advance(now_ns);
+            let detached = self.detached.clone();
+            self.c.tick(now_ns, counts, cpu, &detached)
+        }
+
+        fn close(
+            &mut self,
+            now_ns: i64,
+            counts: &[((u32, u16), u64)],
+            cpu: impl Fn(u32) -> CpuReading,
+        ) -> Vec<OverheadWindow> {
+            self.advance(now_ns);
+            let detached = self.detached.clone();
+            self.c.close(now_ns, counts, cpu, &detached)
+        }
+    }
+
+    impl std::ops::Deref for Job {
+        type Target = Controller;
+        fn deref(&self) -> &Controller {
+            &self.c
+        }
+    }
+
+    impl std::ops::DerefMut for Job {
+        fn deref_mut(&mut self) -> &mut Controller {
+            &mut self.c
+        }
+    }
+
     #[test]
     fn a_hot_op_over_budget_goes_entry_only_and_counts_keep_their_estimate() {
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         c.exact_counts();
         // 50k launches in 1 s by a process that used 1 s of CPU: 55% in probes.
         let t = c.tick(S, &[((7, 3), 50_000), ((7, 1), 10)], alive(S as u64));
@@ -671,13 +752,7 @@ mod tests {
 
     /// Ticks once a second from `from` to `to` (s, exclusive): op 3 makes `hot` calls a second
     /// (counted at the duty it has), op 1 `progress`, in 1 s of CPU a second; the switches.
-    fn run_checks(
-        c: &mut Controller,
-        from: i64,
-        to: i64,
-        hot: f64,
-        progress: u64,
-    ) -> Vec<ModeSwitch> {
+    fn run_checks(c: &mut Job, from: i64, to: i64, hot: f64, progress: u64) -> Vec<ModeSwitch> {
         let mut out = Vec::new();
         let mut counted = c.windows.prev_calls.get(&(7, 3)).copied().unwrap_or(0);
         for t in from..to {
@@ -697,7 +772,7 @@ mod tests {
     fn an_op_kept_out_of_sampling_by_its_calibration_is_checked_in_situ_once() {
         // 500 launches a second at 11 us: 0.55% of the CPU, under the 1% budget but more than a
         // quarter of it; 100 syncs a second are the progress.
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         assert!(
             run_checks(&mut c, 1, 30, 500.0, 100).is_empty(),
             "not before 30 s"
@@ -727,7 +802,7 @@ mod tests {
         assert_eq!(c.duty(3), Some(DUTY_MAX));
 
         // Measured at or below the calibration: back to full mode.
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         assert_eq!(run_checks(&mut c, 1, 31, 500.0, 100).len(), 1);
         c.set_measured(3, 9_000.0);
         let s = run_checks(&mut c, 31, 32, 500.0, 100);
@@ -750,7 +825,7 @@ mod tests {
         );
 
         // Never measured (the job's progress too irregular): back after two minutes.
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         run_checks(&mut c, 1, 31, 500.0, 100);
         assert!(run_checks(&mut c, 31, 150, 500.0, 100).is_empty());
         let s = run_checks(&mut c, 150, 151, 500.0, 100);
@@ -760,25 +835,25 @@ mod tests {
 
     #[test]
     fn no_check_without_sampling_progress_or_a_share_of_the_budget() {
-        let none = |c: &mut Controller, hot, progress| {
+        let none = |c: &mut Job, hot, progress| {
             let s = run_checks(c, 1, 100, hot, progress);
             assert!(s.is_empty(), "{s:?}");
         };
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         c.exact_counts();
         none(&mut c, 500.0, 100);
         // Nothing else to measure the job's progress by.
-        none(&mut Controller::new(1.0, model(COSTS), 0), 500.0, 10);
+        none(&mut Job::new(1.0, model(COSTS), 0), 500.0, 10);
         // 0.2% of the CPU: under a quarter of the budget.
-        none(&mut Controller::new(1.0, model(COSTS), 0), 180.0, 100);
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        none(&mut Job::new(1.0, model(COSTS), 0), 180.0, 100);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         c.force(3, ProbeMode::Full, 0.0, 0);
         none(&mut c, 500.0, 100);
     }
 
     #[test]
     fn an_exited_process_is_measured_once() {
-        let mut c = Controller::new(100.0, model(COSTS), 0);
+        let mut c = Job::new(100.0, model(COSTS), 0);
         let exited = |_| CpuReading::Exited {
             cpu_ns: S as u64,
             new: true,
@@ -797,7 +872,7 @@ mod tests {
     fn a_small_excess_takes_the_cheapest_sufficient_step() {
         // 1000 calls at 11 us in 1 s of CPU: 1.1% against 1.05%; the target is 1.05% * 0.8 of
         // 1 s = 8.4 ms, so 2.6 ms must go: aggregate saves 0.5 ms, not enough.
-        let mut c = Controller::new(1.05, model(COSTS), 0);
+        let mut c = Job::new(1.05, model(COSTS), 0);
         let t = c.tick(S, &[((7, 3), 1_000)], alive(S as u64));
         assert_eq!(t.switches[0].row().mode, "entry_only");
         // Where aggregate saves enough (3 us of 11 us per call), it is the step taken.
@@ -805,7 +880,7 @@ mod tests {
             aggregate_ns: 8_000.0,
             ..COSTS
         };
-        let mut c = Controller::new(1.3, model(costs), 0);
+        let mut c = Job::new(1.3, model(costs), 0);
         let t = c.tick(S, &[((7, 3), 1_000)], alive(800_000_000));
         assert_eq!(
             t.switches.len(),
@@ -818,7 +893,7 @@ mod tests {
 
     #[test]
     fn ops_come_back_after_the_dwell_time() {
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
         // 55% in probes: even entry-only (25%) is far over; sampled at the least duty.
         assert_eq!(c.mode(3), ProbeMode::Sampled);
@@ -838,7 +913,7 @@ mod tests {
     fn where_entry_only_is_not_enough_the_op_is_sampled_with_the_duty_that_fits() {
         // 2000 calls in 1 s of CPU: 2.2% in full mode against 1%: 14 ms must go, entry-only
         // saves 12 ms. Sampled at duty d costs 2000 x d x 11 us: d = 8/22.
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         let t = c.tick(S, &[((7, 3), 2_000)], alive(S as u64));
         assert_eq!(
             t.switches.len(),
@@ -880,7 +955,7 @@ mod tests {
         );
         assert!(c.duty(3).unwrap() < d);
         // With --exact-counts entry-only is the floor.
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         c.exact_counts();
         let t = c.tick(S, &[((7, 3), 2_000)], alive(S as u64));
         assert_eq!(t.switches[0].row().mode, "entry_only");
@@ -889,7 +964,7 @@ mod tests {
 
     #[test]
     fn a_cost_measured_in_situ_above_the_calibration_lowers_the_duty() {
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         let t = c.tick(S, &[((7, 3), 2_000)], alive(S as u64));
         assert_eq!(t.switches[0].row().mode, "sampled");
         let d = c.duty(3).unwrap();
@@ -928,7 +1003,7 @@ mod tests {
             entry_only_ns: 11_000.0,
             ..COSTS
         };
-        let mut c = Controller::new(1.0, model(flat), 0);
+        let mut c = Job::new(1.0, model(flat), 0);
         c.exact_counts();
         let t = c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
         assert_eq!(
@@ -942,7 +1017,7 @@ mod tests {
 
     #[test]
     fn a_sampled_op_that_cools_down_gets_a_higher_duty_first() {
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
         assert_eq!(c.duty(3), Some(DUTY_MIN));
         // 5000 calls a second now (100 counted): full 5.5%, entry-only 2.5%, twice the duty
@@ -978,7 +1053,7 @@ mod tests {
             aggregate_ns: 6_000.0,
             ..COSTS
         };
-        let mut c = Controller::new(1.0, model(costs), 0);
+        let mut c = Job::new(1.0, model(costs), 0);
         c.exact_counts();
         c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
         assert_eq!(c.mode(3), ProbeMode::EntryOnly);
@@ -1007,7 +1082,7 @@ mod tests {
 
     #[test]
     fn forced_ops_and_idle_processes_are_left_alone() {
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         let f = c.force(3, ProbeMode::Full, 1.0, 0);
         assert_eq!(f.row().reason, "forced");
         let t = c.tick(S, &[((7, 3), 50_000)], alive(S as u64));
@@ -1017,7 +1092,7 @@ mod tests {
             t.switches.iter().map(Switch::row)
         );
         // 10 calls in a second by a process that hardly ran: reported, not acted on.
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         let t = c.tick(S, &[((8, 1), 10)], alive(1_000));
         assert_eq!(t.windows.len(), 1);
         assert!(t.switches.is_empty());
@@ -1030,7 +1105,7 @@ mod tests {
     #[test]
     fn ops_costing_under_a_tenth_of_the_budget_are_left_alone() {
         for (syncs, reduced) in [(80, false), (200, true)] {
-            let mut c = Controller::new(1.0, model(COSTS), 0);
+            let mut c = Job::new(1.0, model(COSTS), 0);
             c.force(3, ProbeMode::Full, 1.0, 0);
             // 1 s of CPU: a 10 ms budget. The forced launches cost 16.5 ms; 80 syncs 0.88 ms
             // (5% of the probe time, 9% of the budget), 200 syncs 2.2 ms.
@@ -1048,7 +1123,7 @@ mod tests {
 
     #[test]
     fn old_processes_start_with_a_baseline_and_exits_close_the_window() {
-        let mut c = Controller::new(1.0, model(COSTS), 0);
+        let mut c = Job::new(1.0, model(COSTS), 0);
         let old = |_| CpuReading::Alive {
             cpu_ns: 500 * S as u64,
             new: false,
@@ -1076,7 +1151,7 @@ mod tests {
             ],
             method: "test".into(),
         };
-        let mut c = Controller::new(1.0, two, 0);
+        let mut c = Job::new(1.0, two, 0);
         c.set_first_insn(3, FirstInsn::Push);
         assert_eq!(c.cost(3, ProbeMode::Full), 1_000.0);
         c.set_first_insn(3, FirstInsn::Other);

@@ -13,6 +13,7 @@ use causeway_store::{Event, HistogramBucket, OpCount, ProcessInfo, SampledWindow
 use crossbeam_channel::TrySendError;
 use tracing::warn;
 
+use crate::estimate::{SampledTime, Seen, Windowed, estimate};
 use crate::host;
 use crate::kernels::Kernels;
 use crate::overhead_control::CpuReading;
@@ -71,50 +72,22 @@ pub struct OpTotal {
     pub estimated: bool,
 }
 
-/// Calls made in a window where `counted` were counted while the probes were attached for
-/// `observed_ns` of `window_ns` (sampled mode): the counted calls scaled up to the window,
-/// rounded. The detached part goes at `speedup` times the attached rate (insitu.rs: a thread
-/// the probes slow calls faster without them), except the `switching_ns` of it spent attaching
-/// or detaching the links, when the probes still slow the thread: at the attached rate. Exact
-/// (the count itself) when the probes stayed attached; an op detached all window long has no
-/// estimate and keeps its count (0).
-pub fn estimate(
-    counted: u64,
-    observed_ns: i64,
-    window_ns: i64,
-    switching_ns: i64,
-    speedup: f64,
-) -> u64 {
-    if observed_ns >= window_ns || observed_ns <= 0 {
-        counted
-    } else {
-        let switching = switching_ns.clamp(0, window_ns - observed_ns);
-        let detached = (window_ns - observed_ns - switching) as f64 * speedup + switching as f64;
-        (counted as f64 * (observed_ns as f64 + detached) / observed_ns as f64).round() as u64
-    }
-}
-
 /// A counts row of a sampled op, with what its estimate needs: held back until its process's
 /// speedup is measured (at most [`HOLD_NS`]).
 #[derive(Debug)]
 struct Held {
     /// Calls and bytes as counted while attached.
     row: OpCount,
-    observed_ns: i64,
-    switching_ns: i64,
+    seen: Seen,
 }
 
 impl Held {
     /// The row with its calls and bytes estimated for the whole window ([`estimate`]).
     fn estimated(self, speedup: f64) -> OpCount {
-        let (w, o, sw) = (
-            self.row.window_end_ns - self.row.window_start_ns,
-            self.observed_ns,
-            self.switching_ns,
-        );
+        let w = (self.row.window_end_ns - self.row.window_start_ns).max(1);
         OpCount {
-            calls: estimate(self.row.calls, o, w.max(1), sw, speedup),
-            bytes: estimate(self.row.bytes, o, w.max(1), sw, speedup),
+            calls: estimate(self.row.calls, self.seen, w, speedup),
+            bytes: estimate(self.row.bytes, self.seen, w, speedup),
             ..self.row
         }
     }
@@ -137,9 +110,8 @@ pub struct PollState {
     /// Records that failed to decode.
     pub undecodable: u64,
     prev_stats: HashMap<StatKey, Stat>,
-    /// Detached time per sampled op at the last snapshot, and the part of it spent switching
-    /// (ns).
-    prev_detached: HashMap<u16, (i64, i64)>,
+    /// Detached time per sampled op at the last snapshot, to cut this window's from.
+    detached: Windowed,
     /// Counts rows of sampled ops waiting for their process's speedup.
     held: Vec<Held>,
     prev_drops: Vec<u64>,
@@ -194,7 +166,7 @@ impl PollState {
             channel_reported: BTreeMap::new(),
             undecodable: 0,
             prev_stats: HashMap::new(),
-            prev_detached: HashMap::new(),
+            detached: Windowed::default(),
             held: Vec::new(),
             prev_drops: vec![0; MAX_OPS as usize],
             ring_drops: BTreeMap::new(),
@@ -409,41 +381,26 @@ impl PollState {
 
     /// Turns the kernel's counters and histograms (`stats`, from [`read_stats`]) and drop counts
     /// into the deltas since the last call, sent as one window of rows, and new drops as drop rows.
-    /// `detached(op, now)` is the time sampling kept an op's probes detached since the trace
-    /// started, and the part of it spent switching: the calls of such an op are estimated
-    /// ([`estimate`], with `speedup(op, pid)`, once measured: until then, at most [`HOLD_NS`],
-    /// its rows are held back) and its window recorded. The `last` snapshot holds nothing back.
+    /// The calls of an op whose probes `sampling` detached are estimated ([`estimate`], with
+    /// the process's speedup once measured: until then, at most [`HOLD_NS`], its rows are held
+    /// back) and its window recorded. The `last` snapshot holds nothing back.
     pub fn snapshot(
         &mut self,
         stats: &HashMap<StatKey, Stat>,
         skel: &CausewaySkel<'_>,
         sink: &Sink,
-        detached: impl Fn(u16, i64) -> (i64, i64),
-        speedup: impl Fn(u16, u32) -> Option<f64>,
+        sampling: &impl SampledTime,
         last: bool,
     ) {
+        let speedup = |op, pid| sampling.speedup(op, pid);
         let now = causeway_store::now_ns();
         let (start, end) = (self.window_start_ns, now);
         self.window_start_ns = now;
         let window_ns = (end - start).max(1);
-        // Time each op's probes were attached in the window (sampled ops only), and the
-        // detached time spent switching.
-        let mut observed: BTreeMap<u16, i64> = BTreeMap::new();
-        let mut switching: BTreeMap<u16, i64> = BTreeMap::new();
-        let ops: std::collections::BTreeSet<u16> = stats
-            .keys()
-            .map(|k| k.op)
-            .chain(self.prev_detached.keys().copied())
-            .collect();
-        for op in ops {
-            let (total, switched) = detached(op, end);
-            if total > 0 {
-                let prev = self.prev_detached.insert(op, (total, switched));
-                let (prev, prev_switched) = prev.unwrap_or((0, 0));
-                observed.insert(op, (window_ns - (total - prev)).clamp(0, window_ns));
-                switching.insert(op, switched - prev_switched);
-            }
-        }
+        // Time each sampled op's probes were attached in the window.
+        let observed = self
+            .detached
+            .window(stats.keys().map(|k| k.op), end, window_ns, sampling);
         let mut sampled: BTreeMap<u16, u64> = BTreeMap::new();
         let mut counts = Vec::new();
         let mut hist = Vec::new();
@@ -465,11 +422,15 @@ impl PollState {
             if calls == 0 && d(Stat::timed) == 0 {
                 continue;
             }
-            let seen = observed.get(&k.op).copied().unwrap_or(window_ns);
-            if seen < window_ns {
+            let seen = observed.get(&k.op).copied().unwrap_or(Seen {
+                observed_ns: window_ns,
+                switching_ns: 0,
+            });
+            let sampled_now = seen.observed_ns < window_ns;
+            if sampled_now {
                 *sampled.entry(k.op).or_default() += calls;
             }
-            let g = if seen < window_ns {
+            let g = if sampled_now {
                 speedup(k.op, k.pid)
             } else {
                 Some(1.0)
@@ -485,8 +446,7 @@ impl PollState {
                     total_ns: d(|s| s.total_ns),
                     bytes: d(|s| s.bytes),
                 },
-                observed_ns: seen,
-                switching_ns: switching.get(&k.op).copied().unwrap_or(0),
+                seen,
             };
             let made = match g {
                 None if !last => {
@@ -515,7 +475,7 @@ impl PollState {
             }
             let t = self.totals.entry(k.op).or_default();
             t.calls += made;
-            t.estimated |= seen < window_ns;
+            t.estimated |= sampled_now;
             t.stored += d(|s| s.stored);
             t.timed += d(Stat::timed);
             t.total_ns += d(|s| s.total_ns);
@@ -526,16 +486,14 @@ impl PollState {
         }
         let windows: Vec<SampledWindow> = observed
             .into_iter()
-            .filter(|&(_, seen)| seen < window_ns)
+            .filter(|&(_, seen)| seen.observed_ns < window_ns)
             .map(|(op, seen)| SampledWindow {
                 op_id: op,
                 window_start_ns: start,
                 window_end_ns: end,
-                observed_ns: seen as u64,
+                observed_ns: seen.observed_ns as u64,
                 counted: sampled.get(&op).copied().unwrap_or(0),
-                switching_ns: switching
-                    .get(&op)
-                    .map_or(0, |&sw| sw.clamp(0, window_ns - seen) as u64),
+                switching_ns: seen.switching_ns.clamp(0, window_ns - seen.observed_ns) as u64,
             })
             .collect();
         if !windows.is_empty() {

@@ -33,6 +33,7 @@ use crate::attach::Attached;
 use crate::cost::CostModel;
 use crate::discover::LibFile;
 use crate::error::CollectorError;
+use crate::estimate::SampledTime;
 use crate::hold::Holds;
 use crate::host;
 use crate::insitu::{Counts, Meter};
@@ -193,6 +194,25 @@ struct Sampling {
     detacher: Detacher,
 }
 
+/// The schedule's detached time and the meter's speedups: what an estimate needs.
+impl SampledTime for (&Sampler, &Meter) {
+    fn detached_and_switching_ns(&self, op: u16, now_ns: i64) -> (i64, i64) {
+        self.0.detached_and_switching_ns(op, now_ns)
+    }
+    fn speedup(&self, op: u16, pid: u32) -> Option<f64> {
+        self.1.speedup(op, pid)
+    }
+}
+
+impl SampledTime for Sampling {
+    fn detached_and_switching_ns(&self, op: u16, now_ns: i64) -> (i64, i64) {
+        (&self.sampler, &self.meter).detached_and_switching_ns(op, now_ns)
+    }
+    fn speedup(&self, op: u16, pid: u32) -> Option<f64> {
+        (&self.sampler, &self.meter).speedup(op, pid)
+    }
+}
+
 /// Library discovery: what has been attached and looked at, and the processes held meanwhile.
 struct Discovery {
     attached: Attached,
@@ -325,11 +345,12 @@ impl<'a, 's> Recording<'a, 's> {
         let sink = self.ctx.sink;
         let state = self.state.clone();
         let boot_start_ns = self.ctx.boot_start_ns;
-        let tick = self
-            .ctl
-            .tick(causeway_store::now_ns(), &call_counts(stats), |pid| {
-                state.borrow().cpu_reading(pid, boot_start_ns)
-            });
+        let tick = self.ctl.tick(
+            causeway_store::now_ns(),
+            &call_counts(stats),
+            |pid| state.borrow().cpu_reading(pid, boot_start_ns),
+            &self.sampling,
+        );
         for s in &tick.switches {
             self.apply(s)?;
         }
@@ -375,15 +396,7 @@ impl<'a, 's> Recording<'a, 's> {
             });
         }
         if self.clock.ticks.is_multiple_of(SNAPSHOT_TICKS) {
-            let meter = &self.sampling.meter;
-            st.snapshot(
-                stats,
-                skel,
-                sink,
-                |op, now| sampler.detached_and_switching_ns(op, now),
-                |op, pid| meter.speedup(op, pid),
-                false,
-            );
+            st.snapshot(stats, skel, sink, &self.sampling, false);
             if !in_situ.is_empty() {
                 let _ = sink.ctl.send(Ctl::InSitu(in_situ));
             }

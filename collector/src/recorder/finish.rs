@@ -69,21 +69,17 @@ impl Recording<'_, '_> {
         let mut st = state.borrow_mut();
         st.flush(sink);
         let stats = read_stats(skel);
-        let last = ctl.close(causeway_store::now_ns(), &call_counts(&stats), |pid| {
-            st.cpu_reading(pid, ctx.boot_start_ns)
-        });
+        let last = ctl.close(
+            causeway_store::now_ns(),
+            &call_counts(&stats),
+            |pid| st.cpu_reading(pid, ctx.boot_start_ns),
+            &(&sampling.sampler, &sampling.meter),
+        );
         if !last.is_empty() {
             let _ = sink.ctl.send(Ctl::Overhead(last));
         }
-        let (sampler, meter) = (&sampling.sampler, &sampling.meter);
-        st.snapshot(
-            &stats,
-            skel,
-            sink,
-            |op, now| sampler.detached_and_switching_ns(op, now),
-            |op, pid| meter.speedup(op, pid),
-            true,
-        );
+        let meter = &sampling.meter;
+        st.snapshot(&stats, skel, sink, &(&sampling.sampler, meter), true);
         let in_situ = meter.update(&mut ctl, causeway_store::now_ns());
         let in_situ_summary = in_situ
             .iter()

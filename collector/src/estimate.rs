@@ -1,0 +1,137 @@
+//! The one estimate of a sampled op's calls, used both for what is stored (poll.rs, the counts
+//! rows) and for what the overhead controller decides on (windows.rs): the calls counted while
+//! the probes were attached, scaled up by the time they were attached in the window.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What estimating a sampled op's calls needs from the recording.
+pub trait SampledTime {
+    /// The time sampling kept `op`'s probes detached from the start of the trace to `now_ns`,
+    /// and the part of it spent switching (attaching or detaching the links), in ns.
+    fn detached_and_switching_ns(&self, op: u16, now_ns: i64) -> (i64, i64);
+    /// How much faster `pid` runs while `op`'s probes are detached, once measured (insitu.rs).
+    fn speedup(&self, op: u16, pid: u32) -> Option<f64>;
+}
+
+/// How long an op's probes were attached in one window, and the detached time spent switching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    /// Attached time in the window (ns).
+    pub observed_ns: i64,
+    /// Detached time spent switching (ns).
+    pub switching_ns: i64,
+}
+
+/// Calls made in a window of `window_ns` where `counted` were counted while the probes were
+/// attached for `seen.observed_ns` (sampled mode): the counted calls scaled up to the window.
+/// The detached part goes at `speedup` times the attached rate (insitu.rs: a thread the probes
+/// slow calls faster without them), except the `switching_ns` of it spent attaching or
+/// detaching the links, when the probes still slow the thread: at the attached rate. Exact (the
+/// count itself) when the probes stayed attached; an op detached all window long has no
+/// estimate and keeps its count (0).
+pub fn made(counted: u64, seen: Seen, window_ns: i64, speedup: f64) -> f64 {
+    let Seen {
+        observed_ns,
+        switching_ns,
+    } = seen;
+    if observed_ns >= window_ns || observed_ns <= 0 {
+        counted as f64
+    } else {
+        let switching = switching_ns.clamp(0, window_ns - observed_ns);
+        let detached = (window_ns - observed_ns - switching) as f64 * speedup + switching as f64;
+        counted as f64 * (observed_ns as f64 + detached) / observed_ns as f64
+    }
+}
+
+/// [`made`], rounded: what a counts row stores.
+pub fn estimate(counted: u64, seen: Seen, window_ns: i64, speedup: f64) -> u64 {
+    made(counted, seen, window_ns, speedup).round() as u64
+}
+
+/// The detached time per op at the end of the last window, to cut the next one from the
+/// cumulative figures. Each reader of counts (the stored rows, the controller) keeps its own:
+/// their windows differ.
+#[derive(Debug, Default)]
+pub struct Windowed {
+    prev: BTreeMap<u16, (i64, i64)>,
+}
+
+impl Windowed {
+    /// The window of `window_ns` ending at `end_ns`: for each of `ops` (and every op sampled
+    /// before) whose probes were ever detached, how long they were attached in it. Ops
+    /// missing from the result were attached all window long.
+    pub fn window(
+        &mut self,
+        ops: impl IntoIterator<Item = u16>,
+        end_ns: i64,
+        window_ns: i64,
+        sampling: &impl SampledTime,
+    ) -> BTreeMap<u16, Seen> {
+        let ops: BTreeSet<u16> = ops.into_iter().chain(self.prev.keys().copied()).collect();
+        let mut out = BTreeMap::new();
+        for op in ops {
+            let (total, switched) = sampling.detached_and_switching_ns(op, end_ns);
+            if total > 0 {
+                let (prev, prev_switched) =
+                    self.prev.insert(op, (total, switched)).unwrap_or((0, 0));
+                let seen = Seen {
+                    observed_ns: (window_ns - (total - prev)).clamp(0, window_ns),
+                    switching_ns: switched - prev_switched,
+                };
+                out.insert(op, seen);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = 1_000_000_000;
+
+    fn seen(observed_ns: i64, switching_ns: i64) -> Seen {
+        Seen {
+            observed_ns,
+            switching_ns,
+        }
+    }
+
+    #[test]
+    fn counts_scale_with_the_attached_time_and_the_speedup() {
+        // Attached a tenth of the window: ten times the calls.
+        assert_eq!(estimate(100, seen(S / 10, 0), S, 1.0), 1_000);
+        // Twice as fast while detached: the detached 0.9 s make 1,800 calls.
+        assert_eq!(estimate(100, seen(S / 10, 0), S, 2.0), 1_900);
+        // 0.1 s of the detached time spent switching, at the attached rate.
+        assert_eq!(estimate(100, seen(S / 10, S / 10), S, 2.0), 1_800);
+        // Attached all along, or never: the count itself.
+        assert_eq!(estimate(123, seen(S, 0), S, 2.0), 123);
+        assert_eq!(estimate(0, seen(0, 0), S, 2.0), 0);
+    }
+
+    struct Detached(BTreeMap<u16, (i64, i64)>);
+
+    impl SampledTime for Detached {
+        fn detached_and_switching_ns(&self, op: u16, _now_ns: i64) -> (i64, i64) {
+            self.0.get(&op).copied().unwrap_or((0, 0))
+        }
+        fn speedup(&self, _op: u16, _pid: u32) -> Option<f64> {
+            None
+        }
+    }
+
+    #[test]
+    fn windows_are_cut_from_the_cumulative_detached_time() {
+        let mut w = Windowed::default();
+        let mut d = Detached(BTreeMap::from([(3, (S / 2, S / 10))]));
+        let first = w.window([3, 4], S, S, &d);
+        assert_eq!(first, BTreeMap::from([(3, seen(S / 2, S / 10))]));
+        // The next second op 3 was detached 0.8 s more; op 3 is still followed when the
+        // caller no longer names it.
+        d.0.insert(3, (13 * S / 10, S / 5));
+        let second = w.window([4], 2 * S, S, &d);
+        assert_eq!(second, BTreeMap::from([(3, seen(S / 5, S / 10))]));
+    }
+}

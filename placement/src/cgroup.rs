@@ -189,6 +189,64 @@ fn unescape(s: &str) -> String {
     out
 }
 
+/// Where the cgroup namespace of a process is rooted in the hierarchy mounted at `root`: a
+/// process in a private cgroup namespace (a pod's default under cgroup v2) sees every path in
+/// /proc/PID/cgroup relative to its own namespace's root (`/../../kubepods.slice/...` for
+/// another pod), while `root` is the host's hierarchy (a hostPath mount). `pid` is the process
+/// as `cgroup.procs` files list it to us and `own_path` the path it sees for itself; the
+/// directory listing `pid` is found by walking the hierarchy (once: the caller keeps it).
+/// Where the path reads as it is (no private namespace), that is `/`, found without a walk.
+pub fn namespace_root(root: &Path, pid: u32, own_path: &str) -> Option<String> {
+    let pid_text = pid.to_string();
+    if lists(&root.join(own_path.trim_start_matches('/')), &pid_text) {
+        return Some("/".into());
+    }
+    let own = find_procs(root, root, &pid_text)?;
+    let mut parts: Vec<&str> = own.split('/').filter(|p| !p.is_empty()).collect();
+    let below: Vec<&str> = own_path.split('/').filter(|p| !p.is_empty()).collect();
+    if below.iter().any(|p| *p == "..") || below.len() > parts.len() {
+        return None;
+    }
+    if !parts.ends_with(&below) {
+        return None;
+    }
+    parts.truncate(parts.len() - below.len());
+    Some(format!("/{}", parts.join("/")))
+}
+
+/// The cgroup directory under `dir` whose `cgroup.procs` lists `pid`, as a path relative to
+/// `root` with a leading `/`.
+fn find_procs(root: &Path, dir: &Path, pid: &str) -> Option<String> {
+    if lists(dir, pid) {
+        let rel = dir.strip_prefix(root).ok()?;
+        return Some(format!("/{}", rel.display()));
+    }
+    fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .find_map(|e| find_procs(root, &e.path(), pid))
+}
+
+/// Whether the cgroup directory `dir` lists `pid` in its `cgroup.procs`.
+fn lists(dir: &Path, pid: &str) -> bool {
+    fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|procs| procs.lines().any(|l| l == pid))
+}
+
+/// A path as a process in a cgroup namespace rooted at `ns_root` sees it, in the hierarchy's
+/// own terms: `..` components climb out of the namespace's root.
+pub fn in_hierarchy(ns_root: &str, path: &str) -> String {
+    let mut parts: Vec<&str> = ns_root.split('/').filter(|p| !p.is_empty()).collect();
+    for p in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
+        if p == ".." {
+            parts.pop();
+        } else {
+            parts.push(p);
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
 /// The id of the cgroup at `path` under the cgroup2 mount `root`: its directory's inode.
 pub fn id_of(root: &Path, path: &str) -> Option<u64> {
     let dir = root.join(path.trim_start_matches('/'));

@@ -31,6 +31,8 @@ pub struct ProcessPlace {
 #[derive(Debug)]
 pub struct Placer {
     root: Option<PathBuf>,
+    /// Where our own cgroup namespace is rooted in `root`'s hierarchy, once looked for.
+    ns_root: Option<Option<String>>,
     described: HashSet<u64>,
 }
 
@@ -45,6 +47,7 @@ impl Placer {
     pub fn new() -> Placer {
         Placer {
             root: cgroup::mount_point(),
+            ns_root: None,
             described: HashSet::new(),
         }
     }
@@ -57,10 +60,17 @@ impl Placer {
             gpu_devices: gpus::open_devices(pid),
             ..ProcessPlace::default()
         };
-        let Some(path) = cgroup::path_of(pid) else {
+        let (Some(seen), Some(root)) = (cgroup::path_of(pid), self.root.clone()) else {
             return (place, None);
         };
-        let Some(id) = self.root.as_deref().and_then(|r| cgroup::id_of(r, &path)) else {
+        let path = match self.ns_root(&root) {
+            Some(ns_root) => cgroup::in_hierarchy(&ns_root, &seen),
+            // Our own cgroup was not found: paths are taken as they read, but for those
+            // that climb out of a namespace, which cannot be placed.
+            None if seen.starts_with("/..") => return (place, None),
+            None => seen,
+        };
+        let Some(id) = cgroup::id_of(&root, &path) else {
             return (place, None);
         };
         place.cgroup_id = id;
@@ -68,6 +78,20 @@ impl Placer {
             return (place, None);
         }
         (place, Some(describe(id, &path)))
+    }
+}
+
+impl Placer {
+    /// Our cgroup namespace's root in the hierarchy (`/` unless we run in a private cgroup
+    /// namespace), looked for once.
+    fn ns_root(&mut self, root: &std::path::Path) -> Option<String> {
+        self.ns_root
+            .get_or_insert_with(|| {
+                let me = std::process::id();
+                let own = cgroup::path_of(me)?;
+                cgroup::namespace_root(root, me, &own)
+            })
+            .clone()
     }
 }
 

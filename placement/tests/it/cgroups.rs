@@ -211,3 +211,79 @@ fn processes_in_runtime_style_cgroups_are_placed() {
     drop(tree);
     assert!(!top.exists(), "the test's cgroups are removed");
 }
+
+/// Run by the test below inside a private cgroup namespace: places `CW_PLACE_PID` and prints
+/// what the namespace showed and what was found.
+#[test]
+#[ignore = "helper: run inside a private cgroup namespace by the test below"]
+fn place_from_inside_a_cgroup_namespace() {
+    let Ok(pid) = std::env::var("CW_PLACE_PID") else {
+        return;
+    };
+    let pid: u32 = pid.parse().unwrap();
+    let seen = causeway_placement::cgroup::path_of(pid).unwrap();
+    let (place, info) = Placer::new().place(pid, b"");
+    let info = info.expect("placed");
+    println!(
+        "CW seen={seen} id={} path={} runtime={} container={} pod={}",
+        place.cgroup_id, info.cgroup_path, info.runtime, info.container_id, info.pod_uid
+    );
+}
+
+/// An agent in a pod with a private cgroup namespace (the default under cgroup v2) reads
+/// another pod's path as `/../../...`; with the host's hierarchy mounted, it still finds the
+/// cgroup, its id and its pod.
+#[test]
+fn a_placer_in_a_private_cgroup_namespace_places_other_pods_processes() {
+    let tree = CgroupTree::new("cgroupns-test");
+    let (rel, dir) = tree.create(&format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/cri-containerd-{ID}.scope"
+    ));
+    let (_, agent) = tree.create("/kubepods.slice/kubepods-besteffort.slice/agent.scope");
+    let mut children = Reaper(Vec::new());
+    let child = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = child.id();
+    children.0.push(child);
+    std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"echo $$ > "$1/cgroup.procs" && exec unshare --cgroup "$2" --ignored --exact cgroups::place_from_inside_a_cgroup_namespace --nocapture"#)
+        .arg("sh")
+        .arg(&agent)
+        .arg(std::env::current_exe().unwrap())
+        .env("CW_PLACE_PID", pid.to_string())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CW "))
+        .unwrap_or_else(|| {
+            panic!(
+                "helper printed nothing: {text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let field = |k: &str| {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(&format!("{k}=")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    // What the namespace shows: up two levels from the agent's own group.
+    assert_eq!(
+        field("seen"),
+        format!(
+            "/../../kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/cri-containerd-{ID}.scope"
+        )
+    );
+    assert_eq!(
+        field("id"),
+        std::fs::metadata(&dir).unwrap().ino().to_string()
+    );
+    assert_eq!(field("path"), rel);
+    assert_eq!(field("runtime"), Runtime::Containerd.as_str());
+    assert_eq!(field("container"), ID);
+    assert_eq!(field("pod"), UID);
+    drop(children);
+}

@@ -204,7 +204,7 @@ pub fn namespace_root(root: &Path, pid: u32, own_path: &str) -> Option<String> {
     let own = find_procs(root, root, &pid_text)?;
     let mut parts: Vec<&str> = own.split('/').filter(|p| !p.is_empty()).collect();
     let below: Vec<&str> = own_path.split('/').filter(|p| !p.is_empty()).collect();
-    if below.iter().any(|p| *p == "..") || below.len() > parts.len() {
+    if below.contains(&"..") || below.len() > parts.len() {
         return None;
     }
     if !parts.ends_with(&below) {

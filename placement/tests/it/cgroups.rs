@@ -216,6 +216,7 @@ fn processes_in_runtime_style_cgroups_are_placed() {
 /// what the namespace showed and what was found.
 #[test]
 #[ignore = "helper: run inside a private cgroup namespace by the test below"]
+#[allow(clippy::print_stdout)] // its stdout is what the test below reads
 fn place_from_inside_a_cgroup_namespace() {
     let Ok(pid) = std::env::var("CW_PLACE_PID") else {
         return;

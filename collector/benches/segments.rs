@@ -76,10 +76,9 @@ fn run(
     let mut a = TraceArgs::with_db(db.to_path_buf());
     a.node = Some("bench".into());
     a.no_host = true;
-    // Launches pinned to full mode: this measures rotation, and on a busy machine the
-    // calibrated cost of 100k calls a second can exceed even a 100% budget, which would move
-    // the launches to a mode that stores no events (that was the "stored" shortfall of earlier
-    // runs: calls all counted, fewer stored, no drops).
+    // Launches pinned to full mode: this measures rotation, which must store every event, not
+    // the overhead controller (a 100% budget can still be exceeded by the calibrated cost of
+    // 100k calls a second on a busy machine; the switches column shows whether it was).
     a.overhead_budget = 100.0;
     if std::env::var_os("CAUSEWAY_BENCH_UNPINNED").is_none() {
         a.probe_modes = vec![(3, causeway_collector::ProbeMode::Full)];

@@ -317,3 +317,183 @@ fn run(r: &Reader, sql: String) -> Result<Option<CallSites>, StoreError> {
         sites,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use causeway_store::catalog::op_by_name;
+    use causeway_store::{Event, Frame, PythonFrame, PythonStack, Writer, WriterOptions};
+
+    use super::*;
+    use crate::chains::Severity;
+    use crate::detectors::Finding;
+
+    const PID: u32 = 40;
+
+    fn native(symbol: &str, module: &str) -> Frame {
+        Frame {
+            ip: 0x1000,
+            symbol: symbol.into(),
+            module: module.into(),
+            offset: 0,
+        }
+    }
+
+    /// A trace of one thread: 5 syncs from a Python line, 3 from a native function (no
+    /// Python frames), 2 without a stack; launches from the Python line and a sync on another
+    /// thread, which the scope leaves out. `stacks: false` writes the same calls, no stacks.
+    fn trace(dir: &std::path::Path, stacks: bool) -> Reader {
+        let p = dir.join(format!("s{stacks}.duckdb"));
+        let mut w = Writer::create(
+            &p,
+            WriterOptions {
+                node: "n".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let runtime = native("cudaStreamSynchronize", "/opt/cuda/libcudart.so.12");
+        if stacks {
+            w.add_stack(
+                1,
+                &[runtime.clone(), native("_ZN5train4stepEv", "libtrain.so")],
+            )
+            .unwrap();
+            let f = |function: &str, line| PythonFrame {
+                file: "train.py".into(),
+                function: function.into(),
+                line,
+            };
+            w.add_python_stack(
+                1,
+                &PythonStack {
+                    tid: PID,
+                    status: "ok",
+                    frames: vec![f("step", 87), f("<module>", 100)],
+                },
+            )
+            .unwrap();
+            w.add_stack(2, &[runtime, native("_ZN5train3logEv+0x10", "libtrain.so")])
+                .unwrap();
+        }
+        let sync = op_by_name("cudaStreamSynchronize").unwrap().id;
+        let launch = op_by_name("cudaLaunchKernel").unwrap().id;
+        let calls = [(sync, 1, 5, PID), (sync, 2, 3, PID), (sync, 0, 2, PID)]
+            .into_iter()
+            .chain([(launch, 1, 4, PID), (sync, 1, 1, PID + 1)]);
+        let mut t = 1_000_000i64;
+        for (op_id, hash, n, tid) in calls {
+            for _ in 0..n {
+                t += 1_000;
+                w.append(&Event {
+                    timestamp: t,
+                    duration: 100,
+                    pid: PID,
+                    tid,
+                    comm: "python".into(),
+                    op_id,
+                    stack_hash: if stacks { hash } else { 0 },
+                    ..Default::default()
+                })
+                .unwrap();
+            }
+        }
+        w.finish().unwrap();
+        Reader::open(&p).unwrap()
+    }
+
+    fn chain() -> Chain {
+        Finding {
+            detector: "sync_storm",
+            node: "n".into(),
+            time_lost_ns: 1,
+            severity: Severity::Low,
+            summary: "syncs".into(),
+            root_cause: String::new(),
+            explanation: "Many syncs.".into(),
+            timeline: Vec::new(),
+            recommendations: Vec::new(),
+            evidence_sql: String::new(),
+        }
+        .into_chain()
+        .at(Scope::thread("n", PID, PID, &[CallClass::Sync], "syncs"))
+    }
+
+    const WINDOW: Window = Window {
+        from_ns: 0,
+        until_ns: i64::MAX,
+    };
+
+    #[test]
+    fn a_finding_cites_python_lines_then_native_functions_with_counts_from_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = trace(dir.path(), true);
+        let mut chains = vec![chain()];
+        cite(&r, &WINDOW, &mut chains).unwrap();
+        let cs = chains[0].call_sites.clone().expect("call sites");
+        assert_eq!((cs.calls, cs.calls_with_stack), (10, 8));
+        let got: Vec<(&str, &str, &str, u64)> = cs
+            .sites
+            .iter()
+            .map(|s| (s.kind.as_str(), s.site.as_str(), s.detail.as_str(), s.calls))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("python", "train.py:87", "step", 5),
+                ("native", "train::log+0x10", "libtrain.so", 3)
+            ]
+        );
+        assert_eq!(
+            chains[0].explanation,
+            "Many syncs. Call sites (stacks): 5 of 10 syncs come from train.py:87 in step, 3 from train::log+0x10 (libtrain.so); 2 had no stack."
+        );
+        // The query runs as an agent's run_sql would, and carries the totals on its rows.
+        let g = guard(&cs.evidence_sql, r.policy(), None).unwrap();
+        let res = r.query(&g, &QueryLimits::default()).unwrap();
+        assert_eq!(res.rows.len(), 3);
+        assert!(res.rows.iter().all(|row| row[5] == 10 && row[6] == 8));
+    }
+
+    #[test]
+    fn findings_on_a_trace_without_stacks_are_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = trace(dir.path(), false);
+        let mut chains = vec![chain()];
+        cite(&r, &WINDOW, &mut chains).unwrap();
+        assert_eq!(chains[0].call_sites, None);
+        assert_eq!(chains[0].explanation, "Many syncs.");
+    }
+
+    #[test]
+    fn copies_are_selected_by_direction() {
+        let p = op_predicate(&[CallClass::Sync, CallClass::CopyD2h]);
+        assert!(p.contains("'cudaDeviceSynchronize'"), "{p}");
+        assert!(
+            p.contains("'cudaMemcpyAsync'") && p.contains("arg1 IN (2)"),
+            "{p}"
+        );
+        assert!(!op_predicate(&[CallClass::Alloc]).contains("Memcpy"));
+        assert!(op_predicate(&[]).contains("source IN"));
+    }
+
+    #[test]
+    fn the_sentence_counts_the_rest_and_the_calls_without_a_stack() {
+        let site = |n: u64, line: u32| Site {
+            kind: "python".into(),
+            site: format!("a.py:{line}"),
+            detail: "f".into(),
+            calls: n,
+            total_ns: 0,
+        };
+        let s = CallSites {
+            evidence_sql: String::new(),
+            calls: 100,
+            calls_with_stack: 90,
+            sites: vec![site(50, 1), site(20, 2), site(10, 3), site(6, 4)],
+        };
+        assert_eq!(
+            sentence(&s, "copies"),
+            "Call sites (stacks): 50 of 100 copies come from a.py:1 in f, 20 from a.py:2 in f, 10 from a.py:3 in f, 10 from other places; 10 had no stack."
+        );
+    }
+}

@@ -1,7 +1,8 @@
 //! Call sites from Python stacks, end to end: a Python program makes a sync storm through
 //! ctypes on the stand-in runtime from two known lines (600 syncs from one, 200 from the other,
 //! by design), `causeway trace --stacks` records it, and the engine's sync_storm finding cites
-//! exactly those lines with those counts, from the rows of its call-site evidence query.
+//! exactly those lines with those counts, from the rows of its call-site evidence query; the
+//! Perfetto export carries each sync's frames.
 //! Needs root like every BPF test; CAUSEWAY_SKIP_BPF_TESTS=1 skips explicitly.
 
 use std::path::PathBuf;
@@ -40,9 +41,11 @@ time.sleep(2)  # alive while the collector reads its code objects
 
 /// Steps of the loop: one `read_loss` sync each, a `log_metrics` sync every third.
 const STEPS: u64 = 600;
-/// Lines of the two syncs (1-based).
+/// Lines of the two syncs (1-based), and of their calls in the loop.
 const READ_LOSS_LINE: u32 = 12;
 const LOG_METRICS_LINE: u32 = 15;
+const LOOP_READ_LOSS: u32 = 20;
+const LOOP_LOG_METRICS: u32 = 22;
 
 /// The recording (made once per test binary) and the script's path as the interpreter saw it.
 fn recording() -> Option<&'static (PathBuf, String)> {
@@ -177,5 +180,81 @@ fn a_sync_storm_cites_the_python_lines_its_syncs_come_from() {
     assert!(
         text.contains("call sites (800 of 800 calls with a stack):"),
         "{text}"
+    );
+}
+
+#[test]
+fn the_perfetto_export_carries_each_syncs_python_frames() {
+    let Some((db, script)) = recording() else {
+        return;
+    };
+    let out = db.with_file_name("trace.json");
+    let _ = std::fs::remove_file(&out);
+    ok(&[
+        "export",
+        "--db",
+        db.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let frames_of = |op: &str| -> Vec<Value> {
+        doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == op && e["ph"] == "X")
+            .map(|e| e["args"].clone())
+            .collect()
+    };
+    for (op, n, inner, line, outer) in [
+        (
+            "cudaStreamSynchronize",
+            STEPS,
+            "read_loss",
+            READ_LOSS_LINE,
+            LOOP_READ_LOSS,
+        ),
+        (
+            "cudaDeviceSynchronize",
+            STEPS / 3,
+            "log_metrics",
+            LOG_METRICS_LINE,
+            LOOP_LOG_METRICS,
+        ),
+    ] {
+        let args = frames_of(op);
+        assert_eq!(args.len() as u64, n, "{op}");
+        let want = serde_json::json!([
+            format!("{script}:{line} {inner}"),
+            format!("{script}:{outer} <module>")
+        ]);
+        for a in &args {
+            assert_eq!(a["python_frames"], want, "{op}: {a}");
+            // The native stack starts at the probed function.
+            assert!(
+                a["native_frames"][0]
+                    .as_str()
+                    .is_some_and(|f| f.starts_with(op)),
+                "{op}: {a}"
+            );
+        }
+    }
+    // The finding's slice names its call sites.
+    let chain = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| {
+            e["cat"] == "chain"
+                && e["ph"] == "X"
+                && e["args"]["id"]
+                    .as_str()
+                    .is_some_and(|i| i.starts_with("sync_storm"))
+        })
+        .expect("a sync_storm slice");
+    assert_eq!(
+        chain["args"]["call_sites"][0],
+        format!("600 of 800: {script}:{READ_LOSS_LINE} in read_loss")
     );
 }

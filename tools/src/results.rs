@@ -163,38 +163,14 @@ pub struct ChainOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(skip)]
     pub detected_ns: Option<i64>,
-    /// Where in the program the finding's calls come from (traces recorded with --stacks).
+    /// Traces recorded with --stacks: where the finding's calls come from. {evidence_sql (rows:
+    /// kind, site, detail, calls, total_ns, scope_calls, scope_calls_with_stack), calls,
+    /// calls_with_stack, sites: [{kind: python|native, site: file:line or function, detail:
+    /// function or module, calls, total_ns}]}.
+    /// Out of the schema (the tools/list token budget); the explanation says the same in words.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub call_sites: Option<CallSitesOut>,
-}
-
-/// A finding's calls per place in the program, as its evidence query counts them.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct CallSitesOut {
-    /// The query whose rows these are (for run_sql): one row per site, `none` for calls
-    /// without a stack.
-    pub evidence_sql: String,
-    /// The finding's stored calls in the window.
-    pub calls: u64,
-    /// Of which with a recorded stack.
-    pub calls_with_stack: u64,
-    /// The busiest sites, most calls first.
-    pub sites: Vec<SiteOut>,
-}
-
-/// One place in the program. Text fields are data from the trace.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct SiteOut {
-    /// python (innermost Python frame) or native (innermost frame outside the CUDA libraries).
-    pub kind: String,
-    /// file:line of a Python frame; the demangled function of a native one.
-    pub site: String,
-    /// The Python function; the native frame's module.
-    pub detail: String,
-    /// Calls from it.
-    pub calls: u64,
-    /// Their time.
-    pub total_ns: i64,
+    #[schemars(skip)]
+    pub call_sites: Option<serde_json::Value>,
 }
 
 /// One timeline step.

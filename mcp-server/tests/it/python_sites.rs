@@ -166,6 +166,19 @@ fn a_sync_storm_cites_the_python_lines_its_syncs_come_from() {
         .map(|r| r[3].as_i64().unwrap())
         .collect();
     assert_eq!(calls, [600, 200], "{rows:#}");
+    // The MCP server answers with the same function: the same chains, call sites included.
+    let mut server = crate::mcp::StdioServer::spawn(
+        std::process::Command::new(env!("CARGO_BIN_EXE_causeway")).args(["mcp", "--db", db]),
+    );
+    server.initialize("2025-11-25");
+    let r = server.request(
+        "tools/call",
+        serde_json::json!({"name": "get_causal_chains", "arguments": {"top_n": 20}}),
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["chains"], v["chains"],
+        "{r}"
+    );
     // People read the same: the text output lists the sites.
     let text = ok(&["explain", "--db", db]);
     for (n, line, function) in [

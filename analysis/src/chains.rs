@@ -109,7 +109,8 @@ impl Chain {
         self.detector = s(&self.detector, 80);
         self.summary = s(&self.summary, 400);
         self.root_cause = s(&self.root_cause, 600);
-        self.explanation = s(&self.explanation, 2000);
+        // Room for the call-site sentence the engine appends (sites.rs).
+        self.explanation = s(&self.explanation, 3000);
         self.evidence_sql = s(&self.evidence_sql, 2000);
         self.node = s(&self.node, 120);
         self.origin = s(&self.origin, 200);

@@ -82,6 +82,12 @@ pub struct Chain {
     /// When a stored chain was detected (ns since the epoch; 0 for the engine's).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub detected_ns: i64,
+    /// Where in the program the finding's calls come from, where the trace has stacks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_sites: Option<crate::sites::CallSites>,
+    /// The calls the finding is about, for its call sites (the engine's own; not serialised).
+    #[serde(skip)]
+    pub scope: Option<crate::sites::Scope>,
 }
 
 fn is_zero(v: &i64) -> bool {
@@ -89,6 +95,12 @@ fn is_zero(v: &i64) -> bool {
 }
 
 impl Chain {
+    /// The chain, naming the calls it is about (the engine cites their call sites).
+    pub fn at(mut self, scope: crate::sites::Scope) -> Chain {
+        self.scope = Some(scope);
+        self
+    }
+
     /// The chain with its text through the sanitiser and capped (a stored chain's text comes
     /// from another tool or machine).
     pub fn sanitized(mut self) -> Chain {
@@ -97,7 +109,8 @@ impl Chain {
         self.detector = s(&self.detector, 80);
         self.summary = s(&self.summary, 400);
         self.root_cause = s(&self.root_cause, 600);
-        self.explanation = s(&self.explanation, 2000);
+        // Room for the call-site sentence the engine appends (sites.rs).
+        self.explanation = s(&self.explanation, 3000);
         self.evidence_sql = s(&self.evidence_sql, 2000);
         self.node = s(&self.node, 120);
         self.origin = s(&self.origin, 200);
@@ -107,6 +120,15 @@ impl Chain {
             .take(8)
             .map(|r| s(r, 400))
             .collect();
+        if let Some(cs) = &mut self.call_sites {
+            cs.evidence_sql = s(&cs.evidence_sql, 4000);
+            cs.sites.truncate(crate::sites::MAX_SITES);
+            for x in &mut cs.sites {
+                x.kind = s(&x.kind, 20);
+                x.site = s(&x.site, 200);
+                x.detail = s(&x.detail, 160);
+            }
+        }
         self.timeline.truncate(12);
         for t in &mut self.timeline {
             t.layer = s(&t.layer, 40);
@@ -161,6 +183,8 @@ pub fn stored_chains(r: &Reader, q: &ChainQuery) -> Result<Vec<Chain>, StoreErro
                 node: row.get(10)?,
                 origin: row.get(11)?,
                 detected_ns: row.get(12)?,
+                call_sites: None,
+                scope: None,
             })
         })
         .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())

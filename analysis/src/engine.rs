@@ -119,6 +119,7 @@ pub fn explain_with(
     if let Some(n) = q.top_n {
         chains.truncate(n);
     }
+    crate::sites::cite(r, &ctx.window, &mut chains)?;
     let mut notes = crate::coverage::notes(r, &ctx.window, q.pid, q.node.as_deref())?;
     notes.extend(detectors::feeding_stall::startup_notes(&ctx, &budgets));
     for n in &ctx.nodes {

@@ -23,6 +23,7 @@ pub mod probe_overhead;
 pub mod rates;
 pub mod report;
 pub mod scan;
+pub mod sites;
 pub mod stats;
 pub mod switches;
 pub mod timeline;

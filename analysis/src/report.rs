@@ -70,6 +70,17 @@ pub fn render_text(e: &Explain) -> String {
             let _ = writeln!(o, "     - {r}");
         }
         let _ = writeln!(o, "   evidence: {}", c.evidence_sql);
+        if let Some(cs) = &c.call_sites {
+            let _ = writeln!(
+                o,
+                "   call sites ({} of {} calls with a stack):",
+                cs.calls_with_stack, cs.calls
+            );
+            for s in &cs.sites {
+                let _ = writeln!(o, "     {:>8}  {}", s.calls, s.words());
+            }
+            let _ = writeln!(o, "   call-site evidence: {}", cs.evidence_sql);
+        }
     }
     if !e.budgets.is_empty() {
         let _ = writeln!(o, "\n{}", render_budgets(&e.budgets, e.window.from_ns));

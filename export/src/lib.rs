@@ -7,6 +7,7 @@ pub mod gather;
 pub mod otlp;
 pub mod perfetto;
 pub mod prometheus;
+pub mod stacks;
 
 pub use perfetto::{PerfettoOptions, PerfettoSummary, write_perfetto};
 

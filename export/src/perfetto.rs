@@ -74,13 +74,14 @@ SELECT node, tid, min(pid), arg_min(comm, seq) FROM w GROUP BY node, tid ORDER B
 /// Lane assignment needs this order, so the drawn start is computed here and nowhere else.
 const EVENTS_SQL: &str = "
 WITH w AS (
-  SELECT node, seq, pid, tid, comm, op_id, timestamp, duration, arg0, arg1, ret_code
+  SELECT node, seq, pid, tid, comm, op_id, timestamp, duration, arg0, arg1, ret_code, stack_hash
   FROM event_data ORDER BY timestamp, node, seq LIMIT ?),
 d AS (
   SELECT w.*, CASE WHEN op_id = 100 AND contains(?, chr(31) || node || chr(31))
     THEN timestamp - duration ELSE timestamp END AS start
   FROM w)
-SELECT d.node, d.pid, d.tid, d.comm, o.source, o.op, d.start, d.duration, d.arg0, d.arg1, d.ret_code
+SELECT d.node, d.pid, d.tid, d.comm, o.source, o.op, d.start, d.duration, d.arg0, d.arg1, d.ret_code,
+  d.stack_hash
 FROM d JOIN ops o ON o.op_id = d.op_id
 ORDER BY d.node, d.tid, d.start, d.duration DESC, d.seq";
 
@@ -102,6 +103,8 @@ struct Row {
     arg0: i64,
     arg1: i64,
     ret: i32,
+    /// events.stack_hash (0: none).
+    stack: i64,
 }
 
 /// Microseconds (the format's unit) relative to the trace start, with ns precision.
@@ -137,7 +140,13 @@ impl Row {
     }
 }
 
-fn slice(row: &Row, tracks: &Tracks, tid: u32) -> Value {
+/// One event as a slice (or instant); a call with a stack carries its frames as args.
+fn slice(
+    row: &Row,
+    tracks: &Tracks,
+    tid: u32,
+    stacks: &BTreeMap<i64, serde_json::Map<String, Value>>,
+) -> Value {
     let pid = tracks.pid(&row.node);
     if row.op == SWITCH {
         let name = match row.arg1 {
@@ -149,7 +158,10 @@ fn slice(row: &Row, tracks: &Tracks, tid: u32) -> Value {
             "ts": us(tracks.at(&row.node, row.start)), "dur": us(row.dur.max(0)),
             "args": {"next_tid": row.arg0, "state": row.arg1}});
     }
-    let args = json!({"pid": row.pid, "arg0": row.arg0, "arg1": row.arg1, "ret_code": row.ret});
+    let mut args = json!({"pid": row.pid, "arg0": row.arg0, "arg1": row.arg1, "ret_code": row.ret});
+    if let (Some(frames), Some(a)) = (stacks.get(&row.stack), args.as_object_mut()) {
+        a.extend(frames.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
     let ts = us(tracks.at(&row.node, row.start));
     if row.dur <= 0 {
         json!({"ph": "i", "s": "t", "cat": row.source, "name": row.op, "pid": pid, "tid": tid, "ts": ts, "args": args})
@@ -428,6 +440,8 @@ pub fn write_perfetto(
         switch_in.push_str(n);
         switch_in.push('\x1f');
     }
+    // Read before the events stream: the connection serves one query at a time.
+    let stacks = crate::stacks::stack_args(r, limit)?;
     let mut stmt = r.prepare_trusted(EVENTS_SQL)?;
     let mut rows = stmt
         .query(causeway_store::duckdb::params![limit, switch_in])
@@ -448,6 +462,7 @@ pub fn write_perfetto(
             arg0: get(r, row, 8)?,
             arg1: get(r, row, 9)?,
             ret: get(r, row, 10)?,
+            stack: get(r, row, 11)?,
         };
         if thread
             .as_ref()
@@ -490,7 +505,7 @@ pub fn write_perfetto(
             }
             None => e.tid,
         };
-        item(out, &mut first_item, &slice(&e, &tracks, tid))?;
+        item(out, &mut first_item, &slice(&e, &tracks, tid, &stacks))?;
         written += 1;
     }
     if let Some(key) = thread.take() {
@@ -531,14 +546,31 @@ pub fn write_perfetto(
             &json!({"ph": "M", "name": "thread_name", "pid": findings, "tid": tid,
             "args": {"name": format!("#{} {} [{}]", i + 1, sanitize_with(&c.detector, 40), c.severity.as_str())}}),
         )?;
+        let mut args = json!({"id": sanitize_with(&c.id, 80), "severity": c.severity.as_str(),
+                 "root_cause": sanitize_with(&c.root_cause, 600),
+                 "time_lost_ns": c.time_lost_ns, "evidence_sql": sanitize_with(&c.evidence_sql, 2000)});
+        // Where in the program the finding's calls come from (traces recorded with stacks).
+        if let (Some(cs), Some(a)) = (&c.call_sites, args.as_object_mut()) {
+            let sites: Vec<String> = cs
+                .sites
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} of {}: {}",
+                        s.calls,
+                        cs.calls,
+                        sanitize_with(&s.words(), 400)
+                    )
+                })
+                .collect();
+            a.insert("call_sites".into(), json!(sites));
+        }
         item(
             out,
             &mut first_item,
             &json!({"ph": "X", "cat": "chain", "name": sanitize_with(&c.summary, 200),
             "pid": findings, "tid": tid, "ts": us(start), "dur": us((end - start).max(1)),
-            "args": {"id": sanitize_with(&c.id, 80), "severity": c.severity.as_str(),
-                     "root_cause": sanitize_with(&c.root_cause, 600),
-                     "time_lost_ns": c.time_lost_ns, "evidence_sql": sanitize_with(&c.evidence_sql, 2000)}}),
+            "args": args}),
         )?;
         // Only steps that land in a written slice, before the cut: an arrow to nothing (an
         // event cut by --max-events, an instant) would dangle.

@@ -163,6 +163,14 @@ pub struct ChainOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(skip)]
     pub detected_ns: Option<i64>,
+    /// Traces recorded with --stacks: where the finding's calls come from. {evidence_sql (rows:
+    /// kind, site, detail, calls, total_ns, scope_calls, scope_calls_with_stack), calls,
+    /// calls_with_stack, sites: [{kind: python|native, site: file:line or function, detail:
+    /// function or module, calls, total_ns}]}.
+    /// Out of the schema (the tools/list token budget); the explanation says the same in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(skip)]
+    pub call_sites: Option<serde_json::Value>,
 }
 
 /// One timeline step.

@@ -240,6 +240,19 @@ fn chain_lines(o: &mut String, chains: &[Chain]) {
         if !c.evidence_sql.is_empty() {
             let _ = writeln!(o, "evidence_sql: {}", q(&c.evidence_sql));
         }
+        if let Some(cs) = &c.call_sites {
+            for s in &cs.sites {
+                let _ = writeln!(
+                    o,
+                    "  site: {} of {} calls {} {}",
+                    s.calls,
+                    cs.calls,
+                    q(&s.kind),
+                    q(&s.words())
+                );
+            }
+            let _ = writeln!(o, "call_sites_sql: {}", q(&cs.evidence_sql));
+        }
     }
 }
 

@@ -119,7 +119,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     lit(&a.node), a.tid
                 ),
             }
-            .into_chain(),
+            .into_chain()
+            .at(crate::sites::Scope::thread(&a.node, a.pid, a.tid, &[], "GPU calls")),
         );
     }
     from_budgets(inp, &mut out, &mut named);
@@ -214,7 +215,8 @@ fn from_budgets(inp: &Input<'_>, out: &mut Vec<Chain>, named: &mut Vec<(String, 
                     lit(&b.node)
                 ),
             }
-            .into_chain(),
+            .into_chain()
+            .at(crate::sites::Scope::thread(&b.node, b.pid, tid, &[], "GPU calls")),
         );
     }
 }

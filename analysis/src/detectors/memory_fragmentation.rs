@@ -155,7 +155,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     lit(&node)
                 ),
             }
-            .into_chain(),
+            .into_chain()
+            .at(crate::sites::Scope::process(&node, pid, &[crate::budget::CallClass::Alloc, crate::budget::CallClass::Free], "allocations and frees")),
         );
     }
     Ok(out)

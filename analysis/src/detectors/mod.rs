@@ -137,6 +137,8 @@ impl Finding {
             node: self.node,
             detected_ns: 0,
             origin: "engine".into(),
+            call_sites: None,
+            scope: None,
         }
     }
 }

@@ -89,7 +89,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                         lit(&b.node)
                     ),
                 }
-                .into_chain(),
+                .into_chain()
+            .at(crate::sites::Scope::thread(&b.node, b.pid, tid, &[class], "copies")),
             );
         }
     }

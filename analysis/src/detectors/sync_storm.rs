@@ -137,7 +137,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     lit(&t.node), t.tid
                 ),
             }
-            .into_chain(),
+            .into_chain()
+            .at(crate::sites::Scope::process(&t.node, t.pid, &[CallClass::Sync], "syncs")),
         );
     }
     for b in thread_budgets(inp) {
@@ -197,7 +198,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     lit(&b.node)
                 ),
             }
-            .into_chain(),
+            .into_chain()
+            .at(crate::sites::Scope::thread(&b.node, b.pid, tid, &[CallClass::Sync, CallClass::CopyD2h], "host waits")),
         );
     }
     Ok(out)

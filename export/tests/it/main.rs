@@ -7,6 +7,7 @@ mod fixture;
 mod gather;
 mod nesting;
 mod otlp;
+mod stacks;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

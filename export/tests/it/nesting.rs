@@ -251,6 +251,8 @@ fn copies_chain() -> Chain {
         node: String::new(),
         origin: "engine".into(),
         detected_ns: 0,
+        call_sites: None,
+        scope: None,
     }
 }
 

@@ -19,6 +19,7 @@ mod live;
 mod mcp;
 mod one_answer;
 mod otlp;
+mod python_sites;
 mod report;
 
 mod trace;

@@ -26,6 +26,11 @@ pub fn standin() -> String {
     standin_build::get().exe().to_string()
 }
 
+/// The stand-in's directory (libcudart.so.12 for a Python program's ctypes).
+pub fn standin_dir() -> std::path::PathBuf {
+    standin_build::get().dir.clone()
+}
+
 /// The stand-in workload with the runtime linked statically (found by all-process tracing).
 pub fn standin_static() -> std::path::PathBuf {
     standin_build::get().static_workload.clone()

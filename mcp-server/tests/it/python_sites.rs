@@ -1,0 +1,273 @@
+//! Call sites from Python stacks, end to end: a Python program makes a sync storm through
+//! ctypes on the stand-in runtime from two known lines (600 syncs from one, 200 from the other,
+//! by design), `causeway trace --stacks` records it, and the engine's sync_storm finding cites
+//! exactly those lines with those counts, from the rows of its call-site evidence query; the
+//! Perfetto export carries each sync's frames.
+//! Needs root like every BPF test; CAUSEWAY_SKIP_BPF_TESTS=1 skips explicitly.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use crate::common::{ok, scratch};
+use crate::trace::{bpf_tests, standin_dir};
+
+/// The program: `read_loss` syncs every step, `log_metrics` every third step.
+const PROGRAM: &str = r#"import ctypes, sys, time
+rt = ctypes.CDLL(sys.argv[1])
+rt.standinSetSyncDelayMs(1)
+
+class dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+def launch():
+    rt.cudaLaunchKernel(None, dim3(1, 1, 1), dim3(32, 1, 1), None, ctypes.c_size_t(0), None)
+
+def read_loss():
+    rt.cudaStreamSynchronize(None)
+
+def log_metrics():
+    rt.cudaDeviceSynchronize()
+
+for i in range(STEPS):
+    launch()
+    launch()
+    read_loss()
+    if i % 3 == 0:
+        log_metrics()
+time.sleep(2)  # alive while the collector reads its code objects
+"#;
+
+/// Steps of the loop: one `read_loss` sync each, a `log_metrics` sync every third.
+const STEPS: u64 = 600;
+/// Lines of the two syncs (1-based), and of their calls in the loop.
+const READ_LOSS_LINE: u32 = 12;
+const LOG_METRICS_LINE: u32 = 15;
+const LOOP_READ_LOSS: u32 = 20;
+const LOOP_LOG_METRICS: u32 = 22;
+
+/// The recording (made once per test binary) and the script's path as the interpreter saw it.
+fn recording() -> Option<&'static (PathBuf, String)> {
+    if !bpf_tests() {
+        return None;
+    }
+    static REC: OnceLock<(PathBuf, String)> = OnceLock::new();
+    Some(REC.get_or_init(|| {
+        let dir = scratch().join("python-sites");
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("train.py");
+        std::fs::write(&script, PROGRAM.replace("STEPS", &STEPS.to_string())).unwrap();
+        let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+        let python = format!("{home}/.pyenv/versions/3.12.1/bin/python3");
+        assert!(
+            std::path::Path::new(&python).exists(),
+            "CPython 3.12 is expected at {python}"
+        );
+        let db = dir.join("t.duckdb");
+        let lib = standin_dir().join("libcudart.so.12");
+        ok(&[
+            "trace",
+            "--db",
+            db.to_str().unwrap(),
+            "--stacks",
+            "--overhead-budget",
+            "100",
+            "--",
+            &python,
+            script.to_str().unwrap(),
+            lib.to_str().unwrap(),
+        ]);
+        (db, script.to_str().unwrap().to_string())
+    }))
+}
+
+fn q(db: &str, sql: &str) -> Value {
+    let out = ok(&["query", "--db", db, "--json", sql]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["rows"][0][0].clone()
+}
+
+#[test]
+fn a_sync_storm_cites_the_python_lines_its_syncs_come_from() {
+    let Some((db, script)) = recording() else {
+        return;
+    };
+    let db = db.to_str().unwrap();
+    // The recording holds every sync with its Python frames (the design's counts).
+    assert_eq!(
+        q(
+            db,
+            "SELECT count(*) FROM events e JOIN python_stacks s USING (stack_hash) WHERE e.op IN ('cudaStreamSynchronize', 'cudaDeviceSynchronize') AND s.status = 'ok'"
+        ),
+        800
+    );
+    let v: Value = serde_json::from_str(&ok(&["explain", "--db", db, "--json"])).unwrap();
+    let storm = v["chains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["detector"] == "sync_storm")
+        .unwrap_or_else(|| panic!("no sync_storm finding: {v:#}"));
+    let cs = &storm["call_sites"];
+    assert_eq!(cs["calls"], 800, "{cs:#}");
+    assert_eq!(cs["calls_with_stack"], 800, "{cs:#}");
+    let site = |i: usize| {
+        let s = &cs["sites"][i];
+        (
+            s["kind"].as_str().unwrap_or("").to_string(),
+            s["site"].as_str().unwrap_or("").to_string(),
+            s["detail"].as_str().unwrap_or("").to_string(),
+            s["calls"].as_u64().unwrap_or(0),
+        )
+    };
+    let at = |line: u32| format!("{script}:{line}");
+    assert_eq!(
+        site(0),
+        (
+            "python".into(),
+            at(READ_LOSS_LINE),
+            "read_loss".into(),
+            STEPS
+        )
+    );
+    assert_eq!(
+        site(1),
+        (
+            "python".into(),
+            at(LOG_METRICS_LINE),
+            "log_metrics".into(),
+            STEPS / 3
+        )
+    );
+    assert_eq!(cs["sites"].as_array().unwrap().len(), 2, "{cs:#}");
+    let explanation = storm["explanation"].as_str().unwrap();
+    assert!(
+        explanation.contains(&format!(
+            "600 of 800 syncs come from {} in read_loss, 200 from {} in log_metrics.",
+            at(READ_LOSS_LINE),
+            at(LOG_METRICS_LINE)
+        )),
+        "{explanation}"
+    );
+    // The numbers are the rows of the evidence query, as an agent's run_sql returns them.
+    let rows = ok(&[
+        "query",
+        "--db",
+        db,
+        "--json",
+        cs["evidence_sql"].as_str().unwrap(),
+    ]);
+    let rows: Value = serde_json::from_str(&rows).unwrap();
+    let calls: Vec<i64> = rows["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[3].as_i64().unwrap())
+        .collect();
+    assert_eq!(calls, [600, 200], "{rows:#}");
+    // The MCP server answers with the same function: the same chains, call sites included.
+    let mut server = crate::mcp::StdioServer::spawn(
+        std::process::Command::new(env!("CARGO_BIN_EXE_causeway")).args(["mcp", "--db", db]),
+    );
+    server.initialize("2025-11-25");
+    let r = server.request(
+        "tools/call",
+        serde_json::json!({"name": "get_causal_chains", "arguments": {"top_n": 20}}),
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["chains"], v["chains"],
+        "{r}"
+    );
+    // People read the same: the text output lists the sites.
+    let text = ok(&["explain", "--db", db]);
+    for (n, line, function) in [
+        (600, READ_LOSS_LINE, "read_loss"),
+        (200, LOG_METRICS_LINE, "log_metrics"),
+    ] {
+        assert!(
+            text.contains(&format!(" {n}  {} in {function}\n", at(line))),
+            "{text}"
+        );
+    }
+    assert!(
+        text.contains("call sites (800 of 800 calls with a stack):"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_perfetto_export_carries_each_syncs_python_frames() {
+    let Some((db, script)) = recording() else {
+        return;
+    };
+    let out = db.with_file_name("trace.json");
+    let _ = std::fs::remove_file(&out);
+    ok(&[
+        "export",
+        "--db",
+        db.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let frames_of = |op: &str| -> Vec<Value> {
+        doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == op && e["ph"] == "X")
+            .map(|e| e["args"].clone())
+            .collect()
+    };
+    for (op, n, inner, line, outer) in [
+        (
+            "cudaStreamSynchronize",
+            STEPS,
+            "read_loss",
+            READ_LOSS_LINE,
+            LOOP_READ_LOSS,
+        ),
+        (
+            "cudaDeviceSynchronize",
+            STEPS / 3,
+            "log_metrics",
+            LOG_METRICS_LINE,
+            LOOP_LOG_METRICS,
+        ),
+    ] {
+        let args = frames_of(op);
+        assert_eq!(args.len() as u64, n, "{op}");
+        let want = serde_json::json!([
+            format!("{script}:{line} {inner}"),
+            format!("{script}:{outer} <module>")
+        ]);
+        for a in &args {
+            assert_eq!(a["python_frames"], want, "{op}: {a}");
+            // The native stack starts at the probed function.
+            assert!(
+                a["native_frames"][0]
+                    .as_str()
+                    .is_some_and(|f| f.starts_with(op)),
+                "{op}: {a}"
+            );
+        }
+    }
+    // The finding's slice names its call sites.
+    let chain = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| {
+            e["cat"] == "chain"
+                && e["ph"] == "X"
+                && e["args"]["id"]
+                    .as_str()
+                    .is_some_and(|i| i.starts_with("sync_storm"))
+        })
+        .expect("a sync_storm slice");
+    assert_eq!(
+        chain["args"]["call_sites"][0],
+        format!("600 of 800: {script}:{READ_LOSS_LINE} in read_loss")
+    );
+}

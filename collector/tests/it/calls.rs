@@ -203,9 +203,12 @@ fn threads_sharing_an_in_flight_slot_are_each_timed_exactly() {
             1,
         );
         assert_eq!(d.len(), syncs, "thread {tid}: {d:?}");
+        // A 20 ms sleep never ends early; on a busy machine it ends late (30.5 ms seen at load
+        // average 10). The three syncs run one after the other with thousands of thread
+        // creations between them: one timed from another's entry would be far longer.
         for ms in d.iter().map(|r| r[0] as f64 / 1e6) {
             assert!(
-                (19.5..30.0).contains(&ms),
+                (19.5..100.0).contains(&ms),
                 "thread {tid}: sync lasted {ms} ms, expected 20"
             );
         }

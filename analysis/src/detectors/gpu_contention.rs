@@ -98,15 +98,19 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     // Where the calls do not carry the device (the collector's probes do not see it), the
     // device each process was given.
     let known: Vec<(String, u32)> = users.iter().map(|u| (u.0.clone(), u.3)).collect();
-    let given: Vec<(String, i64, String, String)> = ctx
-        .r
-        .prepare_trusted(VISIBLE_SQL)?
-        .query_map(
-            causeway_store::duckdb::params![ctx.node, ctx.node],
-            causeway_store::row,
-        )
-        .and_then(|rows| rows.collect())
-        .map_err(duck(ctx.r, "reading the processes' devices"))?;
+    // Stores older than schema 9 do not record it.
+    let given: Vec<(String, i64, String, String)> = if ctx.r.schema_version() < 9 {
+        Vec::new()
+    } else {
+        ctx.r
+            .prepare_trusted(VISIBLE_SQL)?
+            .query_map(
+                causeway_store::duckdb::params![ctx.node, ctx.node],
+                causeway_store::row,
+            )
+            .and_then(|rows| rows.collect())
+            .map_err(duck(ctx.r, "reading the processes' devices"))?
+    };
     for (node, pid, visible, devices) in given {
         let pid = pid as u32;
         if known.contains(&(node.clone(), pid)) {

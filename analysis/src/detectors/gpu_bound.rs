@@ -5,10 +5,11 @@
 //!
 //! Trigger (from the thread's time budget and its calls): waits for the GPU (synchronisations,
 //! and device-to-host copies, which wait for the stream first; where sampled probes did not
-//! store the call, a sleep that began right after a launch) take >= half of the thread's busy
-//! time (its span less the time it slept outside GPU calls), and at least one of them lasts
-//! >= 100 ms (a stall, [`crate::budget::STALL_MIN_NS`]) and >= 10x the thread's median wait in
-//! that call (for a sleep, the largest median of its wait calls: the engine's "slow" rule).
+//! store the call, a sleep that began right after a launch) take at least half of the thread's
+//! busy time (its span less the time it slept outside GPU calls), and at least one of them
+//! lasts at least 100 ms (a stall, [`crate::budget::STALL_MIN_NS`]) and 10x the thread's median
+//! wait in that call (for a sleep, the largest median of its wait calls: the engine's "slow"
+//! rule).
 //! Time lost: what those long waits took beyond the median wait: the time the thread, and the
 //! work queued behind it, was held. Severity: the common rule.
 //! What precedes them: the launches the thread queued since its previous wait, the largest grid

@@ -91,6 +91,9 @@ struct Member {
     cpu: Vec<i64>,
 }
 
+/// A member's wait parts, two per step (in the collective, in the sync after it).
+type WaitSpans = Vec<Span<()>>;
+
 /// Steps that must mostly be late right after the onset.
 const ONSET_STEPS: usize = 5;
 /// Of those, how many must be late.
@@ -305,7 +308,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
         )
         .and_then(|rows| rows.collect())
         .map_err(duck(ctx.r, "pairing collectives with their waits"))?;
-    let mut per: BTreeMap<(String, u32), (Member, Vec<Span<()>>)> = BTreeMap::new();
+    let mut per: BTreeMap<(String, u32), (Member, WaitSpans)> = BTreeMap::new();
     for (node, pid, tid, wait, done, rank, ct, ce, st) in rows {
         let (m, spans) = per.entry((node.clone(), pid)).or_insert_with(|| {
             let m = Member {

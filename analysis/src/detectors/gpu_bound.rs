@@ -32,7 +32,7 @@ use crate::opsets::LAUNCH_NAMES;
 const SLOW_FACTOR: i64 = 10;
 
 /// Copy calls, as an SQL list (a device-to-host copy waits for its stream first).
-static COPIES_SQL: LazyLock<String> = LazyLock::new(|| {
+pub(crate) static COPIES_SQL: LazyLock<String> = LazyLock::new(|| {
     catalog::OPS
         .iter()
         .filter(|o| CallClass::of(o.id, 2) == CallClass::CopyD2h)

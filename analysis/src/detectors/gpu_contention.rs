@@ -11,10 +11,8 @@
 //! Severity: the common rule.
 //! Recommendation: one process per GPU, MPS or MIG, or batch the requests in one server.
 
-use std::sync::LazyLock;
-
 use causeway_store::StoreError;
-use causeway_store::catalog::{self, SYNCS_SQL};
+use causeway_store::catalog::SYNCS_SQL;
 
 use super::{Finding, Input, d, lit, severity, step};
 use crate::budget::CallClass;
@@ -24,16 +22,6 @@ use crate::opsets::LAUNCH_NAMES;
 
 /// Processes' device selection as the collector recorded it.
 const VISIBLE_SQL: &str = "SELECT node, pid::BIGINT, gpu_visible, gpu_devices FROM processes WHERE (?::VARCHAR = '' OR node = ?::VARCHAR) ORDER BY node, pid";
-
-/// Copy calls, as an SQL list.
-static COPIES_SQL: LazyLock<String> = LazyLock::new(|| {
-    catalog::OPS
-        .iter()
-        .filter(|o| CallClass::of(o.id, 2) == CallClass::CopyD2h)
-        .map(|o| lit(o.name))
-        .collect::<Vec<_>>()
-        .join(", ")
-});
 
 /// The one device a process can use, from what it was given rather than what it called: the
 /// single NVIDIA device file it had open, else a single entry of NVIDIA_VISIBLE_DEVICES (the
@@ -189,7 +177,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .collect::<Vec<_>>()
             .join(", ");
         let launches = LAUNCH_NAMES.map(lit).join(", ");
-        let copies = COPIES_SQL.as_str();
+        let copies = super::gpu_bound::COPIES_SQL.as_str();
         out.push(
             Finding {
                 detector: "gpu_contention",

@@ -43,11 +43,10 @@ pub(crate) static COPIES_SQL: LazyLock<String> = LazyLock::new(|| {
 
 /// The long waits of one thread in the window, longest first, each with the thread's median
 /// wait in that call (for a sleep, the largest of its calls' medians) and the launches it
-/// queued since its previous wait. A wait is a stored
+/// queued since its previous wait (the detector reads its finding from these rows). A wait is a stored
 /// synchronisation or device-to-host copy, or a sleep that began right after a launch (the
 /// thread's last stored call) outside any stored call: where sampled probes did not store the
-/// wait call, the sleep is what remains of it. The detector reads its finding from these rows,
-/// and they are its evidence. Parameters: $1 node, $2 tid, $3 and $4 the window. A stored call
+/// wait call, the sleep is what remains of it. Parameters: $1 node, $2 tid, $3 and $4 the window. A stored call
 /// with other calls of its thread inside it is not one call (a sampled probe paired its entry
 /// with a later exit) and is left out.
 static WAITS_SQL: LazyLock<String> = LazyLock::new(|| {
@@ -58,7 +57,8 @@ static WAITS_SQL: LazyLock<String> = LazyLock::new(|| {
         "WITH calls AS (SELECT timestamp, op, duration, median(duration) OVER (PARTITION BY op) AS median_ns FROM events WHERE node = $1 AND tid = $2 AND timestamp BETWEEN $3 AND $4 AND (op IN ({SYNCS_SQL}) OR (op IN ({copies}) AND arg1 = 2))), \
 base AS (SELECT coalesce(max(median_ns), 0) AS m FROM calls), \
 acts AS (SELECT timestamp, op, duration FROM events WHERE node = $1 AND tid = $2 AND timestamp BETWEEN $3 AND $4 AND op NOT IN ('sched_switch', 'sched_wakeup')), \
-sleeps AS (SELECT s.timestamp, 'asleep after ' || a.op AS op, s.duration, (SELECT m FROM base) AS median_ns FROM (SELECT timestamp, duration FROM events WHERE node = $1 AND tid = $2 AND op = 'sched_switch' AND arg1 = 1 AND timestamp BETWEEN $3 AND $4 AND duration >= {STALL_MIN_NS}) s ASOF JOIN acts a ON a.timestamp <= s.timestamp WHERE a.op IN ({launches}) AND a.timestamp + a.duration <= s.timestamp), \
+sl AS (SELECT s.timestamp, s.duration, (SELECT arg_max(a.op, a.timestamp) FROM acts a WHERE a.timestamp <= s.timestamp) AS last_op, (SELECT arg_max(a.timestamp + a.duration, a.timestamp) FROM acts a WHERE a.timestamp <= s.timestamp) AS last_end FROM events s WHERE s.node = $1 AND s.tid = $2 AND s.op = 'sched_switch' AND s.arg1 = 1 AND s.timestamp BETWEEN $3 AND $4 AND s.duration >= {STALL_MIN_NS}), \
+sleeps AS (SELECT timestamp, 'asleep after ' || last_op AS op, duration, (SELECT m FROM base) AS median_ns FROM sl WHERE last_op IN ({launches}) AND last_end <= timestamp), \
 w AS (SELECT * FROM calls WHERE NOT EXISTS (SELECT 1 FROM events o WHERE o.node = $1 AND o.tid = $2 AND o.source IN {gpu} AND o.timestamp > calls.timestamp AND o.timestamp < calls.timestamp + calls.duration) UNION ALL SELECT * FROM sleeps), \
 long AS (SELECT w.*, coalesce((SELECT max(c.timestamp + c.duration) FROM calls c WHERE c.timestamp + c.duration <= w.timestamp), $3) AS prev_end FROM w WHERE w.duration >= {STALL_MIN_NS} AND w.duration >= {SLOW_FACTOR} * w.median_ns) \
 SELECT timestamp, op, duration, median_ns::BIGINT AS median_ns, (duration - median_ns)::BIGINT AS held_ns, \
@@ -69,13 +69,19 @@ FROM long WHERE median_ns > 0 ORDER BY duration DESC LIMIT 20"
     )
 });
 
-/// [`WAITS_SQL`] with its parameters written in, for people and agents to run.
-fn evidence(node: &str, tid: u32, from: i64, until: i64) -> String {
-    WAITS_SQL
-        .replace("$1", &lit(node))
-        .replace("$2", &tid.to_string())
-        .replace("$3", &from.to_string())
-        .replace("$4", &until.to_string())
+/// The evidence, short enough to show whole: the thread's long waits (stored wait calls and
+/// sleeps of at least 100 ms) with the median of each wait call, and the largest launch.
+fn evidence(node: &str, tid: u32, from: i64, until: i64, grid: Option<i64>) -> String {
+    let copies = COPIES_SQL.as_str();
+    let launches = LAUNCH_NAMES.map(lit).join(", ");
+    let node = lit(node);
+    let scope = format!("node = {node} AND tid = {tid} AND timestamp BETWEEN {from} AND {until}");
+    format!(
+        "WITH c AS (SELECT op, median(duration) AS median_ns FROM events WHERE {scope} AND (op IN ({SYNCS_SQL}) OR (op IN ({copies}) AND arg1 = 2)) GROUP BY op) \
+SELECT e.timestamp, e.op, e.duration, e.arg1, c.median_ns FROM events e LEFT JOIN c ON c.op = e.op WHERE e.{scope} \
+AND ((e.duration >= {STALL_MIN_NS} AND (c.op IS NOT NULL OR (e.op = 'sched_switch' AND e.arg1 = 1))) OR (e.op IN ({launches}) AND e.arg1 = {})) ORDER BY e.timestamp LIMIT 50",
+        grid.unwrap_or(-1)
+    )
 }
 
 /// One long wait (a row of [`WAITS_SQL`]).
@@ -179,7 +185,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     "Split the oversized work so that no single step holds the GPU for long: chunked prefill (vLLM --enable-chunked-prefill, a max-num-batched-tokens limit), smaller or bucketed batches.".into(),
                     "Keep latency-sensitive work from queueing behind it: a separate stream, instance or GPU for the large requests, or admission control on their size.".into(),
                 ],
-                evidence_sql: evidence(&b.node, tid, from, until),
+                evidence_sql: evidence(&b.node, tid, from, until, *grid),
             }
             .into_chain(),
         );

@@ -3,7 +3,10 @@
 //! barely waits in it or in the synchronisation after it while its peers wait for it (NCCL
 //! returns from the call and waits on the device, seen in the next sync; a collective that
 //! rendezvous on the host waits inside the call: a member's wait is both). Clock-free: the
-//! waits are durations on each node's own clock.
+//! waits are durations on each node's own clock. A member's wait is what it spent waiting for
+//! its peers: the time in the collective and the sync after it, less what its thread spent
+//! waiting for a CPU there (run-queue latency after a wake-up, preemption), which a rank
+//! starved of CPU spends after the others have released it.
 //!
 //! Members are ranks: every (node, process) that calls collectives (at least half as many as
 //! the busiest one), so 8 ranks on one node are 8 members, and a rank is named by its node and,
@@ -11,7 +14,9 @@
 //! the same step.
 //!
 //! With >= 3 members (peer-relative): per step, a member whose wait after the collective is a
-//! low outlier among the peers (robust z >= 3.5 by MAD and >= 25% under the median) is late.
+//! low outlier among the peers (robust z >= 3.5 by MAD and >= 25% under the median, or below
+//! every peer's wait by >= 25% of the median: with few ranks the MAD is the peers' own spread)
+//! is late.
 //! The straggler is the member late most often; it is reported when, from some step on, it is
 //! late in >= 4 of the next 5 steps and in >= 60% of all later steps. "Since" is that step's
 //! completion time. Time lost: the sum over its late steps of how much later it arrived than
@@ -36,6 +41,8 @@ use super::straggler::outlier;
 use super::{Finding, Input, d, severity, step};
 use crate::chains::Chain;
 use crate::facts::duck;
+use crate::intervals::{Span, overlaps};
+use crate::switches::MARGIN_NS;
 
 static WAITS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
@@ -49,16 +56,23 @@ s AS (
   WHERE op_id IN (SELECT op_id FROM ops WHERE op IN ({SYNCS_SQL}))
     AND timestamp BETWEEN ? AND ?),
 w AS (
-  SELECT c.node, c.pid, c.tid, c.t, c.cd + s.d AS wait, s.t + s.d AS done
+  SELECT c.node, c.pid, c.tid, c.t, c.cd + s.d AS wait, s.t + s.d AS done, c.t + c.cd AS ce, s.t AS st
   FROM c ASOF JOIN s ON c.node = s.node AND c.tid = s.tid AND s.t >= c.t),
 members AS (SELECT node, pid, count(*) AS n FROM w GROUP BY ALL),
 keep AS (SELECT node, pid FROM members WHERE n * 2 >= (SELECT max(n) FROM members))
-SELECT w.node, w.pid, w.tid, w.wait, w.done, p.rank
+SELECT w.node, w.pid, w.tid, w.wait, w.done, p.rank, w.t, w.ce, w.st
 FROM w JOIN keep k ON k.node = w.node AND k.pid = w.pid
 LEFT JOIN processes p ON p.node = w.node AND p.pid = w.pid
 ORDER BY w.node, w.pid, w.t"
     )
 });
+
+/// Run-queue latencies after the wake-ups of one thread (the last part of a sleep, spent
+/// waiting for a CPU).
+const RUN_QUEUE_SQL: &str = "
+SELECT timestamp, duration FROM event_data
+WHERE op_id = 101 AND duration > 0 AND node = ? AND tid = ? AND timestamp BETWEEN ? AND ?
+ORDER BY timestamp";
 
 const OFF_CPU_SQL: &str = "
 SELECT coalesce((CASE WHEN sum(duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) END), 0)::BIGINT, coalesce((CASE WHEN sum(duration) FILTER (WHERE arg1 = 0) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) FILTER (WHERE arg1 = 0) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) FILTER (WHERE arg1 = 0) END), 0)::BIGINT,
@@ -73,7 +87,12 @@ struct Member {
     rank: Option<i32>,
     tid: u32,
     steps: Vec<(i64, i64)>,
+    /// Per step, the time its thread waited for a CPU in the collective and the sync.
+    cpu: Vec<i64>,
 }
+
+/// A member's wait parts, two per step (in the collective, in the sync after it).
+type WaitSpans = Vec<Span<()>>;
 
 /// Steps that must mostly be late right after the onset.
 const ONSET_STEPS: usize = 5;
@@ -126,6 +145,16 @@ struct Late {
     baseline: Option<i64>,
 }
 
+/// The member whose wait is below every peer's by at least a quarter of the median wait, if
+/// any: with few ranks the MAD is the peers' own spread (ranks sharing a CPU reach the
+/// rendezvous in turn), which hides one that all of them wait for.
+fn below_all(waits: &[i64], med: i64) -> Option<usize> {
+    let mut order: Vec<usize> = (0..waits.len()).collect();
+    order.sort_by_key(|&i| waits[i]);
+    let (first, second) = (waits[order[0]], waits[*order.get(1)?]);
+    (med > 0 && (second - first) * 4 >= med).then_some(order[0])
+}
+
 /// Peer-relative: the member that is a low outlier of the waits, persistently.
 fn by_peers(members: &[Member], steps: usize, stamps: &[i64]) -> Option<Late> {
     let mut late: Vec<Option<usize>> = Vec::with_capacity(steps);
@@ -134,7 +163,7 @@ fn by_peers(members: &[Member], steps: usize, stamps: &[i64]) -> Option<Late> {
         let waits: Vec<i64> = members.iter().map(|m| m.steps[k].0).collect();
         let xs: Vec<f64> = waits.iter().map(|w| *w as f64).collect();
         let med = median(waits.clone());
-        let i = outlier(&xs, false);
+        let i = outlier(&xs, false).or_else(|| below_all(&waits, med));
         late.push(i);
         lateness.push(i.map_or(0, |i| med - waits[i]));
     }
@@ -198,6 +227,61 @@ fn by_own_baseline(members: &[Member], steps: usize, stamps: &[i64]) -> Option<L
     })
 }
 
+/// Per wait part (`spans`, in step order), the time the member's thread waited for a CPU in
+/// it: run-queue latency after a wake-up, or preempted. A rank starved of CPU sleeps in the
+/// rendezvous only briefly but waits for a CPU after the release, so its call lasts as long as
+/// its peers'; only the rest is waiting for the other ranks.
+fn cpu_waits(
+    ctx: &crate::facts::Ctx<'_>,
+    m: &Member,
+    spans: &[Span<()>],
+    from: i64,
+    until: i64,
+) -> Result<Vec<i64>, StoreError> {
+    let rows: Vec<(i64, i64)> = ctx
+        .r
+        .prepare_trusted(RUN_QUEUE_SQL)?
+        .query_map(
+            causeway_store::duckdb::params![m.node, m.tid, from - MARGIN_NS, until],
+            causeway_store::row,
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(ctx.r, "reading run-queue latencies"))?;
+    let mut waiting: Vec<Span<()>> = rows
+        .into_iter()
+        .map(|(t, d)| Span {
+            start: t,
+            end: t + d,
+            data: (),
+        })
+        .chain(
+            ctx.switches
+                .of(&m.node, m.tid)
+                .iter()
+                .filter(|o| o.data.state == 0)
+                .map(|o| Span {
+                    start: o.start,
+                    end: o.end,
+                    data: (),
+                }),
+        )
+        .collect();
+    waiting.sort_by_key(|s| s.start);
+    let mut order: Vec<usize> = (0..spans.len()).collect();
+    order.sort_by_key(|&i| spans[i].start);
+    let sorted: Vec<Span<usize>> = order
+        .iter()
+        .map(|&i| Span {
+            start: spans[i].start,
+            end: spans[i].end.max(spans[i].start),
+            data: i,
+        })
+        .collect();
+    let mut out = vec![0i64; spans.len()];
+    overlaps(&sorted, &waiting, |a, _, ns| out[a.data] += ns);
+    Ok(out)
+}
+
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
     let ctx = inp.ctx;
@@ -214,7 +298,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
         return Ok(None);
     }
     let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
-    type Row = (String, u32, u32, i64, i64, Option<i32>);
+    type Row = (String, u32, u32, i64, i64, Option<i32>, i64, i64, i64);
     let rows: Vec<Row> = ctx
         .r
         .prepare_trusted(WAITS_SQL.as_str())?
@@ -224,20 +308,42 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
         )
         .and_then(|rows| rows.collect())
         .map_err(duck(ctx.r, "pairing collectives with their waits"))?;
-    let mut per: BTreeMap<(String, u32), Member> = BTreeMap::new();
-    for (node, pid, tid, wait, done, rank) in rows {
-        per.entry((node.clone(), pid))
-            .or_insert_with(|| Member {
+    let mut per: BTreeMap<(String, u32), (Member, WaitSpans)> = BTreeMap::new();
+    for (node, pid, tid, wait, done, rank, ct, ce, st) in rows {
+        let (m, spans) = per.entry((node.clone(), pid)).or_insert_with(|| {
+            let m = Member {
                 node,
                 pid,
                 rank,
                 tid,
                 steps: Vec::new(),
-            })
-            .steps
-            .push((wait, done));
+                cpu: Vec::new(),
+            };
+            (m, Vec::new())
+        });
+        m.steps.push((wait, done));
+        // The wait's two parts: inside the collective, then inside the sync after it.
+        spans.push(Span {
+            start: ct,
+            end: ce,
+            data: (),
+        });
+        spans.push(Span {
+            start: st,
+            end: done,
+            data: (),
+        });
     }
-    let members: Vec<Member> = per.into_values().collect();
+    let mut members = Vec::with_capacity(per.len());
+    for (mut m, spans) in per.into_values() {
+        let cpu = cpu_waits(ctx, &m, &spans, from, until)?;
+        for (k, s) in m.steps.iter_mut().enumerate() {
+            let c = cpu[2 * k] + cpu[2 * k + 1];
+            s.0 = (s.0 - c).max(0);
+            m.cpu.push(c);
+        }
+        members.push(m);
+    }
     let steps = members.iter().map(|m| m.steps.len()).min().unwrap_or(0);
     if members.is_empty() || steps < ONSET_STEPS * 2 {
         return Ok(None);
@@ -264,6 +370,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
     } else {
         node.clone()
     };
+    let one_node = members.iter().all(|x| x.node == m.node);
     let since_s = (l.since - from) as f64 / 1e9;
     let share = l.late_steps as f64 / l.steps_after as f64 * 100.0;
     let (off, preempted, by): (i64, i64, i64) = ctx
@@ -275,11 +382,14 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
         )
         .map_err(duck(ctx.r, "reading the straggler's off-CPU time"))?;
     let per_step_off = off / l.steps_after.max(1) as i64;
+    let cpu_wait = median(m.cpu[l.k0..steps].to_vec());
     let cause = if per_step_off * 2 >= l.typical {
         format!(
-            "its collective-calling thread (tid {tid}) is off the CPU {} per step since then ({} of it preempted; most often by pid {by})",
+            "its collective-calling thread (tid {tid}) is off the CPU {} per step since then ({} of it preempted, a median {} a step waiting for a CPU in its collectives; the task that ran instead most often: {} (tid {by}))",
             d(per_step_off),
-            d(preempted / l.steps_after.max(1) as i64)
+            d(preempted / l.steps_after.max(1) as i64),
+            d(cpu_wait),
+            ctx.name(&node, by as u32)
         )
     } else {
         format!(
@@ -297,10 +407,15 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
                 l.steps_after
             ),
             format!(
-                "Cross-node straggler: {label} arrives late at the collectives and the whole synchronous job waits for it; locally, {cause}"
+                "{}: {label} arrives late at the collectives and the whole synchronous job waits for it; locally, {cause}",
+                if one_node {
+                    "Straggler rank"
+                } else {
+                    "Cross-node straggler"
+                }
             ),
             format!(
-                "From step {k0} (+{since_s:.1}s) on, {label}'s wait after its collectives is a low outlier by median absolute deviation among {} ranks in {} of {} steps: it arrives a median {} after the median rank, so its {peers} peers idle that long at every collective ({} in all). Launch rates stay alike because every rank steps at the straggler's pace.",
+                "From step {k0} (+{since_s:.1}s) on, {label}'s wait for its peers (in its collectives and the syncs after them, less its waits for a CPU there) is a low outlier among {} ranks in {} of {} steps: it arrives a median {} after the median rank, so its {peers} peers idle that long at every collective ({} in all). Launch rates stay alike because every rank steps at the straggler's pace.",
                 members.len(),
                 l.late_steps,
                 l.steps_after,
@@ -370,9 +485,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
                 format!("Inspect {label} from +{since_s:.0}s: causeway explain --db TRACE --node {node} --pid {} --from +{since_s:.0}s (CPU contention, throttling, thermals).", m.pid),
                 format!("Drain {label} (or move its rank to a spare) until it keeps pace; the job loses {} per step meanwhile.", d(typical)),
             ],
+            // Per rank since the onset: time in the collectives, the part of it spent waiting
+            // for a CPU, and the rest (waiting for the peers): the straggler's is the lowest.
             evidence_sql: format!(
-                "SELECT node, pid, count(*) AS waits, median(duration) AS median_wait_ns, min(duration) AS min_wait_ns FROM events WHERE op IN ({SYNCS_SQL}) AND timestamp >= {} GROUP BY node, pid ORDER BY median_wait_ns",
-                l.since
+                "WITH c AS (SELECT node, pid, tid, rank, timestamp AS t, duration AS d FROM events WHERE op IN ({COLLECTIVES_SQL}) AND timestamp >= {since}), w AS (SELECT c.*, coalesce((SELECT sum(least(x.timestamp + x.duration, c.t + c.d) - greatest(x.timestamp, c.t)) FROM events x WHERE x.node = c.node AND x.tid = c.tid AND (x.op = 'sched_wakeup' OR (x.op = 'sched_switch' AND x.arg1 = 0)) AND x.timestamp < c.t + c.d AND x.timestamp + x.duration > c.t), 0) AS cpu_wait FROM c) SELECT node, pid, any_value(rank) AS rank, count(*) AS collectives, median(d) AS median_in_call_ns, median(cpu_wait) AS median_cpu_wait_ns, median(d - cpu_wait) AS median_wait_for_peers_ns FROM w GROUP BY node, pid ORDER BY median_wait_for_peers_ns",
+                since = l.since
             ),
         }
         .into_chain(),
@@ -381,7 +498,18 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use super::onset;
+    use super::{below_all, onset};
+
+    #[test]
+    fn one_rank_below_every_peer_is_late() {
+        // Three ranks sharing a CPU wait 2.4-3.9 ms, spread too widely for the MAD; the one
+        // they all wait for waits 0.15 ms.
+        let waits = [2_400_000, 2_800_000, 3_900_000, 150_000];
+        assert_eq!(below_all(&waits, 2_600_000), Some(3));
+        // Ranks in turn on one CPU: the lowest is barely below the next.
+        let even = [94_000, 173_000, 62_000, 1_530_000];
+        assert_eq!(below_all(&even, 133_000), None);
+    }
 
     #[test]
     fn onset_needs_persistence() {

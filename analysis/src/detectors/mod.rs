@@ -10,6 +10,7 @@ pub mod cold_start;
 pub mod cpu_contention;
 pub mod dataloader_starvation;
 pub mod feeding_stall;
+pub mod gpu_bound;
 pub mod gpu_contention;
 pub mod host_memory_pressure;
 pub mod io_stall;
@@ -51,7 +52,7 @@ pub struct Input<'a> {
 pub type DetectFn = fn(&Input<'_>) -> Result<Vec<Chain>, StoreError>;
 
 /// Every detector, by stable name.
-pub const ALL: [(&str, DetectFn); 14] = [
+pub const ALL: [(&str, DetectFn); 15] = [
     ("cpu_contention", cpu_contention::detect),
     ("dataloader_starvation", dataloader_starvation::detect),
     ("sync_storm", sync_storm::detect),
@@ -66,6 +67,7 @@ pub const ALL: [(&str, DetectFn); 14] = [
     ("feeding_stall", feeding_stall::detect),
     ("slow_copies", slow_copies::detect),
     ("allocator_churn", allocator_churn::detect),
+    ("gpu_bound", gpu_bound::detect),
 ];
 
 /// The common severity rule.

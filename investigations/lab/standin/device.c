@@ -29,6 +29,7 @@ static struct {
 	double link_bytes_per_ns, d2d_bytes_per_ns;
 	uint64_t capacity;
 	int devices, eager;
+	int visible[LAB_MAX_DEVICES]; /* ordinal -> the machine's device (CUDA_VISIBLE_DEVICES) */
 	char machine[64];
 } P;
 
@@ -56,6 +57,24 @@ static void load_params(void)
 	P.devices = (int)env_u64("LAB_DEVICES", 8);
 	if (P.devices < 1 || P.devices > LAB_MAX_DEVICES)
 		P.devices = LAB_MAX_DEVICES;
+	for (int i = 0; i < LAB_MAX_DEVICES; i++)
+		P.visible[i] = i;
+	/* As CUDA does: the process sees the listed devices, renumbered from 0 (indices only). */
+	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+	if (vis && *vis) {
+		int n = 0;
+		for (const char *c = vis; *c && n < P.devices;) {
+			char *end;
+			long v = strtol(c, &end, 10);
+			if (end == c || v < 0 || v >= P.devices)
+				break; /* CUDA stops at the first invalid entry */
+			P.visible[n++] = (int)v;
+			c = *end == ',' ? end + 1 : end;
+			if (*end != ',')
+				break;
+		}
+		P.devices = n > 0 ? n : 1;
+	}
 	const char *ml = getenv("CUDA_MODULE_LOADING");
 	P.eager = ml && strcmp(ml, "EAGER") == 0;
 	const char *m = getenv("LAB_MACHINE");
@@ -260,7 +279,7 @@ static void load_kernel(struct device *d, int k)
 static struct lab_shm *open_shm(int dev)
 {
 	char path[128];
-	snprintf(path, sizeof path, "/dev/shm/lab-%s-gpu%d", P.machine, dev);
+	snprintf(path, sizeof path, "/dev/shm/lab-%s-gpu%d", P.machine, P.visible[dev]);
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
 	if (fd < 0)
 		return NULL;

@@ -21,6 +21,8 @@
 //   works, so the host sees exactly a GPU's asynchrony and no extra threads or wake-ups.
 //   LAB_MACHINE names the machine (cases running side by side use different names, two
 //   processes of one case share the device by using the same name and device index).
+//   CUDA_VISIBLE_DEVICES (device indices) selects and renumbers the devices a process sees,
+//   as in CUDA: with CUDA_VISIBLE_DEVICES=1, ordinal 0 is the machine's device 1.
 //
 //   Kernels. A launch's device duration is its block count (grid x*y*z) times
 //   LAB_NS_PER_BLOCK = 1000 ns: the caller chooses the duration through the grid. The launch

@@ -20,16 +20,23 @@ import time
 
 
 def spec(s):
+    """'CPUS;[NAME=VALUE ...] COMMAND': leading NAME=VALUE words go into the command's
+    environment, as a shell would put them (no `env` process in between)."""
     cpus, _, cmd = s.partition(";")
     cpus = None if cpus.strip() in ("", "-") else {int(c) for c in cpus.split(",")}
-    return cpus, shlex.split(cmd)
+    words = shlex.split(cmd)
+    env = {}
+    while words and "=" in words[0] and "/" not in words[0].partition("=")[0]:
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    return cpus, words, env
 
 
-def start(cpus, cmd, **kw):
+def start(cpus, cmd, env, **kw):
     def pin():
         if cpus is not None:
             os.sched_setaffinity(0, cpus)
-    return subprocess.Popen(cmd, preexec_fn=pin, **kw)
+    return subprocess.Popen(cmd, preexec_fn=pin, env={**os.environ, **env}, **kw)
 
 
 def main():
@@ -44,10 +51,10 @@ def main():
             f.write(str(os.getpid()))
     zero = open("/dev/zero", "rb")
     null = open(os.devnull, "wb")
-    bg = [start(c, cmd, stdin=zero, stdout=null) for c, cmd in a.bg]
+    bg = [start(c, cmd, env, stdin=zero, stdout=null) for c, cmd, env in a.bg]
     if bg:
         time.sleep(a.settle)
-    mains = [start(c, cmd) for c, cmd in a.main]
+    mains = [start(c, cmd, env) for c, cmd, env in a.main]
     rc = 0
     for m in mains:
         r = m.wait()

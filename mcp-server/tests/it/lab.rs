@@ -80,8 +80,9 @@ struct Outcome {
     variant: String,
     expected: Option<String>,
     known_miss: Option<String>,
-    /// A healthy twin's chains all blame CPU contention by tasks the case did not start (the
-    /// machine running the lab is busy): the engine is right about the machine.
+    /// A healthy twin's chains all blame CPU contention (or a rank made late) by tasks the case
+    /// did not start (the machine running the lab is busy): the engine is right about the
+    /// machine.
     busy_machine: bool,
     top: Option<(String, String, f64)>,
     matched: bool,
@@ -257,6 +258,17 @@ fn contention_from_outside(chains: &[Value], db: &str) -> bool {
         .filter(|c| matches!(c["severity"].as_str(), Some("MEDIUM" | "HIGH")))
         .all(|c| {
             let cause = c["root_cause"].as_str().unwrap_or_default();
+            // A rank late because a task outside the case took its CPU: "... the task that ran
+            // instead most often: NAME (tid N))".
+            if c["detector"] == "straggler" {
+                return cause
+                    .split("the task that ran instead most often: ")
+                    .nth(1)
+                    .and_then(|x| x.rsplit(" (tid ").next())
+                    .and_then(|x| x.split(')').next())
+                    .and_then(|x| x.parse::<i64>().ok())
+                    .is_some_and(|tid| !traced.contains(&tid));
+            }
             if c["detector"] != "cpu_contention" {
                 return false;
             }

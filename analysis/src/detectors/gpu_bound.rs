@@ -1,0 +1,194 @@
+//! `gpu_bound`: the thread that feeds the GPU spends most of its busy time waiting for the GPU,
+//! and a few of those waits are far longer than its usual one: oversized work (a long prefill,
+//! a huge batch, one slow kernel) holds the thread, and everything queued behind it, for that
+//! long. The host is not the bottleneck; the device work is.
+//!
+//! Trigger (from the thread's time budget and its calls): waits for the GPU (synchronisations,
+//! and device-to-host copies, which wait for the stream first; where sampled probes did not
+//! store the call, a sleep that began right after a launch) take at least half of the thread's
+//! busy time (its span less the time it slept outside GPU calls), and at least one of them
+//! lasts at least 100 ms (a stall, [`crate::budget::STALL_MIN_NS`]) and 10x the thread's median
+//! wait in that call (for a sleep, the largest median of its wait calls: the engine's "slow"
+//! rule).
+//! Time lost: what those long waits took beyond the median wait: the time the thread, and the
+//! work queued behind it, was held. Severity: the common rule.
+//! What precedes them: the launches the thread queued since its previous wait, the largest grid
+//! first (with the kernel's name where the trace names it).
+//! Recommendation: split the oversized work (chunked prefill, smaller batches), or give it its
+//! own stream or instance so it does not hold the rest.
+
+use std::sync::LazyLock;
+
+use causeway_store::StoreError;
+use causeway_store::catalog::{self, SYNCS_SQL};
+
+use super::{Finding, Input, d, lit, severity, step, thread_budgets};
+use crate::budget::{CallClass, STALL_MIN_NS};
+use crate::chains::Chain;
+use crate::facts::duck;
+use crate::opsets::LAUNCH_NAMES;
+
+/// A long wait is at least this many times the thread's median wait in the same call.
+const SLOW_FACTOR: i64 = 10;
+
+/// Copy calls, as an SQL list (a device-to-host copy waits for its stream first).
+pub(crate) static COPIES_SQL: LazyLock<String> = LazyLock::new(|| {
+    catalog::OPS
+        .iter()
+        .filter(|o| CallClass::of(o.id, 2) == CallClass::CopyD2h)
+        .map(|o| lit(o.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+});
+
+/// The long waits of one thread in the window, longest first, each with the thread's median
+/// wait in that call (for a sleep, the largest of its calls' medians) and the launches it
+/// queued since its previous wait (the detector reads its finding from these rows). A wait is a stored
+/// synchronisation or device-to-host copy, or a sleep that began right after a launch (the
+/// thread's last stored call) outside any stored call: where sampled probes did not store the
+/// wait call, the sleep is what remains of it. Parameters: $1 node, $2 tid, $3 and $4 the window. A stored call
+/// with other calls of its thread inside it is not one call (a sampled probe paired its entry
+/// with a later exit) and is left out.
+static WAITS_SQL: LazyLock<String> = LazyLock::new(|| {
+    let launches = LAUNCH_NAMES.map(lit).join(", ");
+    let copies = COPIES_SQL.as_str();
+    let gpu = "('CUDA', 'DRIVER', 'GRAPH', 'NCCL')";
+    format!(
+        "WITH calls AS (SELECT timestamp, op, duration, median(duration) OVER (PARTITION BY op) AS median_ns FROM events WHERE node = $1 AND tid = $2 AND timestamp BETWEEN $3 AND $4 AND (op IN ({SYNCS_SQL}) OR (op IN ({copies}) AND arg1 = 2))), \
+base AS (SELECT coalesce(max(median_ns), 0) AS m FROM calls), \
+acts AS (SELECT timestamp, op, duration FROM events WHERE node = $1 AND tid = $2 AND timestamp BETWEEN $3 AND $4 AND op NOT IN ('sched_switch', 'sched_wakeup')), \
+sl AS (SELECT s.timestamp, s.duration, (SELECT arg_max(a.op, a.timestamp) FROM acts a WHERE a.timestamp <= s.timestamp) AS last_op, (SELECT arg_max(a.timestamp + a.duration, a.timestamp) FROM acts a WHERE a.timestamp <= s.timestamp) AS last_end FROM events s WHERE s.node = $1 AND s.tid = $2 AND s.op = 'sched_switch' AND s.arg1 = 1 AND s.timestamp BETWEEN $3 AND $4 AND s.duration >= {STALL_MIN_NS}), \
+sleeps AS (SELECT timestamp, 'asleep after ' || last_op AS op, duration, (SELECT m FROM base) AS median_ns FROM sl WHERE last_op IN ({launches}) AND last_end <= timestamp), \
+w AS (SELECT * FROM calls WHERE NOT EXISTS (SELECT 1 FROM events o WHERE o.node = $1 AND o.tid = $2 AND o.source IN {gpu} AND o.timestamp > calls.timestamp AND o.timestamp < calls.timestamp + calls.duration) UNION ALL SELECT * FROM sleeps), \
+long AS (SELECT w.*, coalesce((SELECT max(c.timestamp + c.duration) FROM calls c WHERE c.timestamp + c.duration <= w.timestamp), $3) AS prev_end FROM w WHERE w.duration >= {STALL_MIN_NS} AND w.duration >= {SLOW_FACTOR} * w.median_ns) \
+SELECT timestamp, op, duration, median_ns::BIGINT AS median_ns, (duration - median_ns)::BIGINT AS held_ns, \
+(SELECT count(*) FROM events l WHERE l.node = $1 AND l.tid = $2 AND l.op IN ({launches}) AND l.timestamp BETWEEN long.prev_end AND long.timestamp) AS launches_before, \
+(SELECT max(l.arg1) FROM events l WHERE l.node = $1 AND l.tid = $2 AND l.op IN ({launches}) AND l.timestamp BETWEEN long.prev_end AND long.timestamp) AS largest_grid, \
+(SELECT arg_max(k.kernel, k.arg1) FROM kernel_launches k WHERE k.node = $1 AND k.tid = $2 AND k.timestamp BETWEEN long.prev_end AND long.timestamp) AS largest_kernel \
+FROM long WHERE median_ns > 0 ORDER BY duration DESC LIMIT 20"
+    )
+});
+
+/// The evidence, short enough to show whole: the thread's long waits (stored wait calls and
+/// sleeps of at least 100 ms) with the median of each wait call, and the largest launch.
+fn evidence(node: &str, tid: u32, from: i64, until: i64, grid: Option<i64>) -> String {
+    let copies = COPIES_SQL.as_str();
+    let launches = LAUNCH_NAMES.map(lit).join(", ");
+    let node = lit(node);
+    let scope = format!("node = {node} AND tid = {tid} AND timestamp BETWEEN {from} AND {until}");
+    format!(
+        "WITH c AS (SELECT op, median(duration) AS median_ns FROM events WHERE {scope} AND (op IN ({SYNCS_SQL}) OR (op IN ({copies}) AND arg1 = 2)) GROUP BY op) \
+SELECT e.timestamp, e.op, e.duration, e.arg1, c.median_ns FROM events e LEFT JOIN c ON c.op = e.op WHERE e.{scope} \
+AND ((e.duration >= {STALL_MIN_NS} AND (c.op IS NOT NULL OR (e.op = 'sched_switch' AND e.arg1 = 1))) OR (e.op IN ({launches}) AND e.arg1 = {})) ORDER BY e.timestamp LIMIT 50",
+        grid.unwrap_or(-1)
+    )
+}
+
+/// One long wait (a row of [`WAITS_SQL`]).
+type Wait = (i64, String, i64, i64, i64, i64, Option<i64>, Option<String>);
+
+/// Runs the detector.
+pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
+    let ctx = inp.ctx;
+    let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
+    let mut out = Vec::new();
+    for b in thread_budgets(inp) {
+        let tid = b.tid.unwrap_or_default();
+        let waiting: i64 = [CallClass::Sync, CallClass::CopyD2h]
+            .iter()
+            .filter_map(|c| b.class(*c))
+            .map(|i| i.total_ns)
+            .sum();
+        if waiting == 0 {
+            continue;
+        }
+        let waits: Vec<Wait> = ctx
+            .r
+            .prepare_trusted(WAITS_SQL.as_str())?
+            .query_map(
+                causeway_store::duckdb::params![b.node, tid, from, until],
+                causeway_store::row,
+            )
+            .and_then(|rows| rows.collect())
+            .map_err(duck(ctx.r, "reading the longest waits for the GPU"))?;
+        // The longest wait whose preceding launches were stored (sampled launch probes can
+        // miss them), else the longest.
+        // Sleeps after a launch are waits the budget could not place in a call (it counts them
+        // as asleep outside calls).
+        let asleep: i64 = waits
+            .iter()
+            .filter(|w| w.1.starts_with("asleep"))
+            .map(|w| w.2)
+            .sum();
+        let waiting = waiting + asleep;
+        let o = &b.outside;
+        let busy = b.span_ns - o.blocked_other_ns - o.blocked_net_ns - o.blocked_io_ns + asleep;
+        if waiting * 2 < busy {
+            continue;
+        }
+        let Some(longest) = waits.iter().find(|w| w.5 > 0).or(waits.first()) else {
+            continue;
+        };
+        let held: i64 = waits.iter().map(|w| w.4).sum();
+        let (at, op, dur, median, _, launches, grid, kernel) = longest;
+        let queued = match (grid, kernel) {
+            (Some(g), Some(k)) => {
+                format!("{launches} launches queued before it, the largest {k} ({g} blocks)")
+            }
+            (Some(g), None) => {
+                format!("{launches} launches queued before it, the largest {g} blocks")
+            }
+            _ if *launches > 0 => format!("{launches} launches queued before it"),
+            _ => "no launch stored since its previous wait".to_string(),
+        };
+        let listed = waits
+            .iter()
+            .map(|w| format!("{} {} at +{}", w.1, d(w.2), d(w.0 - from)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        out.push(
+            Finding {
+                detector: "gpu_bound",
+                node: b.node.clone(),
+                time_lost_ns: held,
+                severity: severity(held, ctx.node_span_ns(&b.node)),
+                summary: format!(
+                    "{} (tid {tid}) waited for the GPU far longer than usual {}: {} in all beyond its median wait; {op} {} at +{} (median {}), after {queued}",
+                    b.comm,
+                    match waits.len() {
+                        1 => "once".to_string(),
+                        n => format!("{n} times"),
+                    },
+                    d(held),
+                    d(*dur),
+                    d(at - from),
+                    d(*median)
+                ),
+                root_cause: "GPU-bound: the feeding thread spends most of its busy time waiting for the GPU, and oversized work queued before a few waits holds it (and every request or step queued behind it) far longer than a usual step".into(),
+                explanation: format!(
+                    "{} (pid {}, tid {tid}) spent {} of its {} busy time (its span less {} asleep outside GPU calls, other than right after a launch) waiting for the GPU: in synchronisations and device-to-host copies, or asleep right after a launch where sampled probes did not store the wait call. {} of those waits lasted at least {} and {SLOW_FACTOR}x its median wait in that call: {listed}. Beyond the median they held the thread {} in all: the GPU was busy with the work queued before them ({queued}), and nothing else this thread serves could proceed meanwhile. The host is not the bottleneck here; the device work is.",
+                    b.comm,
+                    b.pid,
+                    d(waiting),
+                    d(busy),
+                    d(b.span_ns - busy),
+                    waits.len(),
+                    d(STALL_MIN_NS),
+                    d(held)
+                ),
+                timeline: vec![
+                    step("CUDA", "cudaLaunchKernel", queued.clone(), 0),
+                    step("CUDA", op, format!("waited {} (median {})", d(*dur), d(*median)), *dur),
+                    step("HOST", "blocked", format!("{} long waits for the GPU, {} beyond the median", waits.len(), d(held)), held),
+                ],
+                recommendations: vec![
+                    "Split the oversized work so that no single step holds the GPU for long: chunked prefill (vLLM --enable-chunked-prefill, a max-num-batched-tokens limit), smaller or bucketed batches.".into(),
+                    "Keep latency-sensitive work from queueing behind it: a separate stream, instance or GPU for the large requests, or admission control on their size.".into(),
+                ],
+                evidence_sql: evidence(&b.node, tid, from, until, *grid),
+            }
+            .into_chain(),
+        );
+    }
+    Ok(out)
+}

@@ -12,7 +12,7 @@ use causeway_store::{Reader, StoreError};
 use crate::budget::pass::{CallPass, NodeCalls};
 use crate::scan::{self, NodeRef};
 use crate::switches::Switches;
-use crate::timeline::{SlowRule, Timeline};
+use crate::timeline::{self, SlowRule, Timeline};
 use serde::Serialize;
 
 use crate::chains::ChainQuery;
@@ -212,6 +212,7 @@ impl<'a> Ctx<'a> {
         let mut spans = BTreeMap::new();
         let mut timelines = HashMap::new();
         let mut budget_calls = HashMap::new();
+        let rows_in_store = timeline::event_rows(r)?;
         let all_nodes = scan::nodes(r, window)?;
         let only_node = all_nodes.len() == 1;
         for n in all_nodes
@@ -266,7 +267,7 @@ impl<'a> Ctx<'a> {
                     warm_end: derived.warm_ends.clone(),
                 };
                 let mut pass = CallPass::new(r, &nref, window, &feeders, &switches)?;
-                let t = Timeline::load(r, &nref, window, &rule, &mut pass)?;
+                let t = Timeline::load(r, &nref, window, rows_in_store, &rule, &mut pass)?;
                 timelines.insert(n.clone(), t);
                 let sampled = crate::probe_overhead::sampled_spans(r, window.until_ns, &n)?;
                 budget_calls.insert(n.clone(), pass.finish(&sampled));

@@ -141,8 +141,7 @@ pub fn quantiles(
 
 /// Runs a trusted query whose `N` columns are all non-null BIGINT and hands them to `f` one
 /// batch at a time, column by column (through Arrow: far cheaper than row by row for the large
-/// candidate sets), streamed: DuckDB produces the batches as they are taken, in the order a
-/// single-threaded run would give them, and the whole result is never held.
+/// candidate sets, and no copy of the whole result).
 pub fn for_each_batch<const N: usize>(
     r: &Reader,
     sql: &'static str,
@@ -151,7 +150,7 @@ pub fn for_each_batch<const N: usize>(
     mut f: impl FnMut([&[i64]; N]),
 ) -> Result<(), StoreError> {
     let mut st = r.prepare_trusted(sql)?;
-    for batch in st.stream_arrow(params).map_err(duck(r, action))? {
+    for batch in st.query_arrow(params).map_err(duck(r, action))? {
         let mut cols: [&[i64]; N] = [&[]; N];
         for (i, col) in cols.iter_mut().enumerate() {
             let a = batch

@@ -1,5 +1,4 @@
-//! One pass over the GPU calls of a node, in stored order and streamed (one query, its rows
-//! handed over a batch at a time, so memory stays bounded on any size of trace): the
+//! One pass over the GPU calls of a node, in stored order and in bounded chunks of rows: the
 //! slow calls (for per-call attribution), kernel launches per second (for launch rates), the
 //! gaps of at least 1 ms between consecutive calls of a thread (for the gap waits) and the time
 //! budget's calls ([`crate::budget::pass`], which also reads the calls of the margin before the
@@ -31,6 +30,8 @@ use crate::window::Window;
 
 /// A gap is a wait when it lasts at least this long (also the fallback's bucket width).
 pub const MIN_GAP_NS: i64 = 1_000_000;
+/// Rows per chunk of the pass (bounds the memory of one query's result).
+pub const CHUNK_ROWS: i64 = 1 << 20;
 
 // Op kinds in the pass's lookup table.
 const GPU: u8 = 1;
@@ -113,7 +114,8 @@ static CHUNK_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT pid::BIGINT, tid::BIGINT, op_id::BIGINT, timestamp, duration, arg0, arg1
          FROM event_rows
-         WHERE (?::BOOLEAN OR node_id = (SELECT node_id FROM nodes WHERE node = ?))
+         WHERE rowid BETWEEN ? AND ?
+           AND (?::BOOLEAN OR node_id = (SELECT node_id FROM nodes WHERE node = ?))
            AND timestamp BETWEEN ? - {MARGIN_NS} AND ? AND {}",
         opsets::GPU_PREFILTER.as_str()
     )
@@ -133,12 +135,23 @@ static GAPS_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// The physical table behind `event_data` (ids, no names), read by row id in chunks.
+const ROWS_SQL: &str = "SELECT count(*) FROM event_rows";
+
+/// Rows in the event table (row ids run from 0; the pass reads past the last one anyway).
+pub fn event_rows(r: &Reader) -> Result<i64, StoreError> {
+    r.prepare_trusted(ROWS_SQL)?
+        .query_row([], |row| row.get(0))
+        .map_err(crate::facts::duck(r, "counting events"))
+}
+
 impl Timeline {
     /// Runs the pass over the GPU calls of `node` in window `w`, feeding `calls` too.
     pub fn load(
         r: &Reader,
         node: &NodeRef<'_>,
         w: Window,
+        rows: i64,
         rule: &SlowRule,
         calls: &mut CallPass<'_>,
     ) -> Result<Timeline, StoreError> {
@@ -159,9 +172,16 @@ impl Timeline {
         let mut index: HashMap<u32, usize> = HashMap::new();
         let mut in_order = true;
         let mut p50 = ((u32::MAX, u16::MAX), 0i64);
-        let mut at = usize::MAX;
-        let params = duckdb::params![node.only, node.name, w.from_ns, w.until_ns];
-        {
+        let mut lo = 0;
+        while lo < rows.max(1) {
+            // The last chunk is open-ended: row ids past the count are read too.
+            let hi = if lo + CHUNK_ROWS >= rows {
+                i64::MAX
+            } else {
+                lo + CHUNK_ROWS - 1
+            };
+            let mut at = usize::MAX;
+            let params = duckdb::params![lo, hi, node.only, node.name, w.from_ns, w.until_ns];
             for_each_batch::<7>(r, CHUNK_SQL.as_str(), params, "reading GPU calls", |cols| {
                 let [pid, tid, op, ts, dur, arg0, arg1] = cols;
                 for i in 0..pid.len() {
@@ -227,6 +247,7 @@ impl Timeline {
                     }
                 }
             })?;
+            lo = hi.saturating_add(1);
         }
         for (c, state) in cursors.iter_mut().zip(states) {
             let mut state = state.filter(|_| in_order);
@@ -389,7 +410,7 @@ mod tests {
         };
         let switches = crate::switches::Switches::default();
         let mut calls = CallPass::new(r, &nref, w, &[], &switches).unwrap();
-        Timeline::load(r, &nref, w, &rule, &mut calls).unwrap()
+        Timeline::load(r, &nref, w, event_rows(r).unwrap(), &rule, &mut calls).unwrap()
     }
 
     #[test]

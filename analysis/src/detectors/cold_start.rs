@@ -27,17 +27,19 @@ use crate::facts::duck;
 pub const MIN_FIRST_USE_NS: i64 = 50_000_000;
 
 /// Per process: first launches of each kernel against later launches.
-// One hash aggregation (no sort): each kernel's first launch, then per launch op of a process.
+// One hash aggregation (no sort): each kernel's first launch, then per launch op of a process;
+// on the event rows by node id (names joined onto the few groups, not onto every launch).
 const FIRST_USE_SQL: &str = "
 WITH k AS (
-  SELECT node, pid, op_id, arg_min(duration, timestamp) AS first_d, count(*) AS n
-  FROM event_data
+  SELECT node_id, pid, op_id, arg_min(duration, timestamp) AS first_d, count(*) AS n
+  FROM event_rows
   WHERE op_id IN (3, 50) AND arg0 <> 0 AND timestamp BETWEEN ? AND ?
-    AND (?::BIGINT < 0 OR pid = ?::BIGINT) AND (?::VARCHAR = '' OR node = ?::VARCHAR)
-  GROUP BY node, pid, op_id, arg0)
-SELECT node, pid::BIGINT, op_id::BIGINT, count(*)::BIGINT, median(first_d)::BIGINT,
-       sum(first_d)::DOUBLE, (sum(n) - count(*))::BIGINT
-FROM k GROUP BY node, pid, op_id ORDER BY node, pid, op_id";
+    AND (?::BIGINT < 0 OR pid = ?::BIGINT)
+    AND (?::VARCHAR = '' OR node_id IN (SELECT node_id FROM nodes WHERE node = ?::VARCHAR))
+  GROUP BY node_id, pid, op_id, arg0)
+SELECT n.node, pid::BIGINT, op_id::BIGINT, count(*)::BIGINT, median(first_d)::BIGINT,
+       sum(first_d)::DOUBLE, (sum(k.n) - count(*))::BIGINT
+FROM k JOIN nodes n USING (node_id) GROUP BY n.node, pid, op_id ORDER BY n.node, pid, op_id";
 
 /// Minimum excess time of warm-up calls: tens of milliseconds of first allocations and library
 /// handles are every CUDA program's start (30-40 ms for PyTorch on an H200), not a finding.

@@ -102,15 +102,24 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         if waiting == 0 {
             continue;
         }
-        let waits: Vec<Wait> = ctx
-            .r
-            .prepare_trusted(WAITS_SQL.as_str())?
-            .query_map(
-                causeway_store::duckdb::params![b.node, tid, from, until],
-                causeway_store::row,
-            )
-            .and_then(|rows| rows.collect())
-            .map_err(duck(ctx.r, "reading the longest waits for the GPU"))?;
+        let waits: Result<Vec<Wait>, StoreError> =
+            ctx.r.prepare_trusted(WAITS_SQL.as_str()).and_then(|mut q| {
+                q.query_map(
+                    causeway_store::duckdb::params![b.node, tid, from, until],
+                    causeway_store::row,
+                )
+                .and_then(|rows| rows.collect())
+                .map_err(duck(ctx.r, "reading the longest waits for the GPU"))
+            });
+        // A reader under a memory or time limit (a live server's) can refuse this query: the
+        // thread is left out of this detector rather than failing the whole analysis.
+        let waits = match waits {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(tid, error = %e, "gpu_bound: the thread's waits could not be read; not judged");
+                continue;
+            }
+        };
         // The longest wait whose preceding launches were stored (sampled launch probes can
         // miss them), else the longest.
         // Sleeps after a launch are waits the budget could not place in a call (it counts them

@@ -443,7 +443,12 @@ fn the_agent_pushes_otlp_from_all_its_segments() {
     let got = log.take();
     let metrics: Vec<_> = got.iter().filter(|g| g.path == "/v1/metrics").collect();
     assert!(metrics.len() >= 3, "{} metric pushes", metrics.len());
-    assert_eq!(got.last().unwrap().path, "/v1/logs", "the findings go last");
+    assert_eq!(
+        got.last().unwrap().path,
+        "/v1/logs",
+        "the findings go last; the agent said: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         got.iter()
             .all(|g| g.auth == format!("Bearer {}", crate::otlp::TOKEN))

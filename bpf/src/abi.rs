@@ -70,6 +70,9 @@ pub enum OpMode {
     Aggregate,
     /// Entry probe only (the return probe is detached): calls and bytes counted, no durations.
     EntryOnly,
+    /// Probes attached but ignored: a sampled op's links coming or going, so that its calls
+    /// are counted exactly over the slice the collector times as attached.
+    Off,
 }
 
 impl OpMode {
@@ -79,6 +82,7 @@ impl OpMode {
             OpMode::Full => 0,
             OpMode::Aggregate => 1,
             OpMode::EntryOnly => 2,
+            OpMode::Off => 3,
         }
     }
 }
@@ -816,9 +820,16 @@ mod tests {
 
     #[test]
     fn op_modes_are_the_kernels_values() {
-        // CW_MODE_FULL, CW_MODE_AGGREGATE, CW_MODE_ENTRY_ONLY in bpf/src/bpf/events.h.
-        let values = [OpMode::Full, OpMode::Aggregate, OpMode::EntryOnly].map(OpMode::value);
-        assert_eq!(values, [0, 1, 2]);
+        // CW_MODE_FULL, CW_MODE_AGGREGATE, CW_MODE_ENTRY_ONLY, CW_MODE_OFF in
+        // bpf/src/bpf/events.h.
+        let values = [
+            OpMode::Full,
+            OpMode::Aggregate,
+            OpMode::EntryOnly,
+            OpMode::Off,
+        ]
+        .map(OpMode::value);
+        assert_eq!(values, [0, 1, 2, 3]);
     }
 
     #[test]

@@ -11,6 +11,10 @@ pub trait SampledTime {
     fn detached_and_switching_ns(&self, op: u16, now_ns: i64) -> (i64, i64);
     /// How much faster `pid` runs while `op`'s probes are detached, once measured (insitu.rs).
     fn speedup(&self, op: u16, pid: u32) -> Option<f64>;
+    /// Every op sampled now or before, counted or not yet.
+    fn sampled_ops(&self) -> Vec<u16> {
+        Vec::new()
+    }
 }
 
 /// How long an op's probes were attached in one window, and the detached time spent switching.
@@ -30,17 +34,27 @@ pub struct Seen {
 /// count itself) when the probes stayed attached; an op detached all window long has no
 /// estimate and keeps its count (0).
 pub fn made(counted: u64, seen: Seen, window_ns: i64, speedup: f64) -> f64 {
-    let Seen {
-        observed_ns,
-        switching_ns,
-    } = seen;
-    if observed_ns >= window_ns || observed_ns <= 0 {
+    if seen.observed_ns >= window_ns || seen.observed_ns <= 0 {
         counted as f64
     } else {
-        let switching = switching_ns.clamp(0, window_ns - observed_ns);
-        let detached = (window_ns - observed_ns - switching) as f64 * speedup + switching as f64;
-        counted as f64 * (observed_ns as f64 + detached) / observed_ns as f64
+        counted as f64 * at_attached_rate_ns(seen, window_ns, speedup) / seen.observed_ns as f64
     }
+}
+
+/// Calls made in a window where the probes stayed detached (a slice longer than what is left
+/// of the trace, or than a window cut short by a mode switch): at `rate`, the calls per
+/// attached ns last counted, over the window as [`made`] weighs it.
+pub fn carried(rate: f64, seen: Seen, window_ns: i64, speedup: f64) -> f64 {
+    rate * at_attached_rate_ns(seen, window_ns, speedup)
+}
+
+/// The window's length in time at the attached rate: the attached time, the switching (when
+/// the probes still slow the thread) and the rest of the detached time `speedup` times.
+fn at_attached_rate_ns(seen: Seen, window_ns: i64, speedup: f64) -> f64 {
+    let observed = seen.observed_ns.clamp(0, window_ns);
+    let switching = seen.switching_ns.clamp(0, window_ns - observed);
+    let detached = (window_ns - observed - switching) as f64 * speedup + switching as f64;
+    observed as f64 + detached
 }
 
 /// [`made`], rounded: what a counts row stores.
@@ -67,7 +81,13 @@ impl Windowed {
         window_ns: i64,
         sampling: &impl SampledTime,
     ) -> BTreeMap<u16, Seen> {
-        let ops: BTreeSet<u16> = ops.into_iter().chain(self.prev.keys().copied()).collect();
+        // The sampled ops without a call counted yet too (sampled from the start, detached
+        // first): their detached time is cut from the windows before their first calls.
+        let ops: BTreeSet<u16> = ops
+            .into_iter()
+            .chain(self.prev.keys().copied())
+            .chain(sampling.sampled_ops())
+            .collect();
         let mut out = BTreeMap::new();
         for op in ops {
             let (total, switched) = sampling.detached_and_switching_ns(op, end_ns);
@@ -109,6 +129,15 @@ mod tests {
         // Attached all along, or never: the count itself.
         assert_eq!(estimate(123, seen(S, 0), S, 2.0), 123);
         assert_eq!(estimate(0, seen(0, 0), S, 2.0), 0);
+    }
+
+    #[test]
+    fn a_window_detached_throughout_goes_at_the_last_attached_rate() {
+        // 1,000 calls a second attached: a detached second, 0.1 s of it switching, twice as
+        // fast for the rest.
+        let rate = 1_000.0 / S as f64;
+        assert!((carried(rate, seen(0, S / 10), S, 2.0) - 1_900.0).abs() < 1e-6);
+        assert!((carried(rate, seen(0, 0), S / 2, 1.0) - 500.0).abs() < 1e-6);
     }
 
     struct Detached(BTreeMap<u16, (i64, i64)>);

@@ -101,6 +101,9 @@ struct PerPid {
     off: Sums,
     /// Probe hits of the op while attached.
     on_hits: u64,
+    /// The ops left out of progress (the sampled ones, this op among them): segments are only
+    /// comparable while it stays the same, so a change starts the sums again.
+    excluded: BTreeSet<u16>,
 }
 
 #[derive(Debug, Clone)]
@@ -191,9 +194,16 @@ impl Meter {
         let mut excluded = o.sampled.clone();
         excluded.insert(op);
         let pids: BTreeSet<u32> = o.at.0.keys().map(|(p, _)| *p).collect();
+        excluded.extend(sampled);
         for pid in pids {
             let n = o.at.progress(counts, pid, [&excluded, sampled]);
             let s = self.sums.entry((op, pid)).or_default();
+            if s.excluded != excluded {
+                *s = PerPid {
+                    excluded: excluded.clone(),
+                    ..PerPid::default()
+                };
+            }
             if o.attached {
                 s.on.add(ns as f64 / 1e9, n);
                 s.on_hits += counts.hits(pid, op).saturating_sub(o.at.hits(pid, op));
@@ -223,13 +233,19 @@ impl Meter {
     }
 
     /// How much faster `pid` progresses while `op`'s probes are detached than while attached
-    /// (detached / attached rate, within [`SPEEDUP_BOUNDS`]), once measured. A thread bound by
-    /// its own CPU makes its calls (the sampled op's too) faster by as much: the calls made
-    /// while detached are estimated with it (poll.rs). The point estimate, not a bound: its
-    /// noise is as likely up as down, so the estimated counts stay unbiased.
+    /// (detached / attached rate, at most [`SPEEDUP_BOUNDS`]'s upper end), once measured. A
+    /// thread bound by its own CPU makes its calls (the sampled op's too) faster by as much: the
+    /// calls made while detached are estimated with it (poll.rs). Probes never speed a job up,
+    /// so a measured slowdown within [`CONFIDENCE_SDS`] standard errors of none is noise or a
+    /// change of phase (a loop starting inside one segment), and the speedup is 1.
     pub fn speedup(&self, op: u16, pid: u32) -> Option<f64> {
-        self.estimate_in(op, pid, MIN_FOR_COUNTS)
-            .map(|e| (e.detached_rate / e.attached_rate).clamp(SPEEDUP_BOUNDS.0, SPEEDUP_BOUNDS.1))
+        self.estimate_in(op, pid, MIN_FOR_COUNTS).map(|e| {
+            if e.slowdown - CONFIDENCE_SDS * e.slowdown_se > 0.0 {
+                (e.detached_rate / e.attached_rate).clamp(SPEEDUP_BOUNDS.0, SPEEDUP_BOUNDS.1)
+            } else {
+                1.0
+            }
+        })
     }
 
     /// The measurement of `op` in `pid`, once there is `enough` of it (segments, progress calls).
@@ -386,6 +402,68 @@ mod tests {
         // Steps so long that a slice holds hardly any progress.
         assert_eq!(run(2e9, 2_000.0, 60).estimate(LAUNCH), None);
         assert_eq!(Meter::default().estimate(LAUNCH), None);
+    }
+
+    /// Closes one segment of op 3 on pid 1 of `ms` with `progress` calls each of ops 1 and 2,
+    /// with `sampled` sampled.
+    fn segment(m: &mut Meter, attached: bool, ms: i64, progress: u64, sampled: &BTreeSet<u16>) {
+        let c0 = Counts(BTreeMap::from([
+            ((1, 1), (0, 0)),
+            ((1, 2), (0, 0)),
+            ((1, 3), (0, 0)),
+        ]));
+        let n = (progress, progress);
+        let hits = if attached { (10, 10) } else { (0, 0) };
+        let c1 = Counts(BTreeMap::from([((1, 1), n), ((1, 2), n), ((1, 3), hits)]));
+        m.begin(3, attached, 0, &c0, sampled);
+        m.end(3, ms * MS, &c1, sampled);
+    }
+
+    #[test]
+    fn a_slowdown_within_the_noise_is_no_speedup() {
+        let none = BTreeSet::from([3]);
+        // The loop starts inside the first detached segment (no progress there): the detached
+        // rate looks lower, which probes cannot cause.
+        let mut m = Meter::default();
+        segment(&mut m, false, 700, 0, &none);
+        for _ in 0..3 {
+            segment(&mut m, true, 100, 30, &none);
+            segment(&mut m, false, 900, 270, &none);
+        }
+        assert_eq!(m.speedup(3, 1), Some(1.0));
+        // Attached slices 10% slower on average, but as spread as that.
+        let mut m = Meter::default();
+        for n in [30, 20, 31] {
+            segment(&mut m, true, 100, n, &none);
+            segment(&mut m, false, 900, 270, &none);
+        }
+        assert_eq!(m.speedup(3, 1), Some(1.0));
+        // Attached slices 5% slower, steadily: believed.
+        let mut m = Meter::default();
+        for _ in 0..3 {
+            segment(&mut m, true, 105, 30, &none);
+            segment(&mut m, false, 900, 270, &none);
+        }
+        let g = m.speedup(3, 1).unwrap();
+        assert!((g - 1.05).abs() < 0.01, "{g}");
+    }
+
+    #[test]
+    fn progress_measured_over_other_ops_starts_again_when_they_change() {
+        // Op 2 counted as progress in the first segments, sampled (not progress) after: the
+        // rates before and after are not comparable (half as much progress a second), so only
+        // the later segments count.
+        let mut m = Meter::default();
+        for _ in 0..3 {
+            segment(&mut m, true, 100, 30, &BTreeSet::from([3]));
+            segment(&mut m, false, 900, 270, &BTreeSet::from([3]));
+        }
+        assert_eq!(m.sums[&(3, 1)].on.segments, 3);
+        segment(&mut m, true, 100, 30, &BTreeSet::from([2, 3]));
+        let s = &m.sums[&(3, 1)];
+        assert_eq!((s.on.segments, s.off.segments), (1, 0));
+        assert_eq!(s.excluded, BTreeSet::from([2, 3]));
+        assert_eq!(m.speedup(3, 1), None);
     }
 
     #[test]

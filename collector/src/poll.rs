@@ -2,7 +2,7 @@
 //! rows), batches them to the writer without ever blocking, and turns the kernel's exact
 //! counters, histograms and drop counts into windowed store rows.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use causeway_bpf::abi::{
     DROP_STACK, MAX_OPS, OP_CALIBRATE, RawEvent, RawExec, RawLib, Record, Stat, StatKey, sum_percpu,
@@ -13,7 +13,7 @@ use causeway_store::{Event, HistogramBucket, OpCount, ProcessInfo, SampledWindow
 use crossbeam_channel::TrySendError;
 use tracing::warn;
 
-use crate::estimate::{SampledTime, Seen, Windowed, estimate};
+use crate::estimate::{SampledTime, Seen, Windowed, carried, estimate};
 use crate::host;
 use crate::kernels::Kernels;
 use crate::overhead_control::CpuReading;
@@ -79,15 +79,37 @@ struct Held {
     /// Calls and bytes as counted while attached.
     row: OpCount,
     seen: Seen,
+    /// For a window the probes stayed detached all along: the calls and bytes per attached
+    /// ns last counted, and the part of the window the process lived (ns).
+    rate: Option<(Rate, i64)>,
+}
+
+/// Calls and bytes of one op in one process per ns its probes were attached, in the latest
+/// window they were attached at all.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Rate {
+    calls: f64,
+    bytes: f64,
 }
 
 impl Held {
-    /// The row with its calls and bytes estimated for the whole window ([`estimate`]).
+    /// The row with its calls and bytes estimated for the whole window ([`estimate`], or
+    /// [`carried`] from the last rate).
     fn estimated(self, speedup: f64) -> OpCount {
         let w = (self.row.window_end_ns - self.row.window_start_ns).max(1);
+        let (calls, bytes) = match self.rate {
+            Some((r, lived_ns)) => (
+                carried(r.calls, self.seen, lived_ns, speedup).round() as u64,
+                carried(r.bytes, self.seen, lived_ns, speedup).round() as u64,
+            ),
+            None => (
+                estimate(self.row.calls, self.seen, w, speedup),
+                estimate(self.row.bytes, self.seen, w, speedup),
+            ),
+        };
         OpCount {
-            calls: estimate(self.row.calls, self.seen, w, speedup),
-            bytes: estimate(self.row.bytes, self.seen, w, speedup),
+            calls,
+            bytes,
             ..self.row
         }
     }
@@ -114,6 +136,8 @@ pub struct PollState {
     detached: Windowed,
     /// Counts rows of sampled ops waiting for their process's speedup.
     held: Vec<Held>,
+    /// Per (pid, op), the rate in the latest window the op's probes were attached in.
+    rates: HashMap<(u32, u16), Rate>,
     prev_drops: Vec<u64>,
     /// Ring-buffer reservation failures per op, over the trace.
     pub ring_drops: BTreeMap<u16, u64>,
@@ -168,6 +192,7 @@ impl PollState {
             prev_stats: HashMap::new(),
             detached: Windowed::default(),
             held: Vec::new(),
+            rates: HashMap::new(),
             prev_drops: vec![0; MAX_OPS as usize],
             ring_drops: BTreeMap::new(),
             totals: BTreeMap::new(),
@@ -379,6 +404,11 @@ impl PollState {
         }
     }
 
+    /// When the current window of counts began (Unix ns).
+    pub fn window_start_ns(&self) -> i64 {
+        self.window_start_ns
+    }
+
     /// Turns the kernel's counters and histograms (`stats`, from [`read_stats`]) and drop counts
     /// into the deltas since the last call, sent as one window of rows, and new drops as drop rows.
     /// The calls of an op whose probes `sampling` detached are estimated ([`estimate`], with
@@ -401,6 +431,39 @@ impl PollState {
         let observed = self
             .detached
             .window(stats.keys().map(|k| k.op), end, window_ns, sampling);
+        // Ops whose probes stayed detached all window: their processes' calls go at the rate
+        // last counted (carried). The other sampled ops' rates are this window's.
+        let dark: BTreeSet<u16> = observed
+            .iter()
+            .filter(|(_, seen)| seen.observed_ns <= 0)
+            .map(|(&op, _)| op)
+            .collect();
+        self.rates.retain(|(_, op), _| dark.contains(op));
+        let mut dark_rows: BTreeMap<(u32, u16), Held> = BTreeMap::new();
+        for (&(pid, op), &rate) in &self.rates {
+            // A process that exited made its calls until its last event.
+            let lived_ns = match (self.exits.contains_key(&pid), self.pids.get(&pid)) {
+                (true, Some(&last)) => (last.min(end) - start).max(0),
+                (true, None) => 0,
+                (false, _) => window_ns,
+            };
+            if lived_ns == 0 {
+                continue;
+            }
+            let row = OpCount {
+                pid,
+                op_id: op,
+                window_start_ns: start,
+                window_end_ns: end,
+                calls: 0,
+                stored: 0,
+                total_ns: 0,
+                bytes: 0,
+            };
+            let seen = observed[&op];
+            let rate = Some((rate, lived_ns));
+            dark_rows.insert((pid, op), Held { row, seen, rate });
+        }
         let mut sampled: BTreeMap<u16, u64> = BTreeMap::new();
         let mut counts = Vec::new();
         let mut hist = Vec::new();
@@ -411,8 +474,11 @@ impl PollState {
                 self.held.push(h);
                 continue;
             }
+            let carried = h.rate.is_some();
             let row = h.estimated(g.unwrap_or(1.0));
-            self.totals.entry(row.op_id).or_default().calls += row.calls;
+            let t = self.totals.entry(row.op_id).or_default();
+            t.calls += row.calls;
+            t.estimated |= carried;
             counts.push(row);
         }
         for (&k, s) in stats {
@@ -435,19 +501,26 @@ impl PollState {
             } else {
                 Some(1.0)
             };
-            let held = Held {
-                row: OpCount {
-                    pid: k.pid,
-                    op_id: k.op,
-                    window_start_ns: start,
-                    window_end_ns: end,
-                    calls,
-                    stored: d(|s| s.stored),
-                    total_ns: d(|s| s.total_ns),
-                    bytes: d(|s| s.bytes),
-                },
-                seen,
+            let row = OpCount {
+                pid: k.pid,
+                op_id: k.op,
+                window_start_ns: start,
+                window_end_ns: end,
+                calls,
+                stored: d(|s| s.stored),
+                total_ns: d(|s| s.total_ns),
+                bytes: d(|s| s.bytes),
             };
+            let rate = dark_rows.remove(&(k.pid, k.op)).and_then(|h| h.rate);
+            if observed.contains_key(&k.op) && seen.observed_ns > 0 {
+                let per_ns = |n: u64| n as f64 / seen.observed_ns as f64;
+                let r = Rate {
+                    calls: per_ns(row.calls),
+                    bytes: per_ns(row.bytes),
+                };
+                self.rates.insert((k.pid, k.op), r);
+            }
+            let held = Held { row, seen, rate };
             let made = match g {
                 None if !last => {
                     self.held.push(held);
@@ -480,6 +553,18 @@ impl PollState {
             t.timed += d(Stat::timed);
             t.total_ns += d(|s| s.total_ns);
             self.prev_stats.insert(k, s.clone());
+        }
+        for (_, held) in dark_rows {
+            let g = speedup(held.row.op_id, held.row.pid);
+            if g.is_none() && !last {
+                self.held.push(held);
+                continue;
+            }
+            let row = held.estimated(g.unwrap_or(1.0));
+            let t = self.totals.entry(row.op_id).or_default();
+            t.calls += row.calls;
+            t.estimated = true;
+            counts.push(row);
         }
         if !counts.is_empty() {
             let _ = sink.ctl.send(Ctl::Counts(counts, hist));

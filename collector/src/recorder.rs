@@ -202,6 +202,9 @@ impl SampledTime for (&Sampler, &Meter) {
     fn speedup(&self, op: u16, pid: u32) -> Option<f64> {
         self.1.speedup(op, pid)
     }
+    fn sampled_ops(&self) -> Vec<u16> {
+        self.0.ops()
+    }
 }
 
 impl SampledTime for Sampling {
@@ -210,6 +213,9 @@ impl SampledTime for Sampling {
     }
     fn speedup(&self, op: u16, pid: u32) -> Option<f64> {
         (&self.sampler, &self.meter).speedup(op, pid)
+    }
+    fn sampled_ops(&self) -> Vec<u16> {
+        self.sampler.ops()
     }
 }
 
@@ -351,6 +357,16 @@ impl<'a, 's> Recording<'a, 's> {
             |pid| state.borrow().cpu_reading(pid, boot_start_ns),
             &self.sampling,
         );
+        // A window of counts ends where an op enters or leaves sampled mode: its estimate
+        // scales the calls counted while attached by the share of the window attached, which
+        // holds only where that share was the duty all along (a loop's start in full mode
+        // before it would dilute the rate).
+        if tick.switches.iter().any(|s| {
+            (s.from.mode == crate::ProbeMode::Sampled) != (s.to.mode == crate::ProbeMode::Sampled)
+        }) {
+            let mut st = state.borrow_mut();
+            st.snapshot(stats, self.ctx.skel, sink, &self.sampling, false);
+        }
         for s in &tick.switches {
             self.apply(s)?;
         }
@@ -395,7 +411,10 @@ impl<'a, 's> Recording<'a, 's> {
                 ops,
             });
         }
-        if self.clock.ticks.is_multiple_of(SNAPSHOT_TICKS) {
+        // Not right after a snapshot taken at a mode switch (control), on this tick.
+        let fresh =
+            causeway_store::now_ns() - st.window_start_ns() < (TICK_EVERY_S * 500_000_000) as i64;
+        if self.clock.ticks.is_multiple_of(SNAPSHOT_TICKS) && !fresh {
             st.snapshot(stats, skel, sink, &self.sampling, false);
             if !in_situ.is_empty() {
                 let _ = sink.ctl.send(Ctl::InSitu(in_situ));

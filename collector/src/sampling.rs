@@ -54,7 +54,14 @@ impl Sampler {
             detached_ns: BTreeMap::new(),
             switching_ns: BTreeMap::new(),
             settling: BTreeMap::new(),
-            rng: seed | 1,
+            // splitmix64's finaliser: xorshift's first draws from close seeds (start times
+            // a few seconds apart) would be close too.
+            rng: {
+                let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                (z ^ (z >> 31)) | 1
+            },
         }
     }
 
@@ -111,6 +118,17 @@ impl Sampler {
     #[cfg(test)]
     pub fn is_sampled(&self, op: u16) -> bool {
         self.ops.contains_key(&op)
+    }
+
+    /// The ops sampled now or before.
+    pub fn ops(&self) -> Vec<u16> {
+        let ops: std::collections::BTreeSet<u16> = self
+            .ops
+            .keys()
+            .chain(self.detached_ns.keys())
+            .copied()
+            .collect();
+        ops.into_iter().collect()
     }
 
     /// Whether `op` is sampled and between its attached slices.

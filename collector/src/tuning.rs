@@ -91,7 +91,7 @@ pub const MIN_FOR_COSTS: (u64, f64) = (8, 100.0);
 /// out over windows, while waiting longer holds the first windows' counts back longer.
 pub const MIN_FOR_COUNTS: (u64, f64) = (3, 30.0);
 /// The detached / attached progress rate believed: outside it, noise or a phase change.
-pub const SPEEDUP_BOUNDS: (f64, f64) = (0.8, 5.0);
+pub const SPEEDUP_BOUNDS: (f64, f64) = (1.0, 5.0);
 /// Standard errors the slowdown's lower bound stays below its point estimate.
 pub const CONFIDENCE_SDS: f64 = 2.0;
 

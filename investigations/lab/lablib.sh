@@ -77,10 +77,12 @@ lab_free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0
 # count steps and measure the loop's window with it. Everything else is recorded as by default.
 STEP_MARKER=(--probe-mode cudaMemsetAsync=full)
 
-# lab_trace [TRACE OPTIONS] -- COMMAND...: records COMMAND with causeway.
+# lab_trace [TRACE OPTIONS] -- COMMAND...: records COMMAND with causeway. LAB_TRACE_OPTS adds
+# options (measurements only: scripts/sampled-accuracy.sh).
 lab_trace() {
-	local rc=0
-	"$CAUSEWAY" trace --db "$OUT/trace.duckdb" "$@" >"$OUT/trace.json" 2>"$OUT/trace.log" || rc=$?
+	local rc=0 extra=()
+	read -r -a extra <<<"${LAB_TRACE_OPTS:-}"
+	"$CAUSEWAY" trace --db "$OUT/trace.duckdb" "${extra[@]}" "$@" >"$OUT/trace.json" 2>"$OUT/trace.log" || rc=$?
 	if ((rc != 0)); then
 		echo "$CASE/$VARIANT: causeway trace exited with $rc; the last lines of $OUT/trace.log:" >&2
 		tail -20 "$OUT/trace.log" >&2

@@ -276,6 +276,8 @@ static __always_inline int cw_entry(struct pt_regs *ctx)
 		return 0;
 	}
 	__u32 mode = cw_op_mode(op);
+	if (mode == CW_MODE_OFF)
+		return 0;
 	struct call_state st = {};
 	cw_read_args(ctx, op, cookie >> 32, &st);
 	__u32 slot = fl ? cw_cached_slot(fl, tgid, op) : cw_slot_of(tgid, op);

@@ -94,6 +94,9 @@
 #define CW_MODE_FULL 0       /* entry + return: duration histogram and one event per call */
 #define CW_MODE_AGGREGATE 1  /* entry + return: duration histogram only, no ring-buffer events */
 #define CW_MODE_ENTRY_ONLY 2 /* entry only (user space detaches the return probe): calls, bytes */
+/* Probes attached but ignored: a sampled op's links coming or going, so that its calls are
+ * counted exactly over the slice user space times as attached. */
+#define CW_MODE_OFF 3
 
 /* Deepest user stack recorded (innermost frames first). */
 #define CW_MAX_FRAMES 32

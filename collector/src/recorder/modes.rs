@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::ProbeMode;
+use causeway_bpf::abi::OpMode;
 use causeway_bpf::libbpf_rs::{Link, MapCore, MapFlags};
 use causeway_bpf::skel::CausewaySkel;
 use causeway_store::InSituRow;
@@ -29,16 +30,24 @@ use crate::tuning::{DEFAULT_DUTY, DETACH_WAIT_MAX_S};
 pub(super) fn set_op_mode(
     skel: &CausewaySkel<'_>,
     op: u16,
-    mode: ProbeMode,
+    mode: OpMode,
 ) -> Result<(), CollectorError> {
     skel.maps
         .op_mode
         .update(
             &u32::from(op).to_ne_bytes(),
-            &mode.kernel().value().to_ne_bytes(),
+            &mode.value().to_ne_bytes(),
             MapFlags::ANY,
         )
         .map_err(map_err("op_mode"))
+}
+
+/// Opens or closes the kernel's count of a sampled op's calls around its attached slice; a
+/// failure only costs the estimate some exactness, so it is logged, not raised.
+fn gate(skel: &CausewaySkel<'_>, op: u16, mode: OpMode) {
+    if let Err(e) = set_op_mode(skel, op, mode) {
+        warn!(op, error = %e, "setting a sampled op's kernel mode failed");
+    }
 }
 
 /// Which probes `op` needs now: none while sampling has it detached, else what its mode times.
@@ -139,7 +148,7 @@ impl Recording<'_, '_> {
         }
         if detached {
             sampling.detacher.wait();
-            set_op_mode(skel, op, to)?;
+            set_op_mode(skel, op, to.kernel())?;
             let want = if to.needs_return_probe() {
                 OpProbes::EntryAndReturn
             } else {
@@ -147,13 +156,13 @@ impl Recording<'_, '_> {
             };
             attached.attach_op_probes(skel, op, want);
         } else if from.needs_return_probe() && !to.needs_return_probe() {
-            set_op_mode(skel, op, to)?;
+            set_op_mode(skel, op, to.kernel())?;
             attached.set_return_probes(skel, op, false);
         } else if !from.needs_return_probe() && to.needs_return_probe() {
             attached.set_return_probes(skel, op, true);
-            set_op_mode(skel, op, to)?;
+            set_op_mode(skel, op, to.kernel())?;
         } else {
-            set_op_mode(skel, op, to)?;
+            set_op_mode(skel, op, to.kernel())?;
         }
         let name = op_by_id(op).map_or("?", |o| o.name);
         info!(op = name, from = from.name(), to = to.name(), reason = s.reason.name(), overhead_pct = format!("{:.2}", s.overhead_pct), duty = ?duty, "probe mode changed");
@@ -181,11 +190,16 @@ impl Recording<'_, '_> {
                     let began = causeway_store::now_ns();
                     s.meter.end(op, began, &counts(), &sampled);
                     attached.attach_op_probes(skel, op, OpProbes::EntryAndReturn);
+                    // The calls count from here, when every link is in (the estimate divides
+                    // them by the time from here to the detach).
+                    gate(skel, op, ProbeMode::Sampled.kernel());
                     let at = causeway_store::now_ns();
                     s.sampler.switched(op, true, began, at, duty);
                     s.meter.begin(op, true, at, &counts(), &sampled);
                 }
             } else {
+                // No call counts from here, while the links go (tens of ms).
+                gate(skel, op, OpMode::Off);
                 let at = causeway_store::now_ns();
                 s.meter.end(op, at, &counts(), &sampled);
                 s.sampler.switched(op, false, at, at, duty);

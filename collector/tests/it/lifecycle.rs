@@ -338,7 +338,10 @@ fn a_long_recording_reopens_its_store_and_loses_nothing() {
     let mut a = args(&db, &[s.exe(), "rate", &calls.to_string()]);
     a.probe_modes = vec![(3, causeway_collector::ProbeMode::Full)];
     a.no_host = true;
+    // 2.2M trapped calls take a minute beside a CPU load on both cores: not the 60 s default.
+    a.duration = Some(std::time::Duration::from_secs(300));
     let summary = trace(&a);
+    assert_eq!(summary.command_exit, Some(0), "the workload ran to its end");
     assert!(summary.store_reopens >= 1, "{summary:?}");
     let stored = q(
         &db,

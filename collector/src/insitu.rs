@@ -42,12 +42,12 @@ impl Counts {
         )
     }
 
-    /// Calls of the progress ops of `pid` made between `self` and `later`: ops in neither
-    /// `excluded` set (the sampled ops at either end), seen at both ends.
-    fn progress(&self, later: &Counts, pid: u32, excluded: [&BTreeSet<u16>; 2]) -> u64 {
+    /// Calls of the progress ops of `pid` made between `self` and `later`: ops not
+    /// `excluded` (the sampled ops at either end), seen at both ends.
+    fn progress(&self, later: &Counts, pid: u32, excluded: &BTreeSet<u16>) -> u64 {
         self.0
             .range((pid, 0)..=(pid, u16::MAX))
-            .filter(|((_, op), _)| excluded.iter().all(|e| !e.contains(op)))
+            .filter(|((_, op), _)| !excluded.contains(op))
             .filter_map(|(k, (calls, _))| Some(later.0.get(k)?.0.saturating_sub(*calls)))
             .sum()
     }
@@ -191,12 +191,13 @@ impl Meter {
         if ns < MIN_SEGMENT_NS {
             return;
         }
+        // Sampled at either end, and the op itself.
         let mut excluded = o.sampled.clone();
+        excluded.extend(sampled);
         excluded.insert(op);
         let pids: BTreeSet<u32> = o.at.0.keys().map(|(p, _)| *p).collect();
-        excluded.extend(sampled);
         for pid in pids {
-            let n = o.at.progress(counts, pid, [&excluded, sampled]);
+            let n = o.at.progress(counts, pid, &excluded);
             let s = self.sums.entry((op, pid)).or_default();
             if s.excluded != excluded {
                 *s = PerPid {

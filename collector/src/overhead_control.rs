@@ -750,6 +750,28 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_budget_of_100_percent_never_cheapens_a_probe() {
+        // The stand-in's launches do nothing but trap: all of its CPU time is probe time, and
+        // a probe time in floating point once came to 100.00000000000001% of it.
+        let probe_ns = 766_446_420.746_562_1;
+        let w = ProcessWindow {
+            cpu_ns: 0,
+            probe_ns,
+            ..ProcessWindow::default()
+        };
+        assert_eq!(w.pct(), 100.0);
+        let mut c = Job::new(100.0, model(COSTS), 0);
+        for t in 1..10 {
+            let n = 100_000 * t as u64;
+            let sw = c
+                .tick(t * S, &[((7, 3), n)], alive(S as u64 / 100))
+                .switches;
+            assert!(sw.is_empty(), "{:?}", sw.iter().map(Switch::row));
+        }
+        assert_eq!(c.mode(3), ProbeMode::Full);
+    }
+
     /// Ticks once a second from `from` to `to` (s, exclusive): op 3 makes `hot` calls a second
     /// (counted at the duty it has), op 1 `progress`, in 1 s of CPU a second; the switches.
     fn run_checks(c: &mut Job, from: i64, to: i64, hot: f64, progress: u64) -> Vec<ModeSwitch> {

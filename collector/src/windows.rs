@@ -48,13 +48,14 @@ pub struct ProcessWindow {
 
 impl ProcessWindow {
     /// Probe time as a share of CPU time, in % (CPU time is at least the probe time, which the
-    /// kernel charges to the process; tick-resolution CPU readings can be lower).
+    /// kernel charges to the process; tick-resolution CPU readings can be lower). At most 100:
+    /// rounding made a process made of probe time 100.00000000000001%, over a 100% budget.
     pub fn pct(&self) -> f64 {
         let cpu = (self.cpu_ns as f64).max(self.probe_ns);
         if cpu <= 0.0 {
             0.0
         } else {
-            100.0 * self.probe_ns / cpu
+            (100.0 * self.probe_ns / cpu).min(100.0)
         }
     }
 }

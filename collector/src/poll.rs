@@ -286,20 +286,41 @@ impl PollState {
         let timestamp = raw.ts_mono_ns as i64 + self.offset_ns;
         match raw.op {
             // A fork's child is a process of the trace too: record its row while it is alive.
-            OP_PROCESS_FORK if raw.arg0 > 0 && !self.seen.contains_key(&(raw.arg0 as u32)) => {
+            // What it could not be read for (gone, or a zombie without its environment) is its
+            // parent's: a child has its parent's environment, cgroup and open files at fork.
+            OP_PROCESS_FORK if raw.arg0 > 0 => {
                 let child = raw.arg0 as u32;
-                let (mut info, environ) =
-                    host::process_facts(child, &raw.comm, causeway_store::now_ns());
-                self.place(&mut info, &environ, sink);
-                if !std::path::Path::new(&format!("/proc/{child}")).exists()
-                    && let Some(parent) = self.idents.get(&raw.pid)
-                {
-                    // Exited already: it had its parent's environment.
-                    parent.apply(&mut info);
+                let parent = self.idents.get(&raw.pid).cloned();
+                let info = match self.idents.get(&child) {
+                    // Its own first event came first: its row is completed, not read again.
+                    Some(known) => {
+                        let mut info = ProcessInfo {
+                            pid: child,
+                            first_seen_ns: timestamp,
+                            last_seen_ns: timestamp,
+                            ..ProcessInfo::default()
+                        };
+                        known.apply(&mut info);
+                        info
+                    }
+                    None => {
+                        let (mut info, environ) =
+                            host::process_facts(child, &raw.comm, causeway_store::now_ns());
+                        self.place(&mut info, &environ, sink);
+                        info
+                    }
+                };
+                if let Some(parent) = parent.filter(|p| p.fills(&info)) {
+                    let mut info = info;
+                    parent.fill(&mut info);
+                    self.idents.insert(child, Ident::of(&info));
+                    self.seen.insert(child, info.rank);
+                    let _ = sink.ctl.send(Ctl::Process(info));
+                } else if !self.seen.contains_key(&child) {
+                    self.idents.insert(child, Ident::of(&info));
+                    self.seen.insert(child, info.rank);
+                    let _ = sink.ctl.send(Ctl::Process(info));
                 }
-                self.idents.insert(child, Ident::of(&info));
-                self.seen.insert(child, info.rank);
-                let _ = sink.ctl.send(Ctl::Process(info));
             }
             // The process's name is the new program's from here on (the row may have been made
             // from an event before the exec, with the parent's name).
@@ -653,7 +674,7 @@ impl PollState {
 
 /// What a forked child inherits from its parent: its distributed-training identity (from the
 /// environment) and where it runs (cgroup, GPU visibility, open device files).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct Ident {
     rank: Option<i32>,
     local_rank: Option<i32>,
@@ -685,5 +706,71 @@ impl Ident {
         p.cgroup_id = self.cgroup_id;
         p.gpu_visible = self.gpu_visible.clone();
         p.gpu_devices = self.gpu_devices.clone();
+    }
+
+    /// Whether `p` lacks something this identity knows.
+    fn fills(&self, p: &ProcessInfo) -> bool {
+        let mut filled = p.clone();
+        self.fill(&mut filled);
+        Ident::of(&filled) != Ident::of(p)
+    }
+
+    /// Gives `p` what it lacks of this identity (fields read as unknown or empty).
+    fn fill(&self, p: &mut ProcessInfo) {
+        p.rank = p.rank.or(self.rank);
+        p.local_rank = p.local_rank.or(self.local_rank);
+        p.world_size = p.world_size.or(self.world_size);
+        let text = |mine: &mut String, theirs: &String| {
+            if mine.is_empty() {
+                mine.clone_from(theirs);
+            }
+        };
+        text(&mut p.cluster, &self.cluster);
+        text(&mut p.gpu_visible, &self.gpu_visible);
+        text(&mut p.gpu_devices, &self.gpu_devices);
+        if p.cgroup_id == 0 {
+            p.cgroup_id = self.cgroup_id;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forked_child_read_as_a_zombie_gets_its_parents_place() {
+        let parent = ProcessInfo {
+            pid: 10,
+            rank: Some(3),
+            cluster: "job".into(),
+            cgroup_id: 77,
+            gpu_visible: "CUDA_VISIBLE_DEVICES=2".into(),
+            gpu_devices: "/dev/nvidia2".into(),
+            ..ProcessInfo::default()
+        };
+        let parent = Ident::of(&parent);
+        // Read after it exited: /proc still has its cgroup, but no environment.
+        let mut child = ProcessInfo {
+            pid: 11,
+            cgroup_id: 77,
+            ..ProcessInfo::default()
+        };
+        assert!(parent.fills(&child));
+        parent.fill(&mut child);
+        assert_eq!(Ident::of(&child), parent);
+        assert!(!parent.fills(&child));
+        // What the child was read with stays its own (it may have been moved, or exec'd).
+        let mut moved = ProcessInfo {
+            pid: 12,
+            cgroup_id: 99,
+            gpu_visible: "CUDA_VISIBLE_DEVICES=0".into(),
+            ..ProcessInfo::default()
+        };
+        parent.fill(&mut moved);
+        assert_eq!(
+            (moved.cgroup_id, moved.gpu_visible.as_str(), moved.rank),
+            (99, "CUDA_VISIBLE_DEVICES=0", Some(3))
+        );
     }
 }

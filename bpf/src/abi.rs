@@ -76,7 +76,7 @@ pub enum OpMode {
 }
 
 impl OpMode {
-    /// The `op_mode` map value.
+    /// The mode's code (`CW_MODE_*`), the low byte of an `op_mode` map value.
     pub fn value(self) -> u32 {
         match self {
             OpMode::Full => 0,
@@ -85,7 +85,22 @@ impl OpMode {
             OpMode::Off => 3,
         }
     }
+
+    /// An `op_mode` map value: `mode` and the op's return-probe generation (`CW_GEN_SHIFT`,
+    /// events.h), which wraps.
+    pub fn word(mode: OpMode, generation: u32) -> u32 {
+        mode.value() | (generation & GENERATION_MASK) << GENERATION_SHIFT
+    }
+
+    /// The return-probe generation of an `op_mode` map value.
+    pub fn generation(word: u32) -> u32 {
+        word >> GENERATION_SHIFT
+    }
 }
+
+/// Where the return-probe generation sits in an `op_mode` value (`CW_GEN_SHIFT`).
+const GENERATION_SHIFT: u32 = 8;
+const GENERATION_MASK: u32 = u32::MAX >> GENERATION_SHIFT;
 
 /// What produced a record (the leading kind tag of `struct cw_event`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -830,6 +845,14 @@ mod tests {
         ]
         .map(OpMode::value);
         assert_eq!(values, [0, 1, 2, 3]);
+        // The generation above the mode's byte, as the kernel reads it; it wraps.
+        let header = include_str!("bpf/events.h");
+        assert!(header.contains(&format!("#define CW_GEN_SHIFT {GENERATION_SHIFT}\n")));
+        assert!(header.contains("#define CW_MODE_MASK 0xff\n"));
+        let w = OpMode::word(OpMode::Off, 2);
+        assert_eq!((w & 0xff, OpMode::generation(w)), (3, 2));
+        let wrapped = OpMode::word(OpMode::Full, GENERATION_MASK + 1);
+        assert_eq!((wrapped & 0xff, OpMode::generation(wrapped)), (0, 0));
     }
 
     #[test]

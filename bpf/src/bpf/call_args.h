@@ -21,6 +21,8 @@ struct call_state {
 	__u16 mode;     /* the op's probe mode at entry (CW_MODE_*) */
 	__u16 op;       /* catalogue op id (from the entry probe's cookie) */
 	__u32 slot;     /* the (pid, op) statistics slot (common.h) */
+	__u32 gen;      /* the op's return-probe generation at entry (events.h) */
+	__u32 pad;
 };
 
 static __always_inline __u64 cw_stack_arg(struct pt_regs *ctx, int n)

@@ -2,9 +2,9 @@
 //
 // One entry and one return program serve every probed function: the entry probe's attach cookie
 // says which op (and cuMemcpy direction) a probe belongs to; the return reads it from the frame. The entry counts the call (and its bytes) in
-// `stats` in every probe mode, so counts stay exact whatever the mode; unless the op runs
-// entry-only it saves the start time, arguments, mode, statistics slot and (optionally) the user
-// stack in the thread's in-flight frames. The return finds its frame by stack pointer, computes
+// `stats` in every probe mode, so counts stay exact whatever the mode; it saves the start time,
+// arguments, mode, statistics slot and (optionally) the user stack in the thread's in-flight
+// frames (an entry-only or ignored call, a frame that only holds its place). The return finds its frame by stack pointer, computes
 // the duration, reads the return code (rax) and out-pointers, adds the duration to the op's
 // histogram, and in full mode emits one CW_KIND_CALL event.
 //
@@ -275,32 +275,39 @@ static __always_inline int cw_entry(struct pt_regs *ctx)
 			__sync_fetch_and_add(&n->nested, 1);
 		return 0;
 	}
-	__u32 mode = cw_op_mode(op);
-	if (mode == CW_MODE_OFF)
-		return 0;
+	__u32 word = cw_op_word(op);
+	__u32 mode = word & CW_MODE_MASK;
 	struct call_state st = {};
-	cw_read_args(ctx, op, cookie >> 32, &st);
-	__u32 slot = fl ? cw_cached_slot(fl, tgid, op) : cw_slot_of(tgid, op);
-	struct cw_stat *s = cw_stat_at(slot);
-	if (s) {
-		__sync_fetch_and_add(&s->calls, 1);
-		if (st.bytes)
-			__sync_fetch_and_add(&s->bytes, st.bytes);
+	__u32 slot = 0;
+	if (mode != CW_MODE_OFF) {
+		cw_read_args(ctx, op, cookie >> 32, &st);
+		slot = fl ? cw_cached_slot(fl, tgid, op) : cw_slot_of(tgid, op);
+		struct cw_stat *s = cw_stat_at(slot);
+		if (s) {
+			__sync_fetch_and_add(&s->calls, 1);
+			if (st.bytes)
+				__sync_fetch_and_add(&s->bytes, st.bytes);
+		}
 	}
-	if (!fl || mode == CW_MODE_ENTRY_ONLY)
+	if (!fl)
 		return 0;
-	/* Full: a frame whose return was never seen (its return probe went away) is in the way;
-	 * start over (the calls below lose their duration, never their count). */
+	/* Every call whose return may come into a probe gets a frame, an ignored (off) or
+	 * entry-only call one that only holds its place: its return must not take the frame of an
+	 * earlier call at the same depth that missed its own. A frame whose return was never seen
+	 * (its return probe went away) is in the way: start over (the calls below lose their
+	 * duration, never their count). */
 	__u32 d = fl->depth;
 	if (d >= CW_MAX_NESTED)
 		d = 0;
 	st.mode = mode;
 	st.op = op;
 	st.slot = slot;
+	st.gen = word >> CW_GEN_SHIFT;
 	st.sp = ctx->sp;
 	if (stacks_enabled && mode == CW_MODE_FULL)
 		st.stack_hash = cw_user_stack(ctx, task, tgid);
-	st.ts = bpf_ktime_get_ns();
+	if (mode == CW_MODE_FULL || mode == CW_MODE_AGGREGATE)
+		st.ts = bpf_ktime_get_ns();
 	fl->calls[d] = st;
 	fl->depth = d + 1;
 	return 0;
@@ -331,6 +338,11 @@ static __always_inline int cw_exit(struct pt_regs *ctx)
 		return 0;
 	struct call_state s = fl->calls[found];
 	fl->depth = found;
+	/* Left from before the op's return probes last came back (not this call's frame), or the
+	 * frame of a call entered while ignored or entry-only. */
+	if (s.gen != cw_op_word(s.op) >> CW_GEN_SHIFT || s.mode == CW_MODE_OFF ||
+	    s.mode == CW_MODE_ENTRY_ONLY)
+		return 0;
 
 	__s32 ret = (__s32)ctx->ax;
 	if (s.out_ptr && ret == 0) {

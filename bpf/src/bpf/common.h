@@ -93,11 +93,17 @@ struct {
 	__type(value, __u32);
 } op_mode SEC(".maps");
 
-static __always_inline __u32 cw_op_mode(__u16 op)
+/* The op's `op_mode` value: mode and return-probe generation (events.h). */
+static __always_inline __u32 cw_op_word(__u16 op)
 {
 	__u32 k = op;
-	__u32 *mode = bpf_map_lookup_elem(&op_mode, &k);
-	return mode ? *mode : CW_MODE_FULL;
+	__u32 *word = bpf_map_lookup_elem(&op_mode, &k);
+	return word ? *word : CW_MODE_FULL;
+}
+
+static __always_inline __u32 cw_op_mode(__u16 op)
+{
+	return cw_op_word(op) & CW_MODE_MASK;
 }
 
 static __always_inline bool cw_is_target(__u32 tgid)

@@ -97,6 +97,14 @@
 /* Probes attached but ignored: a sampled op's links coming or going, so that its calls are
  * counted exactly over the slice user space times as attached. */
 #define CW_MODE_OFF 3
+/* An `op_mode` value holds the mode in its low byte and, above it, the op's return-probe
+ * generation: user space adds one each time the op's return probes come back (a sampled
+ * slice begins, entry-only ends). A call in flight when its return probe went away leaves its
+ * frame; a call entered while the op was ignored returns into the probe with none of its own,
+ * at the same stack depth. Each frame keeps its generation, and a return pairs only with a
+ * frame of the current one. */
+#define CW_MODE_MASK 0xff
+#define CW_GEN_SHIFT 8
 
 /* Deepest user stack recorded (innermost frames first). */
 #define CW_MAX_FRAMES 32

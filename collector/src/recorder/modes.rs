@@ -26,26 +26,31 @@ use crate::poll::read_stats;
 use crate::sampling::Sampler;
 use crate::tuning::{DEFAULT_DUTY, DETACH_WAIT_MAX_S};
 
-/// Sets what the kernel records for `op`'s calls.
+/// Sets what the kernel records for `op`'s calls; `returns_back` just before its return probes
+/// come back, so that no return pairs with a frame left from before they went, even one that
+/// fires before the mode is set (bpf events.h, the return-probe generation).
 pub(super) fn set_op_mode(
     skel: &CausewaySkel<'_>,
     op: u16,
     mode: OpMode,
+    returns_back: bool,
 ) -> Result<(), CollectorError> {
-    skel.maps
-        .op_mode
-        .update(
-            &u32::from(op).to_ne_bytes(),
-            &mode.value().to_ne_bytes(),
-            MapFlags::ANY,
-        )
+    let key = u32::from(op).to_ne_bytes();
+    let map = &skel.maps.op_mode;
+    let word = map
+        .lookup(&key, MapFlags::ANY)
+        .map_err(map_err("op_mode"))?
+        .and_then(|v| v.try_into().ok())
+        .map_or(0, u32::from_ne_bytes);
+    let word = OpMode::word(mode, OpMode::generation(word) + u32::from(returns_back));
+    map.update(&key, &word.to_ne_bytes(), MapFlags::ANY)
         .map_err(map_err("op_mode"))
 }
 
 /// Opens or closes the kernel's count of a sampled op's calls around its attached slice; a
 /// failure only costs the estimate some exactness, so it is logged, not raised.
-fn gate(skel: &CausewaySkel<'_>, op: u16, mode: OpMode) {
-    if let Err(e) = set_op_mode(skel, op, mode) {
+fn gate(skel: &CausewaySkel<'_>, op: u16, mode: OpMode, returns_back: bool) {
+    if let Err(e) = set_op_mode(skel, op, mode, returns_back) {
         warn!(op, error = %e, "setting a sampled op's kernel mode failed");
     }
 }
@@ -148,7 +153,7 @@ impl Recording<'_, '_> {
         }
         if detached {
             sampling.detacher.wait();
-            set_op_mode(skel, op, to.kernel())?;
+            set_op_mode(skel, op, to.kernel(), true)?;
             let want = if to.needs_return_probe() {
                 OpProbes::EntryAndReturn
             } else {
@@ -156,13 +161,14 @@ impl Recording<'_, '_> {
             };
             attached.attach_op_probes(skel, op, want);
         } else if from.needs_return_probe() && !to.needs_return_probe() {
-            set_op_mode(skel, op, to.kernel())?;
+            set_op_mode(skel, op, to.kernel(), false)?;
             attached.set_return_probes(skel, op, false);
         } else if !from.needs_return_probe() && to.needs_return_probe() {
+            set_op_mode(skel, op, from.kernel(), true)?;
             attached.set_return_probes(skel, op, true);
-            set_op_mode(skel, op, to.kernel())?;
+            set_op_mode(skel, op, to.kernel(), false)?;
         } else {
-            set_op_mode(skel, op, to.kernel())?;
+            set_op_mode(skel, op, to.kernel(), false)?;
         }
         let name = op_by_id(op).map_or("?", |o| o.name);
         info!(op = name, from = from.name(), to = to.name(), reason = s.reason.name(), overhead_pct = format!("{:.2}", s.overhead_pct), duty = ?duty, "probe mode changed");
@@ -189,17 +195,18 @@ impl Recording<'_, '_> {
                 if s.detacher.idle() {
                     let began = causeway_store::now_ns();
                     s.meter.end(op, began, &counts(), &sampled);
+                    gate(skel, op, OpMode::Off, true);
                     attached.attach_op_probes(skel, op, OpProbes::EntryAndReturn);
                     // The calls count from here, when every link is in (the estimate divides
                     // them by the time from here to the detach).
-                    gate(skel, op, ProbeMode::Sampled.kernel());
+                    gate(skel, op, ProbeMode::Sampled.kernel(), false);
                     let at = causeway_store::now_ns();
                     s.sampler.switched(op, true, began, at, duty);
                     s.meter.begin(op, true, at, &counts(), &sampled);
                 }
             } else {
                 // No call counts from here, while the links go (tens of ms).
-                gate(skel, op, OpMode::Off);
+                gate(skel, op, OpMode::Off, false);
                 let at = causeway_store::now_ns();
                 s.meter.end(op, at, &counts(), &sampled);
                 s.sampler.switched(op, false, at, at, duty);

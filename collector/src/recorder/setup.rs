@@ -48,7 +48,7 @@ pub(super) fn policy(
         .map(|&(op, m)| ctl.force(op, m, args.sample_duty / 100.0, causeway_store::now_ns()))
         .collect();
     for s in &forced {
-        set_op_mode(skel, s.op, s.to.mode.kernel())?;
+        set_op_mode(skel, s.op, s.to.mode.kernel(), false)?;
         if let Some(d) = s.to.duty {
             sampler.start(s.op, d, causeway_store::now_ns());
         }

@@ -641,3 +641,37 @@ fn a_call_its_calibration_keeps_in_full_mode_is_checked_in_situ_once_and_goes_ba
         assert!(stored > made * 3 / 4, "{stored} launches stored of {made}");
     }
 }
+
+/// A sampled op's call in flight when its return probe goes keeps its frame in the kernel; a
+/// later call at the same stack depth that returns once the probes are back must not be
+/// paired with it (its duration would span the detached time, as a wait that never was).
+#[test]
+fn a_sampled_call_is_never_paired_with_a_frame_left_from_an_earlier_slice() {
+    let Some(_g) = bpf_test() else { return };
+    let s = standin::get();
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    // 25 rounds of a synchronize of 200 ms then 200 ms of short ones (10 s): when a slice ends
+    // the thread is often inside a long one, whose frame stays; when the next begins, often
+    // inside a short one entered while the probes were being attached, whose return comes
+    // next at the same stack depth.
+    let mut a = args(&db, &[s.exe(), "syncs", "25", "200"]);
+    a.probe_modes = vec![(5, causeway_collector::ProbeMode::Sampled)];
+    a.sample_duty = 50.0;
+    let summary = trace(&a);
+    assert_eq!(summary.command_exit, Some(0));
+    let long = q(
+        &db,
+        "SELECT count(*) FROM events WHERE op = 'cudaStreamSynchronize' AND duration >= 150000000",
+    );
+    assert!(long >= 4, "{long} long synchronizes stored");
+    // The longest call sleeps 200 ms; the detached time between slices is 0.5 s or more.
+    let longest = q(
+        &db,
+        "SELECT max(duration) FROM events WHERE op = 'cudaStreamSynchronize'",
+    );
+    assert!(
+        longest < 450_000_000,
+        "a synchronize of {longest} ns: paired with a frame from an earlier slice"
+    );
+}

@@ -2,6 +2,9 @@
 //
 //   calls OUT          fixed mix of runtime and driver calls (counts, sizes, directions below)
 //   sync MS            cudaDeviceSynchronize, cudaStreamSynchronize, cuCtxSynchronize sleeping MS each
+//   syncs N MS         N rounds of one cudaStreamSynchronize sleeping MS, then MS of ones that do
+//                      not sleep, back to back (the thread is nearly always inside one, a long
+//                      one or a short one, at the same stack depth)
 //   preempt OUT MS     a "victim" thread and a "busy" thread pinned to CPU 0 spin for MS; OUT gets tids
 //   hog NAME MS        names itself NAME (prctl) and spins on CPU 0 for MS, calling nothing: a
 //                      process outside the trace that takes a traced thread's CPU
@@ -128,6 +131,19 @@ static int mode_sync(int ms)
 	cudaDeviceSynchronize();
 	cudaStreamSynchronize((void *)0x5);
 	cuCtxSynchronize();
+	return 0;
+}
+
+static int mode_syncs(long n, int ms)
+{
+	for (long i = 0; i < n; i++) {
+		standinSetSyncDelayMs(ms);
+		cudaStreamSynchronize((void *)0x5);
+		standinSetSyncDelayMs(0);
+		long until = now_ns() + ms * 1000000L;
+		while (now_ns() < until)
+			cudaStreamSynchronize((void *)0x5);
+	}
 	return 0;
 }
 
@@ -695,6 +711,8 @@ int main(int argc, char **argv)
 		return mode_net(atoi(argv[2]), argv[3]);
 	if (!strcmp(m, "jit") && argc > 3)
 		return mode_jit(atoi(argv[2]), atoi(argv[3]));
+	if (!strcmp(m, "syncs") && argc > 3)
+		return mode_syncs(atol(argv[2]), atoi(argv[3]));
 	if (!strcmp(m, "late") && argc > 2)
 		return mode_late(atoi(argv[2]));
 	if (!strcmp(m, "collide") && argc > 5)

@@ -114,9 +114,13 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     step("GPU", "idle", "the GPU waits for work that was not launched yet".into(), lost),
                 ],
                 recommendations: recs,
+                // The thread's slow calls and its switches are selected first and then joined
+                // on time alone: DuckDB joins those with an inequality join, where joining the
+                // events table to itself on node and tid took over 300 s on 10M events.
                 evidence_sql: format!(
-                    "SELECT s.timestamp, s.duration AS off_cpu_ns, s.arg0 AS ran_instead_pid, s.arg1 AS state, c.op, c.duration AS call_ns FROM events c JOIN events s ON s.node = c.node AND s.tid = c.tid AND s.op = 'sched_switch' AND s.timestamp < c.timestamp + c.duration AND s.timestamp + s.duration > c.timestamp WHERE c.node = {} AND c.tid = {} AND c.source IN ('CUDA', 'DRIVER') AND c.duration >= 1000000 ORDER BY s.duration DESC LIMIT 50",
-                    lit(&a.node), a.tid
+                    "WITH c AS (SELECT timestamp, duration, op FROM events WHERE node = {node} AND tid = {tid} AND source IN ('CUDA', 'DRIVER') AND duration >= 1000000), s AS (SELECT timestamp, duration, arg0, arg1 FROM events WHERE node = {node} AND tid = {tid} AND op = 'sched_switch') SELECT s.timestamp, s.duration AS off_cpu_ns, s.arg0 AS ran_instead_pid, s.arg1 AS state, c.op, c.duration AS call_ns FROM c JOIN s ON s.timestamp < c.timestamp + c.duration AND s.timestamp + s.duration > c.timestamp ORDER BY s.duration DESC LIMIT 50",
+                    node = lit(&a.node),
+                    tid = a.tid
                 ),
             }
             .into_chain()
@@ -288,6 +292,54 @@ mod tests {
         assert_eq!(b.preemptors[0].tid, 4242);
         assert_eq!(b.preemptors[0].pid, Some(4240));
         assert_eq!(b.preemptors[0].name, "gzip");
+    }
+
+    /// The evidence of preemption inside slow calls lists the longest switches of the thread
+    /// that overlap its calls of 1 ms or more, as a pass over the events finds them.
+    #[test]
+    fn the_evidence_rows_are_the_switches_inside_the_slow_calls() {
+        use causeway_store::QueryLimits;
+
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.duckdb");
+        crate::demo::write_scenario(&p, Scenario::CpuContention, false).unwrap();
+        let r = causeway_store::Reader::open(&p).unwrap();
+        let e = crate::engine::explain(&r, &crate::chains::ChainQuery::default()).unwrap();
+        let c = e
+            .chains
+            .iter()
+            .find(|c| c.detector == "cpu_contention" && c.evidence_sql.contains("off_cpu_ns"))
+            .unwrap_or_else(|| panic!("{:#?}", e.chains));
+        assert!(c.evidence_sql.contains("tid = 4242"), "{}", c.evidence_sql);
+        let g = causeway_sqlguard::guard(&c.evidence_sql, r.policy(), None).unwrap();
+        let got: Vec<i64> = (r.query(&g, &QueryLimits::default()).unwrap().rows.iter())
+            .map(|row| row[1].as_i64().unwrap())
+            .collect();
+        // The same from the thread's events, read whole and paired here.
+        let mut st = r
+            .prepare_trusted(
+                "SELECT timestamp, duration, op = 'sched_switch' FROM events
+                 WHERE tid = 4242 AND (op = 'sched_switch' OR source IN ('CUDA', 'DRIVER'))",
+            )
+            .unwrap();
+        let evs: Vec<(i64, i64, bool)> = st
+            .query_map([], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let (switches, calls): (Vec<_>, Vec<_>) = evs.into_iter().partition(|e| e.2);
+        let mut want: Vec<i64> = Vec::new();
+        for &(ct, cd, _) in calls.iter().filter(|c| c.1 >= 1_000_000) {
+            for &(st, sd, _) in &switches {
+                if st < ct + cd && st + sd > ct {
+                    want.push(sd);
+                }
+            }
+        }
+        assert!(want.len() > 50, "{} switches inside slow calls", want.len());
+        want.sort_unstable_by(|a, b| b.cmp(a));
+        want.truncate(50);
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -1,12 +1,13 @@
 // Uprobe/uretprobe programs for CUDA runtime, driver and NCCL calls: entry/exit pairing in the kernel.
 //
 // One entry and one return program serve every probed function: the entry probe's attach cookie
-// says which op (and cuMemcpy direction) a probe belongs to; the return reads it from the frame. The entry counts the call (and its bytes) in
-// `stats` in every probe mode, so counts stay exact whatever the mode; it saves the start time,
-// arguments, mode, statistics slot and (optionally) the user stack in the thread's in-flight
-// frames (an entry-only or ignored call, a frame that only holds its place). The return finds its frame by stack pointer, computes
-// the duration, reads the return code (rax) and out-pointers, adds the duration to the op's
-// histogram, and in full mode emits one CW_KIND_CALL event.
+// says which op (and cuMemcpy direction) a probe belongs to; the return reads it from the frame.
+// The entry counts the call (and its bytes) in `stats` in every probe mode, so counts stay exact
+// whatever the mode; it saves the start time, arguments, mode, statistics slot and (optionally)
+// the user stack in the thread's in-flight frames (an entry-only or ignored call, a frame that
+// only holds its place). The return finds its frame by stack pointer, computes the duration,
+// reads the return code (rax) and out-pointers, adds the duration to the op's histogram, and in
+// full mode emits one CW_KIND_CALL event.
 //
 // Per call, the work that does not change between calls of a thread is done once per thread:
 // whether its process is traced and its statistics slots are kept in the thread's in-flight

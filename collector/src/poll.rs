@@ -291,7 +291,7 @@ impl PollState {
             OP_PROCESS_FORK if raw.arg0 > 0 => {
                 let child = raw.arg0 as u32;
                 let parent = self.idents.get(&raw.pid).cloned();
-                let info = match self.idents.get(&child) {
+                let mut info = match self.idents.get(&child) {
                     // Its own first event came first: its row is completed, not read again.
                     Some(known) => {
                         let mut info = ProcessInfo {
@@ -310,13 +310,11 @@ impl PollState {
                         info
                     }
                 };
-                if let Some(parent) = parent.filter(|p| p.fills(&info)) {
-                    let mut info = info;
-                    parent.fill(&mut info);
-                    self.idents.insert(child, Ident::of(&info));
-                    self.seen.insert(child, info.rank);
-                    let _ = sink.ctl.send(Ctl::Process(info));
-                } else if !self.seen.contains_key(&child) {
+                let parent = parent.filter(|p| p.fills(&info));
+                if let Some(p) = &parent {
+                    p.fill(&mut info);
+                }
+                if parent.is_some() || !self.seen.contains_key(&child) {
                     self.idents.insert(child, Ident::of(&info));
                     self.seen.insert(child, info.rank);
                     let _ = sink.ctl.send(Ctl::Process(info));
@@ -488,20 +486,7 @@ impl PollState {
         let mut sampled: BTreeMap<u16, u64> = BTreeMap::new();
         let mut counts = Vec::new();
         let mut hist = Vec::new();
-        // Rows held back whose speedup is measured now, or that waited long enough.
-        for h in std::mem::take(&mut self.held) {
-            let g = speedup(h.row.op_id, h.row.pid);
-            if g.is_none() && !last && end - h.row.window_end_ns < HOLD_NS {
-                self.held.push(h);
-                continue;
-            }
-            let carried = h.rate.is_some();
-            let row = h.estimated(g.unwrap_or(1.0));
-            let t = self.totals.entry(row.op_id).or_default();
-            t.calls += row.calls;
-            t.estimated |= carried;
-            counts.push(row);
-        }
+        let waiting = std::mem::take(&mut self.held);
         for (&k, s) in stats {
             let prev = self.prev_stats.get(&k);
             let d = |f: fn(&Stat) -> u64| f(s).saturating_sub(prev.map(f).unwrap_or(0));
@@ -575,16 +560,19 @@ impl PollState {
             t.total_ns += d(|s| s.total_ns);
             self.prev_stats.insert(k, s.clone());
         }
-        for (_, held) in dark_rows {
-            let g = speedup(held.row.op_id, held.row.pid);
-            if g.is_none() && !last {
-                self.held.push(held);
+        // Rows held back whose speedup is measured now or that waited long enough, and this
+        // window's rows of processes whose probes stayed detached.
+        for h in waiting.into_iter().chain(dark_rows.into_values()) {
+            let g = speedup(h.row.op_id, h.row.pid);
+            if g.is_none() && !last && end - h.row.window_end_ns < HOLD_NS {
+                self.held.push(h);
                 continue;
             }
-            let row = held.estimated(g.unwrap_or(1.0));
+            let carried = h.rate.is_some();
+            let row = h.estimated(g.unwrap_or(1.0));
             let t = self.totals.entry(row.op_id).or_default();
             t.calls += row.calls;
-            t.estimated = true;
+            t.estimated |= carried;
             counts.push(row);
         }
         if !counts.is_empty() {

@@ -12,9 +12,10 @@
 //! waits (syncs plus device-to-host copies) per second of the span after start-up, the time
 //! inside those waits >= 2% of it (a read per step of a launch-bound loop waits microseconds:
 //! the GPU idles there because launching is slow, not because of the reads), and the process's
-//! GPU idle estimate (drained by a wait until the next launch) >= 20% of it (12% where a quarter
-//! of it is spent waiting in the reads), while the thread works more than it sleeps between
-//! calls. Time lost: that idle estimate.
+//! GPU idle estimate (drained by a wait until the next launch; scaled as the waits' time is
+//! where their probes were sampled) >= 20% of it (12% where a quarter of it is spent waiting in
+//! the reads), while the thread works more than it sleeps between calls. Time lost: that idle
+//! estimate.
 //! Severity: the common rule.
 //! Recommendation: remove per-step host reads of device values; batch them; use events.
 
@@ -152,14 +153,19 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .map_or(0, |c| c.estimated_calls());
         let span = steady_span(ctx, b);
         let per_s = (syncs + reads) as f64 / (span as f64 / 1e9);
-        let idle = b.gpu_idle_estimate_ns.min(span);
         let o = &b.outside;
         let asleep = o.blocked_other_ns + o.blocked_net_ns + o.blocked_io_ns;
-        let waited = b
-            .class(CallClass::Sync)
-            .map_or(0, |c| c.estimated_total_ns())
-            + b.class(CallClass::CopyD2h)
-                .map_or(0, |c| c.estimated_total_ns());
+        let waits = [CallClass::Sync, CallClass::CopyD2h].map(|k| b.class(k));
+        let waited: i64 = waits.iter().flatten().map(|c| c.estimated_total_ns()).sum();
+        let stored: i64 = waits.iter().flatten().map(|c| c.total_ns).sum();
+        // The idle estimate runs from each stored wait that drained the GPU: where the probes
+        // of the waits were sampled, it is scaled to them as their time is.
+        let scale = if stored > 0 {
+            (waited as f64 / stored as f64).max(1.0)
+        } else {
+            1.0
+        };
+        let idle = ((b.gpu_idle_estimate_ns as f64 * scale) as i64).min(span);
         // A thread asleep more than it works between calls has nothing to launch (a server
         // waiting for requests): the GPU idles for want of work, not because of the waits.
         if per_s < MIN_SYNCS_PER_S

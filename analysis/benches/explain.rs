@@ -51,6 +51,7 @@ fn phases(label: &str, db: &Path) {
     let off = attribution::split(&ctx, &attr);
     let rates = rates::launch_rates(&ctx).expect("rates");
     let waits = detectors::waits::host_waits(&ctx).expect("waits");
+    let reclaims = detectors::host_memory_pressure::reclaims(&ctx).expect("reclaims");
     line.push_str(&format!(
         ", attribution+rates+waits {:.0} ms",
         t.elapsed().as_secs_f64() * 1e3
@@ -62,6 +63,7 @@ fn phases(label: &str, db: &Path) {
         rates: &rates,
         waits: &waits,
         budgets: &budgets,
+        reclaims: &reclaims,
     };
     for (name, detect) in detectors::ALL {
         let t = Instant::now();

@@ -92,6 +92,7 @@ pub fn explain_with(
     let off = split(&ctx, &attr);
     let mut rates = launch_rates(&ctx)?;
     let waits = detectors::waits::host_waits(&ctx)?;
+    let reclaims = detectors::host_memory_pressure::reclaims(&ctx)?;
     let input = Input {
         ctx: &ctx,
         attr: &attr,
@@ -99,6 +100,7 @@ pub fn explain_with(
         rates: &rates,
         waits: &waits,
         budgets: &budgets,
+        reclaims: &reclaims,
     };
     let mut chains = Vec::new();
     for (name, detect) in detectors::ALL {

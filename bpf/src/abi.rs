@@ -123,6 +123,8 @@ pub enum Kind {
     Stack,
     /// A traced process mapped a CUDA library (`struct cw_lib_event`).
     Lib,
+    /// Memory reclaim a traced thread did itself.
+    Mem,
 }
 
 impl Kind {
@@ -137,6 +139,7 @@ impl Kind {
             7 => Kind::Oom,
             8 => Kind::Stack,
             9 => Kind::Lib,
+            12 => Kind::Mem,
             _ => return None,
         })
     }

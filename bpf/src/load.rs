@@ -43,17 +43,33 @@ pub struct LoadConfig {
     /// Time socket calls at the sock_send_length/sock_recv_length tracepoints (net.h) rather
     /// than at sys_enter/sys_exit; see [`sock_tracepoints_supported`].
     pub sock_tracepoints: bool,
+    /// Time the memory reclaim traced threads do themselves (`mm_vmscan_*_reclaim_*`); see
+    /// [`reclaim_tracepoints_supported`].
+    pub reclaim_tracepoints: bool,
 }
 
 /// Whether this kernel has the sock_send_length/sock_recv_length tracepoints (Linux >= 6.3).
 pub fn sock_tracepoints_supported() -> bool {
+    btf_has(&["btf_trace_sock_send_length", "btf_trace_sock_recv_length"])
+}
+
+/// Whether this kernel has the direct and memory-cgroup reclaim tracepoints (absent where the
+/// kernel is built without memory cgroups).
+pub fn reclaim_tracepoints_supported() -> bool {
+    btf_has(&[
+        "btf_trace_mm_vmscan_direct_reclaim_begin",
+        "btf_trace_mm_vmscan_direct_reclaim_end",
+        "btf_trace_mm_vmscan_memcg_reclaim_begin",
+        "btf_trace_mm_vmscan_memcg_reclaim_end",
+    ])
+}
+
+fn btf_has(names: &[&str]) -> bool {
     libbpf_rs::btf::Btf::from_vmlinux().is_ok_and(|btf| {
-        ["btf_trace_sock_send_length", "btf_trace_sock_recv_length"]
-            .iter()
-            .all(|name| {
-                btf.type_by_name::<libbpf_rs::btf::BtfType<'_>>(name)
-                    .is_some()
-            })
+        names.iter().all(|name| {
+            btf.type_by_name::<libbpf_rs::btf::BtfType<'_>>(name)
+                .is_some()
+        })
     })
 }
 
@@ -82,6 +98,7 @@ impl Default for LoadConfig {
             multi: uprobe_multi_supported(),
             map_hook: true,
             sock_tracepoints: sock_tracepoints_supported(),
+            reclaim_tracepoints: reclaim_tracepoints_supported(),
         }
     }
 }
@@ -170,6 +187,14 @@ pub fn open_and_load<'obj>(
     }
     for prog in [&mut progs.cw_sock_send, &mut progs.cw_sock_recv] {
         prog.set_autoload(cfg.host && cfg.sock_tracepoints);
+    }
+    for prog in [
+        &mut progs.cw_direct_reclaim_begin,
+        &mut progs.cw_direct_reclaim_end,
+        &mut progs.cw_memcg_reclaim_begin,
+        &mut progs.cw_memcg_reclaim_end,
+    ] {
+        prog.set_autoload(cfg.host && cfg.reclaim_tracepoints);
     }
     for prog in [&mut progs.cw_sys_enter, &mut progs.cw_sys_exit] {
         prog.set_autoload(cfg.host && !cfg.sock_tracepoints);

@@ -179,6 +179,7 @@ pub const HOST_OPS: &[(u16, &str)] = &[
     (104, "process_exec"),
     (105, "process_exit"),
     (106, "process_fork"),
+    (110, "mm_reclaim"),
     (130, "block_read"),
     (131, "block_write"),
     (132, "block_discard"),

@@ -385,6 +385,10 @@ pub fn attach_host(skel: &CausewaySkel<'_>) -> Result<Vec<Link>, CollectorError>
         ("sock_recv_length", &p.cw_sock_recv),
         ("sys_enter", &p.cw_sys_enter),
         ("sys_exit", &p.cw_sys_exit),
+        ("mm_vmscan_direct_reclaim_begin", &p.cw_direct_reclaim_begin),
+        ("mm_vmscan_direct_reclaim_end", &p.cw_direct_reclaim_end),
+        ("mm_vmscan_memcg_reclaim_begin", &p.cw_memcg_reclaim_begin),
+        ("mm_vmscan_memcg_reclaim_end", &p.cw_memcg_reclaim_end),
     ];
     let mut links = Vec::new();
     for (name, prog) in required {

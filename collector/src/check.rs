@@ -169,6 +169,18 @@ pub fn check() -> CheckReport {
         },
         hint: String::new(),
     });
+    // Informational: without them (kernels built without memory cgroups) memory pressure is
+    // seen only through page allocations and OOM kills.
+    report.items.push(CheckItem {
+        name: "reclaim",
+        ok: true,
+        detail: if causeway_bpf::load::reclaim_tracepoints_supported() {
+            "direct and memory-cgroup reclaim tracepoints".into()
+        } else {
+            "absent: reclaim done by traced threads is not timed; memory pressure shows only as page allocations and OOM kills".into()
+        },
+        hint: String::new(),
+    });
     let (driver, gpus) = host::nvidia();
     report.nvidia_driver = driver;
     report.gpus = gpus;

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use causeway_bpf::abi::{Stat, StatKey, decode_records};
 use causeway_bpf::libbpf_rs::{Link, RingBuffer, RingBufferBuilder};
 use causeway_bpf::load::{
-    LoadConfig, open_and_load, sock_tracepoints_supported, uprobe_multi_supported,
+    LoadConfig, open_and_load, reclaim_tracepoints_supported, sock_tracepoints_supported,
+    uprobe_multi_supported,
 };
 use causeway_bpf::skel::CausewaySkel;
 use causeway_store::InSituRow;
@@ -91,6 +92,7 @@ pub(crate) fn record(
         multi: uprobe_multi_supported() && !args.classic_uprobes,
         map_hook: !args.no_map_hook,
         sock_tracepoints: !args.no_host && !args.net_syscalls && sock_tracepoints_supported(),
+        reclaim_tracepoints: !args.no_host && reclaim_tracepoints_supported(),
     };
     let (boot_start_ns, start_ns) = (host::boottime_ns(), causeway_store::now_ns());
     let (mut storage, mut retry) = (MaybeUninit::uninit(), MaybeUninit::uninit());

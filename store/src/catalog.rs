@@ -172,6 +172,7 @@ ops! {
     107 Host "pod_restart" "" : "Kubernetes container restart detected"; dur "0"; a0 UNUSED; a1 UNUSED;
     108 Host "pod_eviction" "" : "Kubernetes pod eviction detected"; dur "0"; a0 UNUSED; a1 UNUSED;
     109 Host "pod_oom_kill" "" : "Kubernetes pod OOM kill detected"; dur "0"; a0 UNUSED; a1 UNUSED;
+    110 Host "mm_reclaim" "" : "A traced thread reclaimed memory itself before it could allocate (direct reclaim when the host is short; memory-cgroup reclaim when its cgroup is at its limit)"; dur "time spent reclaiming (ns)"; a0 "bytes reclaimed (pages x 4 KiB)"; a1 "0 = direct (host-wide shortage), 1 = memory cgroup at its limit";
     130 Io "block_read" "" : "Block device read request"; dur "issue to completion (ns)"; a0 "bytes"; a1 "device number (major << 20 | minor)";
     131 Io "block_write" "" : "Block device write request"; dur "issue to completion (ns)"; a0 "bytes"; a1 "device number (major << 20 | minor)";
     132 Io "block_discard" "" : "Block device discard/trim request"; dur "issue to completion (ns)"; a0 "bytes"; a1 "device number (major << 20 | minor)";

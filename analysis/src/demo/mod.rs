@@ -145,7 +145,21 @@ pub struct DemoSummary {
 /// Writes scenario `s` (or its healthy baseline) into a new store at `path` (which must not
 /// exist), through the collector's writer.
 pub fn write_scenario(path: &Path, s: Scenario, healthy: bool) -> Result<DemoSummary, StoreError> {
-    let nodes = scenarios::build(s, healthy);
+    write_nodes(path, s, scenarios::build(s, healthy))
+}
+
+/// A scenario's traces, for tests that add to them before [`write_nodes`].
+#[cfg(test)]
+pub(crate) fn build(s: Scenario, healthy: bool) -> Vec<scenarios::NodeTrace> {
+    scenarios::build(s, healthy)
+}
+
+/// Writes traces built from scenario `s` to a new store at `path`.
+pub(crate) fn write_nodes(
+    path: &Path,
+    s: Scenario,
+    nodes: Vec<scenarios::NodeTrace>,
+) -> Result<DemoSummary, StoreError> {
     let first = nodes
         .first()
         .map_or("demo-node".to_string(), |n| n.node.clone());

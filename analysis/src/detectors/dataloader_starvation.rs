@@ -7,7 +7,8 @@
 //! training process that make no GPU call).
 //! Gaps in stretches where GPU probes were sampled are not counted (calls were made there).
 //! When the workers spend at least half their lives in socket calls, the finding is
-//! `network_wait` (slow remote input) instead.
+//! `network_wait` (slow remote input) instead; when they spend at least 4% reclaiming memory,
+//! `host_memory_pressure` (their cgroup or the host is at its memory limit).
 //! Time lost: blocked time in gaps minus own socket and I/O waits. Severity: the common rule.
 //! Recommendation: more/persistent workers, pinned memory, prefetching, cheaper transforms.
 
@@ -15,6 +16,10 @@ use causeway_store::StoreError;
 
 use super::{Finding, Input, d, lit, pct, severity, step};
 use crate::chains::Chain;
+
+/// Share of the workers' lives spent reclaiming memory (percent) from which the starvation is
+/// memory pressure's: the lab's limited job spends about 9%, its unlimited twin none.
+const RECLAIM_SHARE_PCT: i64 = 4;
 
 fn is_worker(comm: &str) -> bool {
     let c = comm.to_ascii_lowercase();
@@ -78,11 +83,26 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .values()
             .map(|(a, b)| (b - a).max(0))
             .fold(0, i64::saturating_add);
+        let starved = Starved {
+            w,
+            t,
+            lost,
+            span,
+            wpids: &wpids,
+            life,
+        };
         if life > 0 && net * 2 >= life {
+            out.push((w.pid, w.tid != w.pid, remote_input(inp, &starved, net)));
+            continue;
+        }
+        // Workers that must free memory before they can allocate: their cgroup (or the host)
+        // is at its limit, and the page cache cannot keep what they read.
+        let rec = super::host_memory_pressure::reclaim_of(inp.reclaims, &w.node, &wpids);
+        if life > 0 && rec.ns.saturating_mul(100) >= RECLAIM_SHARE_PCT * life {
             out.push((
                 w.pid,
                 w.tid != w.pid,
-                remote_input(inp, w, t, lost, span, &wpids, net, life),
+                super::host_memory_pressure::starved_input(inp, &starved, &rec),
             ));
             continue;
         }
@@ -129,23 +149,17 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
 }
 
 /// The starvation's cause is the network: the workers wait in socket calls for their samples.
-#[allow(clippy::too_many_arguments)]
-fn remote_input(
-    inp: &Input<'_>,
-    w: &super::waits::ThreadWaits,
-    t: &crate::facts::ThreadFacts,
-    lost: i64,
-    span: i64,
-    wpids: &std::collections::BTreeSet<u32>,
-    net: i64,
-    life: i64,
-) -> Chain {
+fn remote_input(inp: &Input<'_>, s: &Starved<'_>, net: i64) -> Chain {
     let ctx = inp.ctx;
-    let pids = wpids
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(", ");
+    let Starved {
+        w,
+        t,
+        lost,
+        span,
+        wpids,
+        life,
+    } = *s;
+    let pids = s.pids();
     Finding {
         detector: "network_wait",
         node: w.node.clone(),
@@ -187,6 +201,35 @@ fn remote_input(
         ),
     }
     .into_chain()
+}
+
+/// A training thread that starves for input, and its input workers: what a finding that names
+/// the workers' trouble (network, memory) starts from.
+#[derive(Debug, Clone, Copy)]
+pub struct Starved<'a> {
+    /// The starving thread's waits.
+    pub w: &'a super::waits::ThreadWaits,
+    /// The starving thread.
+    pub t: &'a crate::facts::ThreadFacts,
+    /// Its sleep in gaps between GPU calls, less its own socket and disk waits (ns).
+    pub lost: i64,
+    /// Its span (ns).
+    pub span: i64,
+    /// The input workers' pids.
+    pub wpids: &'a std::collections::BTreeSet<u32>,
+    /// The workers' lives, summed (ns).
+    pub life: i64,
+}
+
+impl Starved<'_> {
+    /// The workers' pids as an SQL list.
+    pub fn pids(&self) -> String {
+        self.wpids
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 fn is_child(ctx: &crate::facts::Ctx<'_>, node: &str, pid: u32, parent: u32) -> bool {

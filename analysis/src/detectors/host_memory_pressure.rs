@@ -1,11 +1,15 @@
 //! `host_memory_pressure`: the host runs short of memory: the OOM killer fires, or traced
 //! processes allocate pages at a sustained high rate.
 //!
-//! Trigger: any oom_kill / pod_oom_kill event, or page allocations >= 4 GiB/s over the node's
-//! span with >= 1,000 allocation events (busy DataLoader workers reach 1-2 GiB/s healthily).
+//! Trigger: any oom_kill / pod_oom_kill event; or GPU-calling threads reclaiming memory
+//! themselves (`mm_reclaim`: direct, or in their memory cgroup at its limit) for at least
+//! 20 ms and 2% of the node's span; or page allocations of at least 4 GiB/s over the node's
+//! span in at least 1,000 allocation events (busy DataLoader workers reach 1-2 GiB/s
+//! healthily). Input workers that reclaim while the trainer starves are
+//! `dataloader_starvation`'s trigger, handed over here ([`starved_input`]).
 //! Time lost: for OOM kills, the time from the first kill to the end of the window (the
-//! killed process's work is gone); otherwise the blocked off-CPU time of GPU-calling threads,
-//! an upper bound (stated in the explanation).
+//! killed process's work is gone); for reclaim, the GPU-calling threads' time in it; otherwise
+//! the blocked off-CPU time of GPU-calling threads, an upper bound (stated in the explanation).
 //! Severity: HIGH on any OOM kill, else the common rule.
 //! Recommendation: lower host memory use (workers, pinned buffers, prefetch), add limits.
 
@@ -14,7 +18,8 @@ use std::sync::LazyLock;
 use causeway_store::StoreError;
 use causeway_store::duckdb;
 
-use super::{Finding, Input, d, lit, severity, step};
+use super::dataloader_starvation::Starved;
+use super::{Finding, Input, d, lit, pct, severity, step};
 use crate::chains::{Chain, Severity};
 use crate::facts::duck;
 use crate::fmt::bytes;
@@ -28,6 +33,177 @@ GROUP BY node ORDER BY node",
         named(&["oom_kill", "pod_oom_kill"])
     )
 });
+
+/// Reclaim by GPU-calling threads that is a finding: at least this much, and 2% of the span.
+const OWN_RECLAIM_MIN_NS: i64 = 20_000_000;
+
+static RECLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT node, pid::UBIGINT, tid::UBIGINT, count(*)::UBIGINT, sum(duration)::BIGINT,
+  sum(arg0)::BIGINT, count(*) FILTER (WHERE arg1 = 1)::UBIGINT FROM event_data
+WHERE {} AND timestamp BETWEEN ? AND ? AND (?::VARCHAR = '' OR node = ?::VARCHAR)
+GROUP BY ALL ORDER BY ALL",
+        named(&["mm_reclaim"])
+    )
+});
+
+/// The memory reclaim one thread did itself in the window.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reclaim {
+    /// Node.
+    pub node: String,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Reclaims.
+    pub count: u64,
+    /// Time spent in them (ns).
+    pub ns: i64,
+    /// Bytes they freed.
+    pub bytes: i64,
+    /// Reclaims in the thread's memory cgroup at its limit (the rest: host-wide direct reclaim).
+    pub memcg: u64,
+}
+
+impl Reclaim {
+    fn add(&mut self, o: &Reclaim) {
+        self.count += o.count;
+        self.ns = self.ns.saturating_add(o.ns);
+        self.bytes = self.bytes.saturating_add(o.bytes);
+        self.memcg += o.memcg;
+    }
+
+    /// "in their memory cgroup at its limit" / "host-wide (direct reclaim)" / both, by count.
+    pub fn where_words(&self) -> String {
+        match (self.memcg, self.count - self.memcg) {
+            (_, 0) => "in their memory cgroup, which was at its limit".into(),
+            (0, _) => "host-wide (direct reclaim: the host was short of memory)".into(),
+            (m, h) => format!("{m} in their memory cgroup at its limit, {h} host-wide"),
+        }
+    }
+}
+
+/// Reclaim per thread in the window (every node, or the query's).
+pub fn reclaims(ctx: &crate::facts::Ctx<'_>) -> Result<Vec<Reclaim>, StoreError> {
+    ctx.r
+        .prepare_trusted(RECLAIM_SQL.as_str())?
+        .query_map(
+            duckdb::params![ctx.window.from_ns, ctx.window.until_ns, ctx.node, ctx.node],
+            |row| {
+                Ok(Reclaim {
+                    node: row.get(0)?,
+                    pid: row.get::<_, u64>(1)? as u32,
+                    tid: row.get::<_, u64>(2)? as u32,
+                    count: row.get(3)?,
+                    ns: row.get(4)?,
+                    bytes: row.get(5)?,
+                    memcg: row.get(6)?,
+                })
+            },
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(ctx.r, "reading memory reclaim"))
+}
+
+/// The reclaim of the given processes on `node`, summed.
+pub fn reclaim_of(all: &[Reclaim], node: &str, pids: &std::collections::BTreeSet<u32>) -> Reclaim {
+    let mut sum = Reclaim {
+        node: node.into(),
+        ..Reclaim::default()
+    };
+    for r in all
+        .iter()
+        .filter(|r| r.node == node && pids.contains(&r.pid))
+    {
+        sum.add(r);
+    }
+    sum
+}
+
+/// The starvation's cause is memory: the input workers reclaim pages before they can allocate,
+/// so the page cache cannot keep what they read (`dataloader_starvation` hands over).
+pub fn starved_input(inp: &Input<'_>, s: &Starved<'_>, rec: &Reclaim) -> Chain {
+    let ctx = inp.ctx;
+    let Starved {
+        w,
+        t,
+        lost,
+        span,
+        wpids,
+        life,
+    } = *s;
+    let pids = s.pids();
+    let reads: Vec<_> = ctx
+        .ops
+        .iter()
+        .filter(|o| o.node == w.node && o.op == "block_read" && wpids.contains(&o.pid))
+        .collect();
+    let (nreads, read_bytes, read_ns) = reads.iter().fold((0u64, 0i64, 0i64), |a, o| {
+        (
+            a.0 + o.count,
+            a.1.saturating_add(o.arg0_sum),
+            a.2.saturating_add(o.total_ns),
+        )
+    });
+    let reread = if read_bytes > 0 && rec.bytes * 2 >= read_bytes {
+        format!(
+            " They freed {} while they read {} from disk: the page cache is emptied as fast as it fills, so what they read once is read from disk again.",
+            bytes(rec.bytes),
+            bytes(read_bytes)
+        )
+    } else {
+        String::new()
+    };
+    Finding {
+        detector: "host_memory_pressure",
+        node: w.node.clone(),
+        time_lost_ns: lost,
+        severity: severity(lost, ctx.node_span_ns(&w.node)),
+        summary: format!(
+            "{} (tid {}) slept {} waiting for input ({} of its span) while its {} input workers spent {} of their time reclaiming memory",
+            t.comm,
+            t.tid,
+            d(lost),
+            pct(lost, span),
+            wpids.len(),
+            pct(rec.ns, life)
+        ),
+        root_cause: "Memory pressure on the input pipeline: the job is at its memory limit (its cgroup's, or the host's), so the DataLoader workers free pages before each allocation and the page cache cannot keep the dataset; evicted samples are read from disk again".into(),
+        explanation: format!(
+            "{} (pid {}, tid {}) had {} gaps of 1 ms or more between GPU calls and slept {} in them with no socket or disk wait of its own. Its input workers (pids {pids}) reclaimed memory {} times {}, {} in all ({} of their {}), freeing {}, and issued {nreads} block reads ({}, {} in flight).{reread}",
+            t.comm,
+            t.pid,
+            t.tid,
+            w.gaps,
+            d(lost),
+            rec.count,
+            rec.where_words(),
+            d(rec.ns),
+            pct(rec.ns, life),
+            d(life),
+            bytes(rec.bytes),
+            bytes(read_bytes),
+            d(read_ns),
+        ),
+        timeline: vec![
+            step("HOST", "mm_reclaim", format!("input workers reclaiming memory {} ({} times, {} freed)", d(rec.ns), rec.count, bytes(rec.bytes)), rec.ns),
+            step("IO", "block_read", format!("{nreads} block reads, {}", bytes(read_bytes)), read_ns),
+            step("HOST", "sched_switch", format!("training thread asleep {} waiting for batches", d(lost)), lost),
+            step("GPU", "idle", "no work between steps".into(), lost),
+        ],
+        recommendations: vec![
+            "Raise the job's memory limit (the cgroup's memory.max, a pod's resources.limits.memory) above what it holds (pinned buffers, model, workers) plus the dataset's working set, or run where the host has that much free.".into(),
+            "Hold less inside the limit: fewer DataLoader workers or a smaller prefetch_factor, a smaller pinned-memory pool, no per-worker copies of the dataset.".into(),
+            "Make the dataset fit: a compressed or smaller-resolution format, or shards read once per epoch in order; watch the cgroup's memory.events (max) and memory.stat (workingset_refault_file).".into(),
+        ],
+        evidence_sql: format!(
+            "SELECT pid, comm, op, CASE WHEN op = 'mm_reclaim' THEN arg1 END AS memcg, count(*) AS events, sum(duration) AS total_ns, sum(arg0) AS bytes FROM events WHERE node = {} AND op IN ('mm_reclaim', 'block_read') AND pid IN ({pids}) GROUP BY ALL ORDER BY total_ns DESC LIMIT 20",
+            lit(&w.node)
+        ),
+    }
+    .into_chain()
+}
 
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
@@ -54,11 +230,24 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         let rate = b as f64 / (span as f64 / 1e9);
         let oom = ooms.iter().find(|o| &o.0 == node);
         let pressure = n >= 1_000 && rate >= (4u64 << 30) as f64;
-        if oom.is_none() && !pressure {
+        // Reclaim the GPU-calling threads did themselves: time they could not feed the GPU.
+        let mut own = Reclaim::default();
+        for r in inp.reclaims.iter().filter(|r| &r.node == node) {
+            if ctx
+                .threads
+                .iter()
+                .any(|t| t.node == r.node && t.pid == r.pid && t.tid == r.tid && t.gpu_calls > 0)
+            {
+                own.add(r);
+            }
+        }
+        let reclaiming = own.ns >= OWN_RECLAIM_MIN_NS && own.ns.saturating_mul(50) >= span;
+        if oom.is_none() && !pressure && !reclaiming {
             continue;
         }
         let (lost, sev) = match oom {
             Some((_, first, _, _)) => ((ctx.window.until_ns - first).max(0), Severity::High),
+            None if reclaiming => (own.ns, severity(own.ns, span)),
             None => {
                 let blocked: i64 = ctx
                     .threads
@@ -82,28 +271,41 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 node: node.clone(),
                 time_lost_ns: lost,
                 severity: sev,
-                summary: format!(
-                    "{}{} of page allocations ({}/s){}",
-                    if oom.is_some() { "OOM kill; " } else { "" },
-                    bytes(b), bytes(rate as i64), top.as_ref().map(|t| format!(", mostly {t}")).unwrap_or_default()
-                ),
-                root_cause: "Host memory pressure: traced processes allocate memory faster than the host can supply it".into(),
+                summary: [
+                    oom.map(|_| "OOM kill".to_string()),
+                    (own.count > 0).then(|| format!("GPU-calling threads spent {} reclaiming memory ({} reclaims, {} freed)", d(own.ns), own.count, bytes(own.bytes))),
+                    (n > 0).then(|| format!("{} of page allocations ({}/s){}", bytes(b), bytes(rate as i64), top.as_ref().map(|t| format!(", mostly {t}")).unwrap_or_default())),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join("; "),
+                root_cause: if oom.is_none() && reclaiming {
+                    "Memory pressure: the GPU-feeding threads' cgroup (or the host) is at its memory limit, so their allocations wait while the kernel frees pages".into()
+                } else {
+                    "Host memory pressure: traced processes allocate memory faster than the host can supply it".into()
+                },
                 explanation: format!(
-                    "{}Traced processes allocated {} in {n} page-allocation events over {} ({}/s){}. {}",
-                    oom_text.clone().unwrap_or_default(), bytes(b), d(span), bytes(rate as i64),
-                    top.as_ref().map(|t| format!(", the largest share by {t}")).unwrap_or_default(),
-                    if oom.is_some() { format!("Time lost is counted from the first kill to the end of the window ({}): the killed process's work and its restart.", d(lost)) } else { format!("Time lost is an upper bound: the sleeping time of GPU-calling threads ({}).", d(lost)) }
+                    "{}{}{}{}",
+                    oom_text.clone().unwrap_or_default(),
+                    if own.count > 0 { format!("GPU-calling threads reclaimed memory {} times {}, {} in all ({} of the span), freeing {}: an allocation that finds no free page waits while the kernel frees one. ", own.count, own.where_words(), d(own.ns), pct(own.ns, span), bytes(own.bytes)) } else { String::new() },
+                    if n > 0 { format!("Traced processes allocated {} in {n} page-allocation events over {} ({}/s){}. ", bytes(b), d(span), bytes(rate as i64), top.as_ref().map(|t| format!(", the largest share by {t}")).unwrap_or_default()) } else { String::new() },
+                    if oom.is_some() { format!("Time lost is counted from the first kill to the end of the window ({}): the killed process's work and its restart.", d(lost)) } else if reclaiming { format!("Time lost is the GPU-calling threads' time in reclaim ({}): they could not feed the GPU meanwhile.", d(lost)) } else { format!("Time lost is an upper bound: the sleeping time of GPU-calling threads ({}).", d(lost)) }
                 ),
-                timeline: vec![
-                    step("HOST", "mm_page_alloc", format!("{} at {}/s", bytes(b), bytes(rate as i64)), 0),
-                    step("HOST", "oom_kill", oom_text.unwrap_or_else(|| "no OOM kill".into()), lost),
-                ],
+                timeline: [
+                    (n > 0).then(|| step("HOST", "mm_page_alloc", format!("{} at {}/s", bytes(b), bytes(rate as i64)), 0)),
+                    (own.count > 0).then(|| step("HOST", "mm_reclaim", format!("GPU-calling threads reclaiming {} ({} times, {} freed)", d(own.ns), own.count, bytes(own.bytes)), own.ns)),
+                    Some(step("HOST", "oom_kill", oom_text.unwrap_or_else(|| "no OOM kill".into()), if oom.is_some() { lost } else { 0 })),
+                ]
+                .into_iter()
+                .flatten()
+                .collect(),
                 recommendations: vec![
                     "Reduce host memory per DataLoader worker (fewer workers, smaller prefetch_factor, avoid copying the dataset into each worker).".into(),
-                    "Set memory limits per process/cgroup so one component cannot take the node down, and watch /proc/pressure/memory.".into(),
+                    if reclaiming { "Raise the job's memory limit (the cgroup's memory.max, a pod's resources.limits.memory) above what it holds, or allocate pinned host buffers once at start-up instead of per step.".into() } else { "Set memory limits per process/cgroup so one component cannot take the node down, and watch /proc/pressure/memory.".into() },
                 ],
                 evidence_sql: format!(
-                    "SELECT pid, comm, op, count(*) AS events, sum(arg0) AS bytes FROM events WHERE node = {} AND op IN ('mm_page_alloc', 'oom_kill', 'pod_oom_kill') GROUP BY ALL ORDER BY bytes DESC LIMIT 20",
+                    "SELECT pid, comm, op, count(*) AS events, sum(duration) AS total_ns, sum(arg0) AS bytes FROM events WHERE node = {} AND op IN ('mm_page_alloc', 'mm_reclaim', 'oom_kill', 'pod_oom_kill') GROUP BY ALL ORDER BY bytes DESC LIMIT 20",
                     lit(node)
                 ),
             }
@@ -115,8 +317,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::chains::Severity;
+    use causeway_store::Reader;
+
+    use crate::chains::{Chain, ChainQuery, Severity};
     use crate::demo::Scenario;
+    use crate::demo::model::{Thread, op};
     use crate::detectors::testutil::chains_of;
 
     #[test]
@@ -130,5 +335,118 @@ mod tests {
     #[test]
     fn modest_allocation_is_fine() {
         assert!(chains_of(Scenario::HostMemoryPressure, true, "host_memory_pressure").is_empty());
+    }
+
+    const MS: i64 = 1_000_000;
+
+    /// Explains `s` with a reclaim of `reclaim_ns` (memory cgroup) ending 100 us before each
+    /// block read of its input workers, and `trainer` (every, duration) reclaims by the
+    /// trainer's main thread.
+    fn explained(s: Scenario, reclaim_ns: i64, trainer: Option<(i64, i64)>) -> Vec<Chain> {
+        let mut nodes = crate::demo::build(s, false);
+        let g = &mut nodes[0].trace;
+        let read = op("block_read");
+        let reads: Vec<(Thread, i64)> = g
+            .events
+            .iter()
+            .filter(|e| e.op_id == read && reclaim_ns > 0)
+            .map(|e| (Thread::new(e.pid, e.tid, &e.comm, -1), e.timestamp))
+            .collect();
+        for (w, ts) in reads {
+            g.ev(
+                &w,
+                ts - reclaim_ns - 100_000,
+                reclaim_ns,
+                "mm_reclaim",
+                1 << 20,
+                1,
+            );
+        }
+        if let Some((every, dur)) = trainer {
+            let main = Thread::new(4242, 4242, "python3", 0);
+            let (first, last) = g
+                .events
+                .iter()
+                .filter(|e| e.tid == 4242)
+                .fold((i64::MAX, 0), |a, e| {
+                    (a.0.min(e.timestamp), a.1.max(e.timestamp))
+                });
+            let mut at = first + every;
+            while at + dur < last {
+                g.ev(&main, at, dur, "mm_reclaim", 2 << 20, 0);
+                at += every;
+            }
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t.duckdb");
+        crate::demo::write_nodes(&p, s, nodes).expect("demo trace");
+        let r = Reader::open(&p).expect("reader");
+        crate::engine::explain(&r, &ChainQuery::default())
+            .expect("explain")
+            .chains
+    }
+
+    #[test]
+    fn starved_input_whose_workers_reclaim_is_memory_pressure() {
+        let plain = explained(Scenario::DataloaderStarvation, 0, None);
+        let starved = plain
+            .iter()
+            .find(|c| c.detector == "dataloader_starvation")
+            .expect("the scenario starves");
+        // 0.5 ms before each 5 ms read of a worker that also works 2 ms: about 7% of its life.
+        let c = explained(Scenario::DataloaderStarvation, MS / 2, None);
+        assert_eq!(c[0].detector, "host_memory_pressure", "{c:#?}");
+        assert!(
+            c.iter().all(|c| c.detector != "dataloader_starvation"),
+            "{c:#?}"
+        );
+        assert_eq!(c[0].time_lost_ns, starved.time_lost_ns);
+        assert!(
+            c[0].explanation
+                .contains("in their memory cgroup, which was at its limit"),
+            "{}",
+            c[0].explanation
+        );
+        assert!(
+            c[0].timeline.iter().any(|s| s.op == "mm_reclaim"),
+            "{:#?}",
+            c[0].timeline
+        );
+        // A little reclaim (0.1 ms a read, about 1.5%) leaves the starvation the workers'.
+        let c = explained(Scenario::DataloaderStarvation, MS / 10, None);
+        assert_eq!(c[0].detector, "dataloader_starvation", "{c:#?}");
+        assert!(
+            c.iter().all(|c| c.detector != "host_memory_pressure"),
+            "{c:#?}"
+        );
+    }
+
+    #[test]
+    fn a_trainer_that_reclaims_loses_that_time() {
+        // 2 ms every 50 ms: 4% of its span, all of it time the trainer could not feed the GPU.
+        let c: Vec<_> = explained(Scenario::Healthy, 0, Some((50 * MS, 2 * MS)))
+            .into_iter()
+            .filter(|c| c.detector == "host_memory_pressure")
+            .collect();
+        assert_eq!(c.len(), 1, "{c:#?}");
+        let n = c[0]
+            .explanation
+            .split(" times")
+            .next()
+            .and_then(|s| s.rsplit(' ').next());
+        let n: i64 = n.and_then(|n| n.parse().ok()).expect("a count");
+        assert_eq!(c[0].time_lost_ns, n * 2 * MS, "{}", c[0].explanation);
+        assert_eq!(c[0].severity, Severity::Medium);
+        assert!(
+            c[0].explanation.contains("host-wide (direct reclaim"),
+            "{}",
+            c[0].explanation
+        );
+        // 1 ms every 100 ms (1%) is not a finding.
+        let c = explained(Scenario::Healthy, 0, Some((100 * MS, MS)));
+        assert!(
+            c.iter().all(|c| c.detector != "host_memory_pressure"),
+            "{c:#?}"
+        );
     }
 }

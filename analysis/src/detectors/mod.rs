@@ -46,6 +46,8 @@ pub struct Input<'a> {
     pub waits: &'a [waits::ThreadWaits],
     /// Time budgets of the GPU-calling threads and processes.
     pub budgets: &'a [crate::budget::Budget],
+    /// Memory reclaim per thread.
+    pub reclaims: &'a [host_memory_pressure::Reclaim],
 }
 
 /// A detector's entry point.

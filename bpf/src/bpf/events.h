@@ -18,6 +18,7 @@
 #define CW_KIND_LIB 9   /* a traced process mapped a CUDA library executable (struct cw_lib_event) */
 #define CW_KIND_NAME 10 /* the name a driver function or kernel was got by (struct cw_name_event) */
 #define CW_KIND_TASK 11 /* a task not traced that took the CPU from a traced thread (struct cw_task_event) */
+#define CW_KIND_MEM 12  /* memory reclaim a traced thread did itself */
 
 /* Libraries of a CW_KIND_LIB record (the file-name stems of bpf/src/probes.rs `Library`). */
 #define CW_LIB_CUDART 1 /* libcudart.so* */
@@ -67,6 +68,7 @@
 #define OP_PROCESS_EXEC 104
 #define OP_PROCESS_EXIT 105
 #define OP_PROCESS_FORK 106
+#define OP_MM_RECLAIM 110
 #define OP_BLOCK_READ 130
 #define OP_BLOCK_WRITE 131
 #define OP_BLOCK_DISCARD 132

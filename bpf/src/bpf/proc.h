@@ -101,6 +101,83 @@ int BPF_PROG(cw_mm_page_alloc, struct page *page, unsigned int order, gfp_t gfp,
 	return 0;
 }
 
+/* Reclaim a traced thread does itself, begin time per thread: it allocated memory that was not
+ * there (direct: the host is short; memcg: the thread's cgroup is at its limit) and the kernel
+ * made it free pages first, evicting page cache the job may read again. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH_);
+	__uint(max_entries, 4096);
+	__type(key, __u32);   /* tid */
+	__type(value, __u64); /* begin, ns */
+} reclaim_start SEC(".maps");
+
+static __always_inline int cw_reclaim_begin(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!cw_is_target(id >> 32))
+		return 0;
+	__u32 tid = (__u32)id;
+	__u64 ts = bpf_ktime_get_ns();
+	bpf_map_update_elem(&reclaim_start, &tid, &ts, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int cw_reclaim_end(__u64 pages, __s64 memcg)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 pid = id >> 32, tid = (__u32)id;
+	__u64 *sp = bpf_map_lookup_elem(&reclaim_start, &tid);
+	if (!sp)
+		return 0;
+	__u64 ts = *sp;
+	bpf_map_delete_elem(&reclaim_start, &tid);
+	__u64 dur = bpf_ktime_get_ns() - ts;
+	__u64 bytes = pages << 12;
+	if (!cw_account(pid, OP_MM_RECLAIM, dur, bytes))
+		return 0;
+	struct cw_event *e = cw_reserve(OP_MM_RECLAIM);
+	if (!e)
+		return 0;
+	e->kind = CW_KIND_MEM;
+	e->op = OP_MM_RECLAIM;
+	e->pid = pid;
+	e->tid = tid;
+	e->ret = 0;
+	e->ts = ts;
+	e->duration = dur;
+	e->arg0 = bytes;
+	e->arg1 = memcg;
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	cw_commit(e);
+	return 0;
+}
+
+/* Arguments are not read at begin: their list changed across kernels (order was dropped). */
+SEC("tp_btf/mm_vmscan_direct_reclaim_begin")
+int BPF_PROG(cw_direct_reclaim_begin)
+{
+	return cw_reclaim_begin();
+}
+
+SEC("tp_btf/mm_vmscan_direct_reclaim_end")
+int BPF_PROG(cw_direct_reclaim_end, unsigned long nr_reclaimed)
+{
+	return cw_reclaim_end(nr_reclaimed, 0);
+}
+
+SEC("tp_btf/mm_vmscan_memcg_reclaim_begin")
+int BPF_PROG(cw_memcg_reclaim_begin)
+{
+	return cw_reclaim_begin();
+}
+
+SEC("tp_btf/mm_vmscan_memcg_reclaim_end")
+int BPF_PROG(cw_memcg_reclaim_end, unsigned long nr_reclaimed)
+{
+	return cw_reclaim_end(nr_reclaimed, 1);
+}
+
 SEC("tp_btf/mark_victim")
 int BPF_PROG(cw_oom_kill, struct task_struct *task, uid_t uid)
 {

@@ -9,6 +9,7 @@ mod discovery;
 mod kernels;
 mod lifecycle;
 mod mapped;
+mod memory;
 mod net;
 mod overhead;
 mod overrun;

@@ -23,10 +23,18 @@ pub const EVIDENCE_ROWS: u64 = 10;
 /// Top stacks shown.
 pub const TOP_STACKS: u32 = 10;
 
-/// Time all evidence queries of one report may take together: the findings come worst first,
-/// so the worst get their rows; a query that needs longer (a self-join over millions of
-/// events) is cut off and shown as such, and the rest are not run.
+/// Time all evidence queries of one report may take together, at least: the findings come
+/// worst first, so the worst get their rows; a query that needs longer (a self-join over
+/// millions of events) is cut off and shown as such, and the rest are not run. A trace whose
+/// findings took longer to compute gives its evidence as long again (see [`evidence_budget`]).
 pub const EVIDENCE_BUDGET: Duration = Duration::from_secs(1);
+
+/// The evidence budget of a report whose findings and statistics took `analysis`: a large
+/// trace's evidence queries scan as many rows as its findings did, and a page without the rows
+/// its findings cite is worth less than one that takes twice as long.
+pub fn evidence_budget(analysis: Duration) -> Duration {
+    EVIDENCE_BUDGET.max(analysis)
+}
 
 /// Nodes given their own row in the per-node view.
 pub const MAX_NODES: usize = 32;
@@ -124,9 +132,9 @@ fn gpu_totals(s: &TraceStats) -> (u64, i64, i64) {
 }
 
 /// Runs a finding's evidence SQL through sqlguard and the read-only connection, as `query`
-/// would, within what is left of [`EVIDENCE_BUDGET`] by `deadline`; a refusal, failure or
-/// lack of time is shown with the finding instead of failing the report.
-fn evidence(r: &Reader, c: &Chain, deadline: Instant) -> Evidence {
+/// would, within what is left of the report's evidence `budget` by `deadline`; a refusal,
+/// failure or lack of time is shown with the finding instead of failing the report.
+fn evidence(r: &Reader, c: &Chain, budget: Duration, deadline: Instant) -> Evidence {
     let mut e = Evidence {
         chain_id: c.id.clone(),
         columns: Vec::new(),
@@ -141,7 +149,7 @@ fn evidence(r: &Reader, c: &Chain, deadline: Instant) -> Evidence {
     if left < Duration::from_millis(20) {
         e.error = Some(format!(
             "not run: the report's {} ms for evidence went to the findings above; run the SQL with causeway query",
-            EVIDENCE_BUDGET.as_millis()
+            budget.as_millis()
         ));
         return e;
     }
@@ -205,8 +213,12 @@ pub fn build(r: &Reader, q: &WindowParams) -> Result<ReportData, ReportError> {
     };
     let stats = causeway_tools::stats::stats_for(r, &stats_q)?;
     let chains = findings.explain.chains;
-    let deadline = Instant::now() + EVIDENCE_BUDGET;
-    let evidence: Vec<Evidence> = chains.iter().map(|c| evidence(r, c, deadline)).collect();
+    let budget = evidence_budget(started.elapsed());
+    let deadline = Instant::now() + budget;
+    let evidence: Vec<Evidence> = chains
+        .iter()
+        .map(|c| evidence(r, c, budget, deadline))
+        .collect();
 
     let mut timeline =
         series::timeline(r, &stats, q.pid, q.node.as_deref()).map_err(ReportError::read)?;
@@ -299,9 +311,9 @@ mod tests {
             .iter()
             .find(|c| c.detector == "cpu_contention")
             .expect("the scenario's finding");
-        let ran = evidence(&r, c, Instant::now() + EVIDENCE_BUDGET);
+        let ran = evidence(&r, c, EVIDENCE_BUDGET, Instant::now() + EVIDENCE_BUDGET);
         assert!(ran.error.is_none() && !ran.rows.is_empty(), "{ran:?}");
-        let spent = evidence(&r, c, Instant::now());
+        let spent = evidence(&r, c, EVIDENCE_BUDGET, Instant::now());
         assert!(spent.rows.is_empty(), "{spent:?}");
         assert!(
             spent
@@ -309,6 +321,15 @@ mod tests {
                 .as_deref()
                 .is_some_and(|e| e.starts_with("not run")),
             "{spent:?}"
+        );
+    }
+
+    #[test]
+    fn a_trace_slow_to_analyse_gets_as_long_for_its_evidence() {
+        assert_eq!(evidence_budget(Duration::from_millis(30)), EVIDENCE_BUDGET);
+        assert_eq!(
+            evidence_budget(Duration::from_millis(2_700)),
+            Duration::from_millis(2_700)
         );
     }
 }

@@ -3,7 +3,7 @@
 //! recording. Deterministic: the same scenario always gives the same trace.
 
 pub mod model;
-mod scenarios;
+pub(crate) mod scenarios;
 pub mod sync_job;
 
 use std::path::Path;

@@ -57,7 +57,7 @@ static WAITS_SQL: LazyLock<String> = LazyLock::new(|| {
         "WITH calls AS (SELECT timestamp, op, duration, median(duration) OVER (PARTITION BY op) AS median_ns FROM events WHERE node = $1 AND tid = $2 AND timestamp BETWEEN $3 AND $4 AND (op IN ({SYNCS_SQL}) OR (op IN ({copies}) AND arg1 = 2))), \
 base AS (SELECT coalesce(max(median_ns), 0) AS m FROM calls), \
 acts AS (SELECT timestamp, op, duration FROM events WHERE node = $1 AND tid = $2 AND timestamp BETWEEN $3 AND $4 AND op NOT IN ('sched_switch', 'sched_wakeup')), \
-sl AS (SELECT s.timestamp, s.duration, (SELECT arg_max(a.op, a.timestamp) FROM acts a WHERE a.timestamp <= s.timestamp) AS last_op, (SELECT arg_max(a.timestamp + a.duration, a.timestamp) FROM acts a WHERE a.timestamp <= s.timestamp) AS last_end FROM events s WHERE s.node = $1 AND s.tid = $2 AND s.op = 'sched_switch' AND s.arg1 = 1 AND s.timestamp BETWEEN $3 AND $4 AND s.duration >= {STALL_MIN_NS}), \
+sl AS (SELECT s.timestamp, least(s.duration, $4 - s.timestamp) AS duration, (SELECT arg_max(a.op, a.timestamp) FROM acts a WHERE a.timestamp <= s.timestamp) AS last_op, (SELECT arg_max(a.timestamp + a.duration, a.timestamp) FROM acts a WHERE a.timestamp <= s.timestamp) AS last_end FROM events s WHERE s.node = $1 AND s.tid = $2 AND s.op = 'sched_switch' AND s.arg1 = 1 AND s.timestamp BETWEEN $3 AND $4 AND s.duration >= {STALL_MIN_NS}), \
 sleeps AS (SELECT timestamp, 'asleep after ' || last_op AS op, duration, (SELECT m FROM base) AS median_ns FROM sl WHERE last_op IN ({launches}) AND last_end <= timestamp), \
 w AS (SELECT * FROM calls WHERE NOT EXISTS (SELECT 1 FROM events o WHERE o.node = $1 AND o.tid = $2 AND o.source IN {gpu} AND o.timestamp > calls.timestamp AND o.timestamp < calls.timestamp + calls.duration) UNION ALL SELECT * FROM sleeps), \
 long AS (SELECT w.*, coalesce((SELECT max(c.timestamp + c.duration) FROM calls c WHERE c.timestamp + c.duration <= w.timestamp), $3) AS prev_end FROM w WHERE w.duration >= {STALL_MIN_NS} AND w.duration >= {SLOW_FACTOR} * w.median_ns) \
@@ -102,6 +102,35 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         if waiting == 0 {
             continue;
         }
+        // The waits' query is this detector's cost (half a second on 10M events): a thread
+        // whose waits could not make half its busy time even if every sleep outside its calls
+        // were one (the sleeps the query adds are some of those) is not asked.
+        let o = &b.outside;
+        let asleep_at_most = o.blocked_other_ns + o.blocked_net_ns + o.blocked_io_ns;
+        if (waiting + asleep_at_most) * 2 < b.span_ns {
+            continue;
+        }
+        // Nor one whose process has no stored wait, copy or sleep as long as a stall.
+        let longest = |wait: bool| {
+            ctx.ops
+                .iter()
+                .filter(|x| x.node == b.node && x.pid == b.pid)
+                .filter(|x| {
+                    if wait {
+                        catalog::op_by_name(&x.op).is_some_and(|c| {
+                            matches!(CallClass::of(c.id, 2), CallClass::Sync | CallClass::CopyD2h)
+                        })
+                    } else {
+                        x.op == "sched_switch"
+                    }
+                })
+                .map(|x| x.max_ns)
+                .max()
+                .unwrap_or(0)
+        };
+        if longest(true) < STALL_MIN_NS && longest(false) < STALL_MIN_NS {
+            continue;
+        }
         let waits: Result<Vec<Wait>, StoreError> =
             ctx.r.prepare_trusted(WAITS_SQL.as_str()).and_then(|mut q| {
                 q.query_map(
@@ -130,7 +159,6 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .map(|w| w.2)
             .sum();
         let waiting = waiting + asleep;
-        let o = &b.outside;
         let busy = b.span_ns - o.blocked_other_ns - o.blocked_net_ns - o.blocked_io_ns + asleep;
         if waiting * 2 < busy {
             continue;
@@ -200,4 +228,76 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         );
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use causeway_store::Reader;
+
+    use crate::chains::{Chain, ChainQuery};
+    use crate::demo::Scenario;
+    use crate::demo::model::{Gen, MS, T0, Thread, US};
+    use crate::demo::scenarios::NodeTrace;
+
+    /// 200 steps of 10 launches (64 blocks) and a 20 ms stream sync; the steps in `long` launch
+    /// one 4,096-block kernel and their sync takes 600 ms; `between` of host work (on the CPU)
+    /// separates the steps.
+    fn explained(long: &[i64], between: i64) -> Vec<Chain> {
+        let mut g = Gen::new(7);
+        g.process(4242, 1, "python3", "python3 serve.py");
+        let t = Thread::new(4242, 4242, "python3", 0);
+        let mut at = T0;
+        for step in 0..200 {
+            for i in 0..10 {
+                let grid = if long.contains(&step) && i == 9 {
+                    4096
+                } else {
+                    64
+                };
+                g.ev(&t, at, 5 * US, "cudaLaunchKernel", 0, grid);
+                at += 10 * US;
+            }
+            let sync = if long.contains(&step) {
+                600 * MS
+            } else {
+                20 * MS
+            };
+            g.ev(&t, at, sync, "cudaStreamSynchronize", 0, 0);
+            at += sync + between;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t.duckdb");
+        let nodes = vec![NodeTrace {
+            node: "demo-node".into(),
+            trace: g,
+        }];
+        crate::demo::write_nodes(&p, Scenario::Healthy, nodes).expect("trace");
+        let r = Reader::open(&p).expect("reader");
+        crate::engine::explain(&r, &ChainQuery::default())
+            .expect("explain")
+            .chains
+            .into_iter()
+            .filter(|c| c.detector == "gpu_bound")
+            .collect()
+    }
+
+    #[test]
+    fn two_oversized_steps_hold_the_thread_beyond_its_median_wait() {
+        let c = explained(&[50, 150], 0);
+        assert_eq!(c.len(), 1, "{c:#?}");
+        // By design: two syncs of 600 ms against a median of 20 ms.
+        assert_eq!(c[0].time_lost_ns, 2 * 580 * MS);
+        assert!(
+            c[0].summary.contains("the largest 4096 blocks"),
+            "{}",
+            c[0].summary
+        );
+        assert!(explained(&[], 0).is_empty());
+    }
+
+    #[test]
+    fn a_thread_busy_on_the_host_is_not_gpu_bound() {
+        // 100 ms of host work a step against 20 ms of waiting: the GPU is not what it waits for.
+        assert!(explained(&[50, 150], 100 * MS).is_empty());
+    }
 }

@@ -22,7 +22,7 @@ use super::dataloader_starvation::Starved;
 use super::{Finding, Input, d, lit, pct, severity, step};
 use crate::chains::{Chain, Severity};
 use crate::facts::duck;
-use crate::fmt::bytes;
+use crate::fmt::{bytes, thousands};
 use crate::opsets::named;
 
 static OOM_SQL: LazyLock<String> = LazyLock::new(|| {
@@ -79,7 +79,11 @@ impl Reclaim {
         match (self.memcg, self.count - self.memcg) {
             (_, 0) => "in their memory cgroup, which was at its limit".into(),
             (0, _) => "host-wide (direct reclaim: the host was short of memory)".into(),
-            (m, h) => format!("{m} in their memory cgroup at its limit, {h} host-wide"),
+            (m, h) => format!(
+                "{} in their memory cgroup at its limit, {} host-wide",
+                thousands(m),
+                thousands(h)
+            ),
         }
     }
 }
@@ -171,24 +175,25 @@ pub fn starved_input(inp: &Input<'_>, s: &Starved<'_>, rec: &Reclaim) -> Chain {
         ),
         root_cause: "Memory pressure on the input pipeline: the job is at its memory limit (its cgroup's, or the host's), so the DataLoader workers free pages before each allocation and the page cache cannot keep the dataset; evicted samples are read from disk again".into(),
         explanation: format!(
-            "{} (pid {}, tid {}) had {} gaps of 1 ms or more between GPU calls and slept {} in them with no socket or disk wait of its own. Its input workers (pids {pids}) reclaimed memory {} times {}, {} in all ({} of their {}), freeing {}, and issued {nreads} block reads ({}, {} in flight).{reread}",
+            "{} (pid {}, tid {}) had {} gaps of 1 ms or more between GPU calls and slept {} in them with no socket or disk wait of its own. Its input workers (pids {pids}) reclaimed memory {} times {}, {} in all ({} of their {}), freeing {}, and issued {} block reads ({}, {} in flight).{reread}",
             t.comm,
             t.pid,
             t.tid,
             w.gaps,
             d(lost),
-            rec.count,
+            thousands(rec.count),
             rec.where_words(),
             d(rec.ns),
             pct(rec.ns, life),
             d(life),
             bytes(rec.bytes),
+            thousands(nreads),
             bytes(read_bytes),
             d(read_ns),
         ),
         timeline: vec![
-            step("HOST", "mm_reclaim", format!("input workers reclaiming memory {} ({} times, {} freed)", d(rec.ns), rec.count, bytes(rec.bytes)), rec.ns),
-            step("IO", "block_read", format!("{nreads} block reads, {}", bytes(read_bytes)), read_ns),
+            step("HOST", "mm_reclaim", format!("input workers reclaiming memory {} ({} times, {} freed)", d(rec.ns), thousands(rec.count), bytes(rec.bytes)), rec.ns),
+            step("IO", "block_read", format!("{} block reads, {}", thousands(nreads), bytes(read_bytes)), read_ns),
             step("HOST", "sched_switch", format!("training thread asleep {} waiting for batches", d(lost)), lost),
             step("GPU", "idle", "no work between steps".into(), lost),
         ],
@@ -273,7 +278,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 severity: sev,
                 summary: [
                     oom.map(|_| "OOM kill".to_string()),
-                    (own.count > 0).then(|| format!("GPU-calling threads spent {} reclaiming memory ({} reclaims, {} freed)", d(own.ns), own.count, bytes(own.bytes))),
+                    (own.count > 0).then(|| format!("GPU-calling threads spent {} reclaiming memory ({} reclaims, {} freed)", d(own.ns), thousands(own.count), bytes(own.bytes))),
                     (n > 0).then(|| format!("{} of page allocations ({}/s){}", bytes(b), bytes(rate as i64), top.as_ref().map(|t| format!(", mostly {t}")).unwrap_or_default())),
                 ]
                 .into_iter()
@@ -294,7 +299,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 ),
                 timeline: [
                     (n > 0).then(|| step("HOST", "mm_page_alloc", format!("{} at {}/s", bytes(b), bytes(rate as i64)), 0)),
-                    (own.count > 0).then(|| step("HOST", "mm_reclaim", format!("GPU-calling threads reclaiming {} ({} times, {} freed)", d(own.ns), own.count, bytes(own.bytes)), own.ns)),
+                    (own.count > 0).then(|| step("HOST", "mm_reclaim", format!("GPU-calling threads reclaiming {} ({} times, {} freed)", d(own.ns), thousands(own.count), bytes(own.bytes)), own.ns)),
                     Some(step("HOST", "oom_kill", oom_text.unwrap_or_else(|| "no OOM kill".into()), if oom.is_some() { lost } else { 0 })),
                 ]
                 .into_iter()
@@ -434,7 +439,9 @@ mod tests {
             .split(" times")
             .next()
             .and_then(|s| s.rsplit(' ').next());
-        let n: i64 = n.and_then(|n| n.parse().ok()).expect("a count");
+        let n: i64 = n
+            .and_then(|n| n.replace(',', "").parse().ok())
+            .expect("a count");
         assert_eq!(c[0].time_lost_ns, n * 2 * MS, "{}", c[0].explanation);
         assert_eq!(c[0].severity, Severity::Medium);
         assert!(

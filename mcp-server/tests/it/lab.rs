@@ -1,7 +1,8 @@
 //! The workload lab (investigations/lab): every case's problem and healthy variant recorded end
 //! to end by `causeway trace` on the stand-in device, each recording's ground truth checked with
-//! SQL, the engine's answer compared with the expected detector, and the accuracy table printed
-//! and written to $CARGO_TARGET_TMPDIR/lab-report.md. A failed recording or ground-truth check
+//! SQL, the engine's answer compared with the expected detector, every chain's evidence SQL run
+//! (it must return rows), and the accuracy table printed and written to
+//! $CARGO_TARGET_TMPDIR/lab-report.md. A failed recording, ground-truth check or evidence query
 //! fails the test, and so does a wrong answer from the engine unless the variant lists it as a
 //! known miss (`engine_known_miss`, with why), which the table shows.
 //! Needs root like every BPF test (CI is root); CAUSEWAY_SKIP_BPF_TESTS=1 skips explicitly.
@@ -91,6 +92,8 @@ struct Outcome {
     overhead_pct: Option<f64>,
     wall_s: f64,
     checks: Vec<Checked>,
+    /// Chains whose evidence SQL fails or returns no row (what the finding says must be there).
+    evidence: Vec<String>,
     error: Option<String>,
 }
 
@@ -226,6 +229,7 @@ fn run_variant(case: &Case, variant: &str, runs: &Path, build: &Path) -> Outcome
             if !o.matched && o.expected.is_none() {
                 o.busy_machine = contention_from_outside(&chains, db);
             }
+            o.evidence = unsupported(&chains, db);
         }
         Err(e) => o.error = Some(e),
     }
@@ -238,6 +242,22 @@ fn run_variant(case: &Case, variant: &str, runs: &Path, build: &Path) -> Outcome
         Err(e) => o.error = Some(e),
     }
     o
+}
+
+/// The chains whose evidence SQL, run as a person would, fails or returns no row.
+fn unsupported(chains: &[Value], db: &str) -> Vec<String> {
+    chains
+        .iter()
+        .filter_map(|c| {
+            let sql = c["evidence_sql"].as_str().unwrap_or_default();
+            let id = c["id"].as_str().unwrap_or("?");
+            match json_of(&["query", "--db", db, "--json", sql]) {
+                Ok(v) if v["rows"].as_array().is_some_and(|r| !r.is_empty()) => None,
+                Ok(_) => Some(format!("{id}: its evidence SQL returns no row: {sql}")),
+                Err(e) => Some(format!("{id}: its evidence SQL fails: {e}")),
+            }
+        })
+        .collect()
 }
 
 /// Whether every MEDIUM/HIGH chain is cpu_contention whose culprit is not a process of the
@@ -437,6 +457,11 @@ fn lab_records_every_case_and_its_ground_truth_holds() {
                     runs.join(&o.case).join(&o.variant).display()
                 ));
             }
+            f.extend(
+                o.evidence
+                    .iter()
+                    .map(|e| format!("{}/{}: {e}", o.case, o.variant)),
+            );
             f.extend(o.checks.iter().filter(|c| !c.ok).map(|c| {
                 format!(
                     "{}/{}: ground truth not reproduced: {} = {:?}, expected {} (the recording: {})",

@@ -71,6 +71,7 @@ impl Places {
         info.cgroup_id = place.cgroup_id;
         info.gpu_visible = place.gpu_visible;
         info.gpu_devices = place.gpu_devices;
+        info.memory_limit = place.memory_limit;
         let Some(cgroup) = cgroup else {
             return;
         };

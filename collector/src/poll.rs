@@ -671,6 +671,7 @@ struct Ident {
     cgroup_id: u64,
     gpu_visible: String,
     gpu_devices: String,
+    memory_limit: u64,
 }
 
 impl Ident {
@@ -683,6 +684,7 @@ impl Ident {
             cgroup_id: p.cgroup_id,
             gpu_visible: p.gpu_visible.clone(),
             gpu_devices: p.gpu_devices.clone(),
+            memory_limit: p.memory_limit,
         }
     }
 
@@ -694,6 +696,7 @@ impl Ident {
         p.cgroup_id = self.cgroup_id;
         p.gpu_visible = self.gpu_visible.clone();
         p.gpu_devices = self.gpu_devices.clone();
+        p.memory_limit = self.memory_limit;
     }
 
     /// Whether `p` lacks something this identity knows.
@@ -718,6 +721,9 @@ impl Ident {
         text(&mut p.gpu_devices, &self.gpu_devices);
         if p.cgroup_id == 0 {
             p.cgroup_id = self.cgroup_id;
+        }
+        if p.memory_limit == 0 {
+            p.memory_limit = self.memory_limit;
         }
     }
 }

@@ -6,6 +6,7 @@
 pub mod cgroup;
 pub mod gpus;
 pub mod kube;
+pub mod memory;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -25,6 +26,9 @@ pub struct ProcessPlace {
     pub gpu_visible: String,
     /// GPU device files open.
     pub gpu_devices: String,
+    /// The memory limit it runs under (bytes; 0: none, or unknown): its memory cgroup's or an
+    /// ancestor's, the smallest.
+    pub memory_limit: u64,
 }
 
 /// Finds where processes run, remembering each cgroup it has described.
@@ -33,6 +37,8 @@ pub struct Placer {
     root: Option<PathBuf>,
     /// Where our own cgroup namespace is rooted in `root`'s hierarchy, once looked for.
     ns_root: Option<Option<String>>,
+    /// Whether the cgroup2 hierarchy has the memory controller, once looked for.
+    v2_memory: Option<bool>,
     described: HashSet<u64>,
 }
 
@@ -48,6 +54,7 @@ impl Placer {
         Placer {
             root: cgroup::mount_point(),
             ns_root: None,
+            v2_memory: None,
             described: HashSet::new(),
         }
     }
@@ -61,6 +68,7 @@ impl Placer {
             ..ProcessPlace::default()
         };
         let (Some(seen), Some(root)) = (cgroup::path_of(pid), self.root.clone()) else {
+            place.memory_limit = memory::limit_of(pid, None);
             return (place, None);
         };
         let path = match self.ns_root(&root) {
@@ -70,6 +78,13 @@ impl Placer {
             None if seen.starts_with("/..") => return (place, None),
             None => seen,
         };
+        // The unified hierarchy holds the limit where it has the memory controller; on hybrid
+        // hosts the v1 memory hierarchy does.
+        let v2_memory = *self
+            .v2_memory
+            .get_or_insert_with(|| memory::v2_has_memory(&root));
+        place.memory_limit =
+            memory::limit_of(pid, v2_memory.then_some((root.as_path(), path.as_str())));
         let Some(id) = cgroup::id_of(&root, &path) else {
             return (place, None);
         };

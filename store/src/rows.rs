@@ -68,6 +68,9 @@ pub struct ProcessInfo {
     pub gpu_visible: String,
     /// NVIDIA device files open, e.g. 'nvidia0,nvidia3'.
     pub gpu_devices: String,
+    /// The memory limit it ran under, bytes (its memory cgroup's or an ancestor's, the
+    /// smallest; 0 = none or unknown).
+    pub memory_limit: u64,
 }
 
 /// The CPython frames of one call stack (`python_stacks`, `python_frames`).
@@ -453,8 +456,9 @@ pub(crate) fn upsert_process(
 ) -> Result<()> {
     conn.execute(
         "INSERT INTO processes (node, pid, ppid, comm, cmdline, first_seen_ns, last_seen_ns, rank,
-                                local_rank, world_size, cluster, cgroup_id, gpu_visible, gpu_devices)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                local_rank, world_size, cluster, cgroup_id, gpu_visible, gpu_devices,
+                                memory_limit)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (node, pid) DO UPDATE SET
            ppid = CASE WHEN excluded.ppid = 0 THEN processes.ppid ELSE excluded.ppid END,
            comm = CASE WHEN excluded.comm = '' THEN processes.comm ELSE excluded.comm END,
@@ -467,7 +471,8 @@ pub(crate) fn upsert_process(
            cluster = CASE WHEN excluded.cluster = '' THEN processes.cluster ELSE excluded.cluster END,
            cgroup_id = CASE WHEN excluded.cgroup_id = 0 THEN processes.cgroup_id ELSE excluded.cgroup_id END,
            gpu_visible = CASE WHEN excluded.gpu_visible = '' THEN processes.gpu_visible ELSE excluded.gpu_visible END,
-           gpu_devices = CASE WHEN excluded.gpu_devices = '' THEN processes.gpu_devices ELSE excluded.gpu_devices END",
+           gpu_devices = CASE WHEN excluded.gpu_devices = '' THEN processes.gpu_devices ELSE excluded.gpu_devices END,
+           memory_limit = CASE WHEN excluded.memory_limit = 0 THEN processes.memory_limit ELSE excluded.memory_limit END",
         params![
             node,
             p.pid,
@@ -482,7 +487,8 @@ pub(crate) fn upsert_process(
             p.cluster,
             p.cgroup_id,
             p.gpu_visible,
-            p.gpu_devices
+            p.gpu_devices,
+            p.memory_limit
         ],
     )
     .ctx(path, "recording a process")?;

@@ -21,7 +21,8 @@ use crate::catalog::{OPS, Source};
 /// 9: where processes run: `processes.cgroup_id`, `gpu_visible`, `gpu_devices`, and the
 /// container runtime, pod uid, container name and a note in `cgroups` (009_placement.sql).
 /// 10: `python_stacks` and `python_frames`, the CPython frames of call stacks (010_python.sql).
-pub const SCHEMA_VERSION: u32 = 10;
+/// 11: `processes.memory_limit`, the memory limit each process ran under (011_memory.sql).
+pub const SCHEMA_VERSION: u32 = 11;
 
 /// The oldest version this build reads: the event layout of version 2. Version-1 files are
 /// refused with a hint to import or record them again.
@@ -42,6 +43,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (8, include_str!("../sql/008_tasks.sql")),
     (9, include_str!("../sql/009_placement.sql")),
     (10, include_str!("../sql/010_python.sql")),
+    (11, include_str!("../sql/011_memory.sql")),
 ];
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
@@ -187,6 +189,12 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "gpu_devices",
         "",
         "NVIDIA device files the process had open when first seen, e.g. 'nvidia0,nvidia3'",
+    ),
+    (
+        "processes",
+        "memory_limit",
+        "bytes",
+        "the memory limit the process ran under when first seen: its memory cgroup's or an ancestor's, the smallest (0 = none or unknown); a process at its limit reclaims memory itself (mm_reclaim events, arg1 = 1)",
     ),
     (
         "cgroups",

@@ -74,9 +74,13 @@ impl Reclaim {
         self.memcg += o.memcg;
     }
 
-    /// "in their memory cgroup at its limit" / "host-wide (direct reclaim)" / both, by count.
-    pub fn where_words(&self) -> String {
+    /// "in their memory cgroup at its limit" / "host-wide (direct reclaim)" / both, by count;
+    /// `limit`: the limit in words where it was recorded ("" where not).
+    pub fn where_words(&self, limit: &str) -> String {
         match (self.memcg, self.count - self.memcg) {
+            (_, 0) if !limit.is_empty() => {
+                format!("in their memory cgroup, which was at its limit of {limit}")
+            }
             (_, 0) => "in their memory cgroup, which was at its limit".into(),
             (0, _) => "host-wide (direct reclaim: the host was short of memory)".into(),
             (m, h) => format!(
@@ -108,6 +112,42 @@ pub fn reclaims(ctx: &crate::facts::Ctx<'_>) -> Result<Vec<Reclaim>, StoreError>
         )
         .and_then(|rows| rows.collect())
         .map_err(duck(ctx.r, "reading memory reclaim"))
+}
+
+/// First schema with `processes.memory_limit`.
+const LIMIT_SCHEMA: u32 = 11;
+
+const LIMITS_SQL: &str = "SELECT pid::UBIGINT, memory_limit FROM processes WHERE node = ? AND memory_limit > 0 ORDER BY pid";
+
+/// The memory limits `pids` on `node` ran under, distinct, smallest first ("" when none was
+/// recorded), as words: "320 MiB", "256 MiB and 320 MiB".
+pub fn limit_words(
+    ctx: &crate::facts::Ctx<'_>,
+    node: &str,
+    pids: &std::collections::BTreeSet<u32>,
+) -> Result<String, StoreError> {
+    if ctx.r.schema_version() < LIMIT_SCHEMA {
+        return Ok(String::new());
+    }
+    let rows: Vec<(u64, u64)> = ctx
+        .r
+        .prepare_trusted(LIMITS_SQL)?
+        .query_map(duckdb::params![node], causeway_store::row)
+        .and_then(|rows| rows.collect())
+        .map_err(duck(ctx.r, "reading processes' memory limits"))?;
+    let mut limits: Vec<u64> = rows
+        .into_iter()
+        .filter(|(pid, _)| pids.contains(&(*pid as u32)))
+        .map(|(_, l)| l)
+        .collect();
+    limits.sort_unstable();
+    limits.dedup();
+    let words: Vec<String> = limits.iter().map(|l| bytes(*l as i64)).collect();
+    Ok(match words.as_slice() {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    })
 }
 
 /// The reclaim of the given processes on `node`, summed.
@@ -150,6 +190,12 @@ pub fn starved_input(inp: &Input<'_>, s: &Starved<'_>, rec: &Reclaim) -> Chain {
             a.2.saturating_add(o.total_ns),
         )
     });
+    let mut job = wpids.clone();
+    job.insert(w.pid);
+    let limit = limit_words(ctx, &w.node, &job).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "the job's memory limit could not be read");
+        String::new()
+    });
     let reread = if read_bytes > 0 && rec.bytes * 2 >= read_bytes {
         format!(
             " They freed {} while they read {} from disk: the page cache is emptied as fast as it fills, so what they read once is read from disk again.",
@@ -182,7 +228,7 @@ pub fn starved_input(inp: &Input<'_>, s: &Starved<'_>, rec: &Reclaim) -> Chain {
             w.gaps,
             d(lost),
             thousands(rec.count),
-            rec.where_words(),
+            rec.where_words(&limit),
             d(rec.ns),
             pct(rec.ns, life),
             d(life),
@@ -198,7 +244,7 @@ pub fn starved_input(inp: &Input<'_>, s: &Starved<'_>, rec: &Reclaim) -> Chain {
             step("GPU", "idle", "no work between steps".into(), lost),
         ],
         recommendations: vec![
-            "Raise the job's memory limit (the cgroup's memory.max, a pod's resources.limits.memory) above what it holds (pinned buffers, model, workers) plus the dataset's working set, or run where the host has that much free.".into(),
+            format!("Raise the job's memory limit ({}the cgroup's memory.max, a pod's resources.limits.memory) above what it holds (pinned buffers, model, workers) plus the dataset's working set, or run where the host has that much free.", if limit.is_empty() { String::new() } else { format!("{limit} now: ") }),
             "Hold less inside the limit: fewer DataLoader workers or a smaller prefetch_factor, a smaller pinned-memory pool, no per-worker copies of the dataset.".into(),
             "Make the dataset fit: a compressed or smaller-resolution format, or shards read once per epoch in order; watch the cgroup's memory.events (max) and memory.stat (workingset_refault_file).".into(),
         ],
@@ -237,6 +283,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         let pressure = n >= 1_000 && rate >= (4u64 << 30) as f64;
         // Reclaim the GPU-calling threads did themselves: time they could not feed the GPU.
         let mut own = Reclaim::default();
+        let mut own_pids = std::collections::BTreeSet::new();
         for r in inp.reclaims.iter().filter(|r| &r.node == node) {
             if ctx
                 .threads
@@ -244,12 +291,14 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 .any(|t| t.node == r.node && t.pid == r.pid && t.tid == r.tid && t.gpu_calls > 0)
             {
                 own.add(r);
+                own_pids.insert(r.pid);
             }
         }
         let reclaiming = own.ns >= OWN_RECLAIM_MIN_NS && own.ns.saturating_mul(50) >= span;
         if oom.is_none() && !pressure && !reclaiming {
             continue;
         }
+        let limit = limit_words(ctx, node, &own_pids)?;
         let (lost, sev) = match oom {
             Some((_, first, _, _)) => ((ctx.window.until_ns - first).max(0), Severity::High),
             None if reclaiming => (own.ns, severity(own.ns, span)),
@@ -293,7 +342,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 explanation: format!(
                     "{}{}{}{}",
                     oom_text.clone().unwrap_or_default(),
-                    if own.count > 0 { format!("GPU-calling threads reclaimed memory {} times {}, {} in all ({} of the span), freeing {}: an allocation that finds no free page waits while the kernel frees one. ", own.count, own.where_words(), d(own.ns), pct(own.ns, span), bytes(own.bytes)) } else { String::new() },
+                    if own.count > 0 { format!("GPU-calling threads reclaimed memory {} times {}, {} in all ({} of the span), freeing {}: an allocation that finds no free page waits while the kernel frees one. ", thousands(own.count), own.where_words(&limit), d(own.ns), pct(own.ns, span), bytes(own.bytes)) } else { String::new() },
                     if n > 0 { format!("Traced processes allocated {} in {n} page-allocation events over {} ({}/s){}. ", bytes(b), d(span), bytes(rate as i64), top.as_ref().map(|t| format!(", the largest share by {t}")).unwrap_or_default()) } else { String::new() },
                     if oom.is_some() { format!("Time lost is counted from the first kill to the end of the window ({}): the killed process's work and its restart.", d(lost)) } else if reclaiming { format!("Time lost is the GPU-calling threads' time in reclaim ({}): they could not feed the GPU meanwhile.", d(lost)) } else { format!("Time lost is an upper bound: the sleeping time of GPU-calling threads ({}).", d(lost)) }
                 ),
@@ -307,7 +356,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 .collect(),
                 recommendations: vec![
                     "Reduce host memory per DataLoader worker (fewer workers, smaller prefetch_factor, avoid copying the dataset into each worker).".into(),
-                    if reclaiming { "Raise the job's memory limit (the cgroup's memory.max, a pod's resources.limits.memory) above what it holds, or allocate pinned host buffers once at start-up instead of per step.".into() } else { "Set memory limits per process/cgroup so one component cannot take the node down, and watch /proc/pressure/memory.".into() },
+                    if reclaiming { format!("Raise the job's memory limit ({}the cgroup's memory.max, a pod's resources.limits.memory) above what it holds, or allocate pinned host buffers once at start-up instead of per step.", if limit.is_empty() { String::new() } else { format!("{limit} now: ") }) } else { "Set memory limits per process/cgroup so one component cannot take the node down, and watch /proc/pressure/memory.".into() },
                 ],
                 evidence_sql: format!(
                     "SELECT pid, comm, op, count(*) AS events, sum(duration) AS total_ns, sum(arg0) AS bytes FROM events WHERE node = {} AND op IN ('mm_page_alloc', 'mm_reclaim', 'oom_kill', 'pod_oom_kill') GROUP BY ALL ORDER BY bytes DESC LIMIT 20",
@@ -367,6 +416,12 @@ mod tests {
                 1,
             );
         }
+        if reclaim_ns > 0 {
+            // The job runs in a memory cgroup limited to 320 MiB.
+            for p in &mut g.procs {
+                p.memory_limit = 320 << 20;
+            }
+        }
         if let Some((every, dur)) = trainer {
             let main = Thread::new(4242, 4242, "python3", 0);
             let (first, last) = g
@@ -408,9 +463,14 @@ mod tests {
         assert_eq!(c[0].time_lost_ns, starved.time_lost_ns);
         assert!(
             c[0].explanation
-                .contains("in their memory cgroup, which was at its limit"),
+                .contains("in their memory cgroup, which was at its limit of 320.0 MiB"),
             "{}",
             c[0].explanation
+        );
+        assert!(
+            c[0].recommendations[0].contains("(320.0 MiB now:"),
+            "{:?}",
+            c[0].recommendations
         );
         assert!(
             c[0].timeline.iter().any(|s| s.op == "mm_reclaim"),

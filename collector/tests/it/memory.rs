@@ -1,6 +1,7 @@
 //! Memory reclaim: a traced command that writes and reads back a file four times larger than
 //! the memory cgroup it runs in frees page cache itself before each new page (memory-cgroup
-//! reclaim); its twin without the limit reclaims nothing.
+//! reclaim), and its processes' rows carry the limit; its twin without the limit reclaims
+//! nothing.
 
 use std::path::PathBuf;
 
@@ -58,8 +59,9 @@ fn script(cgroup: Option<&MemoryCgroup>, file: &std::path::Path) -> String {
     let enter = cgroup
         .map(|c| format!("echo $$ > {}/cgroup.procs && ", c.dir.display()))
         .unwrap_or_default();
+    // `sleep` lives long enough to be read from /proc whatever the load.
     format!(
-        "{enter}dd if=/dev/zero of={f} bs=1M count=64 2>/dev/null && cat {f} > /dev/null",
+        "{enter}dd if=/dev/zero of={f} bs=1M count=64 2>/dev/null && cat {f} > /dev/null && sleep 1",
         f = file.display()
     )
 }
@@ -116,6 +118,14 @@ fn a_command_over_its_memory_limit_reclaims_and_its_twin_does_not() {
         ),
         q(&db, "SELECT count(*) FROM events WHERE op = 'mm_reclaim'")
     );
+    // The limit each process inside ran under is recorded with it.
+    assert_eq!(
+        q(
+            &db,
+            "SELECT max(memory_limit)::BIGINT FROM processes WHERE comm = 'sleep'",
+        ),
+        16 << 20
+    );
     drop(cg);
 
     std::fs::remove_file(&file).unwrap();
@@ -128,5 +138,12 @@ fn a_command_over_its_memory_limit_reclaims_and_its_twin_does_not() {
             "SELECT count(*) FROM events WHERE op = 'mm_reclaim' AND arg1 = 1",
         ),
         0
+    );
+    assert_ne!(
+        q(
+            &db,
+            "SELECT max(memory_limit)::BIGINT FROM processes WHERE comm = 'sleep'",
+        ),
+        16 << 20
     );
 }

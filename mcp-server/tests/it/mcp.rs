@@ -210,7 +210,8 @@ fn get_check_is_what_causeway_check_prints() {
             "privileges",
             "uprobes",
             "tracefs",
-            "sockets"
+            "sockets",
+            "reclaim"
         ]
     );
 }

@@ -18,7 +18,7 @@ use super::{Finding, Input, d, lit, pct, severity, step};
 use crate::chains::Chain;
 
 /// Share of the workers' lives spent reclaiming memory (percent) from which the starvation is
-/// memory pressure's: the lab's limited job spends about 9%, its unlimited twin none.
+/// memory pressure's: the lab's limited job spends 10-14%, its unlimited twin none.
 const RECLAIM_SHARE_PCT: i64 = 4;
 
 fn is_worker(comm: &str) -> bool {

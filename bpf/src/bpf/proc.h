@@ -153,7 +153,8 @@ static __always_inline int cw_reclaim_end(__u64 pages, __s64 memcg)
 	return 0;
 }
 
-/* Arguments are not read at begin: their list changed across kernels (order was dropped). */
+/* Arguments are not read at begin: only the time matters there, and the begin tracepoints
+ * have not kept the same arguments across kernel versions. */
 SEC("tp_btf/mm_vmscan_direct_reclaim_begin")
 int BPF_PROG(cw_direct_reclaim_begin)
 {

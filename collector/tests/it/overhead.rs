@@ -631,13 +631,14 @@ fn a_call_its_calibration_keeps_in_full_mode_is_checked_in_situ_once_and_goes_ba
         "{calls} launches counted or estimated of {made}"
     );
     // Every launch outside the check was stored, about half of them during it (when they
-    // went back).
+    // went back and stayed: under a CPU load the budget may sample them again afterwards).
     let stored = q(
         &db,
         "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'",
     );
     assert!(stored < made, "{stored} launches stored of {made}");
-    if went_back {
+    let sampled_again = reasons.iter().skip(2).any(|r| r.contains("-> sampled"));
+    if went_back && !sampled_again {
         assert!(stored > made * 3 / 4, "{stored} launches stored of {made}");
     }
 }

@@ -15,6 +15,17 @@ pub trait SampledTime {
     fn sampled_ops(&self) -> Vec<u16> {
         Vec::new()
     }
+    /// Whether `op` is in sampled mode now.
+    fn is_sampled(&self, _op: u16) -> bool {
+        false
+    }
+    /// [`SampledTime::detached_and_switching_ns`] between `from_ns` and `to_ns`, both in the
+    /// past: what cuts a process's own part out of a window.
+    fn between(&self, op: u16, from_ns: i64, to_ns: i64) -> (i64, i64) {
+        let (d0, w0) = self.detached_and_switching_ns(op, from_ns);
+        let (d1, w1) = self.detached_and_switching_ns(op, to_ns);
+        (d1 - d0, w1 - w0)
+    }
 }
 
 /// How long an op's probes were attached in one window, and the detached time spent switching.
@@ -60,6 +71,32 @@ fn at_attached_rate_ns(seen: Seen, window_ns: i64, speedup: f64) -> f64 {
 /// [`made`], rounded: what a counts row stores.
 pub fn estimate(counted: u64, seen: Seen, window_ns: i64, speedup: f64) -> u64 {
     made(counted, seen, window_ns, speedup).round() as u64
+}
+
+/// A process's own part of the window (`start`, `end`) with `whole` attached time: from when it
+/// was born (exec or fork) to when it died, where either fell inside the window, and the probes'
+/// attached time in that part. Its calls were made only then: attached time outside it would
+/// dilute (after its exit) or inflate (before its start) its estimate.
+pub fn own_part(
+    whole: Seen,
+    (start, end): (i64, i64),
+    (born, died): (Option<i64>, Option<i64>),
+    op: u16,
+    sampling: &impl SampledTime,
+) -> (Seen, i64) {
+    let lo = born.map_or(start, |t| t.clamp(start, end));
+    let hi = died.map_or(end, |t| t.clamp(lo, end));
+    if (lo, hi) == (start, end) {
+        return (whole, end - start);
+    }
+    let (detached, switching) = sampling.between(op, lo, hi);
+    let span = hi - lo;
+    let observed_ns = (span - detached).clamp(0, span);
+    let seen = Seen {
+        observed_ns,
+        switching_ns: switching.clamp(0, span - observed_ns),
+    };
+    (seen, span)
 }
 
 /// The detached time per op at the end of the last window, to cut the next one from the
@@ -149,6 +186,57 @@ mod tests {
         fn speedup(&self, _op: u16, _pid: u32) -> Option<f64> {
             None
         }
+    }
+
+    #[test]
+    fn a_process_that_exits_or_starts_inside_a_window_is_estimated_over_its_own_part() {
+        struct Slices(crate::sampling::Sampler);
+        impl SampledTime for Slices {
+            fn detached_and_switching_ns(&self, op: u16, now_ns: i64) -> (i64, i64) {
+                self.0.detached_and_switching_ns(op, now_ns)
+            }
+            fn speedup(&self, _op: u16, _pid: u32) -> Option<f64> {
+                None
+            }
+            fn between(&self, op: u16, from_ns: i64, to_ns: i64) -> (i64, i64) {
+                self.0.between(op, from_ns, to_ns)
+            }
+        }
+        let ms = S / 1000;
+        // 2% duty: attached 0-50 ms, detached from 50 ms until 3 s (settled at 60 ms), attached
+        // 3.00-3.05 s, then detached to the end of the 5 s window.
+        let mut s = crate::sampling::Sampler::new(1);
+        s.start(3, 0.02, 0);
+        s.switched(3, false, 50 * ms, 50 * ms, 0.02);
+        s.settled(3, 60 * ms);
+        s.switched(3, true, 3 * S, 3 * S, 0.02);
+        s.switched(3, false, 3050 * ms, 3050 * ms, 0.02);
+        s.settled(3, 3060 * ms);
+        let s = Slices(s);
+        let whole = seen(100 * ms, 20 * ms);
+        let w = (0, 5 * S);
+        assert_eq!(own_part(whole, w, (None, None), 3, &s), (whole, 5 * S));
+        // Exited at 2 s: attached only its first 50 ms.
+        assert_eq!(
+            own_part(whole, w, (None, Some(2 * S)), 3, &s),
+            (seen(50 * ms, 10 * ms), 2 * S)
+        );
+        // Started at 1 s and exited at 2.5 s: never attached, so its calls go at the rate
+        // last counted (a window detached all along for it).
+        assert_eq!(
+            own_part(whole, w, (Some(S), Some(5 * S / 2)), 3, &s),
+            (seen(0, 0), 3 * S / 2)
+        );
+        // Started at 2 s: the second slice only.
+        assert_eq!(
+            own_part(whole, w, (Some(2 * S), None), 3, &s),
+            (seen(50 * ms, 10 * ms), 3 * S)
+        );
+        // Born before the window and died after it: the whole window.
+        assert_eq!(
+            own_part(whole, w, (Some(-S), Some(6 * S)), 3, &s),
+            (whole, 5 * S)
+        );
     }
 
     #[test]

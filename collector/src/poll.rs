@@ -2,7 +2,7 @@
 //! rows), batches them to the writer without ever blocking, and turns the kernel's exact
 //! counters, histograms and drop counts into windowed store rows.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use causeway_bpf::abi::{
     DROP_STACK, MAX_OPS, OP_CALIBRATE, RawEvent, RawExec, RawLib, Record, Stat, StatKey, sum_percpu,
@@ -13,7 +13,7 @@ use causeway_store::{Event, HistogramBucket, OpCount, ProcessInfo, SampledWindow
 use crossbeam_channel::TrySendError;
 use tracing::warn;
 
-use crate::estimate::{SampledTime, Seen, Windowed, carried, estimate};
+use crate::estimate::{SampledTime, Seen, Windowed, carried, estimate, own_part};
 use crate::host;
 use crate::kernels::Kernels;
 use crate::overhead_control::CpuReading;
@@ -78,10 +78,14 @@ pub struct OpTotal {
 struct Held {
     /// Calls and bytes as counted while attached.
     row: OpCount,
+    /// The probes' attached time in the process's part of the window.
     seen: Seen,
-    /// For a window the probes stayed detached all along: the calls and bytes per attached
-    /// ns last counted, and the part of the window the process lived (ns).
-    rate: Option<(Rate, i64)>,
+    /// That part: the window, less the time before the process started or after it exited
+    /// (ns).
+    span_ns: i64,
+    /// For a process whose op's probes stayed detached all its part of the window: the calls
+    /// and bytes per attached ns last counted.
+    rate: Option<Rate>,
 }
 
 /// Calls and bytes of one op in one process per ns its probes were attached, in the latest
@@ -93,14 +97,14 @@ struct Rate {
 }
 
 impl Held {
-    /// The row with its calls and bytes estimated for the whole window ([`estimate`], or
-    /// [`carried`] from the last rate).
+    /// The row with its calls and bytes estimated for the process's part of the window
+    /// ([`estimate`], or [`carried`] from the last rate).
     fn estimated(self, speedup: f64) -> OpCount {
-        let w = (self.row.window_end_ns - self.row.window_start_ns).max(1);
+        let w = self.span_ns.max(1);
         let (calls, bytes) = match self.rate {
-            Some((r, lived_ns)) => (
-                carried(r.calls, self.seen, lived_ns, speedup).round() as u64,
-                carried(r.bytes, self.seen, lived_ns, speedup).round() as u64,
+            Some(r) => (
+                carried(r.calls, self.seen, w, speedup).round() as u64,
+                carried(r.bytes, self.seen, w, speedup).round() as u64,
             ),
             None => (
                 estimate(self.row.calls, self.seen, w, speedup),
@@ -148,6 +152,11 @@ pub struct PollState {
     pub pids: HashMap<u32, i64>,
     /// Processes that exited: (CPU time in ns, started after the trace), from process_exit.
     pub exits: HashMap<u32, (u64, bool)>,
+    /// When processes exec'd or were forked in the current window of counts (Unix ns).
+    born: HashMap<u32, i64>,
+    /// When processes exited, in this window of counts or the last (Unix ns); a pid born again
+    /// is alive.
+    died: HashMap<u32, i64>,
     trace_start_ns: i64,
     /// This process (getpid is a system call: not once per event).
     self_pid: u32,
@@ -199,6 +208,8 @@ impl PollState {
             window_start_ns: causeway_store::now_ns(),
             pids: HashMap::new(),
             exits: HashMap::new(),
+            born: HashMap::new(),
+            died: HashMap::new(),
             trace_start_ns,
             self_pid: std::process::id(),
             last: None,
@@ -290,6 +301,8 @@ impl PollState {
             // parent's: a child has its parent's environment, cgroup and open files at fork.
             OP_PROCESS_FORK if raw.arg0 > 0 => {
                 let child = raw.arg0 as u32;
+                self.born.insert(child, timestamp);
+                self.died.remove(&child);
                 let parent = self.idents.get(&raw.pid).cloned();
                 let mut info = match self.idents.get(&child) {
                     // Its own first event came first: its row is completed, not read again.
@@ -324,6 +337,8 @@ impl PollState {
             // from an event before the exec, with the parent's name).
             OP_PROCESS_EXEC => {
                 self.execs.push((raw.pid, raw.ts_mono_ns));
+                self.born.insert(raw.pid, timestamp);
+                self.died.remove(&raw.pid);
                 let (mut info, environ) =
                     host::process_facts(raw.pid, &raw.comm, causeway_store::now_ns());
                 // The new program may open other GPUs or have been moved to another cgroup.
@@ -351,6 +366,7 @@ impl PollState {
                 let started = timestamp - raw.duration_ns as i64;
                 let new = raw.duration_ns > 0 && started >= self.trace_start_ns;
                 self.exits.insert(raw.pid, (raw.arg1 as u64, new));
+                self.died.insert(raw.pid, timestamp);
                 if let Some(st) = self.stacks.as_mut() {
                     st.maps.forget(raw.pid);
                     // Its kernel entry goes at the next look (a pid may be reused).
@@ -450,25 +466,24 @@ impl PollState {
         let observed = self
             .detached
             .window(stats.keys().map(|k| k.op), end, window_ns, sampling);
-        // Ops whose probes stayed detached all window: their processes' calls go at the rate
-        // last counted (carried). The other sampled ops' rates are this window's.
-        let dark: BTreeSet<u16> = observed
-            .iter()
-            .filter(|(_, seen)| seen.observed_ns <= 0)
-            .map(|(&op, _)| op)
-            .collect();
-        self.rates.retain(|(_, op), _| dark.contains(op));
+        // Each process's own part of the window, where it started or exited inside it: the
+        // attached time outside its life would dilute (after its exit) or inflate its rate.
+        let (born, died) = (&self.born, &self.died);
+        let own = |pid: u32, op: u16| {
+            let (b, d) = (born.get(&pid).copied(), died.get(&pid).copied());
+            own_part(observed[&op], (start, end), (b, d), op, sampling)
+        };
+        // Processes whose op's probes stayed detached all the part of the window they lived:
+        // their calls go at the rate last counted (carried). The others' rates are this
+        // window's.
+        self.rates.retain(|&(pid, op), _| {
+            observed.contains_key(&op) && {
+                let (seen, span) = own(pid, op);
+                seen.observed_ns <= 0 && span > 0
+            }
+        });
         let mut dark_rows: BTreeMap<(u32, u16), Held> = BTreeMap::new();
         for (&(pid, op), &rate) in &self.rates {
-            // A process that exited made its calls until its last event.
-            let lived_ns = match (self.exits.contains_key(&pid), self.pids.get(&pid)) {
-                (true, Some(&last)) => (last.min(end) - start).max(0),
-                (true, None) => 0,
-                (false, _) => window_ns,
-            };
-            if lived_ns == 0 {
-                continue;
-            }
             let row = OpCount {
                 pid,
                 op_id: op,
@@ -479,9 +494,17 @@ impl PollState {
                 total_ns: 0,
                 bytes: 0,
             };
-            let seen = observed[&op];
-            let rate = Some((rate, lived_ns));
-            dark_rows.insert((pid, op), Held { row, seen, rate });
+            let (seen, span_ns) = own(pid, op);
+            let rate = Some(rate);
+            dark_rows.insert(
+                (pid, op),
+                Held {
+                    row,
+                    seen,
+                    span_ns,
+                    rate,
+                },
+            );
         }
         let mut sampled: BTreeMap<u16, u64> = BTreeMap::new();
         let mut counts = Vec::new();
@@ -494,14 +517,26 @@ impl PollState {
             if calls == 0 && d(Stat::timed) == 0 {
                 continue;
             }
-            let seen = observed.get(&k.op).copied().unwrap_or(Seen {
-                observed_ns: window_ns,
-                switching_ns: 0,
-            });
-            let sampled_now = seen.observed_ns < window_ns;
-            if sampled_now {
+            // A sampled op's calls were counted while attached: where none of that fell in
+            // the process's own part of the window as cut (an exit seen late), the window's.
+            let dark = dark_rows.remove(&(k.pid, k.op));
+            let (seen, span_ns) = match observed.get(&k.op) {
+                None => (
+                    Seen {
+                        observed_ns: window_ns,
+                        switching_ns: 0,
+                    },
+                    window_ns,
+                ),
+                Some(&whole) => match own(k.pid, k.op) {
+                    (seen, _) if seen.observed_ns <= 0 && calls > 0 => (whole, window_ns),
+                    own => own,
+                },
+            };
+            if observed.contains_key(&k.op) {
                 *sampled.entry(k.op).or_default() += calls;
             }
+            let sampled_now = seen.observed_ns < span_ns;
             let g = if sampled_now {
                 speedup(k.op, k.pid)
             } else {
@@ -517,7 +552,7 @@ impl PollState {
                 total_ns: d(|s| s.total_ns),
                 bytes: d(|s| s.bytes),
             };
-            let rate = dark_rows.remove(&(k.pid, k.op)).and_then(|h| h.rate);
+            let rate = dark.and_then(|h| h.rate).filter(|_| calls == 0);
             if observed.contains_key(&k.op) && seen.observed_ns > 0 {
                 let per_ns = |n: u64| n as f64 / seen.observed_ns as f64;
                 let r = Rate {
@@ -526,7 +561,12 @@ impl PollState {
                 };
                 self.rates.insert((k.pid, k.op), r);
             }
-            let held = Held { row, seen, rate };
+            let held = Held {
+                row,
+                seen,
+                span_ns,
+                rate,
+            };
             let made = match g {
                 None if !last => {
                     self.held.push(held);
@@ -580,7 +620,8 @@ impl PollState {
         }
         let windows: Vec<SampledWindow> = observed
             .into_iter()
-            .filter(|&(_, seen)| seen.observed_ns < window_ns)
+            // A window wholly attached too while the op is sampled (a short last one).
+            .filter(|&(op, seen)| seen.observed_ns < window_ns || sampling.is_sampled(op))
             .map(|(op, seen)| SampledWindow {
                 op_id: op,
                 window_start_ns: start,
@@ -593,6 +634,10 @@ impl PollState {
         if !windows.is_empty() {
             let _ = sink.ctl.send(Ctl::Sampled(windows));
         }
+        // Later windows start after these; a process that exited before this one began has
+        // no part in any (its rate went above).
+        self.born.retain(|_, &mut t| t > end);
+        self.died.retain(|_, &mut t| t > start);
         for op in (0..MAX_OPS).filter(|&op| op != u32::from(OP_CALIBRATE)) {
             let Ok(Some(vals)) = skel
                 .maps

@@ -207,6 +207,12 @@ impl SampledTime for (&Sampler, &Meter) {
     fn sampled_ops(&self) -> Vec<u16> {
         self.0.ops()
     }
+    fn is_sampled(&self, op: u16) -> bool {
+        self.0.is_sampled(op)
+    }
+    fn between(&self, op: u16, from_ns: i64, to_ns: i64) -> (i64, i64) {
+        self.0.between(op, from_ns, to_ns)
+    }
 }
 
 impl SampledTime for Sampling {
@@ -218,6 +224,12 @@ impl SampledTime for Sampling {
     }
     fn sampled_ops(&self) -> Vec<u16> {
         self.sampler.ops()
+    }
+    fn is_sampled(&self, op: u16) -> bool {
+        self.sampler.is_sampled(op)
+    }
+    fn between(&self, op: u16, from_ns: i64, to_ns: i64) -> (i64, i64) {
+        self.sampler.between(op, from_ns, to_ns)
     }
 }
 

@@ -13,9 +13,9 @@
 //!
 //! Pure bookkeeping (unit-tested below); attaching and detaching is the caller's (recorder.rs).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
-use crate::tuning::{MAX_PERIOD_NS, MIN_ON_NS, MIN_PERIOD_NS};
+use crate::tuning::{MAX_PERIOD_NS, MIN_ON_NS, MIN_PERIOD_NS, SAMPLING_HISTORY_NS};
 
 #[derive(Debug, Clone)]
 struct OpState {
@@ -38,6 +38,10 @@ pub struct Sampler {
     switching_ns: BTreeMap<u16, i64>,
     /// Ops whose links are going out, since when (ns).
     settling: BTreeMap<u16, i64>,
+    /// The finished detached and switching intervals of the last [`SAMPLING_HISTORY_NS`] per
+    /// op, (from, to, switching): what cuts a process's own part of a window out of it
+    /// ([`Sampler::between`]; a process that starts or exits inside a window).
+    history: BTreeMap<u16, VecDeque<(i64, i64, bool)>>,
     rng: u64,
 }
 
@@ -54,6 +58,7 @@ impl Sampler {
             detached_ns: BTreeMap::new(),
             switching_ns: BTreeMap::new(),
             settling: BTreeMap::new(),
+            history: BTreeMap::new(),
             // splitmix64's finaliser: xorshift's first draws from close seeds (start times
             // a few seconds apart) would be close too.
             rng: {
@@ -109,13 +114,30 @@ impl Sampler {
             return false;
         };
         if !s.attached {
-            *self.detached_ns.entry(op).or_default() += now_ns - s.since_ns;
+            self.closed(op, s.since_ns, now_ns, false);
         }
         !s.attached
     }
 
+    /// Keeps a finished detached (or, `switching`, switching) interval of `op`.
+    fn closed(&mut self, op: u16, from_ns: i64, to_ns: i64, switching: bool) {
+        let total = if switching {
+            &mut self.switching_ns
+        } else {
+            &mut self.detached_ns
+        };
+        *total.entry(op).or_default() += (to_ns - from_ns).max(0);
+        let h = self.history.entry(op).or_default();
+        while h
+            .front()
+            .is_some_and(|&(_, to, _)| to < to_ns - SAMPLING_HISTORY_NS)
+        {
+            h.pop_front();
+        }
+        h.push_back((from_ns, to_ns, switching));
+    }
+
     /// Whether `op` is sampled.
-    #[cfg(test)]
     pub fn is_sampled(&self, op: u16) -> bool {
         self.ops.contains_key(&op)
     }
@@ -167,12 +189,12 @@ impl Sampler {
         };
         if attached {
             self.settled(op, began_ns);
-            *self.switching_ns.entry(op).or_default() += (at_ns - began_ns).max(0);
+            self.closed(op, began_ns, at_ns, true);
         } else {
             self.settling.insert(op, at_ns);
         }
         if !was_attached {
-            *self.detached_ns.entry(op).or_default() += at_ns - since_ns;
+            self.closed(op, since_ns, at_ns, false);
         }
         let until_ns = at_ns + self.slice_ns(duty, attached);
         self.ops.insert(
@@ -198,7 +220,7 @@ impl Sampler {
     /// Records that the links of a detached `op` were all gone at `at_ns`.
     pub fn settled(&mut self, op: u16, at_ns: i64) {
         if let Some(since) = self.settling.remove(&op) {
-            *self.switching_ns.entry(op).or_default() += (at_ns - since).max(0);
+            self.closed(op, since, at_ns, true);
         }
     }
 
@@ -212,6 +234,23 @@ impl Sampler {
     /// Both: ([`Sampler::detached_ns`], [`Sampler::switching_ns`]), what an estimate needs.
     pub fn detached_and_switching_ns(&self, op: u16, now_ns: i64) -> (i64, i64) {
         (self.detached_ns(op, now_ns), self.switching_ns(op, now_ns))
+    }
+
+    /// Both, between `from_ns` and `to_ns` (up to [`SAMPLING_HISTORY_NS`] back), with the
+    /// slices still open counted up to `to_ns`.
+    pub fn between(&self, op: u16, from_ns: i64, to_ns: i64) -> (i64, i64) {
+        let overlap = |a: i64, b: i64| (b.min(to_ns) - a.max(from_ns)).max(0);
+        let (mut detached, mut switching) = (0, 0);
+        for &(a, b, sw) in self.history.get(&op).into_iter().flatten() {
+            *(if sw { &mut switching } else { &mut detached }) += overlap(a, b);
+        }
+        if let Some(s) = self.ops.get(&op).filter(|s| !s.attached) {
+            detached += overlap(s.since_ns, to_ns);
+        }
+        if let Some(&since) = self.settling.get(&op) {
+            switching += overlap(since, to_ns);
+        }
+        (detached, switching)
     }
 }
 
@@ -320,6 +359,33 @@ mod tests {
         s.stop(3, 1150 * ms);
         assert_eq!(s.switching_ns(3, 3 * S), 100 * ms);
         assert_eq!(s.detached_ns(3, 3 * S), 850 * ms);
+    }
+
+    #[test]
+    fn the_detached_time_between_two_past_moments_is_cut_from_the_slices_kept() {
+        let ms = S / 1000;
+        let mut s = Sampler::new(5);
+        s.start(3, 0.1, 0);
+        s.switched(3, false, 100 * ms, 100 * ms, 0.1);
+        s.settled(3, 150 * ms);
+        s.switched(3, true, 900 * ms, 910 * ms, 0.1);
+        s.switched(3, false, 1010 * ms, 1010 * ms, 0.1);
+        // Detached 100-910 ms (switching 100-150 and 900-910) and from 1010 ms on, the links
+        // still going out.
+        assert_eq!(s.between(3, 0, 2 * S), (1800 * ms, 1050 * ms));
+        assert_eq!(s.between(3, 120 * ms, 905 * ms), (785 * ms, 35 * ms));
+        assert_eq!(s.between(3, 910 * ms, 1010 * ms), (0, 0));
+        assert_eq!(s.between(3, 1000 * ms, 1100 * ms), (90 * ms, 90 * ms));
+        // The whole trace: what the cumulative figures say.
+        assert_eq!(
+            s.between(3, 0, 3 * S),
+            s.detached_and_switching_ns(3, 3 * S)
+        );
+        // Intervals older than the history are let go as new ones close.
+        s.settled(3, 1020 * ms);
+        s.switched(3, true, 200 * S, 200 * S, 0.1);
+        assert_eq!(s.between(3, 0, S), (0, 0));
+        assert_eq!(s.between(3, 199 * S, 200 * S), (S, 0));
     }
 
     #[test]

@@ -102,6 +102,10 @@ pub const CONFIDENCE_SDS: f64 = 2.0;
 /// calls never has one.
 pub const HOLD_NS: i64 = 20_000_000_000;
 
+/// How far back a sampled op's detached intervals are kept (ns): a process's part of a window
+/// is cut when the window ends (5 s, longer on a busy machine), never later.
+pub const SAMPLING_HISTORY_NS: i64 = 120_000_000_000;
+
 // Calibration (calibrate.rs).
 
 /// Calls timed per measurement on an emulated first instruction (about 1 us each).

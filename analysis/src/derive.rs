@@ -51,6 +51,9 @@ pub fn derive(
     let mut gpus: BTreeMap<(i16, u32), GpuLaunches> = BTreeMap::new();
     let mut warm: BTreeMap<u32, (i64, i64)> = BTreeMap::new();
     let mut spans: BTreeMap<(u32, u32), (i64, i64)> = BTreeMap::new();
+    // When each thread's chosen name was last seen: the latest name wins (a process held
+    // before its exec has the launcher's name on its first events).
+    let mut named: HashMap<(u32, u32), i64> = HashMap::new();
     for row in rows {
         let span = spans
             .entry((row.pid, row.tid))
@@ -93,7 +96,9 @@ pub fn derive(
                 };
                 (t, (0, 0, [0; 3], 0))
             });
-        if row.comm < t.comm {
+        let seen = named.entry((row.pid, row.tid)).or_insert(row.last_ts);
+        if row.last_ts > *seen || (row.last_ts == *seen && row.comm < t.comm) {
+            *seen = row.last_ts;
             t.comm.clone_from(&row.comm);
         }
         t.first_ns = t.first_ns.min(row.first_ts);
@@ -228,6 +233,21 @@ mod tests {
             .iter()
             .map(|o| (o.id, (o.source.name().to_string(), o.name.to_string())))
             .collect()
+    }
+
+    #[test]
+    fn a_thread_is_named_by_its_latest_name() {
+        // `trace -- CMD` holds the command's process before its exec: its first switch has the
+        // launcher's name ("causeway" sorts before "python3").
+        let mut held = row(1, 1, 100, 1, 1, 50);
+        held.comm = "causeway".into();
+        held.last_ts = 5;
+        let mut launches = row(1, 1, 3, 0, 150, 1500);
+        launches.comm = "python3".into();
+        for rows in [vec![held.clone(), launches.clone()], vec![launches, held]] {
+            let d = derive("n", &rows, &names(), -1);
+            assert_eq!(d.threads[0].comm, "python3");
+        }
     }
 
     #[test]

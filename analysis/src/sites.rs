@@ -26,6 +26,9 @@ const SENTENCE_SITES: usize = 3;
 /// Rows the site query returns, busiest first.
 const ROWS: usize = 20;
 
+/// Start times a scope names its calls by, at most (they are written into the query).
+pub const MAX_AT: usize = 64;
+
 /// The calls a finding is about: what its detector examined.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scope {
@@ -39,6 +42,11 @@ pub struct Scope {
     pub classes: Vec<CallClass>,
     /// Part of the engine's window the finding is about (ns), where narrower.
     pub during: Option<(i64, i64)>,
+    /// Only the calls that started at these times (ns), where not empty: the calls that ended
+    /// a feeding thread's stalls.
+    pub at: Vec<i64>,
+    /// Only the calls that took at least this long (ns): a cold start's slow calls.
+    pub min_ns: i64,
     /// What the calls are called in the sentence ("syncs").
     pub noun: &'static str,
 }
@@ -58,8 +66,29 @@ impl Scope {
             tid: Some(tid),
             classes: classes.to_vec(),
             during: None,
+            at: Vec::new(),
+            min_ns: 0,
             noun,
         }
+    }
+
+    /// Only the calls made between `from_ns` and `until_ns`.
+    pub fn during(self, from_ns: i64, until_ns: i64) -> Scope {
+        Scope {
+            during: Some((from_ns, until_ns)),
+            ..self
+        }
+    }
+
+    /// Only the calls that started at `times` (the first [`MAX_AT`]).
+    pub fn at_times(self, mut times: Vec<i64>) -> Scope {
+        times.truncate(MAX_AT);
+        Scope { at: times, ..self }
+    }
+
+    /// Only the calls that took at least `ns`.
+    pub fn slower_than(self, ns: i64) -> Scope {
+        Scope { min_ns: ns, ..self }
     }
 
     /// The calls of `classes` made by one process.
@@ -233,7 +262,14 @@ pub fn site_sql(s: &Scope, window: &Window, python: bool) -> String {
         .map_or((window.from_ns, window.until_ns), |(a, b)| {
             (a.max(window.from_ns), b.min(window.until_ns))
         });
-    let tid = s.tid.map_or(String::new(), |t| format!(" AND tid = {t}"));
+    let mut only = s.tid.map_or(String::new(), |t| format!(" AND tid = {t}"));
+    if s.min_ns > 0 {
+        only.push_str(&format!(" AND duration >= {}", s.min_ns));
+    }
+    if !s.at.is_empty() {
+        let at: Vec<String> = s.at.iter().map(i64::to_string).collect();
+        only.push_str(&format!(" AND timestamp IN ({})", at.join(", ")));
+    }
     // The innermost native frame outside the CUDA libraries: the caller of the probed function.
     let native = "native AS (SELECT stack_hash, arg_min(CASE WHEN symbol = '' THEN printf('0x%x', ip) ELSE symbol END, depth) AS symbol, arg_min(module, depth) AS module FROM stack_frames WHERE stack_hash IN (SELECT stack_hash FROM calls) AND NOT regexp_matches(module, '(^|/)lib(cudart|cuda|nccl)[.]') GROUP BY stack_hash)";
     let (py_cte, py_join, kind, site, detail) = if python {
@@ -254,7 +290,7 @@ pub fn site_sql(s: &Scope, window: &Window, python: bool) -> String {
         )
     };
     format!(
-        "WITH calls AS (SELECT stack_hash, duration FROM events WHERE node = {node} AND pid = {pid}{tid} AND {ops} AND timestamp BETWEEN {from} AND {until}), {native}{py_cte}, \
+        "WITH calls AS (SELECT stack_hash, duration FROM events WHERE node = {node} AND pid = {pid}{only} AND {ops} AND timestamp BETWEEN {from} AND {until}), {native}{py_cte}, \
          sites AS (SELECT {kind} AS kind, {site} AS site, {detail} AS detail, count(*)::BIGINT AS calls, sum(duration)::BIGINT AS total_ns FROM calls LEFT JOIN native USING (stack_hash){py_join} GROUP BY ALL) \
          SELECT kind, site, detail, calls, total_ns, (sum(calls) OVER ())::BIGINT AS scope_calls, (sum(CASE WHEN kind = 'none' THEN 0 ELSE calls END) OVER ())::BIGINT AS scope_calls_with_stack \
          FROM sites ORDER BY calls DESC, site LIMIT {ROWS}",
@@ -422,6 +458,36 @@ mod tests {
         from_ns: 0,
         until_ns: i64::MAX,
     };
+
+    #[test]
+    fn a_scope_narrows_its_calls_by_start_time_and_by_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = trace(dir.path(), true);
+        let scope = || Scope::thread("n", PID, PID, &[CallClass::Sync], "syncs");
+        // The first sync from each stack: 1.001 ms (Python) and 1.006 ms (native); a time no
+        // call started at counts nothing.
+        let mut chains = vec![chain()];
+        chains[0].scope = Some(scope().at_times(vec![1_001_000, 1_006_000, 1_006_500]));
+        cite(&r, &WINDOW, &mut chains).unwrap();
+        let cs = chains[0].call_sites.clone().expect("call sites");
+        assert_eq!((cs.calls, cs.calls_with_stack), (2, 2));
+        assert!(
+            chains[0].explanation.ends_with(
+                "1 of 2 syncs come from train::log+0x10 (libtrain.so), 1 from train.py:87 in step."
+            ),
+            "{}",
+            chains[0].explanation
+        );
+        // Every call took 100 ns: none of 101 ns or more, so no sentence.
+        let mut chains = vec![chain()];
+        chains[0].scope = Some(scope().slower_than(101));
+        cite(&r, &WINDOW, &mut chains).unwrap();
+        assert_eq!(chains[0].call_sites, None);
+        assert_eq!(chains[0].explanation, "Many syncs.");
+        chains[0].scope = Some(scope().slower_than(100));
+        cite(&r, &WINDOW, &mut chains).unwrap();
+        assert_eq!(chains[0].call_sites.as_ref().map(|c| c.calls), Some(10));
+    }
 
     #[test]
     fn a_finding_cites_python_lines_then_native_functions_with_counts_from_its_rows() {

@@ -132,7 +132,12 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     lit(&a.node), a.pid
                 ),
             }
-            .into_chain(),
+            .into_chain()
+            .at(
+                crate::sites::Scope::thread(&a.node, a.pid, a.tid, &[], "slow GPU calls at the start")
+                    .during(t.first_ns, t.first_ns + warm_len)
+                    .slower_than(crate::attribution::SLOW_MIN_NS),
+            ),
         );
     }
     first_use(inp, &mut out, &mut named)?;
@@ -224,7 +229,12 @@ fn first_use(
                     lit(&node)
                 ),
             }
-            .into_chain(),
+            .into_chain()
+            // A first launch is the slow one: at least ten warm launches long.
+            .at(
+                crate::sites::Scope::process(&node, pid, &[crate::budget::CallClass::Launch], "slow launches")
+                    .slower_than(10 * later_p50.max(1)),
+            ),
         );
     }
     Ok(())

@@ -151,7 +151,12 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     first.start_ns + first.duration_ns
                 ),
             }
-            .into_chain(),
+            .into_chain()
+            // Where the thread went back to launching: the code right after the host work.
+            .at(
+                crate::sites::Scope::thread(&b.node, b.pid, tid, &[], "GPU calls that ended a stall")
+                    .at_times(stalls.iter().map(|s| s.start_ns + s.duration_ns).collect()),
+            ),
         );
     }
     Ok(out)

@@ -86,7 +86,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     s.start_ns, lit(&s.node), s.tid
                 ),
             }
-            .into_chain(),
+            .into_chain()
+            .at(
+                crate::sites::Scope::thread(&s.node, t.pid, t.tid, &[crate::budget::CallClass::Launch], "launches after the drop")
+                    .during(at_ns, ctx.window.until_ns),
+            ),
         );
     }
     Ok(out)

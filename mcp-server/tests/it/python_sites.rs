@@ -2,7 +2,8 @@
 //! ctypes on the stand-in runtime from two known lines (600 syncs from one, 200 from the other,
 //! by design), `causeway trace --stacks` records it, and the engine's sync_storm finding cites
 //! exactly those lines with those counts, from the rows of its call-site evidence query; the
-//! Perfetto export carries each sync's frames.
+//! Perfetto export carries each sync's frames. A second program stalls its feeding thread on
+//! host work before every step: the feeding_stall finding cites the line each step resumes at.
 //! Needs root like every BPF test; CAUSEWAY_SKIP_BPF_TESTS=1 skips explicitly.
 
 use std::path::PathBuf;
@@ -49,15 +50,24 @@ const LOOP_LOG_METRICS: u32 = 22;
 
 /// The recording (made once per test binary) and the script's path as the interpreter saw it.
 fn recording() -> Option<&'static (PathBuf, String)> {
-    if !bpf_tests() {
-        return None;
-    }
     static REC: OnceLock<(PathBuf, String)> = OnceLock::new();
-    Some(REC.get_or_init(|| {
-        let dir = scratch().join("python-sites");
+    bpf_tests().then(|| {
+        REC.get_or_init(|| {
+            record(
+                "python-sites",
+                &PROGRAM.replace("STEPS", &STEPS.to_string()),
+            )
+        })
+    })
+}
+
+/// `program` traced with --stacks under CPython 3.12, in a scratch directory of its own.
+fn record(name: &str, program: &str) -> (PathBuf, String) {
+    {
+        let dir = scratch().join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let script = dir.join("train.py");
-        std::fs::write(&script, PROGRAM.replace("STEPS", &STEPS.to_string())).unwrap();
+        std::fs::write(&script, program).unwrap();
         let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
         let python = format!("{home}/.pyenv/versions/3.12.1/bin/python3");
         assert!(
@@ -79,7 +89,75 @@ fn recording() -> Option<&'static (PathBuf, String)> {
             lib.to_str().unwrap(),
         ]);
         (db, script.to_str().unwrap().to_string())
-    }))
+    }
+}
+
+/// Host work on the feeding thread before every step (1.2 s on the CPU), then the step's
+/// launches: its first from `step` itself, the rest through `launch`.
+const STALLING: &str = r#"import ctypes, sys, time
+rt = ctypes.CDLL(sys.argv[1])
+
+class dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+def launch():
+    rt.cudaLaunchKernel(None, dim3(1, 1, 1), dim3(32, 1, 1), None, ctypes.c_size_t(0), None)
+
+def prepare_batch():
+    t = time.perf_counter()
+    while time.perf_counter() - t < 1.2:
+        pass
+
+def step():
+    rt.cudaLaunchKernel(None, dim3(1, 1, 1), dim3(32, 1, 1), None, ctypes.c_size_t(0), None)
+    for _ in range(200):
+        launch()
+    rt.cudaStreamSynchronize(None)
+
+for _ in range(5):
+    prepare_batch()
+    step()
+time.sleep(2)  # alive while the collector reads its code objects
+"#;
+
+/// The line every step resumes launching at, after its host work.
+const RESUME_LINE: u32 = 16;
+
+#[test]
+fn a_feeding_stall_cites_the_line_the_thread_resumes_launching_at() {
+    if !bpf_tests() {
+        return;
+    }
+    let (db, script) = record("python-stall", STALLING);
+    let db = db.to_str().unwrap();
+    let v: Value = serde_json::from_str(&ok(&["explain", "--db", db, "--json"])).unwrap();
+    let stall = v["chains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["detector"] == "feeding_stall")
+        .unwrap_or_else(|| panic!("no feeding_stall finding: {v:#}"));
+    // Each stall the finding lists ended at a step's first launch: every one from that line.
+    let cs = &stall["call_sites"];
+    let n = cs["calls"].as_u64().unwrap_or(0);
+    assert!((3..=4).contains(&n), "{cs:#}");
+    assert_eq!(cs["calls_with_stack"], n, "{cs:#}");
+    assert_eq!(cs["sites"].as_array().unwrap().len(), 1, "{cs:#}");
+    let site = &cs["sites"][0];
+    assert_eq!(site["kind"], "python", "{cs:#}");
+    assert_eq!(site["site"], format!("{script}:{RESUME_LINE}"), "{cs:#}");
+    assert_eq!(site["detail"], "step", "{cs:#}");
+    assert!(
+        stall["explanation"].as_str().unwrap().contains(&format!(
+            "{n} of {n} GPU calls that ended a stall come from {script}:{RESUME_LINE} in step."
+        )),
+        "{stall:#}"
+    );
+    // The thread is named for the program it runs, not the launcher that held it.
+    assert!(
+        stall["summary"].as_str().unwrap().starts_with("python3 "),
+        "{stall:#}"
+    );
 }
 
 fn q(db: &str, sql: &str) -> Value {

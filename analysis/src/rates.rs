@@ -63,7 +63,8 @@ pub fn launch_switches_away(
 pub const MIN_SEGMENT_S: usize = 3;
 
 /// Per-second launch series of every launching thread in the window: from the thread's first
-/// to its last second with any event (of any process using a launching thread's tid).
+/// second with any event (of any process using a launching thread's tid) to its last second
+/// with a launch.
 pub fn launch_rates(ctx: &Ctx<'_>) -> Result<Vec<RateSeries>, StoreError> {
     let from = ctx.window.from_ns;
     let mut out: Vec<RateSeries> = Vec::new();
@@ -100,6 +101,9 @@ pub fn launch_rates(ctx: &Ctx<'_>) -> Result<Vec<RateSeries>, StoreError> {
                     *x = l.launches.clamp(0, i64::from(u32::MAX)) as u32;
                 }
             }
+            // The seconds after its last launch are a loop that ended (a program saving,
+            // sleeping or exiting; a server without requests), not a lower rate.
+            per_second.truncate(per_second.iter().rposition(|&x| x > 0).map_or(1, |i| i + 1));
             out.push(RateSeries {
                 node: node.clone(),
                 pid: *pid,

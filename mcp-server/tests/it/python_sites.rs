@@ -3,7 +3,8 @@
 //! by design), `causeway trace --stacks` records it, and the engine's sync_storm finding cites
 //! exactly those lines with those counts, from the rows of its call-site evidence query; the
 //! Perfetto export carries each sync's frames. A second program stalls its feeding thread on
-//! host work before every step: the feeding_stall finding cites the line each step resumes at.
+//! host work before every step: the feeding_stall finding cites the line each step resumes at,
+//! and the sleep after its last step is no throughput drop.
 //! Needs root like every BPF test; CAUSEWAY_SKIP_BPF_TESTS=1 skips explicitly.
 
 use std::path::PathBuf;
@@ -152,6 +153,16 @@ fn a_feeding_stall_cites_the_line_the_thread_resumes_launching_at() {
             "{n} of {n} GPU calls that ended a stall come from {script}:{RESUME_LINE} in step."
         )),
         "{stall:#}"
+    );
+    // Every step launches the same: the seconds of sleep after the last one are the loop's
+    // end, not a drop in its rate.
+    assert!(
+        v["chains"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["detector"] != "throughput_drop"),
+        "{v:#}"
     );
     // The thread is named for the program it runs, not the launcher that held it.
     assert!(

@@ -46,7 +46,10 @@ pub(crate) static COPIES_SQL: LazyLock<String> = LazyLock::new(|| {
 /// queued since its previous wait (the detector reads its finding from these rows). A wait is a stored
 /// synchronisation or device-to-host copy, or a sleep that began right after a launch (the
 /// thread's last stored call) outside any stored call: where sampled probes did not store the
-/// wait call, the sleep is what remains of it. Parameters: $1 node, $2 tid, $3 and $4 the window. A stored call
+/// wait call, the sleep is what remains of it. Another sleep outside stored calls is a wait
+/// where its process's kernel histogram (kept in every timed mode, aggregate too) counted a
+/// wait call as long as the sleep in its window: the call the probe mode did not store.
+/// Parameters: $1 node, $2 tid, $3 and $4 the window, $5 the pid. A stored call
 /// with other calls of its thread inside it is not one call (a sampled probe paired its entry
 /// with a later exit) and is left out.
 static WAITS_SQL: LazyLock<String> = LazyLock::new(|| {
@@ -59,7 +62,9 @@ base AS (SELECT coalesce(max(median_ns), 0) AS m FROM calls), \
 acts AS (SELECT timestamp, op, duration FROM events WHERE node = $1 AND tid = $2 AND timestamp BETWEEN $3 AND $4 AND op NOT IN ('sched_switch', 'sched_wakeup')), \
 sl AS (SELECT s.timestamp, least(s.duration, $4 - s.timestamp) AS duration, (SELECT arg_max(a.op, a.timestamp) FROM acts a WHERE a.timestamp <= s.timestamp) AS last_op, (SELECT arg_max(a.timestamp + a.duration, a.timestamp) FROM acts a WHERE a.timestamp <= s.timestamp) AS last_end FROM events s WHERE s.node = $1 AND s.tid = $2 AND s.op = 'sched_switch' AND s.arg1 = 1 AND s.timestamp BETWEEN $3 AND $4 AND s.duration >= {STALL_MIN_NS}), \
 sleeps AS (SELECT timestamp, 'asleep after ' || last_op AS op, duration, (SELECT m FROM base) AS median_ns FROM sl WHERE last_op IN ({launches}) AND last_end <= timestamp), \
-w AS (SELECT * FROM calls WHERE NOT EXISTS (SELECT 1 FROM events o WHERE o.node = $1 AND o.tid = $2 AND o.source IN {gpu} AND o.timestamp > calls.timestamp AND o.timestamp < calls.timestamp + calls.duration) UNION ALL SELECT * FROM sleeps), \
+hs AS (SELECT s.timestamp, s.duration, (SELECT arg_max(o.op, h.count) FROM op_histograms h JOIN ops o ON o.op_id = h.op_id WHERE h.node = $1 AND h.pid = $5 AND (o.op IN ({SYNCS_SQL}) OR o.op IN ({copies})) AND s.timestamp >= h.window_start_ns AND s.timestamp < h.window_end_ns AND h.log2_bucket BETWEEN floor(log2(s.duration)) AND floor(log2(s.duration)) + 1) AS hop FROM sl s WHERE NOT (coalesce(s.last_op IN ({launches}), false) AND s.last_end <= s.timestamp) AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.timestamp <= s.timestamp AND c.timestamp + c.duration >= s.timestamp + s.duration)), \
+counted AS (SELECT hs.timestamp, hop || '{NOT_STORED}' AS op, hs.duration, coalesce((SELECT max(c.median_ns) FROM calls c WHERE c.op = hs.hop), (SELECT m FROM base)) AS median_ns FROM hs WHERE hop IS NOT NULL), \
+w AS (SELECT * FROM calls WHERE NOT EXISTS (SELECT 1 FROM events o WHERE o.node = $1 AND o.tid = $2 AND o.source IN {gpu} AND o.timestamp > calls.timestamp AND o.timestamp < calls.timestamp + calls.duration) UNION ALL SELECT * FROM sleeps UNION ALL SELECT * FROM counted), \
 long AS (SELECT w.*, coalesce((SELECT max(c.timestamp + c.duration) FROM calls c WHERE c.timestamp + c.duration <= w.timestamp), $3) AS prev_end FROM w WHERE w.duration >= {STALL_MIN_NS} AND w.duration >= {SLOW_FACTOR} * w.median_ns) \
 SELECT timestamp, op, duration, median_ns::BIGINT AS median_ns, (duration - median_ns)::BIGINT AS held_ns, \
 (SELECT count(*) FROM events l WHERE l.node = $1 AND l.tid = $2 AND l.op IN ({launches}) AND l.timestamp BETWEEN long.prev_end AND long.timestamp) AS launches_before, \
@@ -83,6 +88,35 @@ AND ((e.duration >= {STALL_MIN_NS} AND (c.op IS NOT NULL OR (e.op = 'sched_switc
         grid.unwrap_or(-1)
     )
 }
+
+/// Whether the kernel's histograms of `pid` hold a wait call (a sync or copy) as long as a
+/// stall: a wait the probe mode did not store (aggregate, or sampled between slices).
+fn long_in_histograms(
+    ctx: &crate::facts::Ctx<'_>,
+    node: &str,
+    pid: u32,
+) -> Result<bool, StoreError> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        let copies = COPIES_SQL.as_str();
+        // A bucket holds [2^b, 2^(b+1)) ns: one that reaches a stall.
+        let bucket = (STALL_MIN_NS as f64).log2().floor() as i64;
+        format!(
+            "SELECT count(*)::BIGINT FROM op_histograms h JOIN ops o ON o.op_id = h.op_id WHERE h.node = ? AND h.pid = ? AND h.log2_bucket >= {bucket} AND (o.op IN ({SYNCS_SQL}) OR o.op IN ({copies}))"
+        )
+    });
+    let n: i64 = ctx
+        .r
+        .prepare_trusted(SQL.as_str())?
+        .query_row(causeway_store::duckdb::params![node, pid], |r| r.get(0))
+        .map_err(duck(
+            ctx.r,
+            "looking for long waits in the kernel's histograms",
+        ))?;
+    Ok(n > 0)
+}
+
+/// How a wait found by its histogram alone is named after its call.
+const NOT_STORED: &str = " (not stored: its histogram)";
 
 /// One long wait (a row of [`WAITS_SQL`]).
 type Wait = (i64, String, i64, i64, i64, i64, Option<i64>, Option<String>);
@@ -111,30 +145,31 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             continue;
         }
         // Nor one whose process has no stored wait, copy or sleep as long as a stall.
-        let longest = |wait: bool| {
-            ctx.ops
-                .iter()
-                .filter(|x| x.node == b.node && x.pid == b.pid)
-                .filter(|x| {
-                    if wait {
-                        catalog::op_by_name(&x.op).is_some_and(|c| {
-                            matches!(CallClass::of(c.id, 2), CallClass::Sync | CallClass::CopyD2h)
-                        })
-                    } else {
-                        x.op == "sched_switch"
-                    }
+        let longest_wait = ctx
+            .ops
+            .iter()
+            .filter(|x| x.node == b.node && x.pid == b.pid)
+            .filter(|x| {
+                catalog::op_by_name(&x.op).is_some_and(|c| {
+                    matches!(CallClass::of(c.id, 2), CallClass::Sync | CallClass::CopyD2h)
                 })
-                .map(|x| x.max_ns)
-                .max()
-                .unwrap_or(0)
-        };
-        if longest(true) < STALL_MIN_NS && longest(false) < STALL_MIN_NS {
+            })
+            .map(|x| x.max_ns)
+            .max()
+            .unwrap_or(0);
+        // The thread's own off-CPU stretches (the facts' ops hold no sched_switch rows).
+        let long_sleep = ctx
+            .switches
+            .of(&b.node, tid)
+            .iter()
+            .any(|s| s.end - s.start >= STALL_MIN_NS);
+        if longest_wait < STALL_MIN_NS && !long_sleep && !long_in_histograms(ctx, &b.node, b.pid)? {
             continue;
         }
         let waits: Result<Vec<Wait>, StoreError> =
             ctx.r.prepare_trusted(WAITS_SQL.as_str()).and_then(|mut q| {
                 q.query_map(
-                    causeway_store::duckdb::params![b.node, tid, from, until],
+                    causeway_store::duckdb::params![b.node, tid, from, until, b.pid],
                     causeway_store::row,
                 )
                 .and_then(|rows| rows.collect())
@@ -151,11 +186,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         };
         // The longest wait whose preceding launches were stored (sampled launch probes can
         // miss them), else the longest.
-        // Sleeps after a launch are waits the budget could not place in a call (it counts them
-        // as asleep outside calls).
+        // Sleeps after a launch, and those a histogram places in a call, are waits the budget
+        // could not place in a stored call (it counts them as asleep outside calls).
         let asleep: i64 = waits
             .iter()
-            .filter(|w| w.1.starts_with("asleep"))
+            .filter(|w| w.1.starts_with("asleep") || w.1.ends_with(NOT_STORED))
             .map(|w| w.2)
             .sum();
         let waiting = waiting + asleep;
@@ -243,11 +278,28 @@ mod tests {
     /// one 4,096-block kernel and their sync takes 600 ms; `between` of host work (on the CPU)
     /// separates the steps.
     fn explained(long: &[i64], between: i64) -> Vec<Chain> {
+        explained_with(long, between, false)
+    }
+
+    /// [`explained`]; with `unstored`, the long steps' calls were not stored (their ops in
+    /// aggregate or between sampled slices: only the thread's 600 ms sleep remains) and the
+    /// kernel's histogram counted those syncs.
+    fn explained_with(long: &[i64], between: i64, unstored: bool) -> Vec<Chain> {
+        explained_full(long, between, unstored, unstored)
+    }
+
+    /// [`explained_with`], `histogram` saying whether the histogram counted the long syncs.
+    fn explained_full(long: &[i64], between: i64, unstored: bool, histogram: bool) -> Vec<Chain> {
         let mut g = Gen::new(7);
         g.process(4242, 1, "python3", "python3 serve.py");
         let t = Thread::new(4242, 4242, "python3", 0);
         let mut at = T0;
         for step in 0..200 {
+            if unstored && long.contains(&step) {
+                g.switch(&t, at, 600 * MS, 0, 1);
+                at += 600 * MS + between;
+                continue;
+            }
             for i in 0..10 {
                 let grid = if long.contains(&step) && i == 9 {
                     4096
@@ -272,6 +324,16 @@ mod tests {
             trace: g,
         }];
         crate::demo::write_nodes(&p, Scenario::Healthy, nodes).expect("trace");
+        if histogram {
+            // 600 ms falls in the bucket [2^29, 2^30) ns.
+            let sync = causeway_store::catalog::op_by_name("cudaStreamSynchronize").unwrap();
+            let c = causeway_store::duckdb::Connection::open(&p).expect("open");
+            c.execute(
+                "INSERT INTO op_histograms VALUES ('demo-node', 4242, ?, ?, ?, 29, ?)",
+                causeway_store::duckdb::params![sync.id, T0, at, long.len() as i64],
+            )
+            .expect("histogram");
+        }
         let r = Reader::open(&p).expect("reader");
         crate::engine::explain(&r, &ChainQuery::default())
             .expect("explain")
@@ -293,6 +355,22 @@ mod tests {
             c[0].summary
         );
         assert!(explained(&[], 0).is_empty());
+    }
+
+    #[test]
+    fn a_long_wait_only_the_kernels_histogram_counted_is_found_from_the_sleep_inside_it() {
+        let c = explained_with(&[50, 150], 0, true);
+        assert_eq!(c.len(), 1, "{c:#?}");
+        // The sleeps are 600 ms against a median sync of 20 ms.
+        assert_eq!(c[0].time_lost_ns, 2 * 580 * MS);
+        assert!(
+            c[0].summary
+                .contains("cudaStreamSynchronize (not stored: its histogram) 600.00 ms"),
+            "{}",
+            c[0].summary
+        );
+        // Without the histogram's count a sleep after a sync is no wait for the GPU.
+        assert!(explained_full(&[50, 150], 0, true, false).is_empty());
     }
 
     #[test]

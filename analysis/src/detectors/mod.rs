@@ -12,6 +12,7 @@ pub mod dataloader_starvation;
 pub mod feeding_stall;
 pub mod gpu_bound;
 pub mod gpu_contention;
+pub mod host_bound;
 pub mod host_memory_pressure;
 pub mod io_stall;
 pub mod lateness;
@@ -54,7 +55,7 @@ pub struct Input<'a> {
 pub type DetectFn = fn(&Input<'_>) -> Result<Vec<Chain>, StoreError>;
 
 /// Every detector, by stable name.
-pub const ALL: [(&str, DetectFn); 15] = [
+pub const ALL: [(&str, DetectFn); 16] = [
     ("cpu_contention", cpu_contention::detect),
     ("dataloader_starvation", dataloader_starvation::detect),
     ("sync_storm", sync_storm::detect),
@@ -67,6 +68,7 @@ pub const ALL: [(&str, DetectFn); 15] = [
     ("gpu_contention", gpu_contention::detect),
     ("straggler", straggler::detect),
     ("feeding_stall", feeding_stall::detect),
+    ("host_bound", host_bound::detect),
     ("slow_copies", slow_copies::detect),
     ("allocator_churn", allocator_churn::detect),
     ("gpu_bound", gpu_bound::detect),

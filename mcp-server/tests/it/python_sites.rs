@@ -4,7 +4,8 @@
 //! exactly those lines with those counts, from the rows of its call-site evidence query; the
 //! Perfetto export carries each sync's frames. A second program stalls its feeding thread on
 //! host work before every step: the feeding_stall finding cites the line each step resumes at,
-//! and the sleep after its last step is no throughput drop.
+//! and the sleep after its last step is no throughput drop. A third does 80 ms of host work a
+//! step against 5 ms of device work: the host_bound finding cites the same kind of line.
 //! Needs root like every BPF test; CAUSEWAY_SKIP_BPF_TESTS=1 skips explicitly.
 
 use std::path::PathBuf;
@@ -359,4 +360,74 @@ fn the_perfetto_export_carries_each_syncs_python_frames() {
         chain["args"]["call_sites"][0],
         format!("600 of 800: {script}:{READ_LOSS_LINE} in read_loss")
     );
+}
+
+/// 80 ms of host work before every step against 5 ms of "device" work (the stand-in's sync).
+const HOST_BOUND: &str = r#"import ctypes, sys, time
+rt = ctypes.CDLL(sys.argv[1])
+rt.standinSetSyncDelayMs(5)
+
+class dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+def launch():
+    rt.cudaLaunchKernel(None, dim3(1, 1, 1), dim3(32, 1, 1), None, ctypes.c_size_t(0), None)
+
+def prepare_batch():
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.08:
+        pass
+
+def step():
+    rt.cudaLaunchKernel(None, dim3(1, 1, 1), dim3(32, 1, 1), None, ctypes.c_size_t(0), None)
+    for _ in range(20):
+        launch()
+    rt.cudaStreamSynchronize(None)
+
+for _ in range(40):
+    prepare_batch()
+    step()
+time.sleep(2)  # alive while the collector reads its code objects
+"#;
+
+/// Its step's first launch.
+const HOST_BOUND_RESUME_LINE: u32 = 17;
+
+#[test]
+fn a_host_bound_loop_cites_the_line_each_step_resumes_at() {
+    if !bpf_tests() {
+        return;
+    }
+    let (db, script) = record("python-host-bound", HOST_BOUND);
+    let db = db.to_str().unwrap();
+    let v: Value = serde_json::from_str(&ok(&["explain", "--db", db, "--json"])).unwrap();
+    let top = &v["chains"][0];
+    assert_eq!(top["detector"], "host_bound", "{v:#}");
+    // By design every step's 80 ms of host work ends at the step's first launch.
+    let cs = &top["call_sites"];
+    let site = &cs["sites"][0];
+    assert_eq!(
+        site["site"],
+        format!("{script}:{HOST_BOUND_RESUME_LINE}"),
+        "{cs:#}"
+    );
+    assert_eq!(site["detail"], "step", "{cs:#}");
+    assert!(site["calls"].as_u64().unwrap_or(0) >= 35, "{cs:#}");
+    // The evidence rows are the gaps the finding speaks of: the longest are the host work's.
+    let rows: Value = serde_json::from_str(&ok(&[
+        "query",
+        "--db",
+        db,
+        "--json",
+        top["evidence_sql"].as_str().unwrap(),
+    ]))
+    .unwrap();
+    let gaps: Vec<i64> = rows["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[1].as_i64().unwrap_or(0))
+        .collect();
+    assert!(gaps.len() >= 39, "{rows:#}");
+    assert!(gaps[..39].iter().all(|&g| g >= 79_000_000), "{gaps:?}");
 }

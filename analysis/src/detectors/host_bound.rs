@@ -1,0 +1,177 @@
+//! `host_bound`: the thread that feeds the GPU computes on the host between its GPU calls
+//! (Python, data preparation on the main thread, logging, per-step bookkeeping) for longer than
+//! the GPU needs to run what it launched, step after step, so the GPU waits for the host: a
+//! host-bound input pipeline or training loop. The gaps are short (tens of milliseconds), so no
+//! one of them is a feeding stall; together they are most of the run.
+//!
+//! Trigger (from the thread's time budget, over its span after start-up): the thread was on the
+//! CPU outside GPU calls for >= 40% of it (stretches of a second or more without a GPU call,
+//! [`super::feeding_stall`]'s or start-up's, left out), it spent under half of that time in
+//! syncs and device-to-host copies (else the GPU is the bottleneck: `gpu_bound`), it made at
+//! least [`MIN_CALLS`] GPU calls, and its process's GPU sat idle (the budget's host-side
+//! estimate, less those long stretches) for >= 25% of the span.
+//! Time lost: the smaller of that host work and that GPU idle time: what overlapping the host
+//! work with the GPU's would at most give back. Severity: the common rule.
+//! Call sites: the GPU calls that ended the thread's longest gaps (up to
+//! [`crate::sites::MAX_AT`]): where the loop goes back to launching after its host work.
+
+use causeway_store::StoreError;
+
+use super::{Finding, Input, d, lit, pct, severity, span_words, steady_span, step, thread_budgets};
+use crate::budget::CallClass;
+use crate::chains::Chain;
+
+/// Least share of the steady span on the CPU outside GPU calls.
+pub const MIN_HOST_SHARE: f64 = 0.40;
+
+/// Least share of the steady span the GPU sat idle (the time lost). A small model on a fast
+/// GPU idles a little between steps in any loop (11-13% in the corpus's healthy H200 runs):
+/// a quarter is where the host, not the model, sets the pace.
+pub const MIN_IDLE_SHARE: f64 = 0.25;
+
+/// Least GPU calls of the thread: a loop, not a few calls at start.
+pub const MIN_CALLS: u64 = 100;
+
+/// Runs the detector.
+pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
+    let ctx = inp.ctx;
+    let mut out = Vec::new();
+    for b in thread_budgets(inp) {
+        let tid = b.tid.unwrap_or_default();
+        let calls: u64 = b.inside.iter().map(|i| i.estimated_calls()).sum();
+        if calls < MIN_CALLS {
+            continue;
+        }
+        let span = steady_span(ctx, b);
+        let steady = ctx.steady_from(&b.node, tid);
+        // The thread's gaps between GPU calls where every call was recorded: (length, start, end).
+        let all: Vec<(i64, i64, i64)> = ctx
+            .timelines
+            .get(&b.node)
+            .map(|tl| {
+                tl.gaps
+                    .iter()
+                    .filter(|g| g.tid == tid && !ctx.sampled(&b.node, g.start, g.end))
+                    .map(|g| (g.end - g.start, g.start, g.end))
+                    .collect()
+            })
+            .unwrap_or_default();
+        // Stretches of a second or more (start-up's too) are a feeding stall's or start-up's,
+        // not the loop's: their host work (the budget's where it lists the stall, else the
+        // whole stretch, an upper bound) and their GPU idle time are left out.
+        let long: Vec<(i64, i64)> = all
+            .iter()
+            .filter(|g| g.0 >= super::feeding_stall::MIN_STALL_NS)
+            .map(|&(len, start, _)| {
+                let cpu = b
+                    .stalls
+                    .iter()
+                    .find(|s| s.start_ns == start)
+                    .map_or(len, |s| s.on_cpu_ns);
+                (len, cpu)
+            })
+            .collect();
+        let long_ns: i64 = long.iter().map(|l| l.0).sum();
+        let long_cpu: i64 = long.iter().map(|l| l.1).sum();
+        let host = (b.outside.on_cpu_ns - long_cpu).max(0);
+        // Time in syncs and device-to-host copies: a real GPU's sync spins on the CPU, so the
+        // whole call, not its blocked part, is the wait.
+        let waiting: i64 = [CallClass::Sync, CallClass::CopyD2h]
+            .iter()
+            .filter_map(|c| b.class(*c))
+            .map(|i| i.total_ns)
+            .sum();
+        let idle = (b.gpu_idle_estimate_ns - long_ns).max(0);
+        let lost = host.min(idle);
+        if (host as f64) < MIN_HOST_SHARE * span as f64
+            || waiting * 2 >= host
+            || (lost as f64) < MIN_IDLE_SHARE * span as f64
+        {
+            continue;
+        }
+        // The loop's gaps, longest first: where its host work sits.
+        let mut gaps: Vec<(i64, i64)> = all
+            .iter()
+            .filter(|g| g.0 < super::feeding_stall::MIN_STALL_NS)
+            .filter(|g| steady.is_none_or(|f| g.1 >= f))
+            .map(|&(len, _, end)| (len, end))
+            .collect();
+        gaps.sort_unstable_by(|a, b| b.cmp(a));
+        let (longest, median) = (
+            gaps.first().map_or(0, |g| g.0),
+            gaps.get(gaps.len() / 2).map_or(0, |g| g.0),
+        );
+        let sampled = if b.coverage.is_empty() {
+            ""
+        } else {
+            " (its GPU calls were sampled part of the time: gaps are counted where every call was recorded)"
+        };
+        let scope = crate::sites::Scope::thread(
+            &b.node,
+            b.pid,
+            tid,
+            &[],
+            "GPU calls after the longest gaps",
+        )
+        .at_times(gaps.iter().map(|g| g.1).collect());
+        out.push(
+            Finding {
+                detector: "host_bound",
+                node: b.node.clone(),
+                time_lost_ns: lost,
+                severity: severity(lost, ctx.node_span_ns(&b.node)),
+                summary: format!(
+                    "{} (tid {tid}) computed on the host between its GPU calls for {} of {} ({}) while the GPU sat idle an estimated {}",
+                    b.comm,
+                    d(host),
+                    span_words(span, b.span_ns),
+                    pct(host, span),
+                    d(idle)
+                ),
+                root_cause: "Host-bound loop: the thread that launches the GPU's work spends longer on host-side work between its calls (Python, data preparation, logging) than the GPU needs to run them, so the GPU waits for the host every step".into(),
+                explanation: format!(
+                    "{} (pid {}, tid {tid}) made {calls} GPU calls and, over {} ({}), was on the CPU outside them for {}, between calls: {} gaps of 1 ms to 1 s (median {}, longest {}){sampled}. It spent only {} in syncs and device-to-host copies, waiting for the GPU, so the GPU finished its work before the host came back: the process's GPU sat idle an estimated {} (from a call that drained it to the next work). The host work between calls, not the GPU, sets the pace.{}",
+                    b.comm,
+                    b.pid,
+                    span_words(span, b.span_ns),
+                    d(span),
+                    d(host),
+                    gaps.len(),
+                    d(median),
+                    d(longest),
+                    d(waiting),
+                    d(idle),
+                    if long.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " Stretches of a second or more without a GPU call ({}, {} of host work at most) are left out: a feeding stall's or start-up's.",
+                            d(long_ns),
+                            d(long_cpu)
+                        )
+                    }
+                ),
+                timeline: vec![
+                    step("HOST", "on_cpu", format!("host work between GPU calls, {} gaps", gaps.len()), host),
+                    step("CUDA", "wait", format!("in syncs and device-to-host copies, {}", d(waiting)), waiting),
+                    step("GPU", "idle", "waiting for the host (estimated)".into(), idle),
+                ],
+                recommendations: vec![
+                    format!(
+                        "See what the thread runs between its calls: `causeway stacks --db TRACE --pid {}` (recorded with --stacks) names the line each step resumes at; `py-spy record --pid {}` samples the host work itself.",
+                        b.pid, b.pid
+                    ),
+                    "Move data loading and preparation off the launching thread (DataLoader with num_workers > 0 and pin_memory=True, prefetching), and keep per-step logging and .item() calls out of the hot loop.".into(),
+                    "Cut per-step host cost: larger batches, torch.compile or CUDA graphs (fewer, bigger launches), vectorised preprocessing.".into(),
+                ],
+                evidence_sql: format!(
+                    "SELECT gap_from, gap_ns FROM (SELECT timestamp + duration AS gap_from, lead(timestamp) OVER (ORDER BY timestamp) - timestamp - duration AS gap_ns FROM events WHERE node = {} AND tid = {tid} AND source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL')) WHERE gap_ns >= 1000000 ORDER BY gap_ns DESC LIMIT 50",
+                    lit(&b.node)
+                ),
+            }
+            .into_chain()
+            .at(scope),
+        );
+    }
+    Ok(out)
+}

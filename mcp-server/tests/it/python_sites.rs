@@ -94,10 +94,12 @@ fn record(name: &str, program: &str) -> (PathBuf, String) {
     }
 }
 
-/// Host work on the feeding thread before every step (1.2 s on the CPU), then the step's
-/// launches: its first from `step` itself, the rest through `launch`.
-const STALLING: &str = r#"import ctypes, sys, time
+/// A loop with host work on the feeding thread before every step (`HOST_S` on the CPU), then
+/// the step's launches: its first from `step` itself, the rest through `launch`, and a sync
+/// that waits `SYNC_MS` for the stand-in's "device".
+const STEPPING: &str = r#"import ctypes, sys, time
 rt = ctypes.CDLL(sys.argv[1])
+rt.standinSetSyncDelayMs(SYNC_MS)
 
 class dim3(ctypes.Structure):
     _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
@@ -107,30 +109,39 @@ def launch():
 
 def prepare_batch():
     t = time.perf_counter()
-    while time.perf_counter() - t < 1.2:
+    while time.perf_counter() - t < HOST_S:
         pass
 
 def step():
     rt.cudaLaunchKernel(None, dim3(1, 1, 1), dim3(32, 1, 1), None, ctypes.c_size_t(0), None)
-    for _ in range(200):
+    for _ in range(LAUNCHES):
         launch()
     rt.cudaStreamSynchronize(None)
 
-for _ in range(5):
+for _ in range(STEPS):
     prepare_batch()
     step()
 time.sleep(2)  # alive while the collector reads its code objects
 "#;
 
 /// The line every step resumes launching at, after its host work.
-const RESUME_LINE: u32 = 16;
+const RESUME_LINE: u32 = 17;
+
+/// [`STEPPING`] with its host seconds, sync milliseconds, launches and steps.
+fn stepping(host_s: f64, sync_ms: u32, launches: u32, steps: u32) -> String {
+    STEPPING
+        .replace("HOST_S", &host_s.to_string())
+        .replace("SYNC_MS", &sync_ms.to_string())
+        .replace("LAUNCHES", &launches.to_string())
+        .replace("STEPS", &steps.to_string())
+}
 
 #[test]
 fn a_feeding_stall_cites_the_line_the_thread_resumes_launching_at() {
     if !bpf_tests() {
         return;
     }
-    let (db, script) = record("python-stall", STALLING);
+    let (db, script) = record("python-stall", &stepping(1.2, 0, 200, 5));
     let db = db.to_str().unwrap();
     let v: Value = serde_json::from_str(&ok(&["explain", "--db", db, "--json"])).unwrap();
     let stall = v["chains"]
@@ -362,43 +373,13 @@ fn the_perfetto_export_carries_each_syncs_python_frames() {
     );
 }
 
-/// 80 ms of host work before every step against 5 ms of "device" work (the stand-in's sync).
-const HOST_BOUND: &str = r#"import ctypes, sys, time
-rt = ctypes.CDLL(sys.argv[1])
-rt.standinSetSyncDelayMs(5)
-
-class dim3(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-
-def launch():
-    rt.cudaLaunchKernel(None, dim3(1, 1, 1), dim3(32, 1, 1), None, ctypes.c_size_t(0), None)
-
-def prepare_batch():
-    t = time.perf_counter()
-    while time.perf_counter() - t < 0.08:
-        pass
-
-def step():
-    rt.cudaLaunchKernel(None, dim3(1, 1, 1), dim3(32, 1, 1), None, ctypes.c_size_t(0), None)
-    for _ in range(20):
-        launch()
-    rt.cudaStreamSynchronize(None)
-
-for _ in range(40):
-    prepare_batch()
-    step()
-time.sleep(2)  # alive while the collector reads its code objects
-"#;
-
-/// Its step's first launch.
-const HOST_BOUND_RESUME_LINE: u32 = 17;
-
 #[test]
 fn a_host_bound_loop_cites_the_line_each_step_resumes_at() {
     if !bpf_tests() {
         return;
     }
-    let (db, script) = record("python-host-bound", HOST_BOUND);
+    // 80 ms of host work before every step against 5 ms of "device" work.
+    let (db, script) = record("python-host-bound", &stepping(0.08, 5, 20, 40));
     let db = db.to_str().unwrap();
     let v: Value = serde_json::from_str(&ok(&["explain", "--db", db, "--json"])).unwrap();
     let top = &v["chains"][0];
@@ -406,11 +387,7 @@ fn a_host_bound_loop_cites_the_line_each_step_resumes_at() {
     // By design every step's 80 ms of host work ends at the step's first launch.
     let cs = &top["call_sites"];
     let site = &cs["sites"][0];
-    assert_eq!(
-        site["site"],
-        format!("{script}:{HOST_BOUND_RESUME_LINE}"),
-        "{cs:#}"
-    );
+    assert_eq!(site["site"], format!("{script}:{RESUME_LINE}"), "{cs:#}");
     assert_eq!(site["detail"], "step", "{cs:#}");
     assert!(site["calls"].as_u64().unwrap_or(0) >= 35, "{cs:#}");
     // The evidence rows are the gaps the finding speaks of: the longest are the host work's.

@@ -5,13 +5,15 @@
 //! one of them is a feeding stall; together they are most of the run.
 //!
 //! Trigger (from the thread's time budget, over its span after start-up): the thread was on the
-//! CPU outside GPU calls for >= 40% of it (stretches of a second or more without a GPU call,
-//! [`super::feeding_stall`]'s or start-up's, left out), it spent under half of that time in
-//! syncs and device-to-host copies (else the GPU is the bottleneck: `gpu_bound`), it made at
-//! least [`MIN_CALLS`] GPU calls, and its process's GPU sat idle (the budget's host-side
-//! estimate, less those long stretches) for >= 25% of the span.
-//! Time lost: the smaller of that host work and that GPU idle time: what overlapping the host
-//! work with the GPU's would at most give back. Severity: the common rule.
+//! CPU outside GPU calls, or preempted there, for >= 40% of it (stretches of a second or more
+//! without a GPU call, [`super::feeding_stall`]'s or start-up's, left out), it spent under half
+//! of that time in syncs and device-to-host copies (else the GPU is the bottleneck:
+//! `gpu_bound`), it made at least [`MIN_CALLS`] GPU calls, its process's GPU sat idle (the
+//! budget's host-side estimate, less those long stretches) for >= 25% of the span, and the
+//! time lost is >= 10% of it.
+//! Time lost: the smaller of the host work on the CPU and that GPU idle time: what overlapping
+//! the host work with the GPU's would at most give back. Time preempted is `cpu_contention`'s,
+//! not counted again. Severity: the common rule.
 //! Call sites: the GPU calls that ended the thread's longest gaps (up to
 //! [`crate::sites::MAX_AT`]): where the loop goes back to launching after its host work.
 
@@ -28,6 +30,10 @@ pub const MIN_HOST_SHARE: f64 = 0.40;
 /// GPU idles a little between steps in any loop (11-13% in the corpus's healthy H200 runs):
 /// a quarter is where the host, not the model, sets the pace.
 pub const MIN_IDLE_SHARE: f64 = 0.25;
+
+/// Least share of the steady span the host work itself (not preemption) takes of that idle
+/// time: the time lost.
+pub const MIN_LOST_SHARE: f64 = 0.10;
 
 /// Least GPU calls of the thread: a loop, not a few calls at start.
 pub const MIN_CALLS: u64 = 100;
@@ -82,10 +88,15 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .map(|i| i.total_ns)
             .sum();
         let idle = (b.gpu_idle_estimate_ns - long_ns).max(0);
+        // Preempted outside calls, the thread wanted the CPU for its host work too: that part
+        // is contention's to claim (cpu_contention), the rest is this finding's.
+        let preempted = b.outside.preempted_ns;
+        let wanted = host + preempted;
         let lost = host.min(idle);
-        if (host as f64) < MIN_HOST_SHARE * span as f64
-            || waiting * 2 >= host
-            || (lost as f64) < MIN_IDLE_SHARE * span as f64
+        if (wanted as f64) < MIN_HOST_SHARE * span as f64
+            || waiting * 2 >= wanted
+            || (idle as f64) < MIN_IDLE_SHARE * span as f64
+            || (lost as f64) < MIN_LOST_SHARE * span as f64
         {
             continue;
         }
@@ -130,12 +141,17 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 ),
                 root_cause: "Host-bound loop: the thread that launches the GPU's work spends longer on host-side work between its calls (Python, data preparation, logging) than the GPU needs to run them, so the GPU waits for the host every step".into(),
                 explanation: format!(
-                    "{} (pid {}, tid {tid}) made {calls} GPU calls and, over {} ({}), was on the CPU outside them for {}, between calls: {} gaps of 1 ms to 1 s (median {}, longest {}){sampled}. It spent only {} in syncs and device-to-host copies, waiting for the GPU, so the GPU finished its work before the host came back: the process's GPU sat idle an estimated {} (from a call that drained it to the next work). The host work between calls, not the GPU, sets the pace.{}",
+                    "{} (pid {}, tid {tid}) made {calls} GPU calls and, over {} ({}), was on the CPU outside them for {}{}, between calls: {} gaps of 1 ms to 1 s (median {}, longest {}){sampled}. It spent only {} in syncs and device-to-host copies, waiting for the GPU, so the GPU finished its work before the host came back: the process's GPU sat idle an estimated {} (from a call that drained it to the next work). The host work between calls, not the GPU, sets the pace.{}",
                     b.comm,
                     b.pid,
                     span_words(span, b.span_ns),
                     d(span),
                     d(host),
+                    if preempted > 0 {
+                        format!(" and preempted there for {} more (contention's, not counted here)", d(preempted))
+                    } else {
+                        String::new()
+                    },
                     gaps.len(),
                     d(median),
                     d(longest),

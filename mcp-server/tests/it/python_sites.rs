@@ -382,8 +382,13 @@ fn a_host_bound_loop_cites_the_line_each_step_resumes_at() {
     let (db, script) = record("python-host-bound", &stepping(0.08, 5, 20, 40));
     let db = db.to_str().unwrap();
     let v: Value = serde_json::from_str(&ok(&["explain", "--db", db, "--json"])).unwrap();
-    let top = &v["chains"][0];
-    assert_eq!(top["detector"], "host_bound", "{v:#}");
+    // Found (a busy machine's preemption can rank a cpu_contention finding above it).
+    let top = v["chains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["detector"] == "host_bound")
+        .unwrap_or_else(|| panic!("no host_bound finding: {v:#}"));
     // By design every step's 80 ms of host work ends at the step's first launch.
     let cs = &top["call_sites"];
     let site = &cs["sites"][0];

@@ -271,6 +271,16 @@ impl Budget {
     pub fn class(&self, class: CallClass) -> Option<&Inside> {
         self.inside.iter().find(|i| i.class == Some(class))
     }
+
+    /// Time in synchronisations and device-to-host copies (ns): waiting for the GPU, the whole
+    /// call (a real GPU's sync spins on the CPU, the stand-in's sleeps).
+    pub fn waiting_ns(&self) -> i64 {
+        [CallClass::Sync, CallClass::CopyD2h]
+            .into_iter()
+            .filter_map(|c| self.class(c))
+            .map(|i| i.total_ns)
+            .sum()
+    }
 }
 
 fn gpu_op(o: &catalog::OpInfo) -> bool {

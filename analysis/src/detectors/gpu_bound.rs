@@ -128,11 +128,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let mut out = Vec::new();
     for b in thread_budgets(inp) {
         let tid = b.tid.unwrap_or_default();
-        let waiting: i64 = [CallClass::Sync, CallClass::CopyD2h]
-            .iter()
-            .filter_map(|c| b.class(*c))
-            .map(|i| i.total_ns)
-            .sum();
+        let waiting = b.waiting_ns();
         if waiting == 0 {
             continue;
         }
@@ -278,17 +274,12 @@ mod tests {
     /// one 4,096-block kernel and their sync takes 600 ms; `between` of host work (on the CPU)
     /// separates the steps.
     fn explained(long: &[i64], between: i64) -> Vec<Chain> {
-        explained_with(long, between, false)
+        explained_full(long, between, false, false)
     }
 
     /// [`explained`]; with `unstored`, the long steps' calls were not stored (their ops in
-    /// aggregate or between sampled slices: only the thread's 600 ms sleep remains) and the
-    /// kernel's histogram counted those syncs.
-    fn explained_with(long: &[i64], between: i64, unstored: bool) -> Vec<Chain> {
-        explained_full(long, between, unstored, unstored)
-    }
-
-    /// [`explained_with`], `histogram` saying whether the histogram counted the long syncs.
+    /// aggregate or between sampled slices: only the thread's 600 ms sleep remains), and with
+    /// `histogram` the kernel's histogram counted those syncs.
     fn explained_full(long: &[i64], between: i64, unstored: bool, histogram: bool) -> Vec<Chain> {
         let mut g = Gen::new(7);
         g.process(4242, 1, "python3", "python3 serve.py");
@@ -359,7 +350,7 @@ mod tests {
 
     #[test]
     fn a_long_wait_only_the_kernels_histogram_counted_is_found_from_the_sleep_inside_it() {
-        let c = explained_with(&[50, 150], 0, true);
+        let c = explained_full(&[50, 150], 0, true, true);
         assert_eq!(c.len(), 1, "{c:#?}");
         // The sleeps are 600 ms against a median sync of 20 ms.
         assert_eq!(c[0].time_lost_ns, 2 * 580 * MS);

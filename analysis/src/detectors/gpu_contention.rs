@@ -15,7 +15,6 @@ use causeway_store::StoreError;
 use causeway_store::catalog::SYNCS_SQL;
 
 use super::{Finding, Input, d, lit, severity, step};
-use crate::budget::CallClass;
 use crate::chains::Chain;
 use crate::facts::duck;
 use crate::opsets::LAUNCH_NAMES;
@@ -149,12 +148,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .budgets
             .iter()
             .filter(|b| b.tid.is_none() && &b.node == node && group.iter().any(|r| r.3 == b.pid))
-            .flat_map(|b| {
-                [CallClass::Sync, CallClass::CopyD2h]
-                    .into_iter()
-                    .filter_map(|c| b.class(c))
-                    .map(|i| i.total_ns)
-            })
+            .map(|b| b.waiting_ns())
             .sum();
         let lost = sync_ns * (n - 1) / n;
         let hows: Vec<&str> = group

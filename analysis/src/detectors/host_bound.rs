@@ -20,7 +20,6 @@
 use causeway_store::StoreError;
 
 use super::{Finding, Input, d, lit, pct, severity, span_words, steady_span, step, thread_budgets};
-use crate::budget::CallClass;
 use crate::chains::Chain;
 
 /// Least share of the steady span on the CPU outside GPU calls.
@@ -80,13 +79,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         let long_ns: i64 = long.iter().map(|l| l.0).sum();
         let long_cpu: i64 = long.iter().map(|l| l.1).sum();
         let host = (b.outside.on_cpu_ns - long_cpu).max(0);
-        // Time in syncs and device-to-host copies: a real GPU's sync spins on the CPU, so the
-        // whole call, not its blocked part, is the wait.
-        let waiting: i64 = [CallClass::Sync, CallClass::CopyD2h]
-            .iter()
-            .filter_map(|c| b.class(*c))
-            .map(|i| i.total_ns)
-            .sum();
+        // The whole sync or copy, not its blocked part: a real GPU's sync spins on the CPU.
+        let waiting = b.waiting_ns();
         let idle = (b.gpu_idle_estimate_ns - long_ns).max(0);
         // Preempted outside calls, the thread wanted the CPU for its host work too: that part
         // is contention's to claim (cpu_contention), the rest is this finding's.

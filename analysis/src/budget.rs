@@ -30,6 +30,10 @@ use crate::scan::columns;
 /// A stall is a gap of at least this long between two GPU calls of a feeding thread.
 pub const STALL_MIN_NS: i64 = 100_000_000;
 
+/// GPU idle stretches at least this long (start-up, a feeding stall) are counted apart in the
+/// idle estimate: measured once, never scaled up for drains whose next work was not measured.
+pub const LONG_IDLE_NS: i64 = 1_000_000_000;
+
 /// Stalls reported per thread, longest first.
 pub const STALLS_PER_THREAD: usize = 3;
 
@@ -233,12 +237,19 @@ pub struct Budget {
     /// Estimated GPU idle time of the process (no outstanding work, from a synchronisation
     /// that drained the device to the next launch or copy): an estimate from the host side.
     pub gpu_idle_estimate_ns: i64,
+    /// Of which in idle stretches of at least [`LONG_IDLE_NS`] (start-up, feeding stalls).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub gpu_idle_long_ns: i64,
     /// The longest stalls (at least 100 ms without a GPU call), longest first; none where GPU
     /// probes were sampled (calls were made there but not all stored).
     pub stalls: Vec<Stall>,
     /// Where fewer events were stored than the kernel counted, which buckets that affects.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub coverage: Vec<String>,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
 }
 
 impl Budget {
@@ -458,6 +469,7 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
             outside: o,
             preemptors,
             gpu_idle_estimate_ns: idle.get(&t.pid).copied().unwrap_or(0),
+            gpu_idle_long_ns: found.idle_long.get(&t.pid).copied().unwrap_or(0),
             stalls: stalls(ctx, node, t.tid, lo, hi),
             coverage: coverage.get(&t.pid).cloned().unwrap_or_default(),
         });
@@ -589,6 +601,7 @@ fn processes(threads: &[Budget], ctx: &Ctx<'_>, node: &str) -> Vec<Budget> {
             outside: Outside::default(),
             preemptors: Vec::new(),
             gpu_idle_estimate_ns: t.gpu_idle_estimate_ns,
+            gpu_idle_long_ns: t.gpu_idle_long_ns,
             stalls: Vec::new(),
             coverage: t.coverage.clone(),
         });

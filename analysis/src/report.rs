@@ -264,9 +264,17 @@ pub fn render_budget(b: &Budget, t0: i64) -> String {
             .collect();
         let _ = writeln!(o, "    preempted by: {}", who.join(", "));
     }
+    let long = if b.gpu_idle_long_ns > 0 {
+        format!(
+            "; {} of it in stretches of a second or more",
+            dur(b.gpu_idle_long_ns)
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         o,
-        "    GPU idle, estimated from the host: {} (from a call that drained the GPU to the next work)",
+        "    GPU idle, estimated from the host: {} (from a call that drained the GPU to the next work{long})",
         dur(b.gpu_idle_estimate_ns)
     );
     for s in &b.stalls {

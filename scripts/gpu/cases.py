@@ -13,6 +13,10 @@
                     from cudaMalloc: allocator churn. healthy: no empty_cache().
   cpu-contention    the loop runs pinned to one CPU that busy processes (started by record.sh,
                     pinned to the same CPU) share with it. healthy: the same loop alone.
+  host-bound        before every step the main thread spends 30 ms on the CPU in Python (a
+                    per-batch preprocessing loop) against a GPU step of a few ms, then reads the
+                    loss with .item(): the GPU idles while the host works. healthy: the same
+                    step and .item() with no host work.
 
 Every case trains for --seconds after a warm-up and prints one JSON line: the case, the variant,
 the steps, and the median step time.
@@ -170,11 +174,37 @@ def case_cpu_contention(a, dev):
     return train(step, a.seconds, 20)
 
 
+def case_host_bound(a, dev):
+    model = mlp().to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(512, 2048, device=dev)
+    y = torch.randint(0, 10, (512,), device=dev)
+    host_s = 0.030 if a.variant == "problem" else 0.0
+
+    def preprocess():
+        # Pure-Python per-batch work (on the CPU, no GPU call) for host_s seconds.
+        end, acc = time.perf_counter() + host_s, 0
+        while time.perf_counter() < end:
+            acc += sum(i * i % 7 for i in range(500))
+        return acc
+
+    def step():
+        preprocess()
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+
+    return train(step, a.seconds, 5)
+
+
 CASES = {
     "input-starvation": case_input_starvation,
     "sync-storm": case_sync_storm,
     "empty-cache": case_empty_cache,
     "cpu-contention": case_cpu_contention,
+    "host-bound": case_host_bound,
 }
 
 

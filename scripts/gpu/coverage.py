@@ -7,7 +7,10 @@ shows there.
 
 The runtime calls go through CuPy's thin wrappers (one wrapper call, one runtime call), the
 driver calls through ctypes on libcuda.so.1, CUDA graphs through PyTorch (which instantiates
-with cudaGraphInstantiateWithFlags) and CuPy, NCCL through torch.distributed with one rank.
+with cudaGraphInstantiateWithFlags) and CuPy, NCCL through torch.distributed with one rank,
+except ncclReduceScatter: PyTorch makes no NCCL call for reduce_scatter_tensor on one rank
+(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL logs none; PyTorch 2.11, NCCL 2.28.9), so that one is
+called through ctypes on the libnccl PyTorch loaded, with a one-rank communicator of its own.
 """
 
 import ctypes
@@ -236,11 +239,35 @@ def nccl_calls():
     for _ in range(N):
         dist.all_gather_into_tensor(out, t)
     count("ncclAllGather")
-    for _ in range(N):
-        dist.reduce_scatter_tensor(out, t)
-    count("ncclReduceScatter")
     torch.cuda.synchronize()
     dist.destroy_process_group()
+
+    # ncclReduceScatter itself, on the library already mapped (the one the probes are on).
+    path = next(line.split()[-1] for line in open("/proc/self/maps") if "libnccl.so" in line)
+    nccl = ctypes.CDLL(path)
+
+    class UniqueId(ctypes.Structure):
+        _fields_ = [("internal", ctypes.c_char * 128)]
+
+    uid, comm = UniqueId(), ctypes.c_void_p()
+    for name, rc in (
+        ("ncclGetUniqueId", nccl.ncclGetUniqueId(ctypes.byref(uid))),
+        ("ncclCommInitRank", nccl.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0)),
+    ):
+        if rc != 0:
+            raise RuntimeError(f"{name} returned {rc}")
+    n = t.numel()
+    for _ in range(N):
+        # (sendbuff, recvbuff, recvcount, ncclFloat32 = 7, ncclSum = 0, comm, default stream)
+        rc = nccl.ncclReduceScatter(
+            ctypes.c_void_p(t.data_ptr()), ctypes.c_void_p(out.data_ptr()), ctypes.c_size_t(n),
+            7, 0, comm, ctypes.c_void_p(0),
+        )
+        if rc != 0:
+            raise RuntimeError(f"ncclReduceScatter returned {rc}")
+    torch.cuda.synchronize()
+    count("ncclReduceScatter", b=n * 4)
+    nccl.ncclCommDestroy(comm)
 
 
 for part in (runtime_calls, torch_graph, driver_calls, torch_kernels, nccl_calls):

@@ -30,7 +30,7 @@ SETTLE_SECS=${SETTLE_SECS:-45}
 # Traced configurations, each LABEL:OPTIONS with the trace options comma-separated.
 CONFIGS=${CONFIGS:-"default: full:--overhead-budget,100"}
 COVERAGE=${COVERAGE:-1}
-WORKLOADS=${WORKLOADS:-"mlp gpt"}
+WORKLOADS=${WORKLOADS-"mlp gpt"}
 mkdir -p "$OUT"
 work=$(mktemp -d /tmp/causeway-gpu.XXXXXX)
 

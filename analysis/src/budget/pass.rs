@@ -77,6 +77,8 @@ pub struct NodeCalls {
     pub off: Vec<OffRow>,
     /// GPU idle estimate per process (ns).
     pub idle: HashMap<u32, i64>,
+    /// Of which in stretches of at least [`super::LONG_IDLE_NS`] (ns).
+    pub idle_long: HashMap<u32, i64>,
 }
 
 /// Calls that drain the GPU: synchronisations, synchronous copies, frees.
@@ -436,7 +438,9 @@ impl<'a> CallPass<'a> {
             for j in (0..d.first_work.len() - 1).rev() {
                 d.first_work[j] = d.first_work[j].min(d.first_work[j + 1]);
             }
-            let mut sum: i128 = 0;
+            // Idle stretches of a second or more (start-up, a feeding stall) count as measured,
+            // once; the short ones stand for the drains whose next work was not measured.
+            let (mut short, mut long) = (0i128, 0i128);
             let (mut measured, mut unmeasured) = (0i128, 0i128);
             let mut last_ws = None;
             for (k, &e) in d.ends.iter().enumerate() {
@@ -448,14 +452,23 @@ impl<'a> CallPass<'a> {
                         unmeasured += 1;
                         continue;
                     }
-                    sum += i128::from(ws.min(until)) - i128::from(e);
-                    measured += 1;
+                    let ns = i128::from(ws.min(until)) - i128::from(e);
+                    if ns >= i128::from(super::LONG_IDLE_NS) {
+                        long += ns;
+                    } else {
+                        short += ns;
+                        measured += 1;
+                    }
                 }
             }
-            if measured > 0 {
-                self.out
-                    .idle
-                    .insert(pid, sat(sum * (measured + unmeasured) / measured));
+            if measured > 0 || long > 0 {
+                let scaled = if measured > 0 {
+                    short * (measured + unmeasured) / measured
+                } else {
+                    0
+                };
+                self.out.idle.insert(pid, sat(long + scaled));
+                self.out.idle_long.insert(pid, sat(long));
             }
         }
         self.out

@@ -136,7 +136,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     lit(&w.node)
                 ),
             }
-            .into_chain(),
+            .into_chain()
+            .at(starved.resumed(ctx)),
         ));
     }
     // One finding per process, its main thread's where it launches: its launching threads wait
@@ -201,6 +202,7 @@ fn remote_input(inp: &Input<'_>, s: &Starved<'_>, net: i64) -> Chain {
         ),
     }
     .into_chain()
+    .at(s.resumed(ctx))
 }
 
 /// A training thread that starves for input, and its input workers: what a finding that names
@@ -222,6 +224,45 @@ pub struct Starved<'a> {
 }
 
 impl Starved<'_> {
+    /// The GPU calls that ended the thread's longest sleeps between calls (gaps it spent at
+    /// least half asleep: the wait for a batch, real even where probes were sampled, since a
+    /// sleeping thread makes no call), where it went back to work: the finding's call sites.
+    pub fn resumed(&self, ctx: &crate::facts::Ctx<'_>) -> crate::sites::Scope {
+        use crate::intervals::{Span, overlaps};
+        let (node, tid) = (&self.t.node, self.t.tid);
+        let gaps: Vec<Span<()>> = ctx.timelines.get(node).map_or_else(Vec::new, |tl| {
+            tl.gaps
+                .iter()
+                .filter(|g| g.tid == tid)
+                .map(|g| Span {
+                    start: g.start,
+                    end: g.end,
+                    data: (),
+                })
+                .collect()
+        });
+        let mut asleep: std::collections::HashMap<(i64, i64), i64> = Default::default();
+        overlaps(&gaps, ctx.switches.of(node, tid), |g, o, ns| {
+            if o.data.state == 1 {
+                *asleep.entry((g.start, g.end)).or_default() += ns;
+            }
+        });
+        let mut waits: Vec<(i64, i64)> = asleep
+            .into_iter()
+            .filter(|&((a, b), ns)| ns * 2 >= b - a)
+            .map(|((_, end), ns)| (ns, end))
+            .collect();
+        waits.sort_unstable_by(|a, b| b.cmp(a));
+        crate::sites::Scope::thread(
+            node,
+            self.t.pid,
+            tid,
+            &[],
+            "GPU calls after the longest waits for input",
+        )
+        .at_times(waits.iter().map(|w| w.1).collect())
+    }
+
     /// The workers' pids as an SQL list.
     pub fn pids(&self) -> String {
         self.wpids

@@ -5,12 +5,12 @@
 //! one of them is a feeding stall; together they are most of the run.
 //!
 //! Trigger (from the thread's time budget, over its span after start-up): the thread was on the
-//! CPU outside GPU calls, or preempted there, for >= 40% of it (stretches of a second or more
-//! without a GPU call, [`super::feeding_stall`]'s or start-up's, left out), it spent under half
-//! of that time in syncs and device-to-host copies (else the GPU is the bottleneck:
+//! CPU outside GPU calls, or preempted there, for >= 40% of it (start-up and stretches of a
+//! second or more without a GPU call, [`super::feeding_stall`]'s, left out), it spent under
+//! half of that time in syncs and device-to-host copies (else the GPU is the bottleneck:
 //! `gpu_bound`), it made at least [`MIN_CALLS`] GPU calls, its process's GPU sat idle (the
-//! budget's host-side estimate, less those long stretches) for >= 25% of the span, and the
-//! time lost is >= 10% of it.
+//! budget's host-side estimate, less its idle stretches of a second or more) for >= 25% of the
+//! span, and the time lost is >= 10% of it.
 //! Time lost: the smaller of the host work on the CPU and that GPU idle time: what overlapping
 //! the host work with the GPU's would at most give back. Time preempted is `cpu_contention`'s,
 //! not counted again. Severity: the common rule.
@@ -21,6 +21,8 @@ use causeway_store::StoreError;
 
 use super::{Finding, Input, d, lit, pct, severity, span_words, steady_span, step, thread_budgets};
 use crate::chains::Chain;
+use crate::intervals::{Span, overlaps};
+use crate::switches::Off;
 
 /// Least share of the steady span on the CPU outside GPU calls.
 pub const MIN_HOST_SHARE: f64 = 0.40;
@@ -61,32 +63,51 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     .collect()
             })
             .unwrap_or_default();
-        // Stretches of a second or more (start-up's too) are a feeding stall's or start-up's,
-        // not the loop's: their host work (the budget's where it lists the stall, else the
-        // whole stretch, an upper bound) and their GPU idle time are left out.
-        let long: Vec<(i64, i64)> = all
+        // Start-up (before the loop's steady state) and stretches of a second or more without
+        // a GPU call (a feeding stall's) are not the loop's: the host work and preemption in
+        // them and the GPU idle time of long idle stretches are left out.
+        let long: Vec<Span<()>> = all
             .iter()
             .filter(|g| g.0 >= super::feeding_stall::MIN_STALL_NS)
-            .map(|&(len, start, _)| {
-                let cpu = b
-                    .stalls
-                    .iter()
-                    .find(|s| s.start_ns == start)
-                    .map_or(len, |s| s.on_cpu_ns);
-                (len, cpu)
+            .map(|&(_, start, end)| Span {
+                start,
+                end,
+                data: (),
             })
             .collect();
-        let long_ns: i64 = long.iter().map(|l| l.0).sum();
-        let long_cpu: i64 = long.iter().map(|l| l.1).sum();
-        let host = (b.outside.on_cpu_ns - long_cpu).max(0);
+        let long_ns: i64 = long.iter().map(|g| g.end - g.start).sum();
+        let first = ctx
+            .threads
+            .iter()
+            .find(|t| t.node == b.node && t.tid == tid)
+            .map(|t| t.first_ns);
+        let startup = match (first, steady) {
+            (Some(a), Some(f)) if f > a => f - a,
+            _ => 0,
+        };
+        let left_out = left_out(&long, first.unwrap_or(0), startup);
+        let (left_cpu, left_preempted) = on_cpu_in(&left_out, ctx.switches.of(&b.node, tid));
+        let host = (b.outside.on_cpu_ns - left_cpu).max(0);
         // The whole sync or copy, not its blocked part: a real GPU's sync spins on the CPU.
         let waiting = b.waiting_ns();
-        let idle = (b.gpu_idle_estimate_ns - long_ns).max(0);
+        let idle = (b.gpu_idle_estimate_ns - b.gpu_idle_long_ns).max(0);
         // Preempted outside calls, the thread wanted the CPU for its host work too: that part
         // is contention's to claim (cpu_contention), the rest is this finding's.
-        let preempted = b.outside.preempted_ns;
+        let preempted = (b.outside.preempted_ns - left_preempted).max(0);
         let wanted = host + preempted;
         let lost = host.min(idle);
+        tracing::debug!(
+            tid,
+            span,
+            host,
+            preempted,
+            waiting,
+            idle,
+            startup,
+            long_ns,
+            left_cpu,
+            "host_bound"
+        );
         if (wanted as f64) < MIN_HOST_SHARE * span as f64
             || waiting * 2 >= wanted
             || (idle as f64) < MIN_IDLE_SHARE * span as f64
@@ -151,13 +172,15 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     d(longest),
                     d(waiting),
                     d(idle),
-                    if long.is_empty() {
+                    if long.is_empty() && startup == 0 {
                         String::new()
                     } else {
                         format!(
-                            " Stretches of a second or more without a GPU call ({}, {} of host work at most) are left out: a feeding stall's or start-up's.",
+                            " Left out as not the loop's: start-up ({}) and {} stretch(es) of a second or more without a GPU call ({}), {} on the CPU in all.",
+                            d(startup),
+                            long.len(),
                             d(long_ns),
-                            d(long_cpu)
+                            d(left_cpu)
                         )
                     }
                 ),
@@ -184,4 +207,39 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         );
     }
     Ok(out)
+}
+
+/// The union of start-up (`startup` ns from `first`) and the long gaps, sorted and disjoint.
+fn left_out(long: &[Span<()>], first: i64, startup: i64) -> Vec<Span<()>> {
+    let mut v: Vec<Span<()>> = long.to_vec();
+    if startup > 0 {
+        v.push(Span {
+            start: first,
+            end: first + startup,
+            data: (),
+        });
+    }
+    v.sort_by_key(|s| (s.start, s.end));
+    let mut out: Vec<Span<()>> = Vec::new();
+    for s in v {
+        match out.last_mut() {
+            Some(l) if s.start <= l.end => l.end = l.end.max(s.end),
+            _ => out.push(s),
+        }
+    }
+    out
+}
+
+/// Time on the CPU and time preempted of a thread within disjoint sorted spans, from its
+/// off-CPU intervals (sorted by start).
+fn on_cpu_in(spans: &[Span<()>], off: &[Span<Off>]) -> (i64, i64) {
+    let mut on: i64 = spans.iter().map(|s| s.end - s.start).sum();
+    let mut preempted = 0;
+    overlaps(spans, off, |_, o, ns| {
+        on -= ns;
+        if o.data.state == 0 {
+            preempted += ns;
+        }
+    });
+    (on.max(0), preempted)
 }

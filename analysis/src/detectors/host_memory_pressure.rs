@@ -254,6 +254,7 @@ pub fn starved_input(inp: &Input<'_>, s: &Starved<'_>, rec: &Reclaim) -> Chain {
         ),
     }
     .into_chain()
+    .at(s.resumed(ctx))
 }
 
 /// Runs the detector.

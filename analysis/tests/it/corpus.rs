@@ -34,6 +34,19 @@ struct Case {
     /// SQL on the store proving the label's premise, each value within its bounds.
     #[serde(default)]
     checks: Vec<Check>,
+    /// Where the expected finding's calls come from, by the workload's design (a recording
+    /// with stacks): its busiest call site and the least share of its calls with a stack.
+    #[serde(default)]
+    expected_site: Option<ExpectedSite>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ExpectedSite {
+    /// The end of the site's `file:line`.
+    site: String,
+    /// Its function.
+    function: String,
+    min_share: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -215,6 +228,29 @@ fn corpus_accuracy() {
             .chains
             .first()
             .map_or("-".to_string(), |c| c.detector.clone());
+        if let Some(want) = &case.expected_site {
+            let cs = e
+                .chains
+                .first()
+                .and_then(|c| c.call_sites.as_ref())
+                .unwrap_or_else(|| panic!("{}: the top finding names no call site", case.name));
+            let best = cs.sites.first().expect("a site");
+            let share = best.calls as f64 / cs.calls_with_stack.max(1) as f64;
+            assert!(
+                best.kind == "python"
+                    && best.site.ends_with(&want.site)
+                    && best.detail == want.function
+                    && share >= want.min_share,
+                "{}: the top finding's busiest call site is {} ({} of {} calls with a stack), not {} in {} with at least {:.0}%",
+                case.name,
+                best.words(),
+                best.calls,
+                cs.calls_with_stack,
+                want.site,
+                want.function,
+                want.min_share * 100.0
+            );
+        }
         let t = tally.entry(case.kind.clone()).or_default();
         t.cases += 1;
         let ok = if case.healthy {

@@ -223,7 +223,8 @@ impl Stacks {
         }
         self.python_frames(&s);
         let located = self.maps.locate(s.pid, &s.ips);
-        let frames = s.ips.into_iter().zip(located).collect();
+        let mut frames = s.ips.into_iter().zip(located).collect();
+        trim_broken(&mut frames);
         if let Some(tx) = &self.jobs {
             let _ = tx.send(Job {
                 hash: s.hash,
@@ -250,6 +251,16 @@ impl Stacks {
         if let Some(j) = self.join.take() {
             let _ = j.join();
         }
+    }
+}
+
+/// Keeps the frames before the first address outside every mapped file. A frame-pointer walk
+/// through code built without frame pointers (libtorch_cuda.so on a real GPU) reads such
+/// addresses (`0x0`, non-canonical ones) and then stale words that may point into code: nothing
+/// from there on is a caller. Code in anonymous memory (a JIT) ends the stack too.
+fn trim_broken(frames: &mut Vec<(u64, Option<(PathBuf, u64)>)>) {
+    if let Some(i) = frames.iter().position(|(_, loc)| loc.is_none()) {
+        frames.truncate(i.max(1));
     }
 }
 
@@ -312,6 +323,32 @@ fn run(rx: Receiver<Job>, ctl: Sender<Ctl>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_walk_ends_at_the_first_address_outside_every_mapped_file() {
+        let at = |o: u64| Some((PathBuf::from("/lib/libtorch_cuda.so"), o));
+        // As recorded on an H100: cudaStreamSynchronize, two libtorch_cuda frames, then 0x0,
+        // a non-canonical word and a stale address inside libc10.so.
+        let mut f = vec![
+            (0x7f00_0000_1000, at(0x1000)),
+            (0x7f00_0000_2000, at(0x2000)),
+            (0x7f00_0000_3000, at(0x3000)),
+            (0, None),
+            (0x8000_0001_0000_0001, None),
+            (0x7f00_0000_4000, at(0x4000)),
+        ];
+        trim_broken(&mut f);
+        assert_eq!(
+            f.iter().map(|x| x.0).collect::<Vec<_>>(),
+            [0x7f00_0000_1000, 0x7f00_0000_2000, 0x7f00_0000_3000]
+        );
+        let mut whole = vec![(1, at(1)), (2, at(2))];
+        trim_broken(&mut whole);
+        assert_eq!(whole.len(), 2);
+        let mut first = vec![(0, None), (2, at(2))];
+        trim_broken(&mut first);
+        assert_eq!(first.len(), 1, "the probed function's own frame stays");
+    }
 
     #[test]
     fn maps_lines_become_file_mappings() {

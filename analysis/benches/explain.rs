@@ -2,6 +2,8 @@
 //! ../shared/investigations is present) and on a synthetic trace of 10M events (preempted
 //! launching threads, checkpoint stalls, sleeping helper threads) written through the Writer.
 //! Run: `cargo bench -p causeway-analysis --bench explain` (EVENTS=N to change the size).
+//! SEGMENTS=N also writes the same events as N segment files of an agent's data directory and
+//! times `explain` over the directory against the single store, in the same run.
 
 // The figures / accuracy table printed on stdout are this target's output.
 #![allow(clippy::print_stdout)]
@@ -76,15 +78,26 @@ fn phases(label: &str, db: &Path) {
     println!("{line}");
 }
 
-fn synthetic(path: &Path, target: u64) -> u64 {
-    let mut w = Writer::create(
+fn writer(path: &Path) -> Writer {
+    Writer::create(
         path,
         WriterOptions {
             node: "bench-node".into(),
             ..WriterOptions::default()
         },
     )
-    .expect("writer");
+    .expect("writer")
+}
+
+/// Writes about `target` synthetic events into `path` and, with `segments` = (dir, n), the same
+/// events into n store files in `dir` (a new one every `target / n` events), as an agent's
+/// closed segments.
+fn synthetic(path: &Path, target: u64, segments: Option<(&Path, u64)>) -> u64 {
+    let mut w = writer(path);
+    let per = segments.map(|(_, n)| target.div_ceil(n.max(1)));
+    let seg_path = |i: u64| segments.map(|(d, _)| d.join(format!("seg-{i:04}.duckdb")));
+    let mut seg = seg_path(0).map(|p| writer(&p));
+    let (mut seg_no, mut in_seg) = (0u64, 0u64);
     let knobs = Knobs {
         preempt: (0.1, MS, 4 * MS),
         preempt_by: 5151,
@@ -112,11 +125,26 @@ fn synthetic(path: &Path, target: u64) -> u64 {
             for e in &g.events {
                 w.append(e).expect("append");
             }
+            if let Some(sw) = seg.as_mut() {
+                for e in &g.events {
+                    sw.append(e).expect("append");
+                }
+            }
             written += g.events.len() as u64;
+            in_seg += g.events.len() as u64;
         }
         start += chunk;
+        if per.is_some_and(|per| in_seg >= per) && written < target {
+            seg.take().expect("segment").finish().expect("finish");
+            seg_no += 1;
+            in_seg = 0;
+            seg = seg_path(seg_no).map(|p| writer(&p));
+        }
     }
     w.finish().expect("finish");
+    if let Some(sw) = seg {
+        sw.finish().expect("finish");
+    }
     written
 }
 
@@ -155,8 +183,13 @@ fn main() {
     let db = keep
         .clone()
         .unwrap_or_else(|| dir.path().join("synthetic.duckdb"));
+    let segments: Option<u64> = std::env::var("SEGMENTS").ok().and_then(|s| s.parse().ok());
+    let seg_dir = dir.path().join("segments");
+    if segments.is_some() {
+        std::fs::create_dir(&seg_dir).expect("segments dir");
+    }
     let t = Instant::now();
-    let n = if keep.is_some() && db.exists() {
+    let n = if keep.is_some() && db.exists() && segments.is_none() {
         Reader::open(&db)
             .expect("open")
             .prepare_trusted("SELECT count(*) FROM event_data")
@@ -164,7 +197,8 @@ fn main() {
             .query_row([], |r| r.get::<_, u64>(0))
             .expect("count")
     } else {
-        synthetic(&db, target)
+        let _ = std::fs::remove_file(&db);
+        synthetic(&db, target, segments.map(|n| (seg_dir.as_path(), n)))
     };
     println!(
         "synthetic: wrote {n} events in {:.1} s",
@@ -173,5 +207,16 @@ fn main() {
     time_explain(&format!("synthetic ({n} events)"), &db, 3);
     if std::env::var_os("PHASES").is_some() {
         phases("synthetic", &db);
+    }
+    if let Some(k) = segments {
+        let files = std::fs::read_dir(&seg_dir).expect("segments").count();
+        time_explain(
+            &format!("synthetic ({n} events) as {files} segments"),
+            &seg_dir,
+            3,
+        );
+        if std::env::var_os("PHASES").is_some() {
+            phases(&format!("{k} segments"), &seg_dir);
+        }
     }
 }

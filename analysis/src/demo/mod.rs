@@ -148,6 +148,47 @@ pub fn write_scenario(path: &Path, s: Scenario, healthy: bool) -> Result<DemoSum
     write_nodes(path, s, scenarios::build(s, healthy))
 }
 
+/// Writes scenario `s` (or its healthy baseline) as `n` store files in `dir`, each holding the
+/// events of one `n`-th of the trace's time (and every process), as an agent's closed segments:
+/// the directory reads as the same trace as [`write_scenario`]'s file.
+pub fn write_scenario_segments(
+    dir: &Path,
+    s: Scenario,
+    healthy: bool,
+    n: usize,
+) -> Result<DemoSummary, StoreError> {
+    let nodes = scenarios::build(s, healthy);
+    let stamps = nodes
+        .iter()
+        .flat_map(|x| x.trace.events.iter().map(|e| e.timestamp));
+    let (lo, hi) = stamps.fold((i64::MAX, i64::MIN), |(a, b), t| (a.min(t), b.max(t)));
+    let n = n.max(1);
+    let step = ((hi - lo) / n as i64).max(1);
+    let mut summary = DemoSummary {
+        events: 0,
+        nodes: nodes.len(),
+    };
+    for k in 0..n {
+        let from = lo + k as i64 * step;
+        let last = k + 1 == n;
+        let part: Vec<scenarios::NodeTrace> = nodes
+            .iter()
+            .map(|x| {
+                let mut trace = x.trace.clone();
+                trace
+                    .events
+                    .retain(|e| e.timestamp >= from && (last || e.timestamp < from + step));
+                scenarios::NodeTrace {
+                    node: x.node.clone(),
+                    trace,
+                }
+            })
+            .collect();
+        summary.events += write_nodes(&dir.join(format!("seg-{k:04}.duckdb")), s, part)?.events;
+    }
+    Ok(summary)
+}
+
 /// A scenario's traces, for tests that add to them before [`write_nodes`].
 #[cfg(test)]
 pub(crate) fn build(s: Scenario, healthy: bool) -> Vec<scenarios::NodeTrace> {

@@ -23,7 +23,7 @@ pub fn op(name: &str) -> u16 {
 }
 
 /// Events and processes of one node, built deterministically.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Gen {
     /// Events, in generation order (the writer does not need time order).
     pub events: Vec<Event>,

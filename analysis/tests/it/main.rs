@@ -6,5 +6,6 @@
 
 mod corpus;
 mod placement;
+mod segments;
 mod snapshots;
 mod straggler;

@@ -100,6 +100,9 @@ const ONSET_STEPS: usize = 5;
 const ONSET_LATE: usize = 4;
 /// Share of all later steps that must be late.
 const LATER_SHARE: f64 = 0.6;
+/// Late steps from the onset on, at least: fewer are a hiccup or a job's last steps (a healthy
+/// 4-rank lab job once had one rank late in 13 of its last 16 steps, 0.1 s of 4 s).
+const MIN_LATE_STEPS: usize = 20;
 /// Steps whose median step time is a member's own baseline (fewer than 3 members).
 const BASELINE_STEPS: usize = 20;
 /// A step this much slower than the baseline is slow (fewer than 3 members).
@@ -121,7 +124,10 @@ fn onset(late: &[Option<usize>], members: usize) -> Option<(usize, usize)> {
     (0..late.len().saturating_sub(ONSET_STEPS)).find_map(|k0| {
         let first = (k0..k0 + ONSET_STEPS).filter(|&k| is(k)).count();
         let later = (k0..late.len()).filter(|&k| is(k)).count();
-        (is(k0) && first >= ONSET_LATE && later as f64 >= LATER_SHARE * (late.len() - k0) as f64)
+        (is(k0)
+            && first >= ONSET_LATE
+            && later >= MIN_LATE_STEPS
+            && later as f64 >= LATER_SHARE * (late.len() - k0) as f64)
             .then_some((cand, k0))
     })
 }
@@ -513,7 +519,7 @@ mod tests {
 
     #[test]
     fn onset_needs_persistence() {
-        let mut late = vec![None; 40];
+        let mut late = vec![None; 50];
         late[3] = Some(2);
         late[9] = Some(1);
         assert_eq!(onset(&late, 4), None, "isolated late steps are noise");
@@ -522,5 +528,23 @@ mod tests {
         }
         late[27] = None;
         assert_eq!(onset(&late, 4), Some((2, 20)));
+    }
+
+    #[test]
+    fn a_few_late_steps_at_the_end_are_no_straggler() {
+        // The healthy lab job's tail: late in 13 of its last 16 steps of 600.
+        let mut late = vec![None; 600];
+        for k in (584..600).filter(|k| ![585, 590, 597].contains(k)) {
+            late[k] = Some(3);
+        }
+        assert_eq!(onset(&late, 4), None);
+        for l in late.iter_mut().skip(560) {
+            *l = Some(3);
+        }
+        assert_eq!(
+            onset(&late, 4),
+            Some((3, 560)),
+            "40 late steps are a straggler"
+        );
     }
 }

@@ -271,6 +271,23 @@ fn the_agent_rolls_segments_and_serves_them_as_one_trace() {
         closed_segments(&data) >= 2,
         "segments closed while the workload ran"
     );
+    // The agent serves the same live page as every other address, over all its segments.
+    let (status, page) = crate::common::raw(&addr, "GET /", &addr, &[], "");
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.to_ascii_lowercase()
+            .contains("content-security-policy: default-src 'none'")
+            && page.contains("<html"),
+        "the report page with its CSP: {}",
+        &page[..page.len().min(600)]
+    );
+    let (status, report) = crate::common::raw(&addr, "GET /api/v1/report", &addr, &[], "");
+    assert_eq!(status, 200, "{report}");
+    assert!(
+        report.contains("\"budgets\""),
+        "the page's data: {}",
+        &report[..report.len().min(600)]
+    );
     sigterm(&agent);
     let out = agent.wait_with_output().unwrap();
     assert!(out.status.success(), "the agent ends cleanly on SIGTERM");

@@ -14,6 +14,9 @@
 //! Time lost: the smaller of the host work on the CPU and that GPU idle time: what overlapping
 //! the host work with the GPU's would at most give back. Time preempted is `cpu_contention`'s,
 //! not counted again. Severity: the common rule.
+//! One finding per process: its threads share the process's GPU idle estimate, so the thread
+//! whose host work loses the most speaks for it (PyTorch's autograd thread launches between the
+//! main thread's calls too).
 //! Call sites: the GPU calls that ended the thread's longest gaps (up to
 //! [`crate::sites::MAX_AT`]): where the loop goes back to launching after its host work.
 
@@ -140,7 +143,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             "GPU calls after the longest gaps",
         )
         .at_times(gaps.iter().map(|g| g.1).collect());
-        out.push(
+        out.push((
+            b.pid,
             Finding {
                 detector: "host_bound",
                 node: b.node.clone(),
@@ -204,9 +208,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             }
             .into_chain()
             .at(scope),
-        );
+        ));
     }
-    Ok(out)
+    out.sort_by(|a, b| (&a.1.node, a.0, b.1.time_lost_ns).cmp(&(&b.1.node, b.0, a.1.time_lost_ns)));
+    out.dedup_by(|b, a| a.1.node == b.1.node && a.0 == b.0);
+    Ok(out.into_iter().map(|(_, c)| c).collect())
 }
 
 /// The union of start-up (`startup` ns from `first`) and the long gaps, sorted and disjoint.

@@ -228,6 +228,21 @@ fn corpus_accuracy() {
             .chains
             .first()
             .map_or("-".to_string(), |c| c.detector.clone());
+        // Findings whose threads share one process's GPU idle speak once per process.
+        let mut per_process = std::collections::HashSet::new();
+        for c in e
+            .chains
+            .iter()
+            .filter(|c| ["host_bound", "dataloader_starvation"].contains(&c.detector.as_str()))
+        {
+            let pid = c.scope.as_ref().map(|s| s.pid);
+            assert!(
+                per_process.insert((c.detector.clone(), c.node.clone(), pid)),
+                "{}: two {} findings for process {pid:?}",
+                case.name,
+                c.detector
+            );
+        }
         if let Some(want) = &case.expected_site {
             let cs = e
                 .chains

@@ -18,6 +18,19 @@ pub fn sort<T>(v: &mut [Span<T>]) {
     v.sort_by(|a, b| a.start.cmp(&b.start).then(a.end.cmp(&b.end)));
 }
 
+/// The union of `[start, end)` intervals in any order: sorted and disjoint, touching ones joined.
+pub fn union(mut v: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+    v.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());
+    for (a, b) in v {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
 /// Calls `f(a, b, overlap_ns)` for every pair with `b.start < a.end && b.end > a.start`, the
 /// overlap being `min(a.end, b.end) - max(a.start, b.start)`. Both slices must be sorted by
 /// start ([`sort`]). Each pair is reported once, whatever the data (nested or overlapping
@@ -67,6 +80,20 @@ pub fn strictly_inside(points: &[i64], starts: &[i64], ends: &[i64]) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_union_joins_overlapping_and_touching_intervals() {
+        let u = union(vec![
+            (50, 60),
+            (0, 10),
+            (5, 20),
+            (20, 30),
+            (40, 45),
+            (41, 42),
+        ]);
+        assert_eq!(u, [(0, 30), (40, 45), (50, 60)]);
+        assert!(union(Vec::new()).is_empty());
+    }
 
     fn lcg(s: &mut u64) -> i64 {
         *s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);

@@ -241,15 +241,7 @@ pub fn sampled_spans_of(
         }
     }
     spans.extend(open.into_values().map(|from| (from, i64::MAX)));
-    spans.sort_unstable();
-    let mut merged: Vec<(i64, i64)> = Vec::new();
-    for (a, b) in spans {
-        match merged.last_mut() {
-            Some(last) if a <= last.1 => last.1 = last.1.max(b),
-            _ => merged.push((a, b)),
-        }
-    }
-    Ok(merged)
+    Ok(crate::intervals::union(spans))
 }
 
 /// Whether `[a, b)` overlaps one of `spans` (sorted, disjoint).

@@ -217,23 +217,18 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
 
 /// The union of start-up (`startup` ns from `first`) and the long gaps, sorted and disjoint.
 fn left_out(long: &[Span<()>], first: i64, startup: i64) -> Vec<Span<()>> {
-    let mut v: Vec<Span<()>> = long.to_vec();
+    let mut v: Vec<(i64, i64)> = long.iter().map(|g| (g.start, g.end)).collect();
     if startup > 0 {
-        v.push(Span {
-            start: first,
-            end: first + startup,
+        v.push((first, first + startup));
+    }
+    crate::intervals::union(v)
+        .into_iter()
+        .map(|(start, end)| Span {
+            start,
+            end,
             data: (),
-        });
-    }
-    v.sort_by_key(|s| (s.start, s.end));
-    let mut out: Vec<Span<()>> = Vec::new();
-    for s in v {
-        match out.last_mut() {
-            Some(l) if s.start <= l.end => l.end = l.end.max(s.end),
-            _ => out.push(s),
-        }
-    }
-    out
+        })
+        .collect()
 }
 
 /// Time on the CPU and time preempted of a thread within disjoint sorted spans, from its

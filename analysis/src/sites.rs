@@ -398,6 +398,7 @@ mod tests {
                 file: "train.py".into(),
                 function: function.into(),
                 line,
+                entry: true,
             };
             w.add_python_stack(
                 1,

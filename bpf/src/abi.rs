@@ -16,7 +16,11 @@ pub const MAX_PY_FRAMES: usize = 32;
 /// Offset of the Python part (`npy`) of a `struct cw_stack_event`.
 const STACK_PY: usize = 16 + 8 * MAX_FRAMES;
 /// Size in bytes of one `struct cw_stack_event` ring-buffer record.
-pub const STACK_EVENT_SIZE: usize = STACK_PY + 8 + 16 * MAX_PY_FRAMES;
+pub const STACK_EVENT_SIZE: usize = STACK_PY + 8 + 16 * MAX_PY_FRAMES + 8;
+/// Bytes of stack memory a `struct cw_stack_bytes` holds at most.
+pub const STACK_COPY: usize = 1024 * 16;
+/// Size in bytes of one `struct cw_stack_bytes` ring-buffer record.
+pub const STACK_BYTES_SIZE: usize = 40 + STACK_COPY;
 /// Size in bytes of one `struct cw_py_proc` (a `py_procs` map value).
 pub const PY_PROC_SIZE: usize = 32;
 /// Slots of the per-CPU `py_counts` array (`CW_PYC_*`): walked, thread state not found, cut at
@@ -201,6 +205,27 @@ pub struct RawStack {
     pub py: Vec<(u64, u64)>,
     /// `CW_PY_*` flags of the Python walk ([`PyFlags`]).
     pub py_flags: PyFlags,
+    /// Bit i: Python frame i is the first frame its C-level eval call ran (the one a native
+    /// caller entered): where the Python frames go among the native ones.
+    pub py_entry: u32,
+}
+
+/// One decoded `struct cw_stack_bytes`: the registers at a call whose stack is new and the stack
+/// memory above its stack pointer, for unwinding in user space.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawStackBytes {
+    /// Process (tgid).
+    pub pid: u32,
+    /// The [`RawStack::hash`] of the stack.
+    pub hash: u64,
+    /// Instruction pointer (the probed function's first instruction).
+    pub ip: u64,
+    /// Stack pointer.
+    pub sp: u64,
+    /// Frame pointer register.
+    pub bp: u64,
+    /// Stack memory from `sp` up, as much as was readable.
+    pub bytes: Vec<u8>,
 }
 
 /// How the Python frames of a stack were walked (`CW_PY_*` of `struct cw_stack_event`).
@@ -254,6 +279,8 @@ pub struct PyProc {
     pub frame_owner: u16,
     /// Bytes of a frame to read (the furthest field's end, at most 104).
     pub frame_read: u16,
+    /// `_PyInterpreterFrame.is_entry` (3.11), else `0xffff`.
+    pub frame_entry: u16,
 }
 
 impl PyProc {
@@ -273,6 +300,7 @@ impl PyProc {
             self.frame_instr,
             self.frame_owner,
             self.frame_read,
+            self.frame_entry,
         ];
         for (i, f) in fields.iter().enumerate() {
             b[8 + 2 * i..10 + 2 * i].copy_from_slice(&f.to_le_bytes());
@@ -339,6 +367,8 @@ pub enum Record {
     Event(RawEvent),
     /// A new user stack.
     Stack(RawStack),
+    /// The registers and stack memory of a new user stack.
+    StackBytes(RawStackBytes),
     /// A CUDA library mapped by a traced process.
     Lib(RawLib),
     /// A program file exec'd by a process (all-process mode).
@@ -448,6 +478,7 @@ pub fn decode_record(b: &[u8]) -> Result<Record, DecodeError> {
         Some(&9) => decode_lib(b),
         Some(&10) => decode_name(b),
         Some(&11) => decode_task(b),
+        Some(&13) => decode_stack_bytes(b).map(Record::StackBytes),
         _ => decode_event(b).map(Record::Event),
     }
 }
@@ -494,6 +525,22 @@ fn decode_stack(b: &[u8]) -> Result<RawStack, DecodeError> {
             .map(|i| (u64_at(b, py_at(i)), u64_at(b, py_at(i) + 8)))
             .collect(),
         py_flags: PyFlags(u16_at(b, STACK_PY + 2)),
+        py_entry: u32_at(b, STACK_PY + 8 + 16 * MAX_PY_FRAMES),
+    })
+}
+
+fn decode_stack_bytes(b: &[u8]) -> Result<RawStackBytes, DecodeError> {
+    if b.len() < STACK_BYTES_SIZE {
+        return Err(DecodeError::Short(b.len()));
+    }
+    let len = (usize::from(u16_at(b, 2)) * 1024).min(STACK_COPY);
+    Ok(RawStackBytes {
+        pid: u32_at(b, 4),
+        hash: u64_at(b, 8),
+        ip: u64_at(b, 16),
+        sp: u64_at(b, 24),
+        bp: u64_at(b, 32),
+        bytes: b[40..40 + len].to_vec(),
     })
 }
 
@@ -628,10 +675,20 @@ mod tests {
         assert_eq!(offset_of!(types::cw_stack_event, py_flags), STACK_PY + 2);
         assert_eq!(offset_of!(types::cw_stack_event, tid), STACK_PY + 4);
         assert_eq!(offset_of!(types::cw_stack_event, py), STACK_PY + 8);
+        assert_eq!(
+            offset_of!(types::cw_stack_event, py_entry),
+            STACK_PY + 8 + 16 * MAX_PY_FRAMES
+        );
+        assert_eq!(size_of::<types::cw_stack_bytes>(), STACK_BYTES_SIZE);
+        assert_eq!(offset_of!(types::cw_stack_bytes, chunks), 2);
+        assert_eq!(offset_of!(types::cw_stack_bytes, hash), 8);
+        assert_eq!(offset_of!(types::cw_stack_bytes, bp), 32);
+        assert_eq!(offset_of!(types::cw_stack_bytes, bytes), 40);
         assert_eq!(size_of::<types::cw_py_frame>(), 16);
         assert_eq!(size_of::<types::cw_py_proc>(), PY_PROC_SIZE);
         assert_eq!(offset_of!(types::cw_py_proc, interpreters_head), 8);
         assert_eq!(offset_of!(types::cw_py_proc, frame_read), 28);
+        assert_eq!(offset_of!(types::cw_py_proc, frame_entry), 30);
         assert_eq!(size_of::<types::cw_batch>(), BATCH_SIZE);
         assert_eq!(offset_of!(types::cw_batch, ev), BATCH_EVENTS);
         assert_eq!(size_of::<types::cw_lib_event>(), LIB_EVENT_SIZE);
@@ -691,6 +748,28 @@ mod tests {
             }))
         );
         assert_eq!(decode_record(&b[..40]), Err(DecodeError::Short(40)));
+    }
+
+    #[test]
+    fn decodes_stack_memory_as_far_as_it_was_read() {
+        let mut b = vec![0u8; STACK_BYTES_SIZE];
+        b[0] = 13;
+        b[2..4].copy_from_slice(&2u16.to_le_bytes());
+        b[4..8].copy_from_slice(&42u32.to_le_bytes());
+        b[8..16].copy_from_slice(&0xfeedu64.to_le_bytes());
+        b[16..24].copy_from_slice(&0x1000u64.to_le_bytes());
+        b[24..32].copy_from_slice(&0x7ff0u64.to_le_bytes());
+        b[32..40].copy_from_slice(&0x7ff8u64.to_le_bytes());
+        b[40] = 0xab;
+        let Ok(Record::StackBytes(s)) = decode_record(&b) else {
+            panic!("not stack bytes")
+        };
+        assert_eq!(
+            (s.pid, s.hash, s.ip, s.sp, s.bp),
+            (42, 0xfeed, 0x1000, 0x7ff0, 0x7ff8)
+        );
+        assert_eq!((s.bytes.len(), s.bytes[0]), (2048, 0xab));
+        assert_eq!(decode_record(&b[..100]), Err(DecodeError::Short(100)));
     }
 
     #[test]
@@ -822,6 +901,8 @@ mod tests {
         b[STACK_PY + 4..STACK_PY + 8].copy_from_slice(&43u32.to_le_bytes());
         b[STACK_PY + 8..STACK_PY + 16].copy_from_slice(&0xc0deu64.to_le_bytes());
         b[STACK_PY + 16..STACK_PY + 24].copy_from_slice(&7u64.to_le_bytes());
+        let entry = STACK_PY + 8 + 16 * MAX_PY_FRAMES;
+        b[entry..entry + 4].copy_from_slice(&1u32.to_le_bytes());
         let want = RawStack {
             pid: 42,
             hash: 0xfeed,
@@ -829,6 +910,7 @@ mod tests {
             tid: 43,
             py: vec![(0xc0de, 7)],
             py_flags: PyFlags(3),
+            py_entry: 1,
         };
         assert!(want.py_flags.walked() && want.py_flags.truncated());
         assert!(!want.py_flags.no_thread() && !want.py_flags.bad_read());

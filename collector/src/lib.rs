@@ -30,6 +30,7 @@ mod stacks;
 mod trace;
 mod trim;
 mod tuning;
+mod unwind;
 mod windows;
 
 pub use causeway_bpf::load::DEFAULT_RINGBUF_BYTES;

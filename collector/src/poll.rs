@@ -242,6 +242,7 @@ impl PollState {
             // The collector's own calibration calls are never recorded.
             Record::Event(e) if e.pid == self.self_pid => {}
             Record::Stack(s) if s.pid == self.self_pid => {}
+            Record::StackBytes(b) if b.pid == self.self_pid => {}
             Record::Lib(l) if l.pid == self.self_pid => {}
             Record::Exec(x) if x.pid == self.self_pid => {}
             Record::Name(n) => {
@@ -263,6 +264,11 @@ impl PollState {
             Record::Stack(s) => {
                 if let Some(st) = self.stacks.as_mut() {
                     st.push(s);
+                }
+            }
+            Record::StackBytes(b) => {
+                if let Some(st) = self.stacks.as_mut() {
+                    st.copied(b);
                 }
             }
         }
@@ -351,6 +357,7 @@ impl PollState {
                 let _ = sink.ctl.send(Ctl::Process(info));
                 if let Some(st) = self.stacks.as_mut() {
                     st.maps.forget(raw.pid);
+                    st.forget_unwinder(raw.pid);
                     st.maps.remember(raw.pid);
                     // Another program: its interpreter, if any, is looked for again.
                     if let Some(py) = st.python.as_mut() {
@@ -369,6 +376,7 @@ impl PollState {
                 self.died.insert(raw.pid, timestamp);
                 if let Some(st) = self.stacks.as_mut() {
                     st.maps.forget(raw.pid);
+                    st.forget_unwinder(raw.pid);
                     // Its kernel entry goes at the next look (a pid may be reused).
                     if let Some(py) = st.python.as_mut() {
                         py.forget(raw.pid);

@@ -57,6 +57,8 @@ pub struct Layout {
 }
 
 /// The kernel's layout; a frame is read up to the end of its furthest field.
+/// `frame`: code, previous, instruction, owner. 3.11 keeps `is_entry` in the byte before `owner`;
+/// 3.12+ put a shim frame below an entered one instead (the kernel sees those by their owner).
 fn walk(interpreters_head: u16, threads_head: u16, tstate: [u16; 4], frame: [u16; 4]) -> PyProc {
     let owner_end = if frame[3] == NONE { 0 } else { frame[3] + 1 };
     let frame_read = frame[..3]
@@ -78,6 +80,7 @@ fn walk(interpreters_head: u16, threads_head: u16, tstate: [u16; 4], frame: [u16
         frame_instr: frame[2],
         frame_owner: frame[3],
         frame_read,
+        frame_entry: NONE,
     }
 }
 
@@ -112,7 +115,10 @@ pub fn table(minor: u8) -> Option<Layout> {
         },
         11 => Layout {
             version: (3, 11),
-            walk: walk(40, 16, [8, 152, 56, 8], [32, 48, 56, 69]),
+            walk: PyProc {
+                frame_entry: 68,
+                ..walk(40, 16, [8, 152, 56, 8], [32, 48, 56, 69])
+            },
             code: code(184, 72, 48),
         },
         12 => Layout {
@@ -491,6 +497,7 @@ impl Symbols {
                 file: code.file.clone(),
                 function: code.function.clone(),
                 line: line.map_or(0, |l| l.max(0) as u32),
+                entry: false,
             });
         }
         Ok(out)

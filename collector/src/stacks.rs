@@ -9,28 +9,36 @@
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
-use causeway_bpf::abi::RawStack;
+use causeway_bpf::abi::{RawStack, RawStackBytes};
 use causeway_store::{Frame, PythonStack};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use tracing::debug;
 
 use crate::python::{Interpreters, Rejected};
 use crate::sink::Ctl;
+use crate::unwind::Unwinding;
+
+/// Stack copies kept while their stack records are awaited (they come just after, from the same
+/// program; a copy whose stack never came is dropped with the rest past this many).
+const MAX_PENDING_COPIES: usize = 256;
 
 /// Longest symbol name stored (C++ template names can be very long).
 const MAX_SYMBOL: usize = 512;
 
 /// One file-backed mapping of a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Mapping {
-    start: u64,
-    end: u64,
-    offset: u64,
-    path: PathBuf,
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    pub path: PathBuf,
+    /// Mapped executable (code: its file's unwind tables apply).
+    pub exec: bool,
 }
 
 /// Parses /proc/PID/maps text: file-backed mappings, with paths valid in our mount namespace.
@@ -39,8 +47,8 @@ fn parse_maps(pid: u32, text: &str) -> Vec<Mapping> {
     let mut out = Vec::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
-        let (Some(range), Some(off), Some(inode), Some(path)) =
-            (f.first(), f.get(2), f.get(4), f.get(5))
+        let (Some(range), Some(perms), Some(off), Some(inode), Some(path)) =
+            (f.first(), f.get(1), f.get(2), f.get(4), f.get(5))
         else {
             continue;
         };
@@ -73,6 +81,7 @@ fn parse_maps(pid: u32, text: &str) -> Vec<Mapping> {
             end,
             offset,
             path,
+            exec: perms.contains('x'),
         });
     }
     out
@@ -81,7 +90,8 @@ fn parse_maps(pid: u32, text: &str) -> Vec<Mapping> {
 /// /proc/PID/maps snapshots of the traced processes.
 #[derive(Debug, Default)]
 pub struct MapsCache {
-    procs: HashMap<u32, Vec<Mapping>>,
+    /// Shared with the unwinder built from it: a new snapshot is a new Arc.
+    procs: HashMap<u32, Arc<Vec<Mapping>>>,
 }
 
 impl MapsCache {
@@ -95,7 +105,7 @@ impl MapsCache {
     /// Takes a new snapshot (the process mapped a new file).
     pub fn refresh(&mut self, pid: u32) {
         if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-            self.procs.insert(pid, parse_maps(pid, &text));
+            self.procs.insert(pid, Arc::new(parse_maps(pid, &text)));
         }
     }
 
@@ -121,8 +131,21 @@ impl MapsCache {
         if !covered(self) {
             self.refresh(pid);
         }
-        let maps = self.procs.get(&pid).map(Vec::as_slice).unwrap_or_default();
+        let maps = self
+            .procs
+            .get(&pid)
+            .map(|m| m.as_slice())
+            .unwrap_or_default();
         ips.iter().map(|ip| Self::locate_in(maps, *ip)).collect()
+    }
+
+    /// The snapshot of a process's mappings, taken now if there is none or if it does not
+    /// cover `ip`.
+    fn covering(&mut self, pid: u32, ip: u64) -> Option<Arc<Vec<Mapping>>> {
+        if (self.procs.get(&pid)).is_none_or(|m| Self::locate_in(m, ip).is_none()) {
+            self.refresh(pid);
+        }
+        self.procs.get(&pid).cloned()
     }
 }
 
@@ -152,6 +175,12 @@ pub struct Stacks {
     /// Distinct stacks per process recorded before its interpreter was in the kernel (they
     /// have no Python frames; counted as missing once the process is found to run CPython).
     py_early: HashMap<u32, u64>,
+    /// Registers and stack memory of new stacks, by hash, until their stack record comes.
+    copies: HashMap<u64, RawStackBytes>,
+    unwinding: Unwinding,
+    /// Distinct stacks whose native frames were unwound from their copied stack memory
+    /// (deeper than the frame-pointer walk).
+    pub unwound: u64,
     ctl: Sender<Ctl>,
 }
 
@@ -174,6 +203,9 @@ impl Stacks {
             py_pending: Vec::new(),
             py_statuses: std::collections::BTreeMap::new(),
             py_early: HashMap::new(),
+            copies: HashMap::new(),
+            unwinding: Unwinding::default(),
+            unwound: 0,
             ctl,
         })
     }
@@ -196,7 +228,14 @@ impl Stacks {
             ("no_thread", Vec::new())
         } else {
             let named = match py.get(s.pid).cloned() {
-                Some(interp) => py.symbols.frames(s.pid, &interp, &s.py),
+                Some(interp) => (py.symbols.frames(s.pid, &interp, &s.py)).map(|mut frames| {
+                    // 3.10 runs each Python frame in a C-level eval call of its own.
+                    let all = interp.layout.version < (3, 11);
+                    for (i, fr) in frames.iter_mut().enumerate() {
+                        fr.entry = all || (i < 32 && s.py_entry & (1 << i) != 0);
+                    }
+                    frames
+                }),
                 None => Err(Rejected::Invalid),
             };
             match named {
@@ -216,15 +255,39 @@ impl Stacks {
         let _ = self.ctl.send(Ctl::PyStack(s.hash as i64, stack));
     }
 
+    /// Keeps a new stack's registers and memory until its stack record comes.
+    pub fn copied(&mut self, b: RawStackBytes) {
+        if self.copies.len() >= MAX_PENDING_COPIES {
+            self.copies.clear();
+        }
+        self.copies.insert(b.hash, b);
+    }
+
     /// Handles a stack record: locates its frames now (the process may exit soon) and queues it.
     pub fn push(&mut self, s: RawStack) {
+        let copy = self.copies.remove(&s.hash);
         if !self.sent.insert(s.hash) {
             return;
         }
         self.python_frames(&s);
         let located = self.maps.locate(s.pid, &s.ips);
-        let mut frames = s.ips.into_iter().zip(located).collect();
+        let mut frames: Vec<(u64, Option<(PathBuf, u64)>)> =
+            s.ips.into_iter().zip(located).collect();
         trim_broken(&mut frames);
+        // The copied stack unwound with the files' tables goes where the frame-pointer walk
+        // stopped (code without frame pointers); the walk stays where it went as deep.
+        if let Some(b) = copy
+            && let Some(maps) = self.maps.covering(b.pid, b.ip)
+        {
+            let ips = self.unwinding.unwind(&maps, &b);
+            let located = self.maps.locate(b.pid, &ips);
+            let mut unwound: Vec<_> = ips.into_iter().zip(located).collect();
+            trim_broken(&mut unwound);
+            if unwound.len() > frames.len() {
+                frames = unwound;
+                self.unwound += 1;
+            }
+        }
         if let Some(tx) = &self.jobs {
             let _ = tx.send(Job {
                 hash: s.hash,
@@ -232,6 +295,11 @@ impl Stacks {
             });
             self.distinct += 1;
         }
+    }
+
+    /// Forgets an exited process's unwinder.
+    pub fn forget_unwinder(&mut self, pid: u32) {
+        self.unwinding.forget(pid);
     }
 
     /// Distinct stacks of CPython processes recorded before their interpreter was found.

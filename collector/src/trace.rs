@@ -149,8 +149,9 @@ pub struct TraceArgs {
     /// Share of the time (%) the probes of a call pinned to sampled mode are attached.
     pub sample_duty: f64,
     /// Record the user-space call stack of every call made in full mode, symbolised by name
-    /// (frames are found through frame pointers); in CPython 3.10-3.13 processes also the
-    /// calling thread's Python frames (file, function, line).
+    /// (frames are found through frame pointers, and through code without them with the files'
+    /// .eh_frame unwind tables); in CPython 3.10-3.13 processes also the calling thread's Python
+    /// frames (file, function, line).
     pub stacks: bool,
     /// With --stacks: record native frames only, not the Python frames of CPython processes.
     pub no_python_frames: bool,
@@ -294,6 +295,9 @@ pub struct TraceSummary {
     pub overhead: OverheadSummary,
     /// Distinct user stacks recorded (`--stacks`).
     pub stacks: u64,
+    /// Of them, those whose native frames came from unwinding the copied stack memory with the
+    /// files' unwind tables (deeper than the frame-pointer walk).
+    pub stacks_unwound: u64,
     /// Python frames of the stacks (`--stacks` in CPython processes).
     pub python: PythonSummary,
     /// Libraries attached when they were mapped (the library-load hook).

@@ -199,7 +199,7 @@ fn copy_source(conn: &Connection, tmp: &Path, src: &Path, i: usize) -> Result<So
         format!(
             "INSERT INTO python_stacks SELECT * FROM {alias}.python_stacks
                WHERE stack_hash NOT IN (SELECT stack_hash FROM main.python_stacks);
-             INSERT INTO python_frames SELECT * FROM {alias}.python_frames
+             INSERT INTO python_frames BY NAME SELECT * FROM {alias}.python_frames
                WHERE stack_hash NOT IN (SELECT stack_hash FROM main.python_frames);"
         )
     } else {

@@ -93,6 +93,9 @@ pub struct PythonFrame {
     pub function: String,
     /// Source line, 0 when the instruction has none.
     pub line: u32,
+    /// The outermost frame of one C-level call of the interpreter's eval loop: the frames up to
+    /// it run inside one `_PyEval_EvalFrameDefault` native frame.
+    pub entry: bool,
 }
 
 /// One frame of a call stack.

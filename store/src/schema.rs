@@ -22,7 +22,8 @@ use crate::catalog::{OPS, Source};
 /// container runtime, pod uid, container name and a note in `cgroups` (009_placement.sql).
 /// 10: `python_stacks` and `python_frames`, the CPython frames of call stacks (010_python.sql).
 /// 11: `processes.memory_limit`, the memory limit each process ran under (011_memory.sql).
-pub const SCHEMA_VERSION: u32 = 11;
+/// 12: `python_frames.entry`, the Python frames a native caller entered (012_python_entry.sql).
+pub const SCHEMA_VERSION: u32 = 12;
 
 /// The oldest version this build reads: the event layout of version 2. Version-1 files are
 /// refused with a hint to import or record them again.
@@ -44,6 +45,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (9, include_str!("../sql/009_placement.sql")),
     (10, include_str!("../sql/010_python.sql")),
     (11, include_str!("../sql/011_memory.sql")),
+    (12, include_str!("../sql/012_python_entry.sql")),
 ];
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
@@ -256,6 +258,12 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "line",
         "",
         "source line being run in that frame, 0 when the instruction has none",
+    ),
+    (
+        "python_frames",
+        "entry",
+        "",
+        "true: the outermost frame of one C-level eval call (it runs inside the next _PyEval_EvalFrameDefault frame of stack_frames); NULL before schema 12",
     ),
     (
         "stack_frames",

@@ -736,7 +736,10 @@ impl Writer {
         .ctx(&self.path, "recording a Python stack")?;
         {
             let mut st = tx
-                .prepare("INSERT INTO python_frames VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+                .prepare(
+                    "INSERT INTO python_frames (stack_hash, depth, file, function, line, entry)
+                     VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                )
                 .ctx(&self.path, "preparing a Python frame insert")?;
             for (depth, f) in py.frames.iter().enumerate() {
                 st.execute(params![
@@ -744,7 +747,8 @@ impl Writer {
                     depth as u16,
                     f.file,
                     f.function,
-                    f.line
+                    f.line,
+                    f.entry
                 ])
                 .ctx(&self.path, "recording a Python frame")?;
             }

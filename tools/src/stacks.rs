@@ -1,8 +1,10 @@
 //! `get_stacks` (CLI `causeway stacks`): the call stacks that cost the most time for an op,
 //! process and window, with resolved frames from `stack_frames` joined on `events.stack_hash`,
 //! and the CPython frames of `python_frames` (file, function, line) where the collector recorded
-//! them: those are what a Python program's author reads, so they come first (innermost first),
-//! then the native frames, within max_frames (raise it for every native frame).
+//! them. Python frames take the place of the `_PyEval_EvalFrameDefault` frame that ran them
+//! where the native frames reach it; otherwise they come first, then the native frames. Within
+//! max_frames, Python frames are kept first (they are what a program's author reads), then the
+//! innermost native ones, in stack order (raise it for every native frame).
 
 use causeway_store::duckdb::params;
 use causeway_store::sanitize::sanitize_with;
@@ -50,8 +52,8 @@ pub struct StackOut {
     pub p50_ns: i64,
     /// Longest.
     pub max_ns: i64,
-    /// Frames, innermost first (data from the traced machine): a Python program's frames
-    /// (symbol: the function, module: file:line), then the native ones.
+    /// Frames, innermost first (data from the traced machine); a Python frame's symbol is its
+    /// function, module its file:line.
     pub frames: Vec<FrameOut>,
     /// Frames left out (max_frames).
     pub more_frames: usize,
@@ -99,7 +101,88 @@ const HAS_PYTHON_SQL: &str =
 const PY_STATUS_SQL: &str = "SELECT status FROM python_stacks WHERE stack_hash = ?";
 
 const PY_FRAMES_SQL: &str =
-    "SELECT function, file, line FROM python_frames WHERE stack_hash = ? ORDER BY depth";
+    "SELECT function, file, line, entry FROM python_frames WHERE stack_hash = ? ORDER BY depth";
+
+/// Files before schema 12 do not know where their Python frames sit among native ones.
+const PY_FRAMES_OLD_SQL: &str = "SELECT function, file, line, NULL::BOOLEAN FROM python_frames WHERE stack_hash = ? ORDER BY depth";
+
+const HAS_ENTRY_SQL: &str = "SELECT count(*)::BIGINT FROM duckdb_columns()
+    WHERE table_name = 'python_frames' AND column_name = 'entry'";
+
+/// The native frame of CPython's eval loop: one C-level call of it runs one group of Python
+/// frames (3.10: one frame).
+const EVAL_FRAME: &str = "_PyEval_EvalFrameDefault";
+
+/// One frame of a stack before display: its text, whether it is a Python frame, and for a
+/// Python frame whether it ends its eval call's group (None: not recorded).
+#[derive(Debug, Clone)]
+struct Item {
+    frame: FrameOut,
+    python: bool,
+    entry: Option<bool>,
+}
+
+/// Places each group of Python frames (innermost first, a group ending at its `entry` frame) at
+/// the native `_PyEval_EvalFrameDefault` frame that ran it, in order; groups left over (the
+/// native walk stopped short) go after the last native frame. Without an eval frame among the
+/// native ones, or without entry marks, Python frames come first.
+fn interleave(native: Vec<Item>, python: Vec<Item>) -> Vec<Item> {
+    let evals = native
+        .iter()
+        .filter(|n| n.frame.symbol.starts_with(EVAL_FRAME))
+        .count();
+    let marked = python.iter().any(|p| p.entry.is_some());
+    if evals == 0 || !marked || python.is_empty() {
+        return python.into_iter().chain(native).collect();
+    }
+    let mut groups: Vec<Vec<Item>> = vec![Vec::new()];
+    for p in python {
+        let ends = p.entry == Some(true);
+        groups.last_mut().expect("one group").push(p);
+        if ends {
+            groups.push(Vec::new());
+        }
+    }
+    // A note (cut or partial walk) and an unmarked tail belong to the outermost group.
+    if groups.last().is_some_and(Vec::is_empty) {
+        groups.pop();
+    }
+    let mut groups = groups.into_iter();
+    let mut out = Vec::new();
+    for n in native {
+        if n.frame.symbol.starts_with(EVAL_FRAME)
+            && let Some(g) = groups.next()
+        {
+            out.extend(g);
+            continue;
+        }
+        out.push(n);
+    }
+    out.extend(groups.flatten());
+    out
+}
+
+/// Python frames first, then the innermost native ones, up to `max`, in stack order; and how
+/// many were left out.
+fn select(items: Vec<Item>, max: usize) -> (Vec<FrameOut>, usize) {
+    let py = items.iter().filter(|i| i.python).count();
+    let (mut py_left, mut native_left) = (max.min(py), max.saturating_sub(py));
+    let total = items.len();
+    let mut out = Vec::new();
+    for i in items {
+        let left = if i.python {
+            &mut py_left
+        } else {
+            &mut native_left
+        };
+        if *left > 0 {
+            *left -= 1;
+            out.push(i.frame);
+        }
+    }
+    let more = total - out.len();
+    (out, more)
+}
 
 /// What a stack's python_stacks.status tells a reader (as a frame of its own, after the Python
 /// frames), None when nothing needs saying.
@@ -179,27 +262,37 @@ pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, Too
         .map_err(duck(reader, "looking for the Python frames table"))?
         > 0;
 
+    let has_entry = has_python
+        && reader
+            .prepare_trusted(HAS_ENTRY_SQL)?
+            .query_row([], |r| r.get::<_, i64>(0))
+            .map_err(duck(reader, "looking for python_frames.entry"))?
+            > 0;
+
     let mut stacks = Vec::with_capacity(rows.len());
     for (hash, calls, total, p50, max, ops) in rows {
-        let all: Vec<FrameOut> = frames_stmt
+        let native: Vec<Item> = frames_stmt
             .query_map(params![hash], |r| {
-                Ok(FrameOut {
-                    symbol: sanitize_with(
-                        &causeway_store::symbols::demangle(&r.get::<_, String>(0)?),
-                        160,
-                    ),
-                    module: sanitize_with(&r.get::<_, String>(1)?, 80),
+                Ok(Item {
+                    frame: FrameOut {
+                        symbol: sanitize_with(
+                            &causeway_store::symbols::demangle(&r.get::<_, String>(0)?),
+                            160,
+                        ),
+                        module: sanitize_with(&r.get::<_, String>(1)?, 80),
+                    },
+                    python: false,
+                    entry: None,
                 })
             })
             .and_then(|rows| rows.collect())
             .map_err(duck(reader, "reading stack frames"))?;
-        let mut frames = if has_python {
-            python_frames(reader, hash)?
+        let python = if has_python {
+            python_frames(reader, hash, has_entry)?
         } else {
             Vec::new()
         };
-        frames.extend(all);
-        let more_frames = frames.len().saturating_sub(max_frames);
+        let (frames, more_frames) = select(interleave(native, python), max_frames);
         stacks.push(StackOut {
             stack_hash: hash,
             ops: ops.split(',').map(str::to_string).collect(),
@@ -207,7 +300,7 @@ pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, Too
             total_ns: total,
             p50_ns: p50,
             max_ns: max,
-            frames: frames.into_iter().take(max_frames).collect(),
+            frames,
             more_frames,
         });
     }
@@ -222,7 +315,7 @@ pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, Too
 
 /// The Python frames of one stack as frames (function; file:line), with a note frame after them
 /// when they were cut or are missing.
-fn python_frames(reader: &Reader, hash: i64) -> Result<Vec<FrameOut>, ToolError> {
+fn python_frames(reader: &Reader, hash: i64, has_entry: bool) -> Result<Vec<Item>, ToolError> {
     let status: Option<String> = reader
         .prepare_trusted(PY_STATUS_SQL)?
         .query_map(params![hash], |r| r.get(0))
@@ -231,21 +324,34 @@ fn python_frames(reader: &Reader, hash: i64) -> Result<Vec<FrameOut>, ToolError>
     let Some(status) = status else {
         return Ok(Vec::new());
     };
-    let mut frames: Vec<FrameOut> = reader
-        .prepare_trusted(PY_FRAMES_SQL)?
+    let sql = if has_entry {
+        PY_FRAMES_SQL
+    } else {
+        PY_FRAMES_OLD_SQL
+    };
+    let mut frames: Vec<Item> = reader
+        .prepare_trusted(sql)?
         .query_map(params![hash], |r| {
             let file = r.get::<_, String>(1)?;
-            Ok(FrameOut {
-                symbol: sanitize_with(&r.get::<_, String>(0)?, 160),
-                module: sanitize_with(&format!("{file}:{}", r.get::<_, u32>(2)?), 200),
+            Ok(Item {
+                frame: FrameOut {
+                    symbol: sanitize_with(&r.get::<_, String>(0)?, 160),
+                    module: sanitize_with(&format!("{file}:{}", r.get::<_, u32>(2)?), 200),
+                },
+                python: true,
+                entry: r.get(3)?,
             })
         })
         .and_then(|rows| rows.collect())
         .map_err(duck(reader, "reading Python frames"))?;
     if let Some(note) = python_note(&status) {
-        frames.push(FrameOut {
-            symbol: format!("({note})"),
-            module: "python".into(),
+        frames.push(Item {
+            frame: FrameOut {
+                symbol: format!("({note})"),
+                module: "python".into(),
+            },
+            python: true,
+            entry: None,
         });
     }
     Ok(frames)
@@ -254,4 +360,117 @@ fn python_frames(reader: &Reader, hash: i64) -> Result<Vec<FrameOut>, ToolError>
 /// `get_stacks`.
 pub fn get_stacks(ctx: &Context, p: &StacksParams) -> Result<StacksResult, ToolError> {
     ctx.with_reader(p.trace.as_deref(), |r| stacks_for(r, p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn native(symbol: &str) -> Item {
+        Item {
+            frame: FrameOut {
+                symbol: symbol.into(),
+                module: "lib.so".into(),
+            },
+            python: false,
+            entry: None,
+        }
+    }
+
+    fn py(function: &str, entry: Option<bool>) -> Item {
+        Item {
+            frame: FrameOut {
+                symbol: function.into(),
+                module: "train.py:1".into(),
+            },
+            python: true,
+            entry,
+        }
+    }
+
+    fn names(items: &[FrameOut]) -> Vec<&str> {
+        items.iter().map(|f| f.symbol.as_str()).collect()
+    }
+
+    #[test]
+    fn python_frames_take_the_place_of_the_eval_call_that_ran_them() {
+        // leaf was called from C (map), outer and <module> ran in one eval call.
+        let n = vec![
+            native("cudaDeviceSynchronize"),
+            native("ffi_call"),
+            native("_PyEval_EvalFrameDefault+0x12"),
+            native("map_next"),
+            native("_PyEval_EvalFrameDefault+0x99"),
+            native("PyEval_EvalCode"),
+            native("main"),
+        ];
+        let p = vec![
+            py("leaf", Some(true)),
+            py("outer", Some(false)),
+            py("<module>", Some(true)),
+        ];
+        let items = interleave(n.clone(), p.clone());
+        let (all, more) = select(items.clone(), 100);
+        assert_eq!(
+            names(&all),
+            [
+                "cudaDeviceSynchronize",
+                "ffi_call",
+                "leaf",
+                "map_next",
+                "outer",
+                "<module>",
+                "PyEval_EvalCode",
+                "main"
+            ]
+        );
+        assert_eq!(more, 0);
+        // Within 4 frames: the 3 Python ones and the innermost native one, in stack order.
+        let (few, more) = select(items, 4);
+        assert_eq!(
+            names(&few),
+            ["cudaDeviceSynchronize", "leaf", "outer", "<module>"]
+        );
+        assert_eq!(more, 4);
+        // A native walk that stopped before the second eval frame: the rest go after it.
+        let (short, _) = select(interleave(n[..4].to_vec(), p.clone()), 100);
+        assert_eq!(
+            names(&short),
+            [
+                "cudaDeviceSynchronize",
+                "ffi_call",
+                "leaf",
+                "map_next",
+                "outer",
+                "<module>"
+            ]
+        );
+    }
+
+    #[test]
+    fn without_eval_frames_or_entry_marks_python_frames_come_first() {
+        let p = vec![py("leaf", Some(true)), py("<module>", Some(true))];
+        let fp_only = vec![native("cudaDeviceSynchronize"), native("ffi_call")];
+        let (f, _) = select(interleave(fp_only, p), 100);
+        assert_eq!(
+            names(&f),
+            ["leaf", "<module>", "cudaDeviceSynchronize", "ffi_call"]
+        );
+        // Recorded before schema 12: no marks.
+        let old = vec![py("leaf", None), py("<module>", None)];
+        let n = vec![
+            native("cudaDeviceSynchronize"),
+            native("_PyEval_EvalFrameDefault"),
+        ];
+        let (f, _) = select(interleave(n, old), 100);
+        assert_eq!(
+            names(&f),
+            [
+                "leaf",
+                "<module>",
+                "cudaDeviceSynchronize",
+                "_PyEval_EvalFrameDefault"
+            ]
+        );
+    }
 }

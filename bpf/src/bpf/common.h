@@ -40,6 +40,7 @@ struct cw_event cw_event_abi = {};
 struct cw_stat cw_stat_abi = {};
 struct cw_stat_key cw_stat_key_abi = {};
 struct cw_stack_event cw_stack_event_abi = {};
+struct cw_stack_bytes cw_stack_bytes_abi = {};
 struct cw_lib_event cw_lib_event_abi = {};
 struct cw_name_event cw_name_event_abi = {};
 struct cw_task_event cw_task_event_abi = {};

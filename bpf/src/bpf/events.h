@@ -19,6 +19,7 @@
 #define CW_KIND_NAME 10 /* the name a driver function or kernel was got by (struct cw_name_event) */
 #define CW_KIND_TASK 11 /* a task not traced that took the CPU from a traced thread (struct cw_task_event) */
 #define CW_KIND_MEM 12  /* memory reclaim a traced thread did itself */
+#define CW_KIND_STACK_BYTES 13 /* the stack memory under a new user stack (struct cw_stack_bytes) */
 
 /* Libraries of a CW_KIND_LIB record (the file-name stems of bpf/src/probes.rs `Library`). */
 #define CW_LIB_CUDART 1 /* libcudart.so* */
@@ -164,6 +165,27 @@ struct cw_stack_event {
 	__u16 py_flags;     /* CW_PY_* */
 	__u32 tid;          /* the calling thread */
 	struct cw_py_frame py[CW_MAX_PY_FRAMES];
+	__u32 py_entry;     /* bit i: Python frame i is the first its C-level eval call ran */
+	__u32 pad2;
+};
+
+/* Stack memory copied from the stack pointer up, in chunks, at most this much. */
+#define CW_STACK_CHUNK 1024
+#define CW_STACK_CHUNKS 16
+
+/* The registers and stack memory of a call whose user stack is new, sent just before its struct
+ * cw_stack_event: user space unwinds it with the files' unwind tables (.eh_frame), through code
+ * built without frame pointers, where the kernel's frame-pointer walk stops. */
+struct cw_stack_bytes {
+	__u8 kind;          /* CW_KIND_STACK_BYTES */
+	__u8 pad;
+	__u16 chunks;       /* CW_STACK_CHUNK-byte chunks of `bytes` read, from the stack pointer */
+	__u32 pid;
+	__u64 hash;         /* struct cw_stack_event.hash of the stack */
+	__u64 ip;           /* the probed function's first instruction */
+	__u64 sp;
+	__u64 bp;
+	__u8 bytes[CW_STACK_CHUNK * CW_STACK_CHUNKS];
 };
 
 /* The name cuModuleGetFunction / cuLibraryGetKernel got a handle by, read when the call returns

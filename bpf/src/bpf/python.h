@@ -38,7 +38,8 @@ struct cw_py_proc {
 	__u16 frame_instr;         /* f_lasti / prev_instr / instr_ptr */
 	__u16 frame_owner;         /* owner (3.11+), else CW_PY_NONE */
 	__u16 frame_read;          /* bytes of a frame to read, <= CW_PY_FRAME_READ */
-	__u16 pad;
+	__u16 frame_entry;         /* is_entry (3.11), else CW_PY_NONE: 3.12+ mark the frame a C
+	                            * call entered with a shim frame below it */
 };
 struct cw_py_proc cw_py_proc_abi = {}; /* so libbpf-cargo emits the Rust type (abi.rs) */
 
@@ -84,6 +85,7 @@ static __always_inline __u64 cw_py_ptr(__u64 base, __u16 off)
 /* Per-CPU scratch of a walk: the frames found and the bytes of the frame being read. */
 struct cw_stack_py {
 	struct cw_py_frame py[CW_MAX_PY_FRAMES];
+	__u32 entry; /* bit i: frame i is the first frame of its C-level eval call */
 	__u8 buf[CW_PY_FRAME_READ];
 };
 
@@ -175,9 +177,15 @@ static long cw_py_step(__u64 i, void *data)
 	__u64 prev = cw_py_field(out->buf, p->frame_previous);
 	__u32 owner = p->frame_owner;
 	if (owner < CW_PY_FRAME_READ && out->buf[owner] == CW_PY_OWNED_BY_CSTACK) {
+		/* The frame recorded before the shim is the one the C call entered. */
+		if (n > 0)
+			out->entry |= 1U << ((n - 1) & 31);
 		w->frame = prev;
 		return 0;
 	}
+	__u32 is_entry = p->frame_entry;
+	if (is_entry < CW_PY_FRAME_READ && out->buf[is_entry])
+		out->entry |= 1U << (n & 31);
 	__u64 code = cw_py_field(out->buf, p->frame_code);
 	__u64 instr = cw_py_field(out->buf, p->frame_instr);
 	out->py[n].code = code;
@@ -208,6 +216,7 @@ static __always_inline __u32 cw_py_walk(struct task_struct *task, __u32 tgid,
 		cw_py_count(CW_PYC_NO_THREAD);
 		return 0;
 	}
+	out->entry = 0;
 	__u64 frame = cw_py_ptr(ts, p->tstate_frame);
 	if (frame && p->cframe_current != CW_PY_NONE)
 		frame = cw_py_ptr(frame, p->cframe_current);

@@ -7,7 +7,9 @@
 // its next occurrence sends it again. User space symbolises the frames (collector/src/stacks.rs);
 // stack records wake it at once, so it can read the process's mappings while the process runs.
 // In a CPython process the thread's Python frames (python.h) go into the same record and hash;
-// they are recorded even where the native walk fails (code built without frame pointers).
+// they are recorded even where the native walk fails (code built without frame pointers). With a
+// new stack go its registers and stack memory (cw_stack_bytes), so that user space can unwind
+// through such code with the files' .eh_frame and place the Python frames among native ones.
 #ifndef CAUSEWAY_STACKS_H
 #define CAUSEWAY_STACKS_H
 
@@ -33,6 +35,33 @@ struct {
 	__type(key, __u64);
 	__type(value, __u8);
 } stacks_sent SEC(".maps");
+
+/* Sends the registers and stack memory of a new stack (struct cw_stack_bytes), read in chunks
+ * up to the first unreadable one (the top of the thread's stack). A lost record only costs the
+ * frames the frame-pointer walk misses (the trace summary counts the stacks unwound). */
+static __always_inline void cw_stack_bytes(struct pt_regs *ctx, __u32 tgid, __u64 hash)
+{
+	struct cw_stack_bytes *b = bpf_ringbuf_reserve(&events, sizeof(*b), 0);
+	if (!b)
+		return;
+	b->kind = CW_KIND_STACK_BYTES;
+	b->pad = 0;
+	b->pid = tgid;
+	b->hash = hash;
+	b->ip = ctx->ip;
+	b->sp = ctx->sp;
+	b->bp = ctx->bp;
+	__u16 chunks = 0;
+#pragma unroll
+	for (__u32 i = 0; i < CW_STACK_CHUNKS; i++) {
+		if (bpf_probe_read_user(&b->bytes[i * CW_STACK_CHUNK], CW_STACK_CHUNK,
+					(void *)(ctx->sp + i * CW_STACK_CHUNK)) < 0)
+			break;
+		chunks = i + 1;
+	}
+	b->chunks = chunks;
+	bpf_ringbuf_submit(b, 0);
+}
 
 /* The hash of the current user stack (sending its frames if new); 0 when it cannot be read. */
 static __always_inline __u64 cw_user_stack(struct pt_regs *ctx, struct task_struct *task,
@@ -85,6 +114,7 @@ static __always_inline __u64 cw_user_stack(struct pt_regs *ctx, struct task_stru
 	if (bpf_map_lookup_elem(&stacks_sent, &h))
 		return h;
 
+	cw_stack_bytes(ctx, tgid, h);
 	struct cw_stack_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		__u32 k = CW_DROP_STACK;
@@ -107,6 +137,8 @@ static __always_inline __u64 cw_user_stack(struct pt_regs *ctx, struct task_stru
 	e->tid = task->pid;
 	/* Entries past npy are what an earlier walk left: user space reads npy of them. */
 	__builtin_memcpy(e->py, sc->py.py, sizeof(e->py));
+	e->py_entry = npy ? sc->py.entry : 0;
+	e->pad2 = 0;
 	/* Wake the consumer now (new stacks are rare): it reads the process's mappings while the
 	 * process is surely still alive. */
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);

@@ -100,8 +100,8 @@ impl Recording<'_, '_> {
         if let Some(d) = python_drop(&python) {
             let _ = sink.ctl.send(d);
         }
-        let distinct_stacks = st.stacks.take().map_or(0, |s| {
-            let n = s.distinct;
+        let (distinct_stacks, stacks_unwound) = st.stacks.take().map_or((0, 0), |s| {
+            let n = (s.distinct, s.unwound);
             s.finish();
             n
         });
@@ -151,6 +151,7 @@ impl Recording<'_, '_> {
                 in_situ: in_situ_summary,
             },
             stacks: distinct_stacks,
+            stacks_unwound,
             python,
             map_hook,
             kernels: kernel_summary,

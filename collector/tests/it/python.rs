@@ -133,10 +133,26 @@ fn run(
     Vec<Stack>,
     tempfile::TempDir,
 ) {
+    run_program(python, "gpu_calls.py", PROGRAM, extra)
+}
+
+/// Runs `program` (as `name`) under `python`, every cudaDeviceSynchronize recorded with its
+/// stack, and returns (pid, stacks of its calls); the store is `db_path` of the directory.
+fn run_program(
+    python: &Path,
+    name: &str,
+    program: &str,
+    extra: impl FnOnce(&mut causeway_collector::TraceArgs),
+) -> (
+    causeway_collector::TraceSummary,
+    i64,
+    Vec<Stack>,
+    tempfile::TempDir,
+) {
     let s = standin::get();
     let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("gpu_calls.py");
-    std::fs::write(&script, PROGRAM).unwrap();
+    let script = dir.path().join(name);
+    std::fs::write(&script, program).unwrap();
     let lib = s.dir.join("libcudart.so.12");
     let db = db_path(&dir);
     let mut a = args(
@@ -378,6 +394,125 @@ fn a_running_venv_python_traced_by_pid_has_its_frames() {
                 ("late.py", "leaf", 7),
                 ("late.py", "mid", 10),
                 ("late.py", "<module>", 13)
+            ]
+        );
+    }
+}
+
+/// `leaf` is called from C (the builtin `map`), `outer` from `<module>` in Python: two C-level
+/// calls of the eval loop (3.10: one per frame).
+const ENTERED: &str = r#"import ctypes, sys, time
+rt = ctypes.CDLL(sys.argv[1])
+
+def leaf(_):
+    rt.cudaDeviceSynchronize()
+
+def outer():
+    list(map(leaf, range(5)))
+
+outer()
+time.sleep(2)  # alive while the collector reads its code objects, on a busy machine too
+"#;
+
+/// The native frames of a stack that ran Python code are unwound from its copied stack memory
+/// through libffi and libpython (built without frame pointers), and each Python frame says which
+/// eval call ran it: readers place them at those `_PyEval_EvalFrameDefault` frames.
+#[test]
+fn native_frames_reach_the_eval_calls_that_ran_the_python_frames() {
+    let Some(_g) = bpf_test() else { return };
+    for (version, python) in interpreters() {
+        let (summary, _, _, dir) = run_program(&python, "entered.py", ENTERED, |_| {});
+        let db = db_path(&dir);
+        let conn = open(&db);
+        let hashes: Vec<i64> = conn
+            .prepare("SELECT DISTINCT stack_hash FROM events WHERE op = 'cudaDeviceSynchronize'")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(hashes.len(), 1, "{version}: one stack for the 5 calls");
+        let native: Vec<String> = conn
+            .prepare("SELECT symbol FROM stack_frames WHERE stack_hash = ? ORDER BY depth")
+            .unwrap()
+            .query_map([hashes[0]], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let py: Vec<(String, bool)> = conn
+            .prepare(
+                "SELECT function, entry FROM python_frames WHERE stack_hash = ? ORDER BY depth",
+            )
+            .unwrap()
+            .query_map([hashes[0]], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        eprintln!("{version}: native {native:?}\n  python {py:?}");
+        let evals: Vec<usize> = (native.iter().enumerate())
+            .filter(|(_, s)| s.starts_with("_PyEval_EvalFrameDefault"))
+            .map(|(i, _)| i)
+            .collect();
+        let want: Vec<(&str, bool)> = if version.starts_with("3.10") {
+            vec![("leaf", true), ("outer", true), ("<module>", true)]
+        } else {
+            vec![("leaf", true), ("outer", false), ("<module>", true)]
+        };
+        let got: Vec<(&str, bool)> = py.iter().map(|(f, e)| (f.as_str(), *e)).collect();
+        assert_eq!(got, want, "{version}");
+        // One eval frame per group of Python frames, innermost first, and map's C code between
+        // the first two: leaf ran inside a call that map made.
+        let groups = want.iter().filter(|(_, e)| *e).count();
+        assert!(evals.len() >= groups, "{version}: {native:?}");
+        assert!(native[0].starts_with("cudaDeviceSynchronize"), "{version}");
+        assert!(evals[1] > evals[0] + 1, "{version}: {native:?}");
+        // Debian's interpreter is stripped of its static functions' names.
+        if !version.starts_with("debian") {
+            assert!(
+                native[evals[0]..evals[1]]
+                    .iter()
+                    .any(|s| s.starts_with("map_next")),
+                "{version}: {native:?}"
+            );
+        }
+        // The unwind reaches the program's start.
+        assert!(
+            native.last().is_some_and(|s| s.starts_with("_start")),
+            "{version}: {native:?}"
+        );
+        assert!(summary.stacks_unwound >= 1, "{version}");
+    }
+}
+
+/// A conda environment's python is an interpreter linked statically into its executable, in the
+/// environment's own prefix (conda's own builds cannot be fetched here: Debian's statically
+/// linked 3.11, copied into that layout, stands in for one). Found there, its frames are named.
+#[test]
+fn a_static_python_in_a_conda_style_prefix_has_its_frames() {
+    let Some(_g) = bpf_test() else { return };
+    let debian = interpreters().pop().unwrap().1;
+    let env = tempfile::tempdir().unwrap();
+    let bin = env.path().join("miniconda3/envs/train/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let python = bin.join("python3.11");
+    std::fs::copy(&debian, &python).unwrap();
+    let (summary, pid, stacks, _dir) = run(&python, |_| {});
+    assert_eq!(summary.python.processes, 1, "{:?}", summary.python);
+    assert_eq!(stacks.len(), 81, "{stacks:?}");
+    let main: Vec<_> = (stacks.iter())
+        .filter(|(tid, _, _)| *tid == pid)
+        .filter(|(_, _, f)| f.first().is_some_and(|f| f.1 == "leaf"))
+        .map(|(_, status, f)| (status.as_str(), f.iter().map(frame).collect::<Vec<_>>()))
+        .collect();
+    assert_eq!(main.len(), 40);
+    for (status, got) in main {
+        assert_eq!(status, "ok");
+        assert_eq!(
+            got,
+            [
+                ("gpu_calls.py", "leaf", LEAF),
+                ("gpu_calls.py", "mid", MID),
+                ("gpu_calls.py", "<module>", MAIN_LOOP)
             ]
         );
     }

@@ -26,6 +26,7 @@ fn py(function: &str, line: u32) -> PythonFrame {
         file: "/srv/train.py".into(),
         function: function.into(),
         line,
+        entry: false,
     }
 }
 

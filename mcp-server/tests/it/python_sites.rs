@@ -413,3 +413,96 @@ fn a_host_bound_loop_cites_the_line_each_step_resumes_at() {
     assert!(gaps.len() >= 39, "{rows:#}");
     assert!(gaps[..39].iter().all(|&g| g >= 79_000_000), "{gaps:?}");
 }
+
+/// The stack of `read_loss`'s syncs reads as the program ran: the sync, the C code of ctypes
+/// and libffi (no frame pointers: unwound with their .eh_frame), then the Python frames where
+/// the eval loop ran them, then the interpreter's start, to `_start`; `causeway stacks` and
+/// `get_stacks` answer the same.
+#[test]
+fn python_frames_sit_among_the_native_frames_that_ran_them() {
+    let Some((db, script)) = recording() else {
+        return;
+    };
+    let db = db.to_str().unwrap();
+    let args = [
+        "stacks",
+        "--db",
+        db,
+        "--json",
+        "--op",
+        "cudaStreamSynchronize",
+        "--max-frames",
+        "64",
+        "--limit",
+        "1",
+    ];
+    let v: Value = serde_json::from_str(&ok(&args)).unwrap();
+    let frames: Vec<(String, String)> = v["stacks"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["symbol"].as_str().unwrap().to_string(),
+                f["module"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let at = |s: &str| {
+        frames
+            .iter()
+            .position(|f| f.0.starts_with(s))
+            .unwrap_or_else(|| panic!("no {s} in {frames:#?}"))
+    };
+    assert!(
+        frames[0].0.starts_with("cudaStreamSynchronize"),
+        "{frames:#?}"
+    );
+    let (ffi, read_loss, module, eval_code) = (
+        at("ffi_call"),
+        at("read_loss"),
+        at("<module>"),
+        at("PyEval_EvalCode"),
+    );
+    assert!(
+        ffi < read_loss && read_loss < module && module < eval_code,
+        "{frames:#?}"
+    );
+    assert_eq!(frames[read_loss].1, format!("{script}:{READ_LOSS_LINE}"));
+    assert_eq!(frames[module].1, format!("{script}:{LOOP_READ_LOSS}"));
+    // The eval loop's own frame gave its place to the Python frames it ran.
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f.0.starts_with("_PyEval_EvalFrameDefault"))
+    );
+    assert!(
+        frames.last().unwrap().0.starts_with("_start"),
+        "{frames:#?}"
+    );
+    // Within the default 12 frames, the Python ones stay, in stack order.
+    let short: Value = serde_json::from_str(&ok(&args[..args.len() - 4])).unwrap();
+    let names: Vec<&str> = short["stacks"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["symbol"].as_str().unwrap())
+        .collect();
+    let py: Vec<&&str> = names
+        .iter()
+        .filter(|n| **n == "read_loss" || **n == "<module>")
+        .collect();
+    assert_eq!(py, [&"read_loss", &"<module>"], "{names:?}");
+    assert!(names[0].starts_with("cudaStreamSynchronize"), "{names:?}");
+    // The MCP tool is the same function.
+    let mut server = crate::mcp::StdioServer::spawn(
+        std::process::Command::new(env!("CARGO_BIN_EXE_causeway")).args(["mcp", "--db", db]),
+    );
+    server.initialize("2025-11-25");
+    let r = server.request(
+        "tools/call",
+        serde_json::json!({"name": "get_stacks", "arguments": {
+            "op": "cudaStreamSynchronize", "max_frames": 64, "limit": 1}}),
+    );
+    assert_eq!(r["result"]["structuredContent"], v, "{r}");
+}

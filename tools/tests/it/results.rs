@@ -473,6 +473,7 @@ fn stacks_show_python_frames_before_the_native_ones() {
         file: "/srv/train.py".into(),
         function: function.into(),
         line,
+        entry: true,
     };
     w.add_python_stack(
         42,

@@ -56,7 +56,8 @@ fn forked_children_are_followed() {
 }
 
 const CHILD_ENV: &str = "CAUSEWAY_IT_TRACER_DB";
-/// The workload's log for the SIGKILL test's tracer (`logged` mode), and its probe mode.
+/// The workload's log for the signal tests' tracer (`logged` mode), how long it runs and its
+/// probe mode.
 const CHILD_LOG_ENV: &str = "CAUSEWAY_IT_TRACER_LOG";
 const CHILD_MODE_ENV: &str = "CAUSEWAY_IT_TRACER_MODE";
 const CHILD_MS_ENV: &str = "CAUSEWAY_IT_TRACER_MS";
@@ -67,26 +68,17 @@ const CHILD_MS_ENV: &str = "CAUSEWAY_IT_TRACER_MS";
 fn tracer_child() {
     let db = std::env::var(CHILD_ENV).expect("run by the signal tests");
     let s = standin::get();
-    let mut a = match std::env::var(CHILD_LOG_ENV) {
-        Ok(log) => {
-            let ms = std::env::var(CHILD_MS_ENV).unwrap();
-            let mut a = args(
-                std::path::Path::new(&db),
-                &[s.exe(), "logged", "5000", &ms, &log],
-            );
-            if std::env::var(CHILD_MODE_ENV).as_deref() == Ok("full") {
-                a.probe_modes = vec![(3, causeway_collector::ProbeMode::Full)];
-            }
-            a
-        }
-        Err(_) => args(std::path::Path::new(&db), &[s.exe(), "hold", "8000"]),
-    };
+    let log = std::env::var(CHILD_LOG_ENV).expect("the workload's log");
+    let ms = std::env::var(CHILD_MS_ENV).unwrap();
+    let mut a = args(
+        std::path::Path::new(&db),
+        &[s.exe(), "logged", "5000", &ms, &log],
+    );
+    if std::env::var(CHILD_MODE_ENV).as_deref() == Ok("full") {
+        a.probe_modes = vec![(3, causeway_collector::ProbeMode::Full)];
+    }
     a.duration = Some(Duration::from_secs(120));
     trace(&a);
-}
-
-fn start_tracer(db: &std::path::Path) -> std::process::Child {
-    tracer_command(db).spawn().unwrap()
 }
 
 fn tracer_command(db: &std::path::Path) -> Command {
@@ -101,22 +93,32 @@ fn tracer_command(db: &std::path::Path) -> Command {
     c
 }
 
-/// Waits until the tracer has flushed some launches into the file (the WAL counts).
-fn wait_for_events(child: &mut std::process::Child, secs: u64) {
-    let t = Instant::now();
-    std::thread::sleep(Duration::from_secs(secs));
-    assert!(child.try_wait().unwrap().is_none(), "tracer exited early");
-    assert!(t.elapsed() >= Duration::from_secs(secs));
-}
-
 #[test]
 fn store_is_complete_after_sigint() {
     let Some(_g) = bpf_test() else { return };
     standin::get();
     let dir = tempfile::tempdir().unwrap();
     let db = db_path(&dir);
-    let mut child = start_tracer(&db);
-    wait_for_events(&mut child, 4);
+    // Interrupted once the workload has made 500 launches (its own log says so), not after a
+    // fixed time: on a busy machine the tracer may take seconds to start.
+    let log = dir.path().join("calls.log");
+    let mut child = tracer_command(&db)
+        .env(CHILD_LOG_ENV, &log)
+        .env(CHILD_MS_ENV, "10000")
+        .spawn()
+        .unwrap();
+    let waited = Instant::now();
+    while read_log(&log).last().is_none_or(|(n, _)| *n < 500) {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "tracer exited before the workload's 500th call"
+        );
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the workload did not make 500 calls in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,

@@ -132,6 +132,10 @@ pub struct Inside {
     /// splits above are from the stored calls only; scale by counted / calls to estimate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub counted_calls: Option<u64>,
+    /// The time with each op's stored calls scaled to its own counted ones (ns): the estimate
+    /// where ops of the class were sampled at different rates.
+    #[serde(skip)]
+    pub scaled_ns: i64,
     /// Bytes moved (copies).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes: Option<i64>,
@@ -146,6 +150,7 @@ impl Inside {
     /// Estimated time inside the class's calls, scaled to the calls the kernel counted.
     pub fn estimated_total_ns(&self) -> i64 {
         match self.counted_calls {
+            Some(_) if self.scaled_ns > self.total_ns => self.scaled_ns,
             Some(c) if self.calls > 0 && c > self.calls => {
                 (self.total_ns as f64 * c as f64 / self.calls as f64) as i64
             }
@@ -350,6 +355,9 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
             .unwrap_or(1.0);
         *row.counted_calls.get_or_insert(0) += (c.calls.max(0) as f64 * x).round() as u64;
         row.total_ns = row.total_ns.saturating_add(c.ns.max(0));
+        row.scaled_ns = row
+            .scaled_ns
+            .saturating_add((c.ns.max(0) as f64 * x) as i64);
         if class.is_copy() {
             *row.bytes.get_or_insert(0) = row.bytes.unwrap_or(0).saturating_add(c.bytes.max(0));
         }
@@ -609,6 +617,7 @@ fn processes(threads: &[Budget], ctx: &Ctx<'_>, node: &str) -> Vec<Budget> {
         for row in &t.inside {
             match p.inside.iter_mut().find(|r| r.class == row.class) {
                 Some(r) => {
+                    r.scaled_ns = r.estimated_total_ns() + row.estimated_total_ns();
                     if row.counted_calls.is_some() || r.counted_calls.is_some() {
                         r.counted_calls = Some(r.estimated_calls() + row.estimated_calls());
                     }

@@ -111,7 +111,8 @@ impl Chain {
         self.root_cause = s(&self.root_cause, 600);
         // Room for the call-site sentence the engine appends (sites.rs).
         self.explanation = s(&self.explanation, 3000);
-        self.evidence_sql = s(&self.evidence_sql, 2000);
+        // Room for the engine's longest (the input wait's interval arithmetic).
+        self.evidence_sql = s(&self.evidence_sql, 3000);
         self.node = s(&self.node, 120);
         self.origin = s(&self.origin, 200);
         self.recommendations = self

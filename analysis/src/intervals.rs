@@ -13,6 +13,17 @@ pub struct Span<T> {
     pub data: T,
 }
 
+/// Spans without a payload from `(start, end)` pairs.
+pub fn spans(v: impl IntoIterator<Item = (i64, i64)>) -> Vec<Span<()>> {
+    v.into_iter()
+        .map(|(start, end)| Span {
+            start,
+            end,
+            data: (),
+        })
+        .collect()
+}
+
 /// Sorts spans by start (then end), as [`overlaps`] expects.
 pub fn sort<T>(v: &mut [Span<T>]) {
     v.sort_by(|a, b| a.start.cmp(&b.start).then(a.end.cmp(&b.end)));

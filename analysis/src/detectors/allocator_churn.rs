@@ -11,7 +11,7 @@
 
 use causeway_store::StoreError;
 
-use super::{Finding, Input, d, lit, pct, severity, span_words, steady_span, step, thread_budgets};
+use super::{Finding, Input, d, pct, severity, span_words, steady_span, step, thread_budgets};
 use crate::budget::CallClass;
 use crate::chains::Chain;
 
@@ -74,9 +74,13 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     "Remove torch.cuda.empty_cache() from the training/inference loop (call it, if at all, between phases).".into(),
                     "Keep tensor shapes stable (or pad them) so the caching allocator reuses blocks; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation.".into(),
                 ],
-                evidence_sql: format!(
-                    "SELECT op, count(*) AS stored_calls, sum(duration) AS total_ns, median(duration) AS p50_ns FROM events WHERE node = {} AND tid = {tid} AND (op LIKE '%Free%' OR op LIKE '%Malloc%' OR op LIKE 'cuMemAlloc%') AND source IN ('CUDA', 'DRIVER') GROUP BY op",
-                    lit(&b.node)
+                // The summary's time is the sum of scaled_ns: a cudaMalloc's own cuMemAlloc is
+                // nested in it and left out, as the budget leaves it out.
+                evidence_sql: super::scaled_calls_sql(
+                    &b.node,
+                    b.pid,
+                    tid,
+                    "(g.op LIKE '%Free%' OR g.op LIKE '%Malloc%' OR g.op LIKE '%MemAlloc%')",
                 ),
             }
             .into_chain()

@@ -224,9 +224,12 @@ fn first_use(
                     "Ship code for the GPU's architecture (build with its sm_XX in TORCH_CUDA_ARCH_LIST / -gencode) so nothing is JIT-compiled; keep the JIT cache (CUDA_CACHE_PATH, CUDA_CACHE_MAXSIZE) on persistent storage.".into(),
                     "Load modules at start with CUDA_MODULE_LOADING=EAGER and warm up every shape and code path before taking traffic.".into(),
                 ],
+                // Each kernel's first launch against the op's median over all its launches:
+                // the summary's kernels, median first launch and time are the columns kernels,
+                // first_p50_ns and excess_ns.
                 evidence_sql: format!(
-                    "SELECT arg0 AS kernel, min(duration) FILTER (WHERE k = 1) AS first_ns, median(duration) FILTER (WHERE k > 1) AS later_p50_ns, count(*) AS launches FROM (SELECT arg0, duration, row_number() OVER (PARTITION BY op, arg0 ORDER BY timestamp) AS k FROM events WHERE node = {} AND pid = {pid} AND op IN ('cudaLaunchKernel', 'cuLaunchKernel') AND arg0 <> 0) GROUP BY arg0 ORDER BY first_ns DESC LIMIT 50",
-                    lit(&node)
+                    "WITH k AS (SELECT arg0 AS kernel, arg_min(duration, timestamp) AS first_ns, count(*) AS launches FROM events WHERE node = {node} AND pid = {pid} AND op = '{op_name}' AND arg0 <> 0 GROUP BY arg0), p AS (SELECT quantile_disc(duration, 0.5) AS p50 FROM events WHERE node = {node} AND pid = {pid} AND op = '{op_name}') SELECT k.kernel, k.first_ns, p.p50 AS all_launches_p50_ns, k.launches, count(*) OVER () AS kernels, median(k.first_ns) OVER () AS first_p50_ns, sum(k.first_ns) OVER () - count(*) OVER () * p.p50 AS excess_ns FROM k, p ORDER BY k.first_ns DESC LIMIT 50",
+                    node = lit(&node)
                 ),
             }
             .into_chain()

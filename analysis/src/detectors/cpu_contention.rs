@@ -214,9 +214,11 @@ fn from_budgets(inp: &Input<'_>, out: &mut Vec<Chain>, named: &mut Vec<(String, 
                     format!("Pin {} (tid {tid}) to dedicated cores, e.g. `taskset -pc 2-3 {tid}`, and keep other work off them (isolcpus / cgroup cpusets).", b.comm),
                     format!("Lower the priority of {culprit} (`renice +19`) or move it to other cores."),
                 ],
+                // The preemptors the summary counts: its figure is the rows' sum.
                 evidence_sql: format!(
-                    "SELECT arg0 AS ran_instead_tid, count(*) AS switches, sum(duration) AS preempted_ns FROM events WHERE node = {} AND tid = {tid} AND op = 'sched_switch' AND arg1 = 0 GROUP BY arg0 ORDER BY preempted_ns DESC LIMIT 20",
-                    lit(&b.node)
+                    "SELECT arg0 AS ran_instead_tid, count(*) AS switches, sum(duration) AS preempted_ns FROM events WHERE node = {} AND tid = {tid} AND op = 'sched_switch' AND arg1 = 0 AND arg0 IN ({}) GROUP BY arg0 ORDER BY preempted_ns DESC",
+                    lit(&b.node),
+                    others.iter().map(|p| p.tid.to_string()).collect::<Vec<_>>().join(", ")
                 ),
             }
             .into_chain()

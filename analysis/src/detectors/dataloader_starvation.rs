@@ -131,9 +131,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     format!("Match num_workers to free cores ({} workers were preempted for {}); move heavy decoding/augmentation to the GPU (DALI, torchvision.transforms.v2 on CUDA).", wpids.len(), d(preempted)),
                     "Use pin_memory=True and .to(device, non_blocking=True) so the copy overlaps compute.".into(),
                 ],
+                // The thread's longest sleeps between GPU calls, each with the input wait's
+                // totals (the summary's figure is waiting_for_input_ns).
                 evidence_sql: format!(
-                    "SELECT comm, pid, count(*) FILTER (WHERE op = 'sched_switch') AS switches, sum(duration) FILTER (WHERE op = 'sched_switch' AND arg1 = 0) AS preempted_ns, count(*) FILTER (WHERE source = 'IO') AS io_requests FROM events WHERE node = {} GROUP BY comm, pid ORDER BY switches DESC LIMIT 20",
-                    lit(&w.node)
+                    "WITH {} SELECT gap_from, gap_ns, asleep_ns, (SELECT asleep_ns FROM input_wait) AS asleep_in_gaps_ns, (SELECT own_net_ns FROM input_wait) AS own_net_ns, (SELECT own_io_ns FROM input_wait) AS own_io_ns, (SELECT waiting_for_input_ns FROM input_wait) AS waiting_for_input_ns FROM slept ORDER BY asleep_ns DESC LIMIT 50",
+                    input_wait_ctes(ctx, w)
                 ),
             }
             .into_chain()
@@ -196,8 +198,11 @@ fn remote_input(inp: &Input<'_>, s: &Starved<'_>, net: i64) -> Chain {
             "Fetch in larger objects (sharded archives such as WebDataset/tar shards) and with more concurrent requests per worker; raise num_workers or prefetch_factor: waiting workers do not need CPU.".into(),
             "Check the link: bandwidth limits, retransmits (tcp_retransmit events) and the remote side's latency.".into(),
         ],
+        // The workers' socket calls, each row with the trainer's input wait (the summary's
+        // figure is waiting_for_input_ns).
         evidence_sql: format!(
-            "SELECT pid, comm, op, count(*) AS calls, sum(duration) AS total_ns FROM events WHERE node = {} AND source = 'NET' AND pid IN ({pids}) GROUP BY ALL ORDER BY total_ns DESC LIMIT 20",
+            "WITH {} SELECT e.pid, e.comm, e.op, count(*) AS calls, sum(e.duration) AS total_ns, any_value(input_wait.waiting_for_input_ns) AS trainer_waiting_for_input_ns FROM events e CROSS JOIN input_wait WHERE e.node = {} AND e.source = 'NET' AND e.pid IN ({pids}) GROUP BY ALL ORDER BY total_ns DESC LIMIT 20",
+            input_wait_ctes(ctx, w),
             lit(&w.node)
         ),
     }
@@ -271,6 +276,57 @@ impl Starved<'_> {
             .collect::<Vec<_>>()
             .join(", ")
     }
+}
+
+/// The CTEs that measure, from the trace, what "slept X waiting for input" says: `gaps` (1 ms or
+/// more from one GPU call's end to the next call's start, after start-up), `asleep` (when the
+/// thread and every other launching thread of its process sleep: the hand-over rule), `slept`
+/// (the sleep inside the gaps per gap) and `input_wait` (one row: `asleep_ns` summed, the
+/// thread's own socket time and its sleep while its own block I/O was in flight, and
+/// `waiting_for_input_ns`, the first less the other two: the summary's figure). Gaps inside
+/// stretches where waiting calls were sampled are left out, as the engine leaves them out (the
+/// stretches given as literals); in stretches where only launches were sampled the engine counts
+/// only sleeps of 1 ms or more, which this does not tell apart (a few short sleeps).
+pub fn input_wait_ctes(ctx: &crate::facts::Ctx<'_>, w: &super::waits::ThreadWaits) -> String {
+    let node = lit(&w.node);
+    let tid = w.tid;
+    let steady = ctx
+        .timelines
+        .get(&w.node)
+        .and_then(|tl| tl.steady_from.get(&tid))
+        .copied()
+        .unwrap_or(i64::MIN);
+    let mut tids: Vec<u32> = ctx
+        .feeders()
+        .iter()
+        .filter(|x| x.node == w.node && x.pid == w.pid)
+        .map(|x| x.tid)
+        .chain([tid])
+        .collect();
+    tids.sort_unstable();
+    tids.dedup();
+    let k = tids.len();
+    let unsampled: String = (ctx.sampled_waits.get(&w.node).into_iter().flatten())
+        .map(|(a, b)| format!(" AND NOT (a<{b} AND b>{a})"))
+        .collect();
+    let tids = tids
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "g0 AS (SELECT lag(timestamp+duration) OVER (ORDER BY timestamp) a, timestamp b FROM events WHERE node={node} AND tid={tid} AND source IN ('CUDA','DRIVER','GRAPH','NCCL')), \
+         gaps AS (SELECT * FROM g0 WHERE b-a>=1000000 AND a>={steady}{unsampled}), \
+         sl AS (SELECT tid, timestamp a, timestamp+duration b, arg1 FROM events WHERE node={node} AND tid IN ({tids}) AND op='sched_switch'), \
+         pts AS (SELECT a t, 1 d FROM sl WHERE arg1=1 UNION ALL SELECT b, -1 FROM sl WHERE arg1=1), \
+         run AS (SELECT t, sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) n, lead(t) OVER (ORDER BY t, d) t2 FROM pts), \
+         asleep AS (SELECT t a, t2 b FROM run WHERE n={k} AND t2>t), \
+         slept AS (SELECT gaps.a gap_from, gaps.b-gaps.a gap_ns, sum(least(asleep.b, gaps.b)-greatest(asleep.a, gaps.a)) asleep_ns FROM gaps JOIN asleep ON asleep.a<gaps.b AND asleep.b>gaps.a GROUP BY ALL), \
+         io AS (SELECT timestamp a, timestamp+duration b, max(timestamp+duration) OVER (ORDER BY timestamp, duration ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) r FROM events WHERE node={node} AND tid={tid} AND source='IO' AND timestamp>={steady}), \
+         iof AS (SELECT min(a) a, max(b) b FROM (SELECT a, b, sum((r IS NULL OR a>r)::INT) OVER (ORDER BY a, b ROWS UNBOUNDED PRECEDING) k FROM io) GROUP BY k), \
+         w AS (SELECT coalesce((SELECT sum(asleep_ns) FROM slept), 0) asleep_ns, (SELECT coalesce(sum(duration), 0) FROM events WHERE node={node} AND tid={tid} AND source='NET') own_net_ns, (SELECT coalesce(sum(least(sl.b, iof.b)-greatest(sl.a, iof.a)), 0) FROM iof JOIN sl ON sl.tid={tid} AND sl.a<iof.b AND sl.b>iof.a) own_io_ns), \
+         input_wait AS (SELECT *, greatest(asleep_ns-own_net_ns-own_io_ns, 0) waiting_for_input_ns FROM w)"
+    )
 }
 
 fn is_child(ctx: &crate::facts::Ctx<'_>, node: &str, pid: u32, parent: u32) -> bool {

@@ -143,6 +143,9 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         }
         let (node, gpu) = (&group[0].0, &group[0].1);
         let n = group.len() as i64;
+        // Processes placed by their devices (not by an imported trace's GPU ids) are active
+        // over their launching threads' spans.
+        let by_threads = group.iter().any(|r| !r.2.is_empty());
         // Their waits for the GPU (synchronisations, device-to-host copies), from their budgets.
         let sync_ns: i64 = inp
             .budgets
@@ -192,11 +195,20 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     format!("Give each process its own GPU (CUDA_VISIBLE_DEVICES), or serve the {n} workloads from one process that batches their requests."),
                     "If they must share, enable MPS (nvidia-cuda-mps-control -d) or partition with MIG so kernels run side by side instead of time-slicing.".into(),
                 ],
-                // Per process: launches, waits for the GPU and active span; their overlap and
-                // the waits' sum are the summary's numbers.
+                // Per process: launches, waits for the GPU and active span; the waits' sum,
+                // shared_ns (the spans' overlap) and for_others_ns are the summary's numbers. A process is active
+                // from its launching threads' first event to their last (from its first launch
+                // to its last in an imported trace that names the GPU).
                 evidence_sql: format!(
-                    "SELECT e.pid, any_value(p.gpu_visible) AS gpu_visible, any_value(p.gpu_devices) AS gpu_devices, count(*) FILTER (WHERE e.op IN ({launches})) AS launches, coalesce(sum(e.duration) FILTER (WHERE e.op IN ({SYNCS_SQL}) OR (e.op IN ({copies}) AND e.arg1 = 2)), 0) AS wait_ns, min(e.timestamp) FILTER (WHERE e.op IN ({launches})) AS first_launch_ns, max(e.timestamp) FILTER (WHERE e.op IN ({launches})) AS last_launch_ns FROM events e LEFT JOIN processes p ON p.node = e.node AND p.pid = e.pid WHERE e.node = {} AND e.pid IN ({pids}) AND e.timestamp BETWEEN {} AND {} GROUP BY e.pid ORDER BY e.pid",
-                    lit(node), ctx.window.from_ns, ctx.window.until_ns
+                    "WITH q AS (SELECT e.pid, any_value(p.gpu_visible) AS gpu_visible, any_value(p.gpu_devices) AS gpu_devices, count(*) FILTER (WHERE e.op IN ({launches})) AS launches, coalesce(sum(e.duration) FILTER (WHERE e.op IN ({SYNCS_SQL}) OR (e.op IN ({copies}) AND e.arg1 = 2)), 0) AS wait_ns, min(e.timestamp) FILTER (WHERE e.op IN ({launches})) AS first_launch_ns, max(e.timestamp) FILTER (WHERE e.op IN ({launches})) AS last_launch_ns FROM events e LEFT JOIN processes p ON p.node = e.node AND p.pid = e.pid WHERE e.node = {node} AND e.pid IN ({pids}) AND e.timestamp BETWEEN {from} AND {until} GROUP BY e.pid), {active} SELECT q.*, a.active_from, a.active_until, min(a.active_until) OVER () - max(a.active_from) OVER () AS shared_ns, (sum(q.wait_ns) OVER () * (count(*) OVER () - 1)) // count(*) OVER () AS for_others_ns FROM q JOIN a USING (pid) ORDER BY q.pid",
+                    node = lit(node),
+                    from = ctx.window.from_ns,
+                    until = ctx.window.until_ns,
+                    active = if by_threads {
+                        format!("t AS (SELECT DISTINCT pid, tid FROM events WHERE node = {node} AND pid IN ({pids}) AND op IN ({launches}) AND timestamp BETWEEN {from} AND {until}), a AS (SELECT e.pid, min(e.timestamp) AS active_from, max(e.timestamp + CASE WHEN e.op = 'process_exit' THEN 0 ELSE e.duration END) AS active_until FROM events e JOIN t USING (pid, tid) WHERE e.node = {node} AND e.timestamp BETWEEN {from} AND {until} GROUP BY e.pid)", node = lit(node), from = ctx.window.from_ns, until = ctx.window.until_ns)
+                    } else {
+                        "a AS (SELECT pid, first_launch_ns AS active_from, last_launch_ns AS active_until FROM q)".to_string()
+                    }
                 ),
             }
             .into_chain(),

@@ -248,8 +248,11 @@ pub fn starved_input(inp: &Input<'_>, s: &Starved<'_>, rec: &Reclaim) -> Chain {
             "Hold less inside the limit: fewer DataLoader workers or a smaller prefetch_factor, a smaller pinned-memory pool, no per-worker copies of the dataset.".into(),
             "Make the dataset fit: a compressed or smaller-resolution format, or shards read once per epoch in order; watch the cgroup's memory.events (max) and memory.stat (workingset_refault_file).".into(),
         ],
+        // The workers' reclaim and reads, each row with the trainer's input wait (the
+        // summary's figure is waiting_for_input_ns).
         evidence_sql: format!(
-            "SELECT pid, comm, op, CASE WHEN op = 'mm_reclaim' THEN arg1 END AS memcg, count(*) AS events, sum(duration) AS total_ns, sum(arg0) AS bytes FROM events WHERE node = {} AND op IN ('mm_reclaim', 'block_read') AND pid IN ({pids}) GROUP BY ALL ORDER BY total_ns DESC LIMIT 20",
+            "WITH {} SELECT e.pid, e.comm, e.op, CASE WHEN e.op = 'mm_reclaim' THEN e.arg1 END AS memcg, count(*) AS events, sum(e.duration) AS total_ns, sum(e.arg0) AS bytes, any_value(input_wait.waiting_for_input_ns) AS trainer_waiting_for_input_ns FROM events e CROSS JOIN input_wait WHERE e.node = {} AND e.op IN ('mm_reclaim', 'block_read') AND e.pid IN ({pids}) GROUP BY ALL ORDER BY total_ns DESC LIMIT 20",
+            super::dataloader_starvation::input_wait_ctes(ctx, w),
             lit(&w.node)
         ),
     }

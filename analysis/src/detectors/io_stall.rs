@@ -74,9 +74,19 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                         "Cache or pre-shard the dataset on local NVMe; check the device with iostat -x.".into(),
                     ]
                 },
+                // The thread's stretches with its own requests in flight (requests in flight
+                // together joined) and its off-CPU time inside each: the summary's time is
+                // total_asleep_ns (a launching thread's start-up reads left out, as above).
                 evidence_sql: format!(
-                    "SELECT timestamp, op, duration, arg0 AS bytes FROM events WHERE node = {} AND tid = {} AND source = 'IO' ORDER BY duration DESC LIMIT 50",
-                    lit(&w.node), w.tid
+                    "WITH io AS (SELECT timestamp AS a, timestamp + duration AS b, max(timestamp + duration) OVER (ORDER BY timestamp, duration ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach FROM events WHERE node = {node} AND tid = {tid} AND source = 'IO' AND timestamp >= {from}), k AS (SELECT a, b, sum(CASE WHEN reach IS NULL OR a > reach THEN 1 ELSE 0 END) OVER (ORDER BY a, b ROWS UNBOUNDED PRECEDING) AS k FROM io), f AS (SELECT min(a) AS a, max(b) AS b, count(*) AS requests FROM k GROUP BY k), s AS (SELECT timestamp AS a, timestamp + duration AS b FROM events WHERE node = {node} AND tid = {tid} AND op = 'sched_switch') SELECT f.a AS in_flight_from, f.b - f.a AS in_flight_ns, f.requests, sum(least(s.b, f.b) - greatest(s.a, f.a)) AS asleep_ns, sum(sum(least(s.b, f.b) - greatest(s.a, f.a))) OVER () AS total_asleep_ns FROM f JOIN s ON s.a < f.b AND s.b > f.a GROUP BY ALL ORDER BY asleep_ns DESC LIMIT 50",
+                    node = lit(&w.node),
+                    tid = w.tid,
+                    from = ctx
+                        .timelines
+                        .get(&w.node)
+                        .and_then(|tl| tl.steady_from.get(&w.tid))
+                        .copied()
+                        .unwrap_or(i64::MIN)
                 ),
             }
             .into_chain(),

@@ -154,6 +154,27 @@ pub fn lit(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
+/// The common part of evidence queries over one thread's GPU calls as its budget counts them:
+/// `r`, each op's scale (the process's counted / stored calls where its probes were sampled),
+/// and `g`, the thread's GPU calls with `nested` set for those inside an earlier call (a runtime
+/// call's own driver call: left out, as the budget leaves them out).
+pub fn budget_calls_cte(node: &str, pid: u32, tid: u32) -> String {
+    let node = lit(node);
+    format!(
+        "WITH r AS (SELECT o.op, CASE WHEN sum(c.stored) > 0 AND sum(c.calls) > sum(c.stored) THEN sum(c.calls) / sum(c.stored) ELSE 1 END AS scale FROM op_counts c JOIN ops o USING (op_id) WHERE c.node = {node} AND c.pid = {pid} GROUP BY o.op), g AS (SELECT op, arg0, arg1, timestamp, duration, coalesce(max(timestamp + duration) OVER (ORDER BY timestamp, duration DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) >= timestamp + duration, false) AS nested FROM events WHERE node = {node} AND tid = {tid} AND source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL'))"
+    )
+}
+
+/// One thread's GPU calls matching `which` (a predicate on `g.op`, `g.arg1`) per op and copy
+/// direction, as its budget counts them: stored calls and time, and `calls` and `scaled_ns`
+/// scaled by the op's sampling; a summary's time for them is the sum of `scaled_ns`.
+pub fn scaled_calls_sql(node: &str, pid: u32, tid: u32, which: &str) -> String {
+    format!(
+        "{} SELECT g.op, CASE WHEN g.op LIKE '%Memcpy%' THEN g.arg1 END AS direction, count(*) AS stored_calls, round(count(*) * any_value(coalesce(r.scale, 1)))::BIGINT AS calls, sum(g.duration) AS stored_ns, round(sum(g.duration) * any_value(coalesce(r.scale, 1)))::BIGINT AS scaled_ns, median(g.duration) AS p50_ns FROM g LEFT JOIN r ON r.op = g.op WHERE NOT g.nested AND {which} GROUP BY ALL ORDER BY scaled_ns DESC",
+        budget_calls_cte(node, pid, tid)
+    )
+}
+
 /// The thread budgets (not the process totals) of GPU-calling threads.
 pub fn thread_budgets<'a>(
     inp: &'a Input<'_>,
@@ -235,4 +256,38 @@ pub(crate) mod testutil {
             .filter(|c| c.detector == detector)
             .collect()
     }
+}
+
+/// Whether a finding's time lost is a cell of its evidence rows or the sum of one of their
+/// columns (within 0.5%: the engine's sums of scaled values round differently), for the findings
+/// whose evidence query computes it from the trace; None for the others. The corpus and the lab
+/// check it on every such finding.
+pub fn loss_in_rows(
+    detector: &str,
+    summary: &str,
+    time_lost_ns: i64,
+    rows: &[Vec<serde_json::Value>],
+) -> Option<bool> {
+    let computed = match detector {
+        "allocator_churn" | "slow_copies" | "io_stall" | "gpu_contention" => true,
+        "cpu_contention" => summary.contains("was preempted for"),
+        "dataloader_starvation" | "network_wait" | "host_memory_pressure" => {
+            summary.contains("waiting for input")
+        }
+        "cold_start" => summary.starts_with("the first launch of each"),
+        _ => false,
+    };
+    if !computed {
+        return None;
+    }
+    let ns = time_lost_ns as f64;
+    let close = |v: f64| (v - ns).abs() <= 0.005 * ns.abs().max(1.0);
+    let width = rows.first().map_or(0, Vec::len);
+    let cells = rows.iter().flatten().filter_map(serde_json::Value::as_f64);
+    let sums = (0..width).map(|i| {
+        rows.iter()
+            .filter_map(|r| r.get(i).and_then(serde_json::Value::as_f64))
+            .sum::<f64>()
+    });
+    Some(cells.chain(sums).any(close))
 }

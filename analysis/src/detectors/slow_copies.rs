@@ -84,9 +84,13 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                         "Copy from pinned memory: DataLoader(pin_memory=True), tensor.pin_memory(), or a preallocated pinned buffer (torch.empty(..., pin_memory=True)) reused every step.".into(),
                         "Then copy asynchronously, .to(device, non_blocking=True), ideally on a side stream so the transfer overlaps compute.".into(),
                     ],
+                    // The summary's time and bytes are the sums of on_cpu_ns and bytes: each
+                    // op's calls less the thread's off-CPU time inside them, scaled by its
+                    // sampling as the budget scales them.
                     evidence_sql: format!(
-                        "SELECT op, count(*) AS calls, sum(arg0) AS bytes, sum(duration) AS total_ns, sum(arg0) / (sum(duration) / 1e9) / 1e9 AS gb_per_s_of_call_time FROM events WHERE node = {} AND tid = {tid} AND op IN ({copy_ops}) AND arg1 = {dir} GROUP BY op",
-                        lit(&b.node)
+                        "{}, c AS (SELECT g.* FROM g WHERE NOT g.nested AND g.op IN ({copy_ops}) AND g.arg1 = {dir}), s AS (SELECT timestamp AS a, timestamp + duration AS b FROM events WHERE node = {node} AND tid = {tid} AND op = 'sched_switch'), off AS (SELECT c.op, sum(least(s.b, c.timestamp + c.duration) - greatest(s.a, c.timestamp)) AS off_ns FROM c JOIN s ON s.a < c.timestamp + c.duration AND s.b > c.timestamp GROUP BY c.op) SELECT c.op, count(*) AS stored_calls, round(count(*) * any_value(coalesce(r.scale, 1)))::BIGINT AS calls, round(sum(c.arg0) * any_value(coalesce(r.scale, 1)))::BIGINT AS bytes, sum(c.duration) AS stored_ns, any_value(coalesce(off.off_ns, 0)) AS off_cpu_ns, round((sum(c.duration) - any_value(coalesce(off.off_ns, 0))) * any_value(coalesce(r.scale, 1)))::BIGINT AS on_cpu_ns, sum(c.arg0) / ((sum(c.duration) - any_value(coalesce(off.off_ns, 0))) / 1e9) / 1e9 AS gb_per_s_on_cpu FROM c LEFT JOIN r ON r.op = c.op LEFT JOIN off ON off.op = c.op GROUP BY c.op",
+                        super::budget_calls_cte(&b.node, b.pid, tid),
+                        node = lit(&b.node)
                     ),
                 }
                 .into_chain()

@@ -21,7 +21,7 @@
 
 use causeway_store::StoreError;
 
-use super::{Finding, Input, d, lit, pct, severity, steady_span, step, thread_budgets};
+use super::{Finding, Input, d, pct, severity, steady_span, step, thread_budgets};
 use crate::budget::CallClass;
 use crate::chains::Chain;
 use crate::facts::SYNC_OPS;
@@ -43,6 +43,20 @@ fn idle_floor(waited: i64, span: i64) -> f64 {
     } else {
         0.20
     }
+}
+
+/// The thread's waits per op (and copy direction), as its budget scales them: the summary's
+/// wait time is the sum of `scaled_ns`. With `reads`, its device-to-host copies too.
+fn waits_sql(node: &str, pid: u32, tid: u32, reads: bool) -> String {
+    let syncs = SYNC_OPS.map(|o| format!("'{o}'")).join(", ");
+    let which = if reads {
+        format!(
+            "(g.op IN ({syncs}) OR (g.op LIKE '%Memcpy%' AND g.op NOT LIKE '%Peer%' AND g.arg1 = 2))"
+        )
+    } else {
+        format!("g.op IN ({syncs})")
+    };
+    super::scaled_calls_sql(node, pid, tid, &which)
 }
 
 /// Runs the detector.
@@ -133,10 +147,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     "Keep metrics on the GPU and read them every N steps; replace data-dependent Python branches with tensor ops (torch.where).".into(),
                     "Where a host value is needed, copy asynchronously (non_blocking=True into pinned memory) and wait on a CUDA event later.".into(),
                 ],
-                evidence_sql: format!(
-                    "SELECT op, count(*) AS calls, sum(duration) AS total_ns, median(duration) AS p50_ns FROM events WHERE node = {} AND tid = {} AND source IN ('CUDA', 'DRIVER') GROUP BY op ORDER BY calls DESC",
-                    lit(&t.node), t.tid
-                ),
+                evidence_sql: waits_sql(&t.node, t.pid, t.tid, false),
             }
             .into_chain()
             .at(crate::sites::Scope::process(&t.node, t.pid, &[CallClass::Sync], "syncs")),
@@ -199,10 +210,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     "Keep metrics on the GPU and read them every N steps; replace data-dependent Python branches with tensor ops (torch.where).".into(),
                     "Where a host value is needed, copy asynchronously (non_blocking=True into pinned memory) and wait on a CUDA event later.".into(),
                 ],
-                evidence_sql: format!(
-                    "SELECT op, arg1 AS direction, count(*) AS calls, sum(duration) AS total_ns, median(duration) AS p50_ns FROM events WHERE node = {} AND tid = {tid} AND source IN ('CUDA', 'DRIVER') GROUP BY op, arg1 ORDER BY calls DESC",
-                    lit(&b.node)
-                ),
+                evidence_sql: waits_sql(&b.node, b.pid, tid, true),
             }
             .into_chain()
             .at(crate::sites::Scope::thread(&b.node, b.pid, tid, &[CallClass::Sync, CallClass::CopyD2h], "host waits")),

@@ -16,7 +16,7 @@ use causeway_store::duckdb;
 use serde::Serialize;
 
 use crate::facts::Ctx;
-use crate::intervals::{Span, overlaps, sort};
+use crate::intervals::{Span, overlaps, sort, spans, union};
 use crate::opsets;
 use crate::scan::columns;
 
@@ -75,7 +75,7 @@ pub fn host_waits(ctx: &Ctx<'_>) -> Result<Vec<ThreadWaits>, StoreError> {
             duckdb::params![ctx.only_node, node, w.from_ns, w.until_ns, ctx.pid, ctx.pid],
             "measuring waits on block I/O",
         )?;
-        let mut io: BTreeMap<u32, Vec<Span<()>>> = BTreeMap::new();
+        let mut io: BTreeMap<u32, Vec<(i64, i64)>> = BTreeMap::new();
         let mut requests: BTreeMap<(u32, u32), u64> = BTreeMap::new();
         let steady = ctx.timelines.get(node).map(|t| &t.steady_from);
         for i in 0..pid.len() {
@@ -86,17 +86,14 @@ pub fn host_waits(ctx: &Ctx<'_>) -> Result<Vec<ThreadWaits>, StoreError> {
                 continue;
             }
             *requests.entry((p, t)).or_default() += 1;
-            io.entry(t).or_default().push(Span {
-                start: ts[i],
-                end: ts[i] + dur[i],
-                data: (),
-            });
+            io.entry(t).or_default().push((ts[i], ts[i] + dur[i]));
         }
         let mut waited: HashMap<u32, i64> = HashMap::new();
-        for (t, mut v) in io {
-            sort(&mut v);
+        for (t, v) in io {
+            // Requests in flight together: their union, so that one sleep counts once.
+            let merged = spans(union(v));
             let mut ns = 0;
-            overlaps(&v, ctx.switches.of(node, t), |_, _, ov| ns += ov);
+            overlaps(&merged, ctx.switches.of(node, t), |_, _, ov| ns += ov);
             waited.insert(t, ns);
         }
         for ((p, t), n) in requests {
@@ -115,7 +112,6 @@ pub fn host_waits(ctx: &Ctx<'_>) -> Result<Vec<ThreadWaits>, StoreError> {
                     ..ThreadWaits::default()
                 });
             e.io_requests = n;
-            // Requests in flight together must not count the same sleep twice.
             e.io_wait_ns = ns.min(off);
         }
     }
@@ -217,15 +213,7 @@ fn gaps(
                 Some(o) => intersect(&own, o),
                 None => own,
             };
-            let sleeps: Vec<Span<()>> = all
-                .into_iter()
-                .map(|(start, end)| Span {
-                    start,
-                    end,
-                    data: (),
-                })
-                .collect();
-            overlaps(&v, &sleeps, |_, _, ov| ns += ov);
+            overlaps(&v, &spans(all), |_, _, ov| ns += ov);
         }
         blocked.insert(t, ns);
     }

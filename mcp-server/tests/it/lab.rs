@@ -244,17 +244,33 @@ fn run_variant(case: &Case, variant: &str, runs: &Path, build: &Path) -> Outcome
     o
 }
 
-/// The chains whose evidence SQL, run as a person would, fails or returns no row.
+/// The chains whose evidence SQL, run as a person would, fails or returns no row, or whose
+/// time lost its rows should give and do not.
 fn unsupported(chains: &[Value], db: &str) -> Vec<String> {
     chains
         .iter()
         .filter_map(|c| {
             let sql = c["evidence_sql"].as_str().unwrap_or_default();
             let id = c["id"].as_str().unwrap_or("?");
-            match json_of(&["query", "--db", db, "--json", sql]) {
-                Ok(v) if v["rows"].as_array().is_some_and(|r| !r.is_empty()) => None,
-                Ok(_) => Some(format!("{id}: its evidence SQL returns no row: {sql}")),
-                Err(e) => Some(format!("{id}: its evidence SQL fails: {e}")),
+            let rows = match json_of(&["query", "--db", db, "--json", sql]) {
+                Ok(v) => v["rows"].as_array().cloned().unwrap_or_default(),
+                Err(e) => return Some(format!("{id}: its evidence SQL fails: {e}")),
+            };
+            if rows.is_empty() {
+                return Some(format!("{id}: its evidence SQL returns no row: {sql}"));
+            }
+            let rows: Vec<Vec<Value>> = rows
+                .iter()
+                .map(|r| r.as_array().cloned().unwrap_or_default())
+                .collect();
+            let lost = c["time_lost_ns"].as_i64().unwrap_or(0);
+            let detector = c["detector"].as_str().unwrap_or_default();
+            let summary = c["summary"].as_str().unwrap_or_default();
+            match causeway_analysis::detectors::loss_in_rows(detector, summary, lost, &rows) {
+                Some(false) => Some(format!(
+                    "{id}: its time lost ({lost} ns) is neither a cell nor a column's sum of its evidence rows: {sql}"
+                )),
+                _ => None,
             }
         })
         .collect()

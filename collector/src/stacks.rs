@@ -105,7 +105,11 @@ impl MapsCache {
     /// Takes a new snapshot (the process mapped a new file).
     pub fn refresh(&mut self, pid: u32) {
         if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-            self.procs.insert(pid, Arc::new(parse_maps(pid, &text)));
+            let maps = parse_maps(pid, &text);
+            // The same mappings keep their snapshot, and the unwinder built from it.
+            if self.procs.get(&pid).is_none_or(|old| **old != maps) {
+                self.procs.insert(pid, Arc::new(maps));
+            }
         }
     }
 

@@ -236,28 +236,6 @@ pub fn is_system_thread(comm: &str) -> bool {
     PREFIXES.iter().any(|p| comm.starts_with(p))
 }
 
-#[cfg(test)]
-pub(crate) mod testutil {
-    use causeway_store::Reader;
-
-    use crate::chains::{Chain, ChainQuery};
-    use crate::demo::{Scenario, write_scenario};
-
-    /// Writes a demo scenario to a temporary store, explains it, and returns the chains of one
-    /// detector.
-    pub fn chains_of(s: Scenario, healthy: bool, detector: &str) -> Vec<Chain> {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let p = dir.path().join("t.duckdb");
-        write_scenario(&p, s, healthy).expect("demo trace");
-        let r = Reader::open(&p).expect("reader");
-        let e = crate::engine::explain(&r, &ChainQuery::default()).expect("explain");
-        e.chains
-            .into_iter()
-            .filter(|c| c.detector == detector)
-            .collect()
-    }
-}
-
 /// Whether a finding's time lost is a cell of its evidence rows or the sum of one of their
 /// columns (within 0.5%: the engine's sums of scaled values round differently), for the findings
 /// whose evidence query computes it from the trace; None for the others. The corpus and the lab
@@ -290,4 +268,26 @@ pub fn loss_in_rows(
             .sum::<f64>()
     });
     Some(cells.chain(sums).any(close))
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use causeway_store::Reader;
+
+    use crate::chains::{Chain, ChainQuery};
+    use crate::demo::{Scenario, write_scenario};
+
+    /// Writes a demo scenario to a temporary store, explains it, and returns the chains of one
+    /// detector.
+    pub fn chains_of(s: Scenario, healthy: bool, detector: &str) -> Vec<Chain> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t.duckdb");
+        write_scenario(&p, s, healthy).expect("demo trace");
+        let r = Reader::open(&p).expect("reader");
+        let e = crate::engine::explain(&r, &ChainQuery::default()).expect("explain");
+        e.chains
+            .into_iter()
+            .filter(|c| c.detector == detector)
+            .collect()
+    }
 }

@@ -56,7 +56,14 @@ fn waits_sql(node: &str, pid: u32, tid: u32, reads: bool) -> String {
     } else {
         format!("g.op IN ({syncs})")
     };
-    super::scaled_calls_sql(node, pid, tid, &which)
+    let per_op = super::scaled_calls_sql(node, pid, tid, &which);
+    if !reads {
+        return per_op;
+    }
+    // The summary counts reads (copies: a direction) and syncs apart: each class's total.
+    format!(
+        "SELECT *, sum(calls) OVER (PARTITION BY direction IS NULL) AS class_calls FROM ({per_op}) ORDER BY scaled_ns DESC"
+    )
 }
 
 /// Runs the detector.

@@ -283,10 +283,10 @@ impl Starved<'_> {
 /// thread and every other launching thread of its process sleep: the hand-over rule), `slept`
 /// (the sleep inside the gaps per gap) and `input_wait` (one row: `asleep_ns` summed, the
 /// thread's own socket time and its sleep while its own block I/O was in flight, and
-/// `waiting_for_input_ns`, the first less the other two: the summary's figure). Gaps inside
-/// stretches where waiting calls were sampled are left out, as the engine leaves them out (the
-/// stretches given as literals); in stretches where only launches were sampled the engine counts
-/// only sleeps of 1 ms or more, which this does not tell apart (a few short sleeps).
+/// `waiting_for_input_ns`, the first less the other two: the summary's figure). As the engine
+/// does, gaps inside stretches where waiting calls were sampled are left out, and in gaps where
+/// any GPU op was sampled the thread's own sleeps count from 1 ms (the stretches given as
+/// literals).
 pub fn input_wait_ctes(ctx: &crate::facts::Ctx<'_>, w: &super::waits::ThreadWaits) -> String {
     let node = lit(&w.node);
     let tid = w.tid;
@@ -314,14 +314,51 @@ pub fn input_wait_ctes(ctx: &crate::facts::Ctx<'_>, w: &super::waits::ThreadWait
         .map(u32::to_string)
         .collect::<Vec<_>>()
         .join(", ");
+    // When every launching thread sleeps: a sweep over their sleeps (`n` asleep at once).
+    let sweep = |name: &str, own_min: i64| {
+        let which = format!("arg1=1 AND (tid<>{tid} OR b-a>={own_min})");
+        format!(
+            "p{name} AS (SELECT a t, 1 d FROM sl WHERE {which} UNION ALL SELECT b, -1 FROM sl WHERE {which}), \
+             r{name} AS (SELECT t, sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) n, lead(t) OVER (ORDER BY t, d) t2 FROM p{name}), \
+             {name} AS (SELECT t a, t2 b FROM r{name} WHERE n={k} AND t2>t)"
+        )
+    };
+    let part = |name: &str, cond: &str| {
+        format!(
+            "SELECT gaps.a gap_from, gaps.b-gaps.a gap_ns, least(x.b, gaps.b)-greatest(x.a, gaps.a) ns FROM gaps JOIN {name} x ON x.a<gaps.b AND x.b>gaps.a AND {cond}"
+        )
+    };
+    // In stretches where launches were sampled, the thread's own sleeps count from 1 ms.
+    let sampled: Vec<String> = (ctx.sampled.get(&w.node).into_iter().flatten())
+        .map(|(a, b)| format!("(a<{b} AND b>{a})"))
+        .collect();
+    let (smp, sweeps, parts) = if sampled.is_empty() {
+        (
+            "false".to_string(),
+            sweep("asleep", 0),
+            part("asleep", "true"),
+        )
+    } else {
+        (
+            sampled.join(" OR "),
+            format!(
+                "{}, {}",
+                sweep("asleep", 0),
+                sweep("asleep_long", super::waits::SAMPLED_MIN_SLEEP_NS)
+            ),
+            format!(
+                "{} UNION ALL {}",
+                part("asleep", "NOT gaps.s"),
+                part("asleep_long", "gaps.s")
+            ),
+        )
+    };
     format!(
         "g0 AS (SELECT lag(timestamp+duration) OVER (ORDER BY timestamp) a, timestamp b FROM events WHERE node={node} AND tid={tid} AND source IN ('CUDA','DRIVER','GRAPH','NCCL')), \
-         gaps AS (SELECT * FROM g0 WHERE b-a>=1000000 AND a>={steady}{unsampled}), \
+         gaps AS (SELECT *, {smp} s FROM g0 WHERE b-a>=1000000 AND a>={steady}{unsampled}), \
          sl AS (SELECT tid, timestamp a, timestamp+duration b, arg1 FROM events WHERE node={node} AND tid IN ({tids}) AND op='sched_switch'), \
-         pts AS (SELECT a t, 1 d FROM sl WHERE arg1=1 UNION ALL SELECT b, -1 FROM sl WHERE arg1=1), \
-         run AS (SELECT t, sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) n, lead(t) OVER (ORDER BY t, d) t2 FROM pts), \
-         asleep AS (SELECT t a, t2 b FROM run WHERE n={k} AND t2>t), \
-         slept AS (SELECT gaps.a gap_from, gaps.b-gaps.a gap_ns, sum(least(asleep.b, gaps.b)-greatest(asleep.a, gaps.a)) asleep_ns FROM gaps JOIN asleep ON asleep.a<gaps.b AND asleep.b>gaps.a GROUP BY ALL), \
+         {sweeps}, \
+         slept AS (SELECT gap_from, gap_ns, sum(ns) asleep_ns FROM ({parts}) GROUP BY ALL), \
          io AS (SELECT timestamp a, timestamp+duration b, max(timestamp+duration) OVER (ORDER BY timestamp, duration ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) r FROM events WHERE node={node} AND tid={tid} AND source='IO' AND timestamp>={steady}), \
          iof AS (SELECT min(a) a, max(b) b FROM (SELECT a, b, sum((r IS NULL OR a>r)::INT) OVER (ORDER BY a, b ROWS UNBOUNDED PRECEDING) k FROM io) GROUP BY k), \
          w AS (SELECT coalesce((SELECT sum(asleep_ns) FROM slept), 0) asleep_ns, (SELECT coalesce(sum(duration), 0) FROM events WHERE node={node} AND tid={tid} AND source='NET') own_net_ns, (SELECT coalesce(sum(least(sl.b, iof.b)-greatest(sl.a, iof.a)), 0) FROM iof JOIN sl ON sl.tid={tid} AND sl.a<iof.b AND sl.b>iof.a) own_io_ns), \

@@ -668,10 +668,11 @@ fn processes(threads: &[Budget], ctx: &Ctx<'_>, node: &str) -> Vec<Budget> {
 
 #[cfg(test)]
 mod tests {
-    use causeway_store::{Event, OpCount, Writer, WriterOptions};
+    use causeway_store::OpCount;
 
     use super::CallClass;
     use crate::demo::model::op;
+    use crate::detectors::testutil::{ev, explain_written};
 
     /// Two sync ops of one thread, one sampled (a third of its calls stored), the other stored
     /// whole: each is scaled by its own ratio (300 + 200 ms), not by the class's mix (600 ms).
@@ -679,45 +680,33 @@ mod tests {
     fn each_op_of_a_class_is_scaled_by_its_own_sampling() {
         const T0: i64 = 1_700_000_000_000_000_000;
         const MS: i64 = 1_000_000;
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("t.duckdb");
-        let mut w = Writer::create(&p, WriterOptions::default()).unwrap();
-        let ev = |timestamp, duration, name| Event {
-            timestamp,
-            duration,
-            pid: 10,
-            tid: 10,
-            comm: "python3".into(),
-            op_id: op(name),
-            ..Event::default()
-        };
-        for i in 0..100 {
-            let t = T0 + i * 10 * MS;
-            w.append(&ev(t, 20_000, "cudaLaunchKernel")).unwrap();
-            w.append(&ev(t + MS, MS, "cudaStreamSynchronize")).unwrap();
-            w.append(&ev(t + 3 * MS, 2 * MS, "cudaDeviceSynchronize"))
+        let e = explain_written(|w| {
+            for i in 0..100 {
+                let t = T0 + i * 10 * MS;
+                w.append(&ev(t, 20_000, "cudaLaunchKernel", 0, 0)).unwrap();
+                w.append(&ev(t + MS, MS, "cudaStreamSynchronize", 0, 0))
+                    .unwrap();
+                w.append(&ev(t + 3 * MS, 2 * MS, "cudaDeviceSynchronize", 0, 0))
+                    .unwrap();
+            }
+            // The window ends at the last event: one more launch after the last sync.
+            w.append(&ev(T0 + 1_000 * MS, 20_000, "cudaLaunchKernel", 0, 0))
                 .unwrap();
-        }
-        // The window ends at the last event: one more launch after the last sync.
-        w.append(&ev(T0 + 1_000 * MS, 20_000, "cudaLaunchKernel"))
+            let count = |name, calls, stored| OpCount {
+                pid: 10,
+                op_id: op(name),
+                window_start_ns: T0,
+                window_end_ns: T0 + 1_000 * MS,
+                calls,
+                stored,
+                ..OpCount::default()
+            };
+            w.record_op_counts(&[
+                count("cudaStreamSynchronize", 300, 100),
+                count("cudaDeviceSynchronize", 100, 100),
+            ])
             .unwrap();
-        let count = |name, calls, stored| OpCount {
-            pid: 10,
-            op_id: op(name),
-            window_start_ns: T0,
-            window_end_ns: T0 + 1_000 * MS,
-            calls,
-            stored,
-            ..OpCount::default()
-        };
-        w.record_op_counts(&[
-            count("cudaStreamSynchronize", 300, 100),
-            count("cudaDeviceSynchronize", 100, 100),
-        ])
-        .unwrap();
-        w.finish().unwrap();
-        let r = causeway_store::Reader::open(&p).unwrap();
-        let e = crate::engine::explain(&r, &crate::chains::ChainQuery::default()).unwrap();
+        });
         let b = e.budgets.iter().find(|b| b.tid == Some(10)).unwrap();
         let sync = b.class(CallClass::Sync).unwrap();
         assert_eq!((sync.calls, sync.estimated_calls()), (200, 400));

@@ -230,7 +230,7 @@ fn from_budgets(inp: &Input<'_>, out: &mut Vec<Chain>, named: &mut Vec<(String, 
 #[cfg(test)]
 mod tests {
     use crate::demo::Scenario;
-    use crate::detectors::testutil::chains_of;
+    use crate::detectors::testutil::{chains_of, ev, explain_written};
 
     #[test]
     fn fires_on_preemption_and_names_the_culprit() {
@@ -248,42 +248,25 @@ mod tests {
     /// program read), in the chain and in the thread's budget, with its process.
     #[test]
     fn names_a_preemptor_outside_the_trace_from_tasks() {
-        use causeway_store::{Event, TaskName, Writer, WriterOptions};
+        use causeway_store::TaskName;
 
-        use crate::demo::model::op;
         const T0: i64 = 1_700_000_000_000_000_000;
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("t.duckdb");
-        let mut w = Writer::create(&p, WriterOptions::default()).unwrap();
-        let ev = |timestamp, duration, op_id, arg0, arg1| Event {
-            timestamp,
-            duration,
-            pid: 10,
-            tid: 10,
-            comm: "python3".into(),
-            op_id,
-            arg0,
-            arg1,
-            ..Event::default()
-        };
-        // 2,000 launches 1 ms apart; after each, 0.6 ms off the CPU while tid 4242 runs.
-        for i in 0..2_000i64 {
-            let t = T0 + i * 1_000_000;
-            w.append(&ev(t, 20_000, op("cudaLaunchKernel"), 1, 0))
-                .unwrap();
-            w.append(&ev(t + 100_000, 600_000, op("sched_switch"), 4242, 0))
-                .unwrap();
-        }
-        w.record_tasks(&[TaskName {
-            tid: 4242,
-            pid: 4240,
-            comm: "gzip".into(),
-            first_seen_ns: T0 + 100_000,
-        }])
-        .unwrap();
-        w.finish().unwrap();
-        let r = causeway_store::Reader::open(&p).unwrap();
-        let e = crate::engine::explain(&r, &crate::chains::ChainQuery::default()).unwrap();
+        let e = explain_written(|w| {
+            // 2,000 launches 1 ms apart; after each, 0.6 ms off the CPU while tid 4242 runs.
+            for i in 0..2_000i64 {
+                let t = T0 + i * 1_000_000;
+                w.append(&ev(t, 20_000, "cudaLaunchKernel", 1, 0)).unwrap();
+                w.append(&ev(t + 100_000, 600_000, "sched_switch", 4242, 0))
+                    .unwrap();
+            }
+            w.record_tasks(&[TaskName {
+                tid: 4242,
+                pid: 4240,
+                comm: "gzip".into(),
+                first_seen_ns: T0 + 100_000,
+            }])
+            .unwrap();
+        });
         let c = e
             .chains
             .iter()

@@ -98,7 +98,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
 #[cfg(test)]
 mod tests {
     use crate::demo::Scenario;
-    use crate::detectors::testutil::chains_of;
+    use crate::detectors::testutil::{chains_of, ev, explain_written};
 
     #[test]
     fn fires_on_synchronous_checkpoints() {
@@ -112,54 +112,30 @@ mod tests {
     /// each request's overlap and capped the sum at all the thread's off-CPU time).
     #[test]
     fn requests_in_flight_together_count_their_sleep_once() {
-        use causeway_store::{Event, Writer, WriterOptions};
-
-        use crate::demo::model::op;
         const T0: i64 = 1_700_000_000_000_000_000;
         const MS: i64 = 1_000_000;
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("t.duckdb");
-        let mut w = Writer::create(&p, WriterOptions::default()).unwrap();
-        let ev = |timestamp, duration, op_id, arg0, arg1| Event {
-            timestamp,
-            duration,
-            pid: 10,
-            tid: 10,
-            comm: "python3".into(),
-            op_id,
-            arg0,
-            arg1,
-            ..Event::default()
-        };
-        let mut t = T0;
-        while t < T0 + 4_000 * MS {
-            let ck = T0 + 1_500 * MS;
-            let copy = T0 + 2_500 * MS;
-            if t == ck {
-                for _ in 0..4 {
-                    w.append(&ev(t, 200 * MS, op("block_write"), 4 << 20, 0))
+        let e = explain_written(|w| {
+            let mut t = T0;
+            while t < T0 + 4_000 * MS {
+                if t == T0 + 1_500 * MS {
+                    for _ in 0..4 {
+                        w.append(&ev(t, 200 * MS, "block_write", 4 << 20, 0))
+                            .unwrap();
+                    }
+                    w.append(&ev(t, 200 * MS, "sched_switch", 0, 1)).unwrap();
+                    t += 201 * MS;
+                } else if t == T0 + 2_500 * MS {
+                    w.append(&ev(t, 1_000 * MS, "cudaMemcpy", 64 << 20, 2))
                         .unwrap();
+                    w.append(&ev(t + 10 * MS, 980 * MS, "sched_switch", 0, 1))
+                        .unwrap();
+                    t += 1_001 * MS;
+                } else {
+                    w.append(&ev(t, 20_000, "cudaLaunchKernel", 1, 0)).unwrap();
+                    t += MS;
                 }
-                w.append(&ev(t, 200 * MS, op("sched_switch"), 0, 1))
-                    .unwrap();
-                t += 201 * MS;
-                continue;
             }
-            if t == copy {
-                w.append(&ev(t, 1_000 * MS, op("cudaMemcpy"), 64 << 20, 2))
-                    .unwrap();
-                w.append(&ev(t + 10 * MS, 980 * MS, op("sched_switch"), 0, 1))
-                    .unwrap();
-                t += 1_001 * MS;
-                continue;
-            }
-            w.append(&ev(t, 20_000, op("cudaLaunchKernel"), 1, 0))
-                .unwrap();
-            t += MS;
-        }
-        w.finish().unwrap();
-        let r = causeway_store::Reader::open(&p).unwrap();
-        let e = crate::engine::explain(&r, &crate::chains::ChainQuery::default()).unwrap();
+        });
         let c = e
             .chains
             .iter()

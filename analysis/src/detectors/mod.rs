@@ -272,7 +272,7 @@ pub fn loss_in_rows(
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    use causeway_store::Reader;
+    use causeway_store::{Event, Reader, Writer, WriterOptions};
 
     use crate::chains::{Chain, ChainQuery};
     use crate::demo::{Scenario, write_scenario};
@@ -289,5 +289,31 @@ pub(crate) mod testutil {
             .into_iter()
             .filter(|c| c.detector == detector)
             .collect()
+    }
+
+    /// One event of python3, pid and tid 10 (the hand-written stores' workload thread).
+    pub fn ev(timestamp: i64, duration: i64, op: &str, arg0: i64, arg1: i64) -> Event {
+        Event {
+            timestamp,
+            duration,
+            pid: 10,
+            tid: 10,
+            comm: "python3".into(),
+            op_id: crate::demo::model::op(op),
+            arg0,
+            arg1,
+            ..Event::default()
+        }
+    }
+
+    /// Writes a store with `write`, then explains it.
+    pub fn explain_written(write: impl FnOnce(&mut Writer)) -> crate::engine::Explain {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t.duckdb");
+        let mut w = Writer::create(&p, WriterOptions::default()).expect("writer");
+        write(&mut w);
+        w.finish().expect("finish");
+        let r = Reader::open(&p).expect("reader");
+        crate::engine::explain(&r, &ChainQuery::default()).expect("explain")
     }
 }

@@ -5,7 +5,9 @@
 //! Perfetto export carries each sync's frames. A second program stalls its feeding thread on
 //! host work before every step: the feeding_stall finding cites the line each step resumes at,
 //! and the sleep after its last step is no throughput drop. A third does 80 ms of host work a
-//! step against 5 ms of device work: the host_bound finding cites the same kind of line.
+//! step against 5 ms of device work: the host_bound finding cites the same kind of line. On a
+//! real PyTorch recording (committed), a `.item()` sync's stack runs from the sync through
+//! torch's C++ and the Python frames to `_start`.
 //! Needs root like every BPF test; CAUSEWAY_SKIP_BPF_TESTS=1 skips explicitly.
 
 use std::path::PathBuf;
@@ -414,30 +416,24 @@ fn a_host_bound_loop_cites_the_line_each_step_resumes_at() {
     assert!(gaps[..39].iter().all(|&g| g >= 79_000_000), "{gaps:?}");
 }
 
-/// The stack of `read_loss`'s syncs reads as the program ran: the sync, the C code of ctypes
-/// and libffi (no frame pointers: unwound with their .eh_frame), then the Python frames where
-/// the eval loop ran them, then the interpreter's start, to `_start`; `causeway stacks` and
-/// `get_stacks` answer the same.
-#[test]
-fn python_frames_sit_among_the_native_frames_that_ran_them() {
-    let Some((db, script)) = recording() else {
-        return;
-    };
-    let db = db.to_str().unwrap();
-    let args = [
+/// `causeway stacks --json` for the stream-sync stacks, with `more` arguments.
+fn sync_stacks(db: &str, more: &[&str]) -> Value {
+    let mut args = vec![
         "stacks",
         "--db",
         db,
         "--json",
         "--op",
         "cudaStreamSynchronize",
-        "--max-frames",
-        "64",
-        "--limit",
-        "1",
     ];
-    let v: Value = serde_json::from_str(&ok(&args)).unwrap();
-    let frames: Vec<(String, String)> = v["stacks"][0]["frames"]
+    args.extend_from_slice(more);
+    serde_json::from_str(&ok(&args)).unwrap()
+}
+
+/// The stream-sync stack with the most time, up to 64 frames, and its frames as (symbol, module).
+fn busiest_sync_stack(db: &str) -> (Value, Vec<(String, String)>) {
+    let v = sync_stacks(db, &["--max-frames", "64", "--limit", "1"]);
+    let frames = v["stacks"][0]["frames"]
         .as_array()
         .unwrap()
         .iter()
@@ -448,6 +444,20 @@ fn python_frames_sit_among_the_native_frames_that_ran_them() {
             )
         })
         .collect();
+    (v, frames)
+}
+
+/// The stack of `read_loss`'s syncs reads as the program ran: the sync, the C code of ctypes
+/// and libffi (no frame pointers: unwound with their .eh_frame), then the Python frames where
+/// the eval loop ran them, then the interpreter's start, to `_start`; `causeway stacks` and
+/// `get_stacks` answer the same.
+#[test]
+fn python_frames_sit_among_the_native_frames_that_ran_them() {
+    let Some((db, script)) = recording() else {
+        return;
+    };
+    let db = db.to_str().unwrap();
+    let (v, frames) = busiest_sync_stack(db);
     let at = |s: &str| {
         frames
             .iter()
@@ -481,7 +491,7 @@ fn python_frames_sit_among_the_native_frames_that_ran_them() {
         "{frames:#?}"
     );
     // Within the default 12 frames, the Python ones stay, in stack order.
-    let short: Value = serde_json::from_str(&ok(&args[..args.len() - 4])).unwrap();
+    let short = sync_stacks(db, &[]);
     let names: Vec<&str> = short["stacks"][0]["frames"]
         .as_array()
         .unwrap()
@@ -505,4 +515,43 @@ fn python_frames_sit_among_the_native_frames_that_ran_them() {
             "op": "cudaStreamSynchronize", "max_frames": 64, "limit": 1}}),
     );
     assert_eq!(r["result"]["structuredContent"], v, "{r}");
+}
+
+/// The same on real PyTorch, recorded on an H200 (investigations/recorded/sync-storm-stacks: the
+/// loop reads gradient norms with `.item()` on line 132 of scripts/gpu/cases.py, by design). A
+/// sync's stack reads as PyTorch runs `.item()`: the sync in libcudart, torch's C++ path
+/// (libtorch_cuda, libtorch_cpu, libtorch_python: built without frame pointers, unwound from
+/// their .eh_frame), the Python frames from line 132 out to `<module>`, then the interpreter's
+/// start down to `_start`.
+#[test]
+fn a_real_pytorch_item_sync_reads_from_torch_through_python_to_start() {
+    let db = scratch().join("sync-storm-stacks.duckdb");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../investigations/recorded/sync-storm-stacks.duckdb.gz");
+    let mut gz = flate2::read::GzDecoder::new(std::fs::File::open(src).unwrap());
+    std::io::copy(&mut gz, &mut std::fs::File::create(&db).unwrap()).unwrap();
+    let (v, frames) = busiest_sync_stack(db.to_str().unwrap());
+    let at = |s: &str, module: &str| {
+        frames
+            .iter()
+            .position(|f| f.0.starts_with(s) && f.1.ends_with(module))
+            .unwrap_or_else(|| panic!("no {s} in {module} in {frames:#?}"))
+    };
+    let order = [
+        at("cudaStreamSynchronize", "libcudart.so.13"),
+        at("at::native::_local_scalar_dense_cuda", "libtorch_cuda.so"),
+        at("at::native::item", "libtorch_cpu.so"),
+        at("torch::autograd::THPVariable_item", "libtorch_python.so"),
+        at("case_sync_storm.<locals>.log", "scripts/gpu/cases.py:132"),
+        at("<module>", "scripts/gpu/cases.py:225"),
+        at("PyEval_EvalCode", "python3.12"),
+        at("_start", "python3.12"),
+    ];
+    assert_eq!(order[0], 0, "{frames:#?}");
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "{order:?} {frames:#?}"
+    );
+    assert_eq!(order[7], frames.len() - 1, "{frames:#?}");
+    assert!(v["stacks"][0]["calls"].as_u64().unwrap() >= 3000, "{v}");
 }

@@ -111,8 +111,9 @@ impl Chain {
         self.root_cause = s(&self.root_cause, 600);
         // Room for the call-site sentence the engine appends (sites.rs).
         self.explanation = s(&self.explanation, 3000);
-        // Room for the engine's longest (the input wait's interval arithmetic).
-        self.evidence_sql = s(&self.evidence_sql, 3000);
+        // Room for the engine's longest (interval arithmetic of the input wait, the GPU idle
+        // estimate with sampled stretches as literals).
+        self.evidence_sql = s(&self.evidence_sql, 4000);
         self.node = s(&self.node, 120);
         self.origin = s(&self.origin, 200);
         self.recommendations = self

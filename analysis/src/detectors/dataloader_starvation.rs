@@ -199,11 +199,11 @@ fn remote_input(inp: &Input<'_>, s: &Starved<'_>, net: i64) -> Chain {
             "Check the link: bandwidth limits, retransmits (tcp_retransmit events) and the remote side's latency.".into(),
         ],
         // The workers' socket calls, each row with the trainer's input wait (the summary's
-        // figure is waiting_for_input_ns).
+        // figure is waiting_for_input_ns) and how many workers there are.
         evidence_sql: format!(
-            "WITH {} SELECT e.pid, e.comm, e.op, count(*) AS calls, sum(e.duration) AS total_ns, any_value(input_wait.waiting_for_input_ns) AS trainer_waiting_for_input_ns FROM events e CROSS JOIN input_wait WHERE e.node = {} AND e.source = 'NET' AND e.pid IN ({pids}) GROUP BY ALL ORDER BY total_ns DESC LIMIT 20",
+            "WITH {}, wk AS (SELECT count(DISTINCT pid) AS n FROM events WHERE node = {node} AND pid IN ({pids})) SELECT e.pid, e.comm, e.op, count(*) AS calls, sum(e.duration) AS total_ns, any_value(input_wait.waiting_for_input_ns) AS trainer_waiting_for_input_ns, any_value(wk.n) AS workers FROM events e CROSS JOIN input_wait CROSS JOIN wk WHERE e.node = {node} AND e.source = 'NET' AND e.pid IN ({pids}) GROUP BY ALL ORDER BY total_ns DESC LIMIT 20",
             input_wait_ctes(ctx, w),
-            lit(&w.node)
+            node = lit(&w.node)
         ),
     }
     .into_chain()

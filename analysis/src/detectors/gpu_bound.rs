@@ -75,17 +75,24 @@ FROM long WHERE median_ns > 0 ORDER BY duration DESC LIMIT 20"
 });
 
 /// The evidence, short enough to show whole: the thread's long waits (stored wait calls and
-/// sleeps of at least 100 ms) with the median of each wait call, and the largest launch.
+/// sleeps of at least 100 ms) with the median of each wait call (for a sleep, the largest
+/// median, as the detector reads it) and the launches queued since the previous wait, and the
+/// largest launch.
 fn evidence(node: &str, tid: u32, from: i64, until: i64, grid: Option<i64>) -> String {
     let copies = COPIES_SQL.as_str();
     let launches = LAUNCH_NAMES.map(lit).join(", ");
     let node = lit(node);
     let scope = format!("node = {node} AND tid = {tid} AND timestamp BETWEEN {from} AND {until}");
+    let waits =
+        |a: &str| format!("({a}op IN ({SYNCS_SQL}) OR ({a}op IN ({copies}) AND {a}arg1 = 2))");
     format!(
-        "WITH c AS (SELECT op, median(duration) AS median_ns FROM events WHERE {scope} AND (op IN ({SYNCS_SQL}) OR (op IN ({copies}) AND arg1 = 2)) GROUP BY op) \
-SELECT e.timestamp, e.op, e.duration, e.arg1, c.median_ns FROM events e LEFT JOIN c ON c.op = e.op WHERE e.{scope} \
-AND ((e.duration >= {STALL_MIN_NS} AND (c.op IS NOT NULL OR (e.op = 'sched_switch' AND e.arg1 = 1))) OR (e.op IN ({launches}) AND e.arg1 = {})) ORDER BY e.timestamp LIMIT 50",
-        grid.unwrap_or(-1)
+        "WITH c AS (SELECT op, median(duration) AS median_ns FROM events WHERE {scope} AND {} GROUP BY op), \
+w AS (SELECT e.timestamp, e.op, e.duration, e.arg1, CASE WHEN e.op NOT IN ({launches}) THEN coalesce(c.median_ns, (SELECT max(median_ns) FROM c)) END AS median_ns FROM events e LEFT JOIN c ON c.op = e.op WHERE e.{scope} \
+AND ((e.duration >= {STALL_MIN_NS} AND (c.op IS NOT NULL OR (e.op = 'sched_switch' AND e.arg1 = 1))) OR (e.op IN ({launches}) AND e.arg1 = {}))) \
+SELECT w.*, CASE WHEN w.op NOT IN ({launches}) THEN (SELECT count(*) FROM events l WHERE l.{scope} AND l.op IN ({launches}) AND l.timestamp BETWEEN coalesce((SELECT max(x.timestamp + x.duration) FROM events x WHERE x.{scope} AND {} AND x.timestamp + x.duration <= w.timestamp), {from}) AND w.timestamp) END AS launches_before FROM w ORDER BY w.timestamp LIMIT 50",
+        waits(""),
+        grid.unwrap_or(-1),
+        waits("x."),
     )
 }
 

@@ -6,7 +6,8 @@
 //!
 //! Trigger (from the thread's time budget, over its span after start-up): the thread was on the
 //! CPU outside GPU calls, or preempted there, for >= 40% of it (start-up and stretches of a
-//! second or more without a GPU call, [`super::feeding_stall`]'s, left out), it spent under
+//! second or more without a GPU call, [`super::feeding_stall`]'s, left out; the time on the CPU
+//! is measured by the evidence query, [`host_ctes`], for threads the budget leaves in), it spent under
 //! half of that time in syncs and device-to-host copies (else the GPU is the bottleneck:
 //! `gpu_bound`), it made at least [`MIN_CALLS`] GPU calls, its process's GPU sat idle (the
 //! budget's host-side estimate, less its idle stretches of a second or more) for >= 25% of the
@@ -90,13 +91,33 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         };
         let left_out = left_out(&long, first.unwrap_or(0), startup);
         let (left_cpu, left_preempted) = on_cpu_in(&left_out, ctx.switches.of(&b.node, tid));
-        let host = (b.outside.on_cpu_ns - left_cpu).max(0);
         // The whole sync or copy, not its blocked part: a real GPU's sync spins on the CPU.
         let waiting = b.waiting_ns();
         let idle = (b.gpu_idle_estimate_ns - b.gpu_idle_long_ns).max(0);
         // Preempted outside calls, the thread wanted the CPU for its host work too: that part
         // is contention's to claim (cpu_contention), the rest is this finding's.
         let preempted = (b.outside.preempted_ns - left_preempted).max(0);
+        // The budget's time on the CPU outside calls, all of the long stretches' taken off: at
+        // least the host work after start-up. Only a thread that passes on it is measured.
+        let most = (b.outside.on_cpu_ns - on_cpu_in(&long, ctx.switches.of(&b.node, tid)).0).max(0);
+        if !passes(most + preempted, waiting, idle, most.min(idle), span) {
+            continue;
+        }
+        let (lo, hi) = (
+            steady
+                .map_or(first.unwrap_or(0), |f| f.max(first.unwrap_or(0)))
+                .max(ctx.window.from_ns),
+            ctx.threads
+                .iter()
+                .find(|t| t.node == b.node && t.tid == tid)
+                .map_or(ctx.window.until_ns, |t| t.last_ns.min(ctx.window.until_ns)),
+        );
+        let ctes = host_ctes(ctx, &b.node, b.pid, tid, lo, hi);
+        let host = match measured_host(ctx, &ctes)? {
+            Some(h) => h,
+            // Not measured (a reader under limits): the budget's, start-up's calls taken off too.
+            None => (b.outside.on_cpu_ns - left_cpu).max(0),
+        };
         let wanted = host + preempted;
         let lost = host.min(idle);
         tracing::debug!(
@@ -111,11 +132,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             left_cpu,
             "host_bound"
         );
-        if (wanted as f64) < MIN_HOST_SHARE * span as f64
-            || waiting * 2 >= wanted
-            || (idle as f64) < MIN_IDLE_SHARE * span as f64
-            || (lost as f64) < MIN_LOST_SHARE * span as f64
-        {
+        if !passes(wanted, waiting, idle, lost, span) {
             continue;
         }
         // The loop's gaps, longest first: where its host work sits.
@@ -201,8 +218,10 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     "Move data loading and preparation off the launching thread (DataLoader with num_workers > 0 and pin_memory=True, prefetching), and keep per-step logging and .item() calls out of the hot loop.".into(),
                     "Cut per-step host cost: larger batches, torch.compile or CUDA graphs (fewer, bigger launches), vectorised preprocessing.".into(),
                 ],
+                // The thread's longest gaps between GPU calls, each row with the host work
+                // and the GPU idle estimate the summary gives (host_ns, loop_gpu_idle_ns).
                 evidence_sql: format!(
-                    "SELECT gap_from, gap_ns FROM (SELECT timestamp + duration AS gap_from, lead(timestamp) OVER (ORDER BY timestamp) - timestamp - duration AS gap_ns FROM events WHERE node = {} AND tid = {tid} AND source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL')) WHERE gap_ns >= 1000000 ORDER BY gap_ns DESC LIMIT 50",
+                    "WITH {ctes} SELECT gap_from, gap_ns, hb.host_ns, gpu_idle.idle_ns - gpu_idle.idle_long_ns AS loop_gpu_idle_ns, gpu_idle.idle_ns AS gpu_idle_ns FROM (SELECT timestamp + duration AS gap_from, lead(timestamp) OVER (ORDER BY timestamp) - timestamp - duration AS gap_ns FROM events WHERE node = {} AND tid = {tid} AND source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL')) CROSS JOIN hb CROSS JOIN gpu_idle WHERE gap_ns >= 1000000 ORDER BY gap_ns DESC LIMIT 50",
                     lit(&b.node)
                 ),
             }
@@ -213,6 +232,68 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     out.sort_by(|a, b| (&a.1.node, a.0, b.1.time_lost_ns).cmp(&(&b.1.node, b.0, a.1.time_lost_ns)));
     out.dedup_by(|b, a| a.1.node == b.1.node && a.0 == b.0);
     Ok(out.into_iter().map(|(_, c)| c).collect())
+}
+
+/// Whether a thread's figures make it host-bound (see the module's trigger).
+fn passes(wanted: i64, waiting: i64, idle: i64, lost: i64, span: i64) -> bool {
+    (wanted as f64) >= MIN_HOST_SHARE * span as f64
+        && waiting * 2 < wanted
+        && (idle as f64) >= MIN_IDLE_SHARE * span as f64
+        && (lost as f64) >= MIN_LOST_SHARE * span as f64
+}
+
+/// The CTEs that measure the summary's figures from the trace: `hb` (one row, `host_ns`: the
+/// thread's time in `[lo, hi]`, its span after start-up, that is in none of its GPU calls, its
+/// off-CPU intervals and its stretches of a second or more between GPU calls outside sampled
+/// stretches: on the CPU between calls) and [`super::gpu_idle_ctes`]'s `gpu_idle`.
+fn host_ctes(
+    ctx: &crate::facts::Ctx<'_>,
+    node: &str,
+    pid: u32,
+    tid: u32,
+    lo: i64,
+    hi: i64,
+) -> String {
+    let n = lit(node);
+    let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
+    let long = super::feeding_stall::MIN_STALL_NS;
+    let unsampled: String = (ctx.sampled.get(node).into_iter().flatten())
+        .map(|(x, y)| format!(" AND NOT (a<{y} AND b>{x})"))
+        .collect();
+    format!(
+        "hc AS (SELECT timestamp a, timestamp+duration b FROM events WHERE node={n} AND tid={tid} AND source IN ('CUDA','DRIVER','GRAPH','NCCL') AND timestamp BETWEEN {from} AND {until}), \
+         hl AS (SELECT * FROM (SELECT max(b) OVER (ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) a, a b FROM hc) WHERE b-a>={long}{unsampled}), \
+         ho AS (SELECT timestamp a, timestamp+duration b FROM events WHERE node={n} AND tid={tid} AND op='sched_switch' AND timestamp<{hi} AND timestamp+duration>{lo}), \
+         hv AS (SELECT greatest(a, {lo}) a, least(b, {hi}) b FROM (SELECT * FROM hc UNION ALL SELECT * FROM hl UNION ALL SELECT * FROM ho) WHERE b>{lo} AND a<{hi} AND b>a), \
+         hp AS (SELECT a t, 1 d FROM hv UNION ALL SELECT b, -1 FROM hv UNION ALL SELECT {lo}, 0 UNION ALL SELECT {hi}, 0), \
+         hr AS (SELECT t, sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) k, lead(t) OVER (ORDER BY t, d) t2 FROM hp), \
+         hb AS (SELECT coalesce(sum(t2-t) FILTER (WHERE k=0 AND t2>t), 0)::BIGINT host_ns FROM hr), {}",
+        super::gpu_idle_ctes(ctx, node, pid)
+    )
+}
+
+/// `host_ns` of [`host_ctes`], through the guard as an agent would run the evidence; None when
+/// the query does not run (a reader under a memory or time limit).
+fn measured_host(ctx: &crate::facts::Ctx<'_>, ctes: &str) -> Result<Option<i64>, StoreError> {
+    let sql = format!("WITH {ctes} SELECT host_ns FROM hb");
+    let g = match causeway_sqlguard::guard(&sql, ctx.r.policy(), Some(1)) {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::warn!(error = %e.reason, "host_bound: the host-work query was refused");
+            return Ok(None);
+        }
+    };
+    match ctx.r.query(&g, &causeway_store::QueryLimits::default()) {
+        Ok(res) => Ok(res
+            .rows
+            .first()
+            .and_then(|r| r.first())
+            .and_then(serde_json::Value::as_i64)),
+        Err(e) => {
+            tracing::warn!(error = %e, "host_bound: the host work could not be measured");
+            Ok(None)
+        }
+    }
 }
 
 /// The union of start-up (`startup` ns from `first`) and the long gaps, sorted and disjoint.
@@ -243,4 +324,82 @@ fn on_cpu_in(spans: &[Span<()>], off: &[Span<Off>]) -> (i64, i64) {
         }
     });
     (on.max(0), preempted)
+}
+
+#[cfg(test)]
+mod tests {
+    use causeway_store::{QueryLimits, Reader, Writer, WriterOptions};
+
+    use crate::chains::ChainQuery;
+    use crate::detectors::testutil::ev;
+
+    const T0: i64 = 1_700_000_000_000_000_000;
+    const MS: i64 = 1_000_000;
+
+    /// A loop of 200 steps: 20 ms of host work (every fourth step preempted for 5 ms of it),
+    /// 10 launches back to back, a 2 ms sync. Before it, a 400 ms allocation (start-up). By
+    /// design the host work between calls after the first launch is 199 x 20 ms less 50 x 5 ms
+    /// preempted, 3.73 s (3.75 s had the first step's host work been the loop's), and the GPU
+    /// sits idle from each sync to the next launch: 199 x 20 ms, 3.98 s. The allocation is not
+    /// host work (the engine once took start-up's calls off the host work too: 3.33 s).
+    #[test]
+    fn host_work_is_the_loops_time_on_the_cpu_between_calls() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t.duckdb");
+        let mut w = Writer::create(&p, WriterOptions::default()).expect("writer");
+        let mut t = T0;
+        w.append(&ev(t, 400 * MS, "cudaMalloc", 1 << 30, 0))
+            .unwrap();
+        t += 400 * MS;
+        for step in 0..200 {
+            if step % 4 == 1 {
+                w.append(&ev(t + 5 * MS, 5 * MS, "sched_switch", 99, 0))
+                    .unwrap();
+            }
+            t += 20 * MS;
+            for _ in 0..10 {
+                w.append(&ev(t, 10_000, "cudaLaunchKernel", 64, 0)).unwrap();
+                t += 10_000;
+            }
+            w.append(&ev(t, 2 * MS, "cudaStreamSynchronize", 0, 0))
+                .unwrap();
+            t += 2 * MS;
+        }
+        w.finish().expect("finish");
+        let r = Reader::open(&p).expect("reader");
+        let e = crate::engine::explain(&r, &ChainQuery::default()).expect("explain");
+        let c = e
+            .chains
+            .iter()
+            .find(|c| c.detector == "host_bound")
+            .unwrap_or_else(|| panic!("{:#?}", e.chains));
+        let g = causeway_sqlguard::guard(&c.evidence_sql, r.policy(), None).unwrap();
+        let res = r.query(&g, &QueryLimits::default()).unwrap();
+        let col = |name: &str| {
+            let i = res.columns.iter().position(|x| x.name == name).unwrap();
+            res.rows[0][i].as_i64().unwrap()
+        };
+        let (host, idle) = (col("host_ns"), col("loop_gpu_idle_ns"));
+        // Within 1 ms of 3.73 s, or of 3.75 s where the loop starts with the first step.
+        assert!(
+            (3_729 * MS..=3_751 * MS).contains(&host),
+            "host {host} ns: {}",
+            c.summary
+        );
+        assert!((3_979 * MS..=3_981 * MS).contains(&idle), "idle {idle} ns");
+        assert!(
+            c.summary.contains(&crate::fmt::dur(host))
+                && c.summary.contains(&crate::fmt::dur(idle)),
+            "{} ({host}, {idle})",
+            c.summary
+        );
+        assert_eq!(c.time_lost_ns, host.min(idle));
+        // The budget's estimate is the query's.
+        let b = e
+            .budgets
+            .iter()
+            .find(|b| b.tid == Some(10))
+            .expect("the thread's budget");
+        assert_eq!(b.gpu_idle_estimate_ns, col("gpu_idle_ns"));
+    }
 }

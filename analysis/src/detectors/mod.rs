@@ -175,6 +175,43 @@ pub fn scaled_calls_sql(node: &str, pid: u32, tid: u32, which: &str) -> String {
     )
 }
 
+/// CTEs that compute a process's GPU idle estimate as the time budget does
+/// ([`crate::budget`]): from each call that drained the GPU (a sync, a synchronous copy, a
+/// free) to the next call of the process that gave it work (a launch, an asynchronous copy or
+/// memset, a collective), counted from its first launch in the window, once per next work (from
+/// the first drain before it). `gpu_idle` is one row: `idle_ns` (the estimate) and
+/// `idle_long_ns` (of it, stretches of a second or more). Where GPU probes were sampled (the
+/// node's stretches, as literals), a drain whose next work falls in one is not measured, and
+/// the short stretches measured stand for it.
+pub fn gpu_idle_ctes(ctx: &Ctx<'_>, node: &str, pid: u32) -> String {
+    let drains = causeway_store::catalog::OPS
+        .iter()
+        .filter(|o| crate::budget::pass::is_drain(o))
+        .map(|o| lit(o.name))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let launches = crate::opsets::LAUNCH_NAMES.map(lit).join(", ");
+    let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
+    let sampled: Vec<String> = (ctx.sampled.get(node).into_iter().flatten())
+        .map(|(a, b)| format!("({a}<ws AND {b}>e)"))
+        .collect();
+    let unmeasured = if sampled.is_empty() {
+        "false".to_string()
+    } else {
+        sampled.join(" OR ")
+    };
+    let long = crate::budget::LONG_IDLE_NS;
+    format!(
+        "gi AS (SELECT timestamp t, timestamp+duration e, op IN ({drains}) drain, op IN ({launches}) OR op LIKE '%Async' OR source='NCCL' work, op IN ({launches}) launch FROM events WHERE node={} AND pid={pid} AND source IN ('CUDA','DRIVER','GRAPH','NCCL') AND timestamp BETWEEN {from} AND {until}), \
+         gs AS (SELECT k, drain, min(CASE WHEN work THEN k END) OVER (ORDER BY k, work ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) ws FROM (SELECT e k, true drain, false work FROM gi WHERE drain UNION ALL SELECT t, false, true FROM gi WHERE work)), \
+         gd AS (SELECT ws, min(k) e FROM gs WHERE drain AND ws>k AND k>=(SELECT min(t) FROM gi WHERE launch) GROUP BY ws), \
+         gn AS (SELECT least(ws, {until})-e ns, {unmeasured} u FROM gd), \
+         gc AS (SELECT coalesce(sum(ns) FILTER (WHERE NOT u AND ns>={long}), 0) l, coalesce(sum(ns) FILTER (WHERE NOT u AND ns<{long}), 0) s, count(*) FILTER (WHERE NOT u AND ns<{long}) m, count(*) FILTER (WHERE u) x FROM gn), \
+         gpu_idle AS (SELECT (l+CASE WHEN m>0 THEN s*(m+x)//m ELSE 0 END)::BIGINT idle_ns, l::BIGINT idle_long_ns FROM gc)",
+        lit(node)
+    )
+}
+
 /// The thread budgets (not the process totals) of GPU-calling threads.
 pub fn thread_budgets<'a>(
     inp: &'a Input<'_>,

@@ -217,7 +217,13 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     "Keep metrics on the GPU and read them every N steps; replace data-dependent Python branches with tensor ops (torch.where).".into(),
                     "Where a host value is needed, copy asynchronously (non_blocking=True into pinned memory) and wait on a CUDA event later.".into(),
                 ],
-                evidence_sql: waits_sql(&b.node, b.pid, tid, true),
+                // Each class's calls and time, and the process's GPU idle estimate scaled as
+                // the waits' time is (the summary's figure is gpu_idle_scaled_ns).
+                evidence_sql: format!(
+                    "WITH {} SELECT q.*, gpu_idle.idle_ns AS gpu_idle_ns, round(gpu_idle.idle_ns * greatest(sum(q.scaled_ns) OVER () / sum(q.stored_ns) OVER (), 1))::BIGINT AS gpu_idle_scaled_ns FROM ({}) q CROSS JOIN gpu_idle ORDER BY q.scaled_ns DESC",
+                    super::gpu_idle_ctes(ctx, &b.node, b.pid),
+                    waits_sql(&b.node, b.pid, tid, true)
+                ),
             }
             .into_chain()
             .at(crate::sites::Scope::thread(&b.node, b.pid, tid, &[CallClass::Sync, CallClass::CopyD2h], "host waits")),

@@ -288,6 +288,35 @@ fn cpu_waits(
     Ok(out)
 }
 
+/// The peer-relative finding's evidence, the detector's steps redone in SQL: per rank, its
+/// collectives paired with the sync after each (the k-th of every rank is step k), each step's
+/// wait for the peers (both calls, less the thread's waits for a CPU in them), and per step the
+/// late rank (a low outlier of the waits by the MAD, else the lowest by a quarter of the
+/// median). Per rank from step `k0` on: steps, late steps, the median and sum of how much later
+/// than the median rank it arrived in them, its median wait for a CPU, and its thread's
+/// off-CPU and preempted time per step since `since`: the summary's figures, the straggler's row.
+fn by_peers_evidence(from: i64, until: i64, k0: usize, since: i64) -> String {
+    format!(
+        "WITH c AS (SELECT node, pid, tid, timestamp t, duration cd FROM events WHERE op IN ({COLLECTIVES_SQL}) AND timestamp BETWEEN {from} AND {until}), \
+s AS (SELECT node, tid, timestamp st, duration sd FROM events WHERE op IN ({SYNCS_SQL}) AND timestamp BETWEEN {from} AND {until}), \
+cs AS (SELECT c.*, (SELECT min(st) FROM s WHERE s.node = c.node AND s.tid = c.tid AND s.st >= c.t) st FROM c), \
+w0 AS (SELECT cs.*, (SELECT max(sd) FROM s WHERE s.node = cs.node AND s.tid = cs.tid AND s.st = cs.st) sd FROM cs WHERE st IS NOT NULL), \
+n AS (SELECT node, pid, count(*) n FROM w0 GROUP BY ALL), \
+x AS (SELECT node, tid, timestamp a, timestamp + duration b FROM events WHERE ((op = 'sched_wakeup' AND duration > 0) OR (op = 'sched_switch' AND arg1 = 0)) AND timestamp BETWEEN {from} - {MARGIN_NS} AND {until}), \
+w AS (SELECT w0.*, row_number() OVER (PARTITION BY w0.node, w0.pid ORDER BY w0.t) - 1 k, coalesce((SELECT sum(least(x.b, w0.t + w0.cd) - greatest(x.a, w0.t)) FROM x WHERE x.node = w0.node AND x.tid = w0.tid AND x.a < w0.t + w0.cd AND x.b > w0.t), 0) + coalesce((SELECT sum(least(x.b, w0.st + w0.sd) - greatest(x.a, w0.st)) FROM x WHERE x.node = w0.node AND x.tid = w0.tid AND x.a < w0.st + w0.sd AND x.b > w0.st), 0) cpu FROM w0 JOIN n USING (node, pid) WHERE n.n * 2 >= (SELECT max(n) FROM n)), \
+v AS (SELECT *, greatest(cd + sd - cpu, 0) wait FROM w WHERE k < (SELECT min(n) FROM n WHERE n * 2 >= (SELECT max(n) FROM n))), \
+v1 AS (SELECT *, median(wait) OVER (PARTITION BY k) mf, list_sort(list(wait) OVER (PARTITION BY k)) ws FROM v), \
+v2 AS (SELECT *, ws[len(ws) // 2 + 1] med, median(abs(wait - mf)) OVER (PARTITION BY k) mad FROM v1), \
+v3 AS (SELECT *, mf - wait > 0 AND mf - wait >= 0.25 * abs(mf) AND (mad = 0 OR 0.6745 * (mf - wait) / mad >= 3.5) o FROM v2), \
+v4 AS (SELECT *, CASE WHEN bool_or(o) OVER (PARTITION BY k) THEN o AND mf - wait = max(mf - wait) FILTER (WHERE o) OVER (PARTITION BY k) ELSE med > 0 AND (ws[2] - ws[1]) * 4 >= med AND wait = ws[1] END late FROM v3), \
+r AS (SELECT node, pid, any_value(tid) tid, count(*) steps_after, count(*) FILTER (WHERE late) late_steps, list_sort(list(med - wait) FILTER (WHERE late)) ls, sum(med - wait) FILTER (WHERE late) lost_ns, list_sort(list(cpu)) cl FROM v4 WHERE k >= {k0} GROUP BY ALL) \
+SELECT r.node, r.pid, p.rank, r.tid, steps_after, late_steps, ls[len(ls) // 2 + 1] typical_lateness_ns, lost_ns, cl[len(cl) // 2 + 1] median_cpu_wait_ns, \
+(SELECT coalesce(sum(duration), 0) FROM events e WHERE e.node = r.node AND e.tid = r.tid AND e.op = 'sched_switch' AND e.timestamp BETWEEN {since} AND {until}) // steps_after off_cpu_per_step_ns, \
+(SELECT coalesce(sum(duration), 0) FROM events e WHERE e.node = r.node AND e.tid = r.tid AND e.op = 'sched_switch' AND e.arg1 = 0 AND e.timestamp BETWEEN {since} AND {until}) // steps_after preempted_per_step_ns \
+FROM r LEFT JOIN processes p ON p.node = r.node AND p.pid = r.pid ORDER BY late_steps DESC, r.node, r.pid"
+    )
+}
+
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
     let ctx = inp.ctx;
@@ -491,12 +520,15 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
                 format!("Inspect {label} from +{since_s:.0}s: causeway explain --db TRACE --node {node} --pid {} --from +{since_s:.0}s (CPU contention, throttling, thermals).", m.pid),
                 format!("Drain {label} (or move its rank to a spare) until it keeps pace; the job loses {} per step meanwhile.", d(typical)),
             ],
-            // Per rank since the onset: time in the collectives, the part of it spent waiting
-            // for a CPU, and the rest (waiting for the peers): the straggler's is the lowest.
-            evidence_sql: format!(
-                "WITH c AS (SELECT node, pid, tid, rank, timestamp AS t, duration AS d FROM events WHERE op IN ({COLLECTIVES_SQL}) AND timestamp >= {since}), w AS (SELECT c.*, coalesce((SELECT sum(least(x.timestamp + x.duration, c.t + c.d) - greatest(x.timestamp, c.t)) FROM events x WHERE x.node = c.node AND x.tid = c.tid AND (x.op = 'sched_wakeup' OR (x.op = 'sched_switch' AND x.arg1 = 0)) AND x.timestamp < c.t + c.d AND x.timestamp + x.duration > c.t), 0) AS cpu_wait FROM c) SELECT node, pid, any_value(rank) AS rank, count(*) AS collectives, median(d) AS median_in_call_ns, median(cpu_wait) AS median_cpu_wait_ns, median(d - cpu_wait) AS median_wait_for_peers_ns FROM w GROUP BY node, pid ORDER BY median_wait_for_peers_ns",
-                since = l.since
-            ),
+            evidence_sql: match l.baseline {
+                None => by_peers_evidence(from, until, k0, l.since),
+                // Per rank since the onset: time in the collectives, the part of it spent
+                // waiting for a CPU, and the rest (waiting for the peers).
+                Some(_) => format!(
+                    "WITH c AS (SELECT node, pid, tid, rank, timestamp AS t, duration AS d FROM events WHERE op IN ({COLLECTIVES_SQL}) AND timestamp >= {since}), w AS (SELECT c.*, coalesce((SELECT sum(least(x.timestamp + x.duration, c.t + c.d) - greatest(x.timestamp, c.t)) FROM events x WHERE x.node = c.node AND x.tid = c.tid AND (x.op = 'sched_wakeup' OR (x.op = 'sched_switch' AND x.arg1 = 0)) AND x.timestamp < c.t + c.d AND x.timestamp + x.duration > c.t), 0) AS cpu_wait FROM c) SELECT node, pid, any_value(rank) AS rank, count(*) AS collectives, median(d) AS median_in_call_ns, median(cpu_wait) AS median_cpu_wait_ns, median(d - cpu_wait) AS median_wait_for_peers_ns FROM w GROUP BY node, pid ORDER BY median_wait_for_peers_ns",
+                    since = l.since
+                ),
+            },
         }
         .into_chain(),
     ))

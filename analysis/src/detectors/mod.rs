@@ -290,6 +290,9 @@ pub fn loss_in_rows(
             summary.contains("waiting for input")
         }
         "cold_start" => summary.starts_with("the first launch of each"),
+        "host_bound" => true,
+        "sync_storm" => summary.contains("host waits/s"),
+        "straggler" => summary.contains("reaches each collective"),
         _ => false,
     };
     if !computed {

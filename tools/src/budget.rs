@@ -20,18 +20,27 @@ pub fn tokens(s: &str) -> usize {
     s.len().div_ceil(CHARS_PER_TOKEN)
 }
 
-/// Cuts a text rendering at a line boundary under [`TEXT_CHARS`], with a note saying so.
+/// Cuts a text rendering at a line boundary under [`TEXT_CHARS`], with a note saying so. The
+/// closing [`crate::DATA_NOTE`] of an agent's text stays: the cut never drops it.
 pub fn cap_text(mut s: String) -> String {
     if s.len() <= TEXT_CHARS {
         return s;
     }
-    let mut cut = TEXT_CHARS - 120;
+    let keep = s
+        .trim_end()
+        .ends_with(crate::DATA_NOTE)
+        .then_some(crate::DATA_NOTE);
+    let mut cut = TEXT_CHARS - 120 - keep.map_or(0, |n| n.len() + 1);
     while !s.is_char_boundary(cut) {
         cut -= 1;
     }
     let cut = s[..cut].rfind('\n').map_or(cut, |i| i + 1);
     s.truncate(cut);
     s.push_str("[text cut to fit the response budget; the structured result has every field]\n");
+    if let Some(n) = keep {
+        s.push_str(n);
+        s.push('\n');
+    }
     s
 }
 
@@ -47,5 +56,17 @@ mod tests {
         assert!(out.ends_with("response budget; the structured result has every field]\n"));
         assert_eq!(cap_text("short\n".into()), "short\n");
         assert_eq!(tokens("abcdefgh"), 2);
+    }
+
+    #[test]
+    fn the_data_note_survives_the_cut() {
+        let long = format!("{}{}\n", "line of text\n".repeat(2_000), crate::DATA_NOTE);
+        let out = cap_text(long);
+        assert!(out.len() <= TEXT_CHARS, "{}", out.len());
+        assert!(
+            out.ends_with(&format!("every field]\n{}\n", crate::DATA_NOTE)),
+            "{}",
+            &out[out.len() - 300..]
+        );
     }
 }

@@ -127,9 +127,14 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     "Load modules at start with CUDA_MODULE_LOADING=EAGER, or capture CUDA graphs during start-up.".into(),
                     "Exclude the warm-up window when judging steady-state latency percentiles (explain --from +2s).".into(),
                 ],
+                // The thread's slow calls in the warm-up (as the engine selects them), each with
+                // its op's p50, and the summary's figures: slow_calls, warm_window_ns (the
+                // thread's span / 20, at least a second) and cost_ns (their time less their
+                // ops' medians and the time preempted in them).
                 evidence_sql: format!(
-                    "SELECT timestamp, op, duration, tid FROM events WHERE node = {} AND pid = {} AND source IN ('CUDA', 'DRIVER') AND duration >= 1000000 ORDER BY timestamp LIMIT 50",
-                    lit(&a.node), a.pid
+                    "WITH {}, w AS (SELECT * FROM sc WHERE tid = {tid} AND warmup), p AS (SELECT coalesce(sum(least(sw.b, w.b) - greatest(sw.a, w.a)), 0) ns FROM w JOIN sw ON sw.a < w.b AND sw.b > w.a AND sw.st = 0), th AS (SELECT least(greatest((l - f) // 20, 1000000000), l - f) ns FROM (SELECT min(timestamp) f, max(CASE WHEN op = 'process_exit' THEN timestamp ELSE timestamp + duration END) l FROM pe WHERE tid = {tid})), t AS (SELECT count(*) slow_calls, sum(b - a) slow_ns, sum(b - a) - sum(p50) - (SELECT ns FROM p) cost_ns, (SELECT ns FROM th) warm_window_ns FROM w) SELECT w.a AS timestamp, w.op, w.b - w.a AS duration, w.p50, (SELECT slow_calls FROM t) AS slow_calls, (SELECT cost_ns FROM t) AS cost_ns, (SELECT warm_window_ns FROM t) AS warm_window_ns FROM w ORDER BY w.a LIMIT 50",
+                    super::slow_calls_ctes(ctx, &a.node, a.pid, a.tid),
+                    tid = a.tid
                 ),
             }
             .into_chain()

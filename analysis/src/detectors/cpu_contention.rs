@@ -114,12 +114,14 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     step("GPU", "idle", "the GPU waits for work that was not launched yet".into(), lost),
                 ],
                 recommendations: recs,
-                // The thread's slow calls and its switches are selected first and then joined
-                // on time alone: DuckDB joins those with an inequality join, where joining the
-                // events table to itself on node and tid took over 300 s on 10M events.
+                // The thread's slow calls (as the engine selects them) and its switches are
+                // selected first and then joined on time alone: DuckDB joins those with an
+                // inequality join, where joining the events table to itself on node and tid
+                // took over 300 s on 10M events. Each row is a switch inside a slow call, with
+                // the summary's figures: slow_calls, with_off_cpu, preempted_or_unknown_ns.
                 evidence_sql: format!(
-                    "WITH c AS (SELECT timestamp, duration, op FROM events WHERE node = {node} AND tid = {tid} AND source IN ('CUDA', 'DRIVER') AND duration >= 1000000), s AS (SELECT timestamp, duration, arg0, arg1 FROM events WHERE node = {node} AND tid = {tid} AND op = 'sched_switch') SELECT s.timestamp, s.duration AS off_cpu_ns, s.arg0 AS ran_instead_pid, s.arg1 AS state, c.op, c.duration AS call_ns FROM c JOIN s ON s.timestamp < c.timestamp + c.duration AND s.timestamp + s.duration > c.timestamp ORDER BY s.duration DESC LIMIT 50",
-                    node = lit(&a.node),
+                    "WITH {}, j AS (SELECT sc.id, sc.op, sc.b - sc.a call_ns, sw.a, sw.b - sw.a off_cpu_ns, sw.ran, sw.st, least(sw.b, sc.b) - greatest(sw.a, sc.a) inside_ns FROM sc JOIN sw ON sw.a < sc.b AND sw.b > sc.a WHERE sc.tid = {tid} AND NOT sc.warmup), t AS (SELECT (SELECT count(*) FROM sc WHERE tid = {tid} AND NOT warmup) slow_calls, count(DISTINCT id) with_off_cpu, coalesce(sum(inside_ns) FILTER (WHERE st <> 1), 0) preempted_or_unknown_ns FROM j) SELECT j.a AS switched_out, j.off_cpu_ns, j.inside_ns, j.ran AS ran_instead, j.st AS state, j.op, j.call_ns, (SELECT slow_calls FROM t) AS slow_calls, (SELECT with_off_cpu FROM t) AS with_off_cpu, (SELECT preempted_or_unknown_ns FROM t) AS preempted_or_unknown_ns FROM j ORDER BY j.inside_ns DESC LIMIT 50",
+                    super::slow_calls_ctes(ctx, &a.node, a.pid, a.tid),
                     tid = a.tid
                 ),
             }
@@ -279,11 +281,14 @@ mod tests {
         assert_eq!(b.preemptors[0].name, "gzip");
     }
 
-    /// The evidence of preemption inside slow calls lists the longest switches of the thread
-    /// that overlap its calls of 1 ms or more, as a pass over the events finds them.
+    /// The evidence of preemption inside slow calls lists the switches of the thread inside its
+    /// slow calls (1 ms or more and 10x their op's median, after the process's first second),
+    /// the longest overlap first, with the summary's counts and time, as a pass over the events
+    /// finds them.
     #[test]
     fn the_evidence_rows_are_the_switches_inside_the_slow_calls() {
         use causeway_store::QueryLimits;
+        use std::collections::HashMap;
 
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.duckdb");
@@ -297,34 +302,71 @@ mod tests {
             .unwrap_or_else(|| panic!("{:#?}", e.chains));
         assert!(c.evidence_sql.contains("tid = 4242"), "{}", c.evidence_sql);
         let g = causeway_sqlguard::guard(&c.evidence_sql, r.policy(), None).unwrap();
-        let got: Vec<i64> = (r.query(&g, &QueryLimits::default()).unwrap().rows.iter())
-            .map(|row| row[1].as_i64().unwrap())
+        let res = r.query(&g, &QueryLimits::default()).unwrap();
+        let col = |name: &str| res.columns.iter().position(|x| x.name == name).unwrap();
+        let got: Vec<i64> = (res.rows.iter())
+            .map(|row| row[col("inside_ns")].as_i64().unwrap())
             .collect();
         // The same from the thread's events, read whole and paired here.
         let mut st = r
             .prepare_trusted(
-                "SELECT timestamp, duration, op = 'sched_switch' FROM events
-                 WHERE tid = 4242 AND (op = 'sched_switch' OR source IN ('CUDA', 'DRIVER'))",
+                "SELECT timestamp, duration, op, arg1 FROM events
+                 WHERE tid = 4242 AND (op = 'sched_switch' OR source IN ('CUDA', 'DRIVER'))
+                 ORDER BY timestamp",
             )
             .unwrap();
-        let evs: Vec<(i64, i64, bool)> = st
-            .query_map([], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?)))
+        let evs: Vec<(i64, i64, String, i64)> = st
+            .query_map([], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?, x.get(3)?)))
             .unwrap()
             .map(Result::unwrap)
             .collect();
-        let (switches, calls): (Vec<_>, Vec<_>) = evs.into_iter().partition(|e| e.2);
-        let mut want: Vec<i64> = Vec::new();
-        for &(ct, cd, _) in calls.iter().filter(|c| c.1 >= 1_000_000) {
-            for &(st, sd, _) in &switches {
+        let (switches, calls): (Vec<_>, Vec<_>) =
+            evs.into_iter().partition(|e| e.2 == "sched_switch");
+        let calls: Vec<_> = calls
+            .into_iter()
+            .filter(|c| !crate::facts::SYNC_OPS.contains(&c.2.as_str()))
+            .collect();
+        let mut by_op: HashMap<&str, Vec<i64>> = HashMap::new();
+        for c in &calls {
+            by_op.entry(c.2.as_str()).or_default().push(c.1);
+        }
+        let p50: HashMap<&str, i64> = by_op
+            .into_iter()
+            .map(|(op, mut v)| {
+                v.sort_unstable();
+                (op, v[(v.len() - 1) / 2])
+            })
+            .collect();
+        let (first, last) = (calls[0].0, calls[calls.len() - 1].0);
+        let warm_end = first + 1_000_000_000.max((last - first) / 20);
+        let slow: Vec<_> = calls
+            .iter()
+            .filter(|c| c.0 >= warm_end && c.1 >= 1_000_000.max(10 * p50[c.2.as_str()]))
+            .collect();
+        let (mut want, mut with_off, mut lost) = (Vec::new(), 0, 0);
+        for &&(ct, cd, _, _) in &slow {
+            let mut hit = false;
+            for &(st, sd, _, state) in &switches {
                 if st < ct + cd && st + sd > ct {
-                    want.push(sd);
+                    let ov = (st + sd).min(ct + cd) - st.max(ct);
+                    want.push(ov);
+                    hit = true;
+                    if state != 1 {
+                        lost += ov;
+                    }
                 }
             }
+            with_off += i64::from(hit);
         }
         assert!(want.len() > 50, "{} switches inside slow calls", want.len());
         want.sort_unstable_by(|a, b| b.cmp(a));
         want.truncate(50);
         assert_eq!(got, want);
+        let first_row = |name: &str| res.rows[0][col(name)].as_i64().unwrap();
+        assert_eq!(first_row("slow_calls"), slow.len() as i64);
+        assert_eq!(first_row("with_off_cpu"), with_off);
+        assert_eq!(first_row("preempted_or_unknown_ns"), lost);
+        assert_eq!(c.time_lost_ns, lost);
     }
 
     #[test]

@@ -356,13 +356,14 @@ pub fn input_wait_ctes(ctx: &crate::facts::Ctx<'_>, w: &super::waits::ThreadWait
     format!(
         "g0 AS (SELECT lag(timestamp+duration) OVER (ORDER BY timestamp) a, timestamp b FROM events WHERE node={node} AND tid={tid} AND source IN ('CUDA','DRIVER','GRAPH','NCCL')), \
          gaps AS (SELECT *, {smp} s FROM g0 WHERE b-a>=1000000 AND a>={steady}{unsampled}), \
-         sl AS (SELECT tid, timestamp a, timestamp+duration b, arg1 FROM events WHERE node={node} AND tid IN ({tids}) AND op='sched_switch'), \
+         sl AS (SELECT tid, {s} a, {s}+duration b, arg1 FROM events WHERE node={node} AND tid IN ({tids}) AND op='sched_switch'), \
          {sweeps}, \
          slept AS (SELECT gap_from, gap_ns, sum(ns) asleep_ns FROM ({parts}) GROUP BY ALL), \
          io AS (SELECT timestamp a, timestamp+duration b, max(timestamp+duration) OVER (ORDER BY timestamp, duration ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) r FROM events WHERE node={node} AND tid={tid} AND source='IO' AND timestamp>={steady}), \
          iof AS (SELECT min(a) a, max(b) b FROM (SELECT a, b, sum((r IS NULL OR a>r)::INT) OVER (ORDER BY a, b ROWS UNBOUNDED PRECEDING) k FROM io) GROUP BY k), \
          w AS (SELECT coalesce((SELECT sum(asleep_ns) FROM slept), 0) asleep_ns, (SELECT coalesce(sum(duration), 0) FROM events WHERE node={node} AND tid={tid} AND source='NET') own_net_ns, (SELECT coalesce(sum(least(sl.b, iof.b)-greatest(sl.a, iof.a)), 0) FROM iof JOIN sl ON sl.tid={tid} AND sl.a<iof.b AND sl.b>iof.a) own_io_ns), \
-         input_wait AS (SELECT *, greatest(asleep_ns-own_net_ns-own_io_ns, 0) waiting_for_input_ns FROM w)"
+         input_wait AS (SELECT *, greatest(asleep_ns-own_net_ns-own_io_ns, 0) waiting_for_input_ns FROM w)",
+        s = super::off_start(ctx, &w.node)
     )
 }
 

@@ -53,6 +53,39 @@ pub fn startup_notes(
     out
 }
 
+/// The stalls redone from the trace as the budget finds them ([`crate::budget`]: the thread's
+/// longest gaps of at least 100 ms between GPU calls outside sampled stretches, within its span,
+/// split by its off-CPU intervals), kept as this detector keeps them (a second or more, asleep
+/// under half of it, after start-up): per stall its length and split, and the totals the summary
+/// gives (`total_on_cpu_ns`, `total_off_cpu_ns`).
+fn evidence(ctx: &crate::facts::Ctx<'_>, b: &crate::budget::Budget, steady: Option<i64>) -> String {
+    use crate::budget::{STALL_MIN_NS, STALLS_PER_THREAD};
+    let (node, tid) = (lit(&b.node), b.tid.unwrap_or_default());
+    let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
+    let (lo, hi) = ctx
+        .threads
+        .iter()
+        .find(|t| t.node == b.node && t.tid == tid)
+        .map_or((from, until), |t| {
+            (t.first_ns.max(from), t.last_ns.min(until))
+        });
+    let unsampled: String = (ctx.sampled.get(&b.node).into_iter().flatten())
+        .map(|(x, y)| format!(" AND NOT (s<{y} AND e>{x})"))
+        .collect();
+    format!(
+        "WITH c AS (SELECT timestamp a, timestamp + duration b FROM events WHERE node = {node} AND tid = {tid} AND source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL') AND timestamp BETWEEN {from} AND {until}), \
+g0 AS (SELECT greatest(s, {lo}) s, least(e, {hi}) e FROM (SELECT lag(b) OVER (ORDER BY a) s, a e FROM c) WHERE e - s >= {STALL_MIN_NS}{unsampled}), \
+g AS (SELECT s, e FROM (SELECT *, row_number() OVER (ORDER BY e - s DESC, s) r FROM g0 WHERE e > s) WHERE r <= {STALLS_PER_THREAD}), \
+x AS (SELECT {s} xa, {s} + duration xb, coalesce(arg1, 2) st FROM events WHERE node = {node} AND tid = {tid} AND op = 'sched_switch'), \
+o AS (SELECT g.s, x.st, least(x.xb, g.e) - greatest(x.xa, g.s) ov FROM g JOIN x ON x.xa < g.e AND x.xb > g.s), \
+p AS (SELECT g.s stall_from, g.e - g.s stall_ns, coalesce(sum(ov) FILTER (WHERE st = 0), 0) preempted_ns, coalesce(sum(ov) FILTER (WHERE st = 1), 0) asleep_ns, coalesce(sum(ov) FILTER (WHERE st NOT IN (0, 1)), 0) unknown_ns FROM g LEFT JOIN o ON o.s = g.s GROUP BY ALL), \
+q AS (SELECT *, greatest(stall_ns - preempted_ns - asleep_ns - unknown_ns, 0) on_cpu_ns FROM p WHERE stall_ns >= {MIN_STALL_NS} AND asleep_ns * 2 < stall_ns AND stall_from >= {}) \
+SELECT *, sum(on_cpu_ns) OVER () total_on_cpu_ns, sum(preempted_ns + asleep_ns + unknown_ns) OVER () total_off_cpu_ns, sum(stall_ns) OVER () total_stall_ns FROM q ORDER BY stall_ns DESC, stall_from",
+        steady.unwrap_or(i64::MIN),
+        s = super::off_start(ctx, &b.node)
+    )
+}
+
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
@@ -144,12 +177,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     ),
                     "Move host-side work (scheduling, detokenisation, logprob/sampling post-processing, data preparation) off the thread that launches, or overlap it with GPU work (asynchronous scheduling, CUDA graphs).".into(),
                 ],
-                evidence_sql: format!(
-                    "SELECT timestamp, op, duration, arg0, arg1 FROM events WHERE node = {} AND tid = {tid} AND timestamp + duration >= {} AND timestamp <= {} ORDER BY timestamp LIMIT 50",
-                    lit(&b.node),
-                    first.start_ns,
-                    first.start_ns + first.duration_ns
-                ),
+                evidence_sql: evidence(ctx, b, steady),
             }
             .into_chain()
             // Where the thread went back to launching: the code right after the host work.

@@ -263,12 +263,13 @@ fn host_ctes(
     format!(
         "hc AS (SELECT timestamp a, timestamp+duration b FROM events WHERE node={n} AND tid={tid} AND source IN ('CUDA','DRIVER','GRAPH','NCCL') AND timestamp BETWEEN {from} AND {until}), \
          hl AS (SELECT * FROM (SELECT max(b) OVER (ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) a, a b FROM hc) WHERE b-a>={long}{unsampled}), \
-         ho AS (SELECT timestamp a, timestamp+duration b FROM events WHERE node={n} AND tid={tid} AND op='sched_switch' AND timestamp<{hi} AND timestamp+duration>{lo}), \
+         ho AS (SELECT * FROM (SELECT {s} a, {s}+duration b FROM events WHERE node={n} AND tid={tid} AND op='sched_switch') WHERE a<{hi} AND b>{lo}), \
          hv AS (SELECT greatest(a, {lo}) a, least(b, {hi}) b FROM (SELECT * FROM hc UNION ALL SELECT * FROM hl UNION ALL SELECT * FROM ho) WHERE b>{lo} AND a<{hi} AND b>a), \
          hp AS (SELECT a t, 1 d FROM hv UNION ALL SELECT b, -1 FROM hv UNION ALL SELECT {lo}, 0 UNION ALL SELECT {hi}, 0), \
          hr AS (SELECT t, sum(d) OVER (ORDER BY t, d ROWS UNBOUNDED PRECEDING) k, lead(t) OVER (ORDER BY t, d) t2 FROM hp), \
          hb AS (SELECT coalesce(sum(t2-t) FILTER (WHERE k=0 AND t2>t), 0)::BIGINT host_ns FROM hr), {}",
-        super::gpu_idle_ctes(ctx, node, pid)
+        super::gpu_idle_ctes(ctx, node, pid),
+        s = super::off_start(ctx, node)
     )
 }
 

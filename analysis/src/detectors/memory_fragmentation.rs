@@ -32,11 +32,13 @@ const ALLOC_OPS: [&str; 4] = [
 /// A process needs this many allocation calls to be examined.
 const MIN_ALLOCS: u64 = 20;
 
+/// Per process: allocation calls (a driver allocation inside the runtime's, from tools that
+/// probe both, is the same one), the p50 of the first and last third, their time, and those
+/// never freed. Parameters: $1 and $2 the window, $3 the pid (-1: all), $4 the node ('': all).
 static ALLOC_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH a AS (
   SELECT node, pid, timestamp, duration, arg0, arg1,
-         -- a driver allocation inside the runtime's (tools that probe both) is the same one
          coalesce(max(timestamp + duration) OVER (
            PARTITION BY node, tid ORDER BY timestamp, duration DESC
            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), -1) >= timestamp + duration AS nested
@@ -50,14 +52,14 @@ m AS (
 f AS (
   SELECT DISTINCT node, pid, arg0 AS ptr FROM event_data
   WHERE {} AND timestamp BETWEEN $1 AND $2 AND arg0 <> 0)
-SELECT m.node, m.pid, count(*)::BIGINT,
-       quantile_disc(m.duration, 0.5) FILTER (WHERE m.third = 1),
-       quantile_disc(m.duration, 0.5) FILTER (WHERE m.third = 3),
-       (CASE WHEN sum(m.duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(m.duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(m.duration) END)::BIGINT,
-       count(*) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0)::BIGINT,
-       coalesce((CASE WHEN sum(m.arg0) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(m.arg0) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(m.arg0) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0) END), 0)::BIGINT,
-       count(*) FILTER (WHERE m.arg1 <> 0)::BIGINT,
-       coalesce(max(m.timestamp) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0), 0)::BIGINT
+SELECT m.node, m.pid, count(*)::BIGINT AS calls,
+       quantile_disc(m.duration, 0.5) FILTER (WHERE m.third = 1) AS first_third_p50_ns,
+       quantile_disc(m.duration, 0.5) FILTER (WHERE m.third = 3) AS last_third_p50_ns,
+       (CASE WHEN sum(m.duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(m.duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(m.duration) END)::BIGINT AS total_ns,
+       count(*) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0)::BIGINT AS never_freed,
+       coalesce((CASE WHEN sum(m.arg0) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(m.arg0) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(m.arg0) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0) END), 0)::BIGINT AS never_freed_bytes,
+       count(*) FILTER (WHERE m.arg1 <> 0)::BIGINT AS with_pointer,
+       coalesce(max(m.timestamp) FILTER (WHERE f.ptr IS NULL AND m.arg1 <> 0), 0)::BIGINT AS last_never_freed
 FROM m LEFT JOIN f ON f.node = m.node AND f.pid = m.pid AND f.ptr = m.arg1
 GROUP BY 1, 2 HAVING count(*) >= {MIN_ALLOCS} ORDER BY 1, 2",
         named(&ALLOC_OPS),
@@ -150,9 +152,20 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to limit fragmentation; preallocate fixed-size buffers.".into(),
                     "Find the unreleased allocations (torch.cuda.memory._record_memory_history) if bytes outstanding keep growing.".into(),
                 ],
+                // The detector's own query for this process: the summary's figures are
+                // calls, first_third_p50_ns, last_third_p50_ns and never_freed_bytes, the time
+                // lost above_early_ns.
                 evidence_sql: format!(
-                    "SELECT timestamp, op, duration, arg0 AS bytes, arg1 AS ptr FROM events WHERE node = {} AND pid = {pid} AND op IN ('cudaMalloc', 'cudaFree', 'cuMemAlloc', 'cuMemFree') ORDER BY timestamp LIMIT 200",
-                    lit(&node)
+                    "SELECT *, total_ns - calls * first_third_p50_ns AS above_early_ns FROM ({})",
+                    ALLOC_SQL
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                        .replace("$1", &ctx.window.from_ns.to_string())
+                        .replace("$2", &ctx.window.until_ns.to_string())
+                        .replace("$3", &pid.to_string())
+                        .replace("$4", &lit(&node))
+                        .replace("event_data", "events")
                 ),
             }
             .into_chain()

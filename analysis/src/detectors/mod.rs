@@ -212,6 +212,39 @@ pub fn gpu_idle_ctes(ctx: &Ctx<'_>, node: &str, pid: u32) -> String {
     )
 }
 
+/// Where a sched_switch row's off-CPU interval starts, in evidence SQL: at its timestamp, or,
+/// on an imported node whose rows are stamped at switch-in ([`crate::convention`]), its
+/// timestamp less its duration.
+pub fn off_start(ctx: &Ctx<'_>, node: &str) -> &'static str {
+    if ctx.resume_convention(node) {
+        "(timestamp - duration)"
+    } else {
+        "timestamp"
+    }
+}
+
+/// CTEs selecting a process's slow GPU calls as the engine's pass does ([`crate::timeline`],
+/// [`crate::attribution`]): not a synchronisation, at least 1 ms and 10x the op's nearest-rank
+/// p50 in the process over the window. `sc` holds them (`id`, `tid`, `op`, `a`, `b`, `p50`, and
+/// `warmup`: before the process's warm-up end, its first GPU call that is not a sync plus a
+/// second or a twentieth of its GPU activity, whichever is longer), `pe` the process's events in
+/// the window, and `sw` the switches of `tid` (`a`, `b`, `ran` the task that ran next, `st` the
+/// run state, 2 where unknown).
+pub fn slow_calls_ctes(ctx: &Ctx<'_>, node: &str, pid: u32, tid: u32) -> String {
+    use crate::attribution::{SLOW_MIN_NS, SLOW_P50_FACTOR};
+    let n = lit(node);
+    let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
+    let syncs = crate::facts::SYNC_OPS.map(lit).join(", ");
+    format!(
+        "pe AS (SELECT * FROM events WHERE node = {n} AND pid = {pid} AND timestamp BETWEEN {from} AND {until}), \
+q AS (SELECT op, quantile_disc(duration, 0.5) p50 FROM pe WHERE op <> 'sched_switch' GROUP BY op), \
+pg AS (SELECT * FROM pe WHERE source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL') AND op NOT IN ({syncs})), \
+sc AS (SELECT row_number() OVER (ORDER BY g.timestamp) id, g.tid, g.op, g.timestamp a, g.timestamp + g.duration b, q.p50, g.timestamp < (SELECT min(timestamp) + greatest(1000000000, (max(timestamp) - min(timestamp)) // 20) FROM pg) warmup FROM pg g JOIN q ON q.op = g.op WHERE g.duration >= greatest({SLOW_MIN_NS}, {SLOW_P50_FACTOR} * q.p50)), \
+sw AS (SELECT {s} a, {s} + duration b, arg0 ran, coalesce(arg1, 2) st FROM events WHERE node = {n} AND tid = {tid} AND op = 'sched_switch')",
+        s = off_start(ctx, node)
+    )
+}
+
 /// The thread budgets (not the process totals) of GPU-calling threads.
 pub fn thread_budgets<'a>(
     inp: &'a Input<'_>,
@@ -275,8 +308,9 @@ pub fn is_system_thread(comm: &str) -> bool {
 
 /// Whether a finding's time lost is a cell of its evidence rows or the sum of one of their
 /// columns (within 0.5%: the engine's sums of scaled values round differently), for the findings
-/// whose evidence query computes it from the trace; None for the others. The corpus and the lab
-/// check it on every such finding.
+/// whose evidence query computes it from the trace (all but `gpu_bound`, `throughput_drop` and
+/// the rate-outlier `straggler`, and the reclaim-only `host_memory_pressure`); None for the
+/// others. The corpus and the lab check it on every such finding.
 pub fn loss_in_rows(
     detector: &str,
     summary: &str,
@@ -284,14 +318,19 @@ pub fn loss_in_rows(
     rows: &[Vec<serde_json::Value>],
 ) -> Option<bool> {
     let computed = match detector {
-        "allocator_churn" | "slow_copies" | "io_stall" | "gpu_contention" => true,
-        "cpu_contention" => summary.contains("was preempted for"),
+        "allocator_churn"
+        | "slow_copies"
+        | "io_stall"
+        | "gpu_contention"
+        | "cpu_contention"
+        | "cold_start"
+        | "host_bound"
+        | "feeding_stall"
+        | "memory_fragmentation"
+        | "sync_storm" => true,
         "dataloader_starvation" | "network_wait" | "host_memory_pressure" => {
             summary.contains("waiting for input")
         }
-        "cold_start" => summary.starts_with("the first launch of each"),
-        "host_bound" => true,
-        "sync_storm" => summary.contains("host waits/s"),
         "straggler" => summary.contains("reaches each collective"),
         _ => false,
     };

@@ -168,7 +168,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 format!("Drain {node} from the job (or restart it on a spare) until it matches its peers."),
             ],
             evidence_sql: (
-                "SELECT node, count(*) FILTER (WHERE op IN ('cudaLaunchKernel', 'cuLaunchKernel')) AS launches, median(duration) FILTER (WHERE op = 'cudaLaunchKernel') AS launch_p50_ns, (max(timestamp) - min(timestamp)) / 1e9 AS span_s FROM events GROUP BY node ORDER BY node".to_string()
+                "SELECT node, count(*) FILTER (WHERE op IN ('cudaLaunchKernel', 'cuLaunchKernel')) AS launches, quantile_disc(duration, 0.5) FILTER (WHERE op = 'cudaLaunchKernel') AS launch_p50_ns, quantile_disc(duration, 0.5) FILTER (WHERE op = 'cuLaunchKernel') AS cu_launch_p50_ns, (max(timestamp) - min(timestamp)) / 1e9 AS span_s FROM events GROUP BY node ORDER BY node".to_string()
             ),
         }
         .into_chain(),

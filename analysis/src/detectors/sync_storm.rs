@@ -66,6 +66,12 @@ fn waits_sql(node: &str, pid: u32, tid: u32, reads: bool) -> String {
     )
 }
 
+/// The thread's kernel launches per op, scaled as its budget counts them.
+fn launches_sql(node: &str, pid: u32, tid: u32) -> String {
+    let launches = crate::opsets::LAUNCH_NAMES.map(super::lit).join(", ");
+    super::scaled_calls_sql(node, pid, tid, &format!("g.op IN ({launches})"))
+}
+
 /// Runs the detector.
 pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     let ctx = inp.ctx;
@@ -154,7 +160,13 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     "Keep metrics on the GPU and read them every N steps; replace data-dependent Python branches with tensor ops (torch.where).".into(),
                     "Where a host value is needed, copy asynchronously (non_blocking=True into pinned memory) and wait on a CUDA event later.".into(),
                 ],
-                evidence_sql: waits_sql(&t.node, t.pid, t.tid, false),
+                // The thread's syncs per op, with its launches (scaled as the budget does) and
+                // the time lost beyond one sync per 20 launches (lost_ns).
+                evidence_sql: format!(
+                    "WITH l AS (SELECT sum(calls) AS n FROM ({})) SELECT q.*, (SELECT n FROM l) AS launches, round(sum(q.scaled_ns) OVER () * greatest((sum(q.calls) OVER () - (SELECT n FROM l) / 20) / sum(q.calls) OVER (), 0))::BIGINT AS lost_ns FROM ({}) q ORDER BY q.scaled_ns DESC",
+                    launches_sql(&t.node, t.pid, t.tid),
+                    waits_sql(&t.node, t.pid, t.tid, false)
+                ),
             }
             .into_chain()
             .at(crate::sites::Scope::process(&t.node, t.pid, &[CallClass::Sync], "syncs")),

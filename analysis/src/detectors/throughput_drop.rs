@@ -82,8 +82,10 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     vec!["Compare the windows before and after the drop: causeway explain --until/--from around the change point.".into()]
                 },
                 evidence_sql: format!(
-                    "SELECT (timestamp - {}) // 1000000000 AS second, count(*) AS launches FROM events WHERE node = {} AND tid = {} AND op IN ('cudaLaunchKernel', 'cuLaunchKernel') GROUP BY 1 ORDER BY 1",
-                    s.start_ns, lit(&s.node), s.tid
+                    "SELECT (timestamp - {start}) // 1000000000 AS second, any_value((timestamp - {start}) // 1000000000 * 1000000000 + {offset}) AS from_window_start_ns, count(*) AS launches FROM events WHERE node = {} AND tid = {} AND op IN ('cudaLaunchKernel', 'cuLaunchKernel') GROUP BY 1 ORDER BY 1",
+                    lit(&s.node), s.tid,
+                    start = s.start_ns,
+                    offset = s.start_ns - ctx.window.from_ns
                 ),
             }
             .into_chain()

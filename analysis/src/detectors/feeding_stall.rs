@@ -57,7 +57,8 @@ pub fn startup_notes(
 /// longest gaps of at least 100 ms between GPU calls outside sampled stretches, within its span,
 /// split by its off-CPU intervals), kept as this detector keeps them (a second or more, asleep
 /// under half of it, after start-up): per stall its length and split, and the totals the summary
-/// gives (`total_on_cpu_ns`, `total_off_cpu_ns`).
+/// gives (`total_on_cpu_ns`, `total_off_cpu_ns`); `timestamp` and `duration` place each stall
+/// (the Perfetto export draws its flow there).
 fn evidence(ctx: &crate::facts::Ctx<'_>, b: &crate::budget::Budget, steady: Option<i64>) -> String {
     use crate::budget::{STALL_MIN_NS, STALLS_PER_THREAD};
     let (node, tid) = (lit(&b.node), b.tid.unwrap_or_default());
@@ -78,9 +79,9 @@ g0 AS (SELECT greatest(s, {lo}) s, least(e, {hi}) e FROM (SELECT lag(b) OVER (OR
 g AS (SELECT s, e FROM (SELECT *, row_number() OVER (ORDER BY e - s DESC, s) r FROM g0 WHERE e > s) WHERE r <= {STALLS_PER_THREAD}), \
 x AS (SELECT {s} xa, {s} + duration xb, coalesce(arg1, 2) st FROM events WHERE node = {node} AND tid = {tid} AND op = 'sched_switch'), \
 o AS (SELECT g.s, x.st, least(x.xb, g.e) - greatest(x.xa, g.s) ov FROM g JOIN x ON x.xa < g.e AND x.xb > g.s), \
-p AS (SELECT g.s stall_from, g.e - g.s stall_ns, coalesce(sum(ov) FILTER (WHERE st = 0), 0) preempted_ns, coalesce(sum(ov) FILTER (WHERE st = 1), 0) asleep_ns, coalesce(sum(ov) FILTER (WHERE st NOT IN (0, 1)), 0) unknown_ns FROM g LEFT JOIN o ON o.s = g.s GROUP BY ALL), \
-q AS (SELECT *, greatest(stall_ns - preempted_ns - asleep_ns - unknown_ns, 0) on_cpu_ns FROM p WHERE stall_ns >= {MIN_STALL_NS} AND asleep_ns * 2 < stall_ns AND stall_from >= {}) \
-SELECT *, sum(on_cpu_ns) OVER () total_on_cpu_ns, sum(preempted_ns + asleep_ns + unknown_ns) OVER () total_off_cpu_ns, sum(stall_ns) OVER () total_stall_ns FROM q ORDER BY stall_ns DESC, stall_from",
+p AS (SELECT g.s AS timestamp, g.e - g.s AS duration, coalesce(sum(ov) FILTER (WHERE st = 0), 0) preempted_ns, coalesce(sum(ov) FILTER (WHERE st = 1), 0) asleep_ns, coalesce(sum(ov) FILTER (WHERE st NOT IN (0, 1)), 0) unknown_ns FROM g LEFT JOIN o ON o.s = g.s GROUP BY ALL), \
+q AS (SELECT *, greatest(duration - preempted_ns - asleep_ns - unknown_ns, 0) on_cpu_ns FROM p WHERE duration >= {MIN_STALL_NS} AND asleep_ns * 2 < duration AND timestamp >= {}) \
+SELECT *, sum(on_cpu_ns) OVER () total_on_cpu_ns, sum(preempted_ns + asleep_ns + unknown_ns) OVER () total_off_cpu_ns, sum(duration) OVER () total_stall_ns FROM q ORDER BY duration DESC, timestamp",
         steady.unwrap_or(i64::MIN),
         s = super::off_start(ctx, &b.node)
     )

@@ -154,9 +154,9 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 ],
                 // The detector's own query for this process: the summary's figures are
                 // calls, first_third_p50_ns, last_third_p50_ns and never_freed_bytes, the time
-                // lost above_early_ns.
+                // lost above_early_ns; timestamp (the last allocation never freed) places it.
                 evidence_sql: format!(
-                    "SELECT *, total_ns - calls * first_third_p50_ns AS above_early_ns FROM ({})",
+                    "SELECT *, total_ns - calls * first_third_p50_ns AS above_early_ns, nullif(last_never_freed, 0) AS timestamp FROM ({})",
                     ALLOC_SQL
                         .split_whitespace()
                         .collect::<Vec<_>>()

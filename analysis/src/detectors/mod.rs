@@ -349,6 +349,178 @@ pub fn loss_in_rows(
     Some(cells.chain(sums).any(close))
 }
 
+/// The counts and durations of a summary as (value, unit, text), the unit "" for a count:
+/// percentages, ratios and rates (derived from them and the span) and identifiers (after "tid",
+/// "pid", "GPU", "rank") are left out. Written by hand: the rule looks behind a number, which the
+/// `regex` crate does not do.
+fn summary_figures(summary: &str) -> Vec<(f64, &'static str, String)> {
+    // A unit that is a prefix of another comes after it.
+    const UNITS: [&str; 10] = [
+        "times a second",
+        "GB/s",
+        "GiB",
+        "ns",
+        "us",
+        "ms",
+        "/s",
+        "%",
+        "x",
+        "s",
+    ];
+    let b = summary.as_bytes();
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let ends =
+        |rest: &str| !rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if !b[i].is_ascii_digit() || (i > 0 && (word(b[i - 1]) || matches!(b[i - 1], b'+' | b'.')))
+        {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && (b[i].is_ascii_digit() || b[i] == b',') {
+            i += 1;
+        }
+        if i + 1 < b.len() && b[i] == b'.' && b[i + 1].is_ascii_digit() {
+            i += 1;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+        }
+        let number = &summary[start..i];
+        let after = summary[i..].trim_start_matches(' ');
+        let spaced = after.len() < summary.len() - i;
+        let (unit, end) = match UNITS
+            .iter()
+            .find(|u| after.strip_prefix(**u).is_some_and(ends))
+        {
+            Some(u) => (*u, summary.len() - after.len() + u.len()),
+            None if ends(&summary[i..]) => ("", i),
+            None => continue,
+        };
+        if ["tid ", "pid ", "GPU ", "rank "]
+            .iter()
+            .any(|p| summary[..start].ends_with(p))
+        {
+            continue;
+        }
+        // "1654 syncs/s" and "one per 4.4 launches" are rates.
+        let rate_after = spaced
+            && after.split_once("/s").is_some_and(|(w, rest)| {
+                (1..=20).contains(&w.len())
+                    && w.bytes()
+                        .all(|c| c.is_ascii_lowercase() || c == b' ' || c == b'-')
+                    && !rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            });
+        let unit = if unit.is_empty() && (rate_after || summary[..start].ends_with("one per ")) {
+            "/s"
+        } else {
+            unit
+        };
+        if let Ok(v) = number.replace(',', "").parse::<f64>() {
+            out.push((v, unit, summary[start..end].to_string()));
+        }
+    }
+    out
+}
+
+/// The counts and durations of a finding's summary that are not among its evidence rows: a
+/// cell, or a column's sum, maximum, minimum or count (a duration within 0.6% or half its last
+/// printed digit, a count exactly). The corpus and the lab require none on every finding.
+pub fn figures_not_in_rows(summary: &str, rows: &[Vec<serde_json::Value>]) -> Vec<String> {
+    let width = rows.first().map_or(0, Vec::len);
+    let mut cand: Vec<f64> = rows
+        .iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_f64)
+        .collect();
+    for i in 0..width {
+        let col: Vec<f64> = rows
+            .iter()
+            .filter_map(|r| r.get(i).and_then(serde_json::Value::as_f64))
+            .collect();
+        if !col.is_empty() {
+            cand.push(col.iter().sum());
+            cand.push(col.iter().copied().fold(f64::MIN, f64::max));
+            cand.push(col.iter().copied().fold(f64::MAX, f64::min));
+            cand.push(col.len() as f64);
+        }
+    }
+    let scale = |u: &str| match u {
+        "ns" => Some(1.0),
+        "us" => Some(1e3),
+        "ms" => Some(1e6),
+        "s" => Some(1e9),
+        "" => Some(0.0),
+        _ => None,
+    };
+    summary_figures(summary)
+        .into_iter()
+        .filter(|(v, u, text)| {
+            let Some(k) = scale(u) else {
+                return false;
+            };
+            if k == 0.0 {
+                return !cand.iter().any(|c| (c - v).abs() < 0.5);
+            }
+            let ns = v * k;
+            let decimals = text
+                .split(' ')
+                .next()
+                .and_then(|n| n.split_once('.'))
+                .map_or(0, |(_, d)| d.len());
+            let last = k * 10f64.powi(-(decimals as i32)) / 2.0 * 1.01;
+            !cand
+                .iter()
+                .any(|c| (c - ns).abs() <= (ns.abs() * 0.006).max(last))
+        })
+        .map(|(_, _, text)| text)
+        .collect()
+}
+
+#[cfg(test)]
+mod figure_tests {
+    use serde_json::json;
+
+    use super::{figures_not_in_rows, summary_figures};
+
+    #[test]
+    fn counts_and_durations_are_figures_and_the_rest_is_not() {
+        let s = "vm rank 3 reaches each collective 4.72 ms after its 3 peers since +1.6s (74% of 597 steps): tid 25625, 1654 syncs/s, one per 4.4 launches, 2.0x, 10 slow calls, 1.00 s";
+        let got: Vec<(f64, &str)> = summary_figures(s).iter().map(|f| (f.0, f.1)).collect();
+        assert_eq!(
+            got,
+            [
+                (4.72, "ms"),
+                (3.0, ""),
+                (74.0, "%"),
+                (597.0, ""),
+                (1654.0, "/s"),
+                (4.4, "/s"),
+                (2.0, "x"),
+                (10.0, ""),
+                (1.0, "s")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_figure_is_a_cell_or_a_columns_sum_max_min_or_count() {
+        let rows = vec![
+            vec![json!("a"), json!(4_722_496), json!(2)],
+            vec![json!("b"), json!(1_000_000), json!(1)],
+        ];
+        // 4.72 ms a cell, 5.72 ms the column's sum, 3 its sum, 2 a count of rows.
+        assert!(figures_not_in_rows("4.72 ms, 5.72 ms, 3 and 2", &rows).is_empty());
+        assert_eq!(
+            figures_not_in_rows("4.80 ms and 7", &rows),
+            ["4.80 ms", "7"]
+        );
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod testutil {
     use causeway_store::{Event, Reader, Writer, WriterOptions};

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use causeway_analysis::demo::{Scenario, write_scenario};
-use causeway_analysis::detectors::loss_in_rows;
+use causeway_analysis::detectors::{figures_not_in_rows, loss_in_rows};
 use causeway_analysis::{ChainQuery, explain};
 use causeway_store::{QueryLimits, Reader};
 use serde::Deserialize;
@@ -211,6 +211,15 @@ fn corpus_accuracy() {
                 "{}: {} evidence SQL returns no row\n{}",
                 case.name,
                 c.detector,
+                c.evidence_sql
+            );
+            let missing = figures_not_in_rows(&c.summary, &rows.rows);
+            assert!(
+                missing.is_empty(),
+                "{}: {} figures of the summary are not in its evidence rows: {missing:?}\n{}\n{}",
+                case.name,
+                c.detector,
+                c.summary,
                 c.evidence_sql
             );
             if let Some(found) = loss_in_rows(&c.detector, &c.summary, c.time_lost_ns, &rows.rows) {

@@ -266,6 +266,12 @@ fn unsupported(chains: &[Value], db: &str) -> Vec<String> {
             let lost = c["time_lost_ns"].as_i64().unwrap_or(0);
             let detector = c["detector"].as_str().unwrap_or_default();
             let summary = c["summary"].as_str().unwrap_or_default();
+            let missing = causeway_analysis::detectors::figures_not_in_rows(summary, &rows);
+            if !missing.is_empty() {
+                return Some(format!(
+                    "{id}: figures of its summary are not in its evidence rows: {missing:?}: {sql}"
+                ));
+            }
             match causeway_analysis::detectors::loss_in_rows(detector, summary, lost, &rows) {
                 Some(false) => Some(format!(
                     "{id}: its time lost ({lost} ns) is neither a cell nor a column's sum of its evidence rows: {sql}"

@@ -74,10 +74,12 @@ FROM long WHERE median_ns > 0 ORDER BY duration DESC LIMIT 20"
     )
 });
 
-/// The evidence, short enough to show whole: the thread's long waits (stored wait calls and
-/// sleeps of at least 100 ms) with the median of each wait call (for a sleep, the largest
-/// median, as the detector reads it) and the launches queued since the previous wait, and the
-/// largest launch.
+/// The evidence, shorter than [`WAITS_SQL`] to show whole: the thread's waits of at least 100
+/// ms (stored wait calls, and sleeps right after a launch) with the median of each wait call
+/// (for a sleep, the largest median, as the detector reads it), the time a long wait (10x that
+/// median) held the thread beyond it (`held_ns`, summed in the summary) and the launches queued
+/// since the previous wait, and the largest launch. Waits only the kernel's histograms saw are
+/// the detector's alone.
 fn evidence(node: &str, tid: u32, from: i64, until: i64, grid: Option<i64>) -> String {
     let copies = COPIES_SQL.as_str();
     let launches = LAUNCH_NAMES.map(lit).join(", ");
@@ -88,8 +90,8 @@ fn evidence(node: &str, tid: u32, from: i64, until: i64, grid: Option<i64>) -> S
     format!(
         "WITH c AS (SELECT op, median(duration) AS median_ns FROM events WHERE {scope} AND {} GROUP BY op), \
 w AS (SELECT e.timestamp, e.op, e.duration, e.arg1, CASE WHEN e.op NOT IN ({launches}) THEN coalesce(c.median_ns, (SELECT max(median_ns) FROM c)) END AS median_ns FROM events e LEFT JOIN c ON c.op = e.op WHERE e.{scope} \
-AND ((e.duration >= {STALL_MIN_NS} AND (c.op IS NOT NULL OR (e.op = 'sched_switch' AND e.arg1 = 1))) OR (e.op IN ({launches}) AND e.arg1 = {}))) \
-SELECT w.*, CASE WHEN w.op NOT IN ({launches}) THEN (SELECT count(*) FROM events l WHERE l.{scope} AND l.op IN ({launches}) AND l.timestamp BETWEEN coalesce((SELECT max(x.timestamp + x.duration) FROM events x WHERE x.{scope} AND {} AND x.timestamp + x.duration <= w.timestamp), {from}) AND w.timestamp) END AS launches_before FROM w ORDER BY w.timestamp LIMIT 50",
+AND ((e.duration >= {STALL_MIN_NS} AND (c.op IS NOT NULL OR (e.op = 'sched_switch' AND e.arg1 = 1 AND (SELECT arg_max(a.op, a.timestamp) FROM events a WHERE a.{scope} AND a.op NOT IN ('sched_switch', 'sched_wakeup') AND a.timestamp <= e.timestamp) IN ({launches}) AND (SELECT arg_max(a.timestamp + a.duration, a.timestamp) FROM events a WHERE a.{scope} AND a.op NOT IN ('sched_switch', 'sched_wakeup') AND a.timestamp <= e.timestamp) <= e.timestamp))) OR (e.op IN ({launches}) AND e.arg1 = {}))) \
+SELECT w.*, CASE WHEN w.median_ns > 0 AND least(w.duration, {until} - w.timestamp) >= {SLOW_FACTOR} * w.median_ns THEN (least(w.duration, {until} - w.timestamp) - w.median_ns)::BIGINT END AS held_ns, CASE WHEN w.op NOT IN ({launches}) THEN (SELECT count(*) FROM events l WHERE l.{scope} AND l.op IN ({launches}) AND l.timestamp BETWEEN coalesce((SELECT max(x.timestamp + x.duration) FROM events x WHERE x.{scope} AND {} AND x.timestamp + x.duration <= w.timestamp), {from}) AND w.timestamp) END AS launches_before FROM w ORDER BY w.timestamp LIMIT 50",
         waits(""),
         grid.unwrap_or(-1),
         waits("x."),

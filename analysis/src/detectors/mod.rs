@@ -308,9 +308,8 @@ pub fn is_system_thread(comm: &str) -> bool {
 
 /// Whether a finding's time lost is a cell of its evidence rows or the sum of one of their
 /// columns (within 0.5%: the engine's sums of scaled values round differently), for the findings
-/// whose evidence query computes it from the trace (all but `gpu_bound`, `throughput_drop` and
-/// the rate-outlier `straggler`, and the reclaim-only `host_memory_pressure`); None for the
-/// others. The corpus and the lab check it on every such finding.
+/// whose evidence query computes it from the trace (all but `throughput_drop`, the rate-outlier
+/// `straggler` and the reclaim-only `host_memory_pressure`); None for the others. The corpus and the lab check it on every such finding.
 pub fn loss_in_rows(
     detector: &str,
     summary: &str,
@@ -327,7 +326,8 @@ pub fn loss_in_rows(
         | "host_bound"
         | "feeding_stall"
         | "memory_fragmentation"
-        | "sync_storm" => true,
+        | "sync_storm"
+        | "gpu_bound" => true,
         "dataloader_starvation" | "network_wait" | "host_memory_pressure" => {
             summary.contains("waiting for input")
         }

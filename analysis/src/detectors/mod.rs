@@ -309,7 +309,8 @@ pub fn is_system_thread(comm: &str) -> bool {
 /// Whether a finding's time lost is a cell of its evidence rows or the sum of one of their
 /// columns (within 0.5%: the engine's sums of scaled values round differently), for the findings
 /// whose evidence query computes it from the trace (all but `throughput_drop`, the rate-outlier
-/// `straggler` and the reclaim-only `host_memory_pressure`); None for the others. The corpus and the lab check it on every such finding.
+/// `straggler` and the reclaim-only `host_memory_pressure`); None for the others. The corpus
+/// and the lab check it on every such finding.
 pub fn loss_in_rows(
     detector: &str,
     summary: &str,
@@ -338,15 +339,35 @@ pub fn loss_in_rows(
         return None;
     }
     let ns = time_lost_ns as f64;
-    let close = |v: f64| (v - ns).abs() <= 0.005 * ns.abs().max(1.0);
+    let (cells, sums, _) = cells_sums_counts(rows);
+    Some(
+        cells
+            .iter()
+            .chain(&sums)
+            .any(|v| (v - ns).abs() <= 0.005 * ns.abs().max(1.0)),
+    )
+}
+
+/// The numeric cells of evidence rows, and each numeric column's sum and count of values.
+fn cells_sums_counts(rows: &[Vec<serde_json::Value>]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let width = rows.first().map_or(0, Vec::len);
-    let cells = rows.iter().flatten().filter_map(serde_json::Value::as_f64);
-    let sums = (0..width).map(|i| {
-        rows.iter()
+    let cells = rows
+        .iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_f64)
+        .collect();
+    let (mut sums, mut counts) = (Vec::new(), Vec::new());
+    for i in 0..width {
+        let col: Vec<f64> = rows
+            .iter()
             .filter_map(|r| r.get(i).and_then(serde_json::Value::as_f64))
-            .sum::<f64>()
-    });
-    Some(cells.chain(sums).any(close))
+            .collect();
+        if !col.is_empty() {
+            sums.push(col.iter().sum());
+            counts.push(col.len() as f64);
+        }
+    }
+    (cells, sums, counts)
 }
 
 /// The counts and durations of a summary as (value, unit, text), the unit "" for a count:
@@ -427,27 +448,12 @@ fn summary_figures(summary: &str) -> Vec<(f64, &'static str, String)> {
 }
 
 /// The counts and durations of a finding's summary that are not among its evidence rows: a
-/// cell, or a column's sum, maximum, minimum or count (a duration within 0.6% or half its last
-/// printed digit, a count exactly). The corpus and the lab require none on every finding.
+/// cell (a column's maximum or minimum is one), or a column's sum or count (a duration within
+/// 0.6% or half its last printed digit, a count exactly). The corpus and the lab require none on every finding.
 pub fn figures_not_in_rows(summary: &str, rows: &[Vec<serde_json::Value>]) -> Vec<String> {
-    let width = rows.first().map_or(0, Vec::len);
-    let mut cand: Vec<f64> = rows
-        .iter()
-        .flatten()
-        .filter_map(serde_json::Value::as_f64)
-        .collect();
-    for i in 0..width {
-        let col: Vec<f64> = rows
-            .iter()
-            .filter_map(|r| r.get(i).and_then(serde_json::Value::as_f64))
-            .collect();
-        if !col.is_empty() {
-            cand.push(col.iter().sum());
-            cand.push(col.iter().copied().fold(f64::MIN, f64::max));
-            cand.push(col.iter().copied().fold(f64::MAX, f64::min));
-            cand.push(col.len() as f64);
-        }
-    }
+    let (mut cand, sums, counts) = cells_sums_counts(rows);
+    cand.extend(sums);
+    cand.extend(counts);
     let scale = |u: &str| match u {
         "ns" => Some(1.0),
         "us" => Some(1e3),
@@ -507,7 +513,7 @@ mod figure_tests {
     }
 
     #[test]
-    fn a_figure_is_a_cell_or_a_columns_sum_max_min_or_count() {
+    fn a_figure_is_a_cell_or_a_columns_sum_or_count() {
         let rows = vec![
             vec![json!("a"), json!(4_722_496), json!(2)],
             vec![json!("b"), json!(1_000_000), json!(1)],

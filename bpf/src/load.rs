@@ -176,7 +176,7 @@ pub fn open_and_load<'obj>(
     }
     for prog in [
         &mut progs.cw_sched_switch,
-        &mut progs.cw_sched_wakeup,
+        &mut progs.cw_sched_waking,
         &mut progs.cw_mm_page_alloc,
         &mut progs.cw_oom_kill,
         &mut progs.cw_block_rq_issue,

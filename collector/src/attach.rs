@@ -373,7 +373,7 @@ pub fn attach_host(skel: &CausewaySkel<'_>) -> Result<Vec<Link>, CollectorError>
     let p = &skel.progs;
     let required = [
         ("sched_switch", &p.cw_sched_switch),
-        ("sched_wakeup", &p.cw_sched_wakeup),
+        ("sched_waking", &p.cw_sched_waking),
     ];
     let optional = [
         ("mm_page_alloc", &p.cw_mm_page_alloc),

@@ -163,7 +163,7 @@ ops! {
     60 Driver "cuLibraryGetKernel" "" : "Kernel of a loaded library by name (CUDA 12+ context-independent loading)"; dur CALL; a0 "address of the name in the process (the collector reads it: kernels)"; a1 "CUkernel returned (0 on failure)";
     61 Driver "cuKernelGetFunction" "" : "The function of a CUkernel in the current context"; dur CALL; a0 "CUkernel"; a1 "CUfunction returned (0 on failure)";
     100 Host "sched_switch" "" : "A thread of a traced process was switched out and later back in"; dur "off-CPU time: from switch-out to switch-in (the event's timestamp is the switch-out)"; a0 "thread id (kernel task pid) of the task that ran next on that CPU (0 = idle)"; a1 "0 = preempted while runnable, 1 = blocked/sleeping (voluntary), 2 = other state";
-    101 Host "sched_wakeup" "" : "A traced thread was woken and queued to run"; dur "run-queue latency: from wakeup to running (ns), 0 when unknown"; a0 "thread id (kernel task pid) of the waker"; a1 "target CPU";
+    101 Host "sched_wakeup" "" : "A traced thread was woken and queued to run"; dur "run-queue latency: from wakeup to running (ns), 0 when unknown"; a0 "thread id (kernel task pid) of the task that woke it; 0 when an interrupt (timer, device, softirq) or the idle task did"; a1 "target CPU";
     102 Host "mm_page_alloc" "" : "Kernel page allocations on behalf of a traced process (aggregated)"; dur "0"; a0 "bytes allocated"; a1 "allocation order";
     103 Host "oom_kill" "" : "The OOM killer killed a process"; dur "0"; a0 "killed pid"; a1 "pages it held (0 when unknown)";
     104 Host "process_exec" "" : "A traced process called execve"; dur "0"; a0 "parent pid"; a1 UNUSED;

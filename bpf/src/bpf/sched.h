@@ -5,7 +5,7 @@
 // (timestamp = switch-out, duration = off-CPU time, arg0 = next task's pid (kernel pid = thread
 // id), arg1 = 0 preempted while runnable / 1 blocked / 2 other) and, when a wakeup was seen, one
 // sched_wakeup event (timestamp = wakeup, duration = run-queue latency, arg0 = waker thread id,
-// arg1 = target CPU).
+// 0 when an interrupt woke it, arg1 = target CPU).
 #ifndef CAUSEWAY_SCHED_H
 #define CAUSEWAY_SCHED_H
 
@@ -150,15 +150,40 @@ int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	return 0;
 }
 
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(cw_sched_wakeup, struct task_struct *p)
+/* The waker of a wakeup made now: the current thread's id when a task asked for it (a pipe or
+ * futex write, a lock release), 0 when an interrupt did (a timer, a device, a softirq), where the
+ * current task is only the one it interrupted. The preempt count that says so is a per-CPU
+ * variable the kernel may not resolve (no data symbols in kallsyms), so x86-64's entry code
+ * tells instead: an interrupt of kernel code runs on the CPU's interrupt stack, and one of user
+ * code on the task's stack above user registers whose orig_ax is -1, where a system call's
+ * holds its number. */
+struct task_struct___stack {
+	void *stack;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 cw_waker(void)
+{
+	struct task_struct *cur = bpf_get_current_task_btf();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 here = (__u64)(long)&tid;
+	__u64 lo = (__u64)(long)((struct task_struct___stack *)cur)->stack;
+	struct pt_regs *user = (struct pt_regs *)bpf_task_pt_regs(cur);
+	if (!user || here <= lo || here >= (__u64)(long)user)
+		return 0;
+	return (long)user->orig_ax < 0 ? 0 : tid;
+}
+
+/* sched_waking, not sched_wakeup: it runs in the waker's context, where sched_wakeup of a task
+ * queued to an idle CPU runs on that CPU from the inter-processor interrupt. */
+SEC("tp_btf/sched_waking")
+int BPF_PROG(cw_sched_waking, struct task_struct *p)
 {
 	__u32 tid = p->pid;
 	if (!tid || !cw_is_target(p->tgid))
 		return 0;
 	struct wakeup w = {};
 	w.ts = bpf_ktime_get_ns();
-	w.waker = (__u32)bpf_get_current_pid_tgid();
+	w.waker = cw_waker();
 	w.cpu = p->wake_cpu;
 	bpf_map_update_elem(&wakeups, &tid, &w, BPF_ANY);
 	return 0;

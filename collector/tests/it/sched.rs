@@ -123,3 +123,91 @@ fn a_preemptor_outside_the_trace_is_named() {
         "a task is named once"
     );
 }
+
+/// Who woke a thread, by design: a parent on one CPU blocks reading a pipe that its child, on
+/// the other CPU, writes every 10 ms after a timer sleep, while a spinning process shares the
+/// child's CPU. The parent's wakeups are the child's writes (a task, on another CPU: the kernel
+/// queues them to the parent's idle CPU, whose interrupt then runs the idle task), and the
+/// child's are its timer (an interrupt, which finds the spinner running). A waker read from
+/// where the wakeup lands names the idle task for the first and the spinner for the second.
+#[test]
+fn a_wakeup_names_the_task_that_asked_and_not_the_one_an_interrupt_found() {
+    let Some(_g) = bpf_test() else { return };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        eprintln!("one CPU: the test needs two");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let out = dir.path().join("pids.txt");
+    let program = r#"
+import os, sys, time
+cpus = sorted(os.sched_getaffinity(0))
+a, b = cpus[0], cpus[1]
+r, w = os.pipe()
+spinner = os.fork()
+if spinner == 0:
+    os.sched_setaffinity(0, {b})
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        pass
+    os._exit(0)
+child = os.fork()
+if child == 0:
+    os.close(r)
+    os.sched_setaffinity(0, {b})
+    for _ in range(100):
+        time.sleep(0.01)
+        os.write(w, b"x")
+    os._exit(0)
+os.close(w)
+os.sched_setaffinity(0, {a})
+with open(sys.argv[1], "w") as f:
+    f.write(f"{os.getpid()} {child} {spinner}\n")
+while os.read(r, 1):
+    pass
+os.waitpid(child, 0)
+os.waitpid(spinner, 0)
+"#;
+    trace(&args(
+        &db,
+        &["python3", "-c", program, out.to_str().unwrap()],
+    ));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let pids: Vec<i64> = text
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let (parent, child, spinner) = (pids[0], pids[1], pids[2]);
+    let woken = |tid: i64, by: &str| {
+        q(
+            &db,
+            &format!(
+                "SELECT count(*) FROM events WHERE op = 'sched_wakeup' AND tid = {tid} AND {by}"
+            ),
+        )
+    };
+    // The parent sleeps in read() before nearly every write; a busy machine may let a few
+    // writes find it still running.
+    let by_child = woken(parent, &format!("arg0 = {child}"));
+    assert!(
+        by_child >= 50,
+        "the parent was woken {by_child} times by the child's writes, of 100"
+    );
+    assert!(
+        woken(parent, "arg0 = 0") * 10 <= by_child,
+        "the parent's wakeups are the child's writes, not interrupts"
+    );
+    // The child's timer sleeps end in an interrupt, most often while the spinner runs.
+    let by_interrupt = woken(child, "arg0 = 0");
+    assert!(
+        by_interrupt >= 50,
+        "the child's timer woke it {by_interrupt} times, of 100"
+    );
+    assert_eq!(
+        woken(child, &format!("arg0 = {spinner}")),
+        0,
+        "the spinner the timer interrupted did not wake the child"
+    );
+}

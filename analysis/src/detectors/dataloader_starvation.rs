@@ -5,7 +5,8 @@
 //! its GPU calls for >= 10% of its span, not explained by its own socket or block I/O, and the
 //! node shows input workers (threads named like DataLoader workers, or child processes of the
 //! training process that make no GPU call).
-//! Gaps in stretches where GPU probes were sampled are not counted (calls were made there).
+//! Where a waiting GPU op (a sync, a copy) was sampled, a sleep in a gap may be inside one of
+//! its calls: there only the sleeps an input worker's wakeup ended count (see waits).
 //! When the workers spend at least half their lives in socket calls, the finding is
 //! `network_wait` (slow remote input) instead; when they spend at least 4% reclaiming memory,
 //! `host_memory_pressure` (their cgroup or the host is at its memory limit).
@@ -284,9 +285,9 @@ impl Starved<'_> {
 /// (the sleep inside the gaps per gap) and `input_wait` (one row: `asleep_ns` summed, the
 /// thread's own socket time and its sleep while its own block I/O was in flight, and
 /// `waiting_for_input_ns`, the first less the other two: the summary's figure). As the engine
-/// does, gaps inside stretches where waiting calls were sampled are left out, and in gaps where
-/// any GPU op was sampled the thread's own sleeps count from 1 ms (the stretches given as
-/// literals).
+/// does, in gaps inside stretches where waiting calls were sampled only the thread's sleeps that
+/// an input task's wakeup ended count (`woke`), and in gaps where any GPU op was sampled the
+/// thread's own sleeps count from 1 ms (the stretches and the input tasks given as literals).
 pub fn input_wait_ctes(ctx: &crate::facts::Ctx<'_>, w: &super::waits::ThreadWaits) -> String {
     let node = lit(&w.node);
     let tid = w.tid;
@@ -306,9 +307,16 @@ pub fn input_wait_ctes(ctx: &crate::facts::Ctx<'_>, w: &super::waits::ThreadWait
     tids.sort_unstable();
     tids.dedup();
     let k = tids.len();
-    let unsampled: String = (ctx.sampled_waits.get(&w.node).into_iter().flatten())
-        .map(|(a, b)| format!(" AND NOT (a<{b} AND b>{a})"))
+    // Gaps where a waiting op was sampled: only the sleeps an input task ended count there.
+    let blind: Vec<String> = (ctx.sampled_waits.get(&w.node).into_iter().flatten())
+        .map(|(a, b)| format!("(a<{b} AND b>{a})"))
         .collect();
+    let inputs = super::waits::input_tasks(ctx, &w.node, w.pid);
+    let inputs = if inputs.is_empty() {
+        "-1".to_string()
+    } else {
+        crate::opsets::tid_list(inputs).replace(',', ", ")
+    };
     let tids = tids
         .iter()
         .map(u32::to_string)
@@ -332,11 +340,11 @@ pub fn input_wait_ctes(ctx: &crate::facts::Ctx<'_>, w: &super::waits::ThreadWait
     let sampled: Vec<String> = (ctx.sampled.get(&w.node).into_iter().flatten())
         .map(|(a, b)| format!("(a<{b} AND b>{a})"))
         .collect();
-    let (smp, sweeps, parts) = if sampled.is_empty() {
+    let (smp, mut sweeps, mut parts) = if sampled.is_empty() {
         (
             "false".to_string(),
             sweep("asleep", 0),
-            part("asleep", "true"),
+            part("asleep", "NOT gaps.bl"),
         )
     } else {
         (
@@ -348,14 +356,23 @@ pub fn input_wait_ctes(ctx: &crate::facts::Ctx<'_>, w: &super::waits::ThreadWait
             ),
             format!(
                 "{} UNION ALL {}",
-                part("asleep", "NOT gaps.s"),
-                part("asleep_long", "gaps.s")
+                part("asleep", "NOT gaps.s AND NOT gaps.bl"),
+                part("asleep_long", "gaps.s AND NOT gaps.bl")
             ),
         )
     };
+    let bl = if blind.is_empty() {
+        "false".to_string()
+    } else {
+        sweeps.push_str(&format!(
+            ", woke AS (SELECT a, b FROM sl WHERE tid={tid} AND arg1=1 AND EXISTS (SELECT 1 FROM events u WHERE u.node={node} AND u.tid={tid} AND u.op='sched_wakeup' AND u.timestamp BETWEEN sl.a AND sl.b AND u.arg0 IN ({inputs})))"
+        ));
+        parts.push_str(&format!(" UNION ALL {}", part("woke", "gaps.bl")));
+        blind.join(" OR ")
+    };
     format!(
         "g0 AS (SELECT lag(timestamp+duration) OVER (ORDER BY timestamp) a, timestamp b FROM events WHERE node={node} AND tid={tid} AND source IN ('CUDA','DRIVER','GRAPH','NCCL')), \
-         gaps AS (SELECT *, {smp} s FROM g0 WHERE b-a>=1000000 AND a>={steady}{unsampled}), \
+         gaps AS (SELECT *, {smp} s, {bl} bl FROM g0 WHERE b-a>=1000000 AND a>={steady}), \
          sl AS (SELECT tid, {s} a, {s}+duration b, arg1 FROM events WHERE node={node} AND tid IN ({tids}) AND op='sched_switch'), \
          {sweeps}, \
          slept AS (SELECT gap_from, gap_ns, sum(ns) asleep_ns FROM ({parts}) GROUP BY ALL), \
@@ -389,6 +406,101 @@ mod tests {
             "{}",
             c[0].explanation
         );
+    }
+
+    /// The starvation scenario with its synchronous copies in entry-only mode from the start (a
+    /// sleep in any gap may be inside a copy), and a wakeup ending each of the trainer's sleeps,
+    /// by `waker` (a worker's thread, or 0: an interrupt); no wakeups where `waker` is None.
+    fn copies_untimed(waker: Option<i64>) -> Vec<crate::chains::Chain> {
+        use causeway_store::Reader;
+        let s = Scenario::DataloaderStarvation;
+        let mut nodes = crate::demo::build(s, false);
+        let node = nodes[0].node.clone();
+        let g = &mut nodes[0].trace;
+        let copy = crate::demo::model::op("cudaMemcpy");
+        let (switch, wakeup) = (
+            crate::demo::model::op("sched_switch"),
+            crate::demo::model::op("sched_wakeup"),
+        );
+        let first = g.events.iter().map(|e| e.timestamp).min().unwrap();
+        g.events.retain(|e| e.op_id != copy);
+        if let Some(by) = waker {
+            let main = crate::demo::model::Thread::new(4242, 4242, "python3", 0);
+            let sleeps: Vec<(i64, i64)> = g
+                .events
+                .iter()
+                .filter(|e| e.tid == 4242 && e.op_id == switch && e.arg1 == 1)
+                .map(|e| (e.timestamp, e.duration))
+                .collect();
+            for (ts, off) in sleeps {
+                g.ev(&main, ts + off - 20_000, 20_000, "sched_wakeup", by, 0);
+            }
+            assert!(g.events.iter().any(|e| e.op_id == wakeup));
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t.duckdb");
+        crate::demo::write_nodes(&p, s, nodes).expect("demo trace");
+        {
+            let c = causeway_store::duckdb::Connection::open(&p).expect("open");
+            c.execute(
+                "INSERT INTO probe_modes VALUES (?, ?, ?, 'entry_only', 'full', 'over_budget', 2.5)",
+                causeway_store::duckdb::params![node, first - 1, i64::from(copy)],
+            )
+            .expect("probe_modes");
+        }
+        let r = Reader::open(&p).expect("reader");
+        let chains = crate::engine::explain(&r, &crate::chains::ChainQuery::default())
+            .expect("explain")
+            .chains;
+        // The evidence gives back the summary's figures and the time lost.
+        for c in chains
+            .iter()
+            .filter(|c| c.detector == "dataloader_starvation")
+        {
+            let g = causeway_sqlguard::guard(&c.evidence_sql, r.policy(), None).expect("guard");
+            let rows = r
+                .query(&g, &causeway_store::QueryLimits::default())
+                .expect("evidence");
+            let missing = crate::detectors::figures_not_in_rows(&c.summary, &rows.rows);
+            assert!(missing.is_empty(), "{missing:?}\n{}", c.evidence_sql);
+            assert_eq!(
+                crate::detectors::loss_in_rows(&c.detector, &c.summary, c.time_lost_ns, &rows.rows),
+                Some(true),
+                "{}",
+                c.evidence_sql
+            );
+        }
+        chains
+    }
+
+    #[test]
+    fn where_copies_are_untimed_the_sleeps_a_worker_ended_are_the_wait_for_input() {
+        let plain = chains_of(
+            Scenario::DataloaderStarvation,
+            false,
+            "dataloader_starvation",
+        );
+        let of = |c: Vec<crate::chains::Chain>| -> Vec<crate::chains::Chain> {
+            c.into_iter()
+                .filter(|c| c.detector == "dataloader_starvation")
+                .collect()
+        };
+        // Without wakeups a sleep between calls may be inside an untimed copy: nothing is said.
+        assert!(of(copies_untimed(None)).is_empty());
+        // An interrupt ended each sleep (a device, a timer): not a wait for a worker.
+        assert!(of(copies_untimed(Some(0))).is_empty());
+        // A worker (pid 4250, a child that makes no GPU call) ended each: the batch arrived.
+        let c = of(copies_untimed(Some(4250)));
+        assert_eq!(c.len(), 1, "{c:#?}");
+        // Every sleep of the trainer between calls is a wait for a batch in this scenario, so
+        // the time lost is the fully timed run's, less what the removed copies slept.
+        let (got, full) = (c[0].time_lost_ns, plain[0].time_lost_ns);
+        assert!(
+            got >= full * 9 / 10 && got <= full * 11 / 10,
+            "{got} against {full} with every call timed"
+        );
+        // A thread of a process that is not a child of the trainer does not count.
+        assert!(of(copies_untimed(Some(4242 + 1))).is_empty());
     }
 
     #[test]

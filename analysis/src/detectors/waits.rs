@@ -53,6 +53,39 @@ static IO_SQL: LazyLock<String> = LazyLock::new(|| {
 /// Shortest single sleep counted inside a gap of a sampled stretch.
 pub const SAMPLED_MIN_SLEEP_NS: i64 = 1_000_000;
 
+/// sched_wakeup's op id.
+const WAKEUP_OP: u16 = 101;
+
+static WAKES_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT tid::BIGINT, timestamp, arg0 FROM event_data
+         WHERE (?::BOOLEAN OR node = ?) AND op_id = {WAKEUP_OP} AND timestamp BETWEEN ? - {m} AND ? + {m}
+           AND list_contains(string_split(?, ',')::UINTEGER[], tid)",
+        m = crate::switches::MARGIN_NS
+    )
+});
+
+/// The threads of `pid`'s child processes on `node` that make no GPU call: its input tasks
+/// (DataLoader workers), whose wakeups of its threads hand over input.
+pub fn input_tasks(ctx: &Ctx<'_>, node: &str, pid: u32) -> Vec<u32> {
+    let child = |p: u32| p != pid && ctx.parents.get(&(node.to_string(), p)) == Some(&pid);
+    let calling: std::collections::BTreeSet<u32> = ctx
+        .threads
+        .iter()
+        .filter(|x| x.node == node && x.gpu_calls > 0)
+        .map(|x| x.pid)
+        .collect();
+    let mut v: Vec<u32> = ctx
+        .threads
+        .iter()
+        .filter(|x| x.node == node && child(x.pid) && !calling.contains(&x.pid))
+        .map(|x| x.tid)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// Computes [`ThreadWaits`] for the window of `ctx`.
 pub fn host_waits(ctx: &Ctx<'_>) -> Result<Vec<ThreadWaits>, StoreError> {
     let (r, w) = (ctx.r, ctx.window);
@@ -118,6 +151,54 @@ pub fn host_waits(ctx: &Ctx<'_>) -> Result<Vec<ThreadWaits>, StoreError> {
     Ok(by.into_values().collect())
 }
 
+/// Per launching thread of `blind` (its gaps where a waiting op was sampled), its sleeps that a
+/// thread of its input tasks ended ([`input_tasks`]): (start, end), sorted.
+fn woken_by_input(
+    ctx: &Ctx<'_>,
+    node: &str,
+    blind: &BTreeMap<(u32, u32), Vec<Span<()>>>,
+) -> Result<HashMap<u32, Vec<(i64, i64)>>, StoreError> {
+    let w = ctx.window;
+    let tids = crate::opsets::tid_list(blind.keys().map(|k| k.1));
+    let [tid, ts, waker] = columns::<3>(
+        ctx.r,
+        WAKES_SQL.as_str(),
+        duckdb::params![ctx.only_node, node, w.from_ns, w.until_ns, tids],
+        "reading who woke the launching threads",
+    )?;
+    let mut wakes: HashMap<u32, Vec<(i64, i64)>> = HashMap::new();
+    for i in 0..tid.len() {
+        wakes
+            .entry(tid[i] as u32)
+            .or_default()
+            .push((ts[i], waker[i]));
+    }
+    let mut out = HashMap::new();
+    for &(p, t) in blind.keys() {
+        let inputs = input_tasks(ctx, node, p);
+        let Some(mut wk) = wakes.remove(&t) else {
+            continue;
+        };
+        wk.sort_unstable();
+        let v: Vec<(i64, i64)> = ctx
+            .switches
+            .of(node, t)
+            .iter()
+            .filter(|x| x.data.state == 1)
+            .filter(|x| {
+                // The wakeup that ended this sleep: the one stamped inside it.
+                let i = wk.partition_point(|&(ts, _)| ts < x.start);
+                wk.get(i).is_some_and(|&(ts, by)| {
+                    ts <= x.end && by > 0 && inputs.binary_search(&(by as u32)).is_ok()
+                })
+            })
+            .map(|x| (x.start, x.end))
+            .collect();
+        out.insert(t, v);
+    }
+    Ok(out)
+}
+
 /// The intersection of two lists of disjoint intervals sorted by start.
 fn intersect(a: &[(i64, i64)], b: &[(i64, i64)]) -> Vec<(i64, i64)> {
     let (mut i, mut j, mut out) = (0, 0, Vec::new());
@@ -146,30 +227,57 @@ fn gaps(
     let Some(timeline) = ctx.timelines.get(node) else {
         return Ok(());
     };
-    // Per thread: gaps in fully recorded stretches, then gaps in sampled ones.
+    // Per thread: gaps in fully recorded stretches, then gaps where launches were sampled;
+    // apart, gaps where a waiting op was sampled (only sleeps an input task ended count there).
     type Gaps = [Vec<Span<()>>; 2];
     let mut per_tid: BTreeMap<u32, Gaps> = BTreeMap::new();
+    let mut blind: BTreeMap<(u32, u32), Vec<Span<()>>> = BTreeMap::new();
     let mut totals: BTreeMap<(u32, u32), (u64, i64)> = BTreeMap::new();
+    let waits_sampled = ctx.sampled_waits.get(node);
     for g in timeline.gaps.iter().filter(|g| {
         tids.binary_search(&g.tid).is_ok()
             && timeline
                 .steady_from
                 .get(&g.tid)
                 .is_none_or(|&f| g.start >= f)
-            && !ctx
-                .sampled_waits
-                .get(node)
-                .is_some_and(|s| crate::probe_overhead::in_sampled(s, g.start, g.end))
     }) {
+        let span = Span {
+            start: g.start,
+            end: g.end,
+            data: (),
+        };
+        if waits_sampled.is_some_and(|s| crate::probe_overhead::in_sampled(s, g.start, g.end)) {
+            blind.entry((g.pid, g.tid)).or_default().push(span);
+            continue;
+        }
         let e = totals.entry((g.pid, g.tid)).or_default();
         e.0 += 1;
         e.1 += g.end - g.start;
         let sampled = usize::from(ctx.sampled(node, g.start, g.end));
-        per_tid.entry(g.tid).or_default()[sampled].push(Span {
-            start: g.start,
-            end: g.end,
-            data: (),
-        });
+        per_tid.entry(g.tid).or_default()[sampled].push(span);
+    }
+    let mut blocked: HashMap<u32, i64> = HashMap::new();
+    if !blind.is_empty() {
+        let woken = woken_by_input(ctx, node, &blind)?;
+        for ((p, t), mut v) in blind {
+            sort(&mut v);
+            let mut ns = 0;
+            let mut hit: std::collections::BTreeSet<(i64, i64)> = Default::default();
+            overlaps(
+                &v,
+                &spans(woken.get(&t).cloned().unwrap_or_default()),
+                |g, _, ov| {
+                    ns += ov;
+                    hit.insert((g.start, g.end));
+                },
+            );
+            if !hit.is_empty() {
+                let e = totals.entry((p, t)).or_default();
+                e.0 += hit.len() as u64;
+                e.1 += hit.iter().map(|(a, b)| b - a).sum::<i64>();
+                *blocked.entry(t).or_default() += ns;
+            }
+        }
     }
     // A launching thread that sleeps while another launching thread of its process works is
     // handing over (PyTorch runs backward on its autograd thread while the main thread waits),
@@ -188,7 +296,6 @@ fn gaps(
             .map(|x| (x.start, x.end))
             .collect()
     };
-    let mut blocked: HashMap<u32, i64> = HashMap::new();
     for (t, gaps) in per_tid {
         let others: Vec<u32> = tids
             .iter()
@@ -215,7 +322,7 @@ fn gaps(
             };
             overlaps(&v, &spans(all), |_, _, ov| ns += ov);
         }
-        blocked.insert(t, ns);
+        *blocked.entry(t).or_default() += ns;
     }
     for ((p, t), (n, ns)) in totals {
         let e = by

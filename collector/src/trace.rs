@@ -37,6 +37,14 @@ use crate::tuning::{DEFAULT_DUTY, DUTY_MAX, DUTY_MIN};
 /// cannot spill: 32 MB (peak RSS of probe_cost's sustained run: docs/benchmarks.md).
 const WRITER_MEMORY: &str = "32MB";
 
+/// DuckDB memory limit of a recording served while it records (`mcp --live`, the agent): its
+/// live readers' queries run in the writer's database, under its limit, which they cannot raise
+/// (the configuration is locked). At 32 MB the report's grouping of launches by kernel ran out
+/// of memory (28.9 of 30.5 MiB used) in the agent test once the trace held other tests' jobs.
+/// The written blocks it caches are dropped when the writer reopens the database
+/// (`REOPEN_ROWS`), as they cannot be trimmed while readers hold it.
+const SERVED_WRITER_MEMORY: &str = "256MB";
+
 /// Longest time an event waits in the recording's writer before it is committed (and visible to
 /// live readers, and safe from a SIGKILL of the tracer). With the poll thread's 100 ms batching
 /// and the commit itself, a SIGKILL loses at most the last [`SIGKILL_LOSS_BOUND`]
@@ -561,7 +569,14 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
         args.sample_duty
     );
     let mut wopts = WriterOptions {
-        memory_limit: Some(WRITER_MEMORY.into()),
+        memory_limit: Some(
+            if hooks.on_store.is_some() {
+                SERVED_WRITER_MEMORY
+            } else {
+                WRITER_MEMORY
+            }
+            .into(),
+        ),
         threads: Some(1),
         flush_interval: WRITER_FLUSH,
         chunk_rows: WRITER_CHUNK,

@@ -39,10 +39,9 @@ const WRITER_MEMORY: &str = "32MB";
 
 /// DuckDB memory limit of a recording served while it records (`mcp --live`, the agent): its
 /// live readers' queries run in the writer's database, under its limit, which they cannot raise
-/// (the configuration is locked). At 32 MB the report's grouping of launches by kernel ran out
-/// of memory (28.9 of 30.5 MiB used) in the agent test once the trace held other tests' jobs.
-/// The written blocks it caches are dropped when the writer reopens the database
-/// (`REOPEN_ROWS`), as they cannot be trimmed while readers hold it.
+/// (the configuration is locked); 32 MB is too little for the report's queries. The written
+/// blocks it caches are dropped when the writer reopens the database (`REOPEN_ROWS`), as they
+/// cannot be trimmed while readers hold it.
 const SERVED_WRITER_MEMORY: &str = "256MB";
 
 /// Longest time an event waits in the recording's writer before it is committed (and visible to

@@ -150,8 +150,10 @@ fn views_sql(conn: &Connection, path: &Path, catalogs: &[String], into: &str) ->
             .ctx(path, "counting a segment's events")?;
         first_rows[i] = first_rows[i - 1] + n.max(0) as u64;
     }
-    let relations = RELATIONS
+    let derived = derived_views(conn, path, catalogs.last().expect("at least one catalog"))?;
+    let tables = RELATIONS
         .iter()
+        .filter(|rel| !derived.iter().any(|(v, _)| v == *rel))
         .map(|rel| format!("CREATE VIEW {into}{rel} AS {};\n", union_sql(rel, catalogs)));
     let internal = INTERNAL.iter().map(|t| {
         format!(
@@ -159,7 +161,61 @@ fn views_sql(conn: &Connection, path: &Path, catalogs: &[String], into: &str) ->
             internal_sql(t, catalogs, &first_rows)
         )
     });
-    Ok(relations.chain(internal).collect())
+    let views = derived
+        .iter()
+        .map(|(v, body)| format!("CREATE VIEW {into}{v} AS {body};\n"));
+    Ok(tables.chain(internal).chain(views).collect())
+}
+
+/// The store's own views (events, kernel_launches, stacks, ...) as the newest segment defines
+/// them, in the order they were made (each after the relations it reads): over the timeline
+/// they read the combined tables, one join or aggregate over all segments, where a union of
+/// each segment's view ran one per segment: a query over 250 segments' `kernel_launches` held
+/// 250 hash tables at once and ran out of a 256 MB limit (`timeline_views_read_the_combined_tables`).
+fn derived_views(conn: &Connection, path: &Path, newest: &str) -> Result<Vec<(String, String)>> {
+    let name = newest.trim_matches('"').replace("\"\"", "\"");
+    let mut st = conn
+        .prepare(
+            "SELECT view_name, sql FROM duckdb_views() \
+             WHERE database_name = ? AND schema_name = 'main' AND NOT internal ORDER BY view_oid",
+        )
+        .ctx(path, "reading the store's views")?;
+    let views: Vec<(String, String)> = st
+        .query_map([name], crate::row)
+        .and_then(|rows| rows.collect())
+        .ctx(path, "reading the store's views")?;
+    let mut views: Vec<(String, String)> = views
+        .into_iter()
+        .filter(|(v, _)| RELATIONS.contains(&v.as_str()))
+        .filter_map(|(v, sql)| {
+            let body = sql
+                .strip_prefix(&format!("CREATE VIEW {v} AS "))?
+                .trim_end()
+                .trim_end_matches(';')
+                .to_string();
+            Some((v, body))
+        })
+        .collect();
+    // A migration may have made a view again after the views it reads: each goes after them
+    // (a cycle cannot bind anyway: then the order stays).
+    let mut ordered = Vec::with_capacity(views.len());
+    while !views.is_empty() {
+        let ready = views
+            .iter()
+            .position(|(v, body)| !views.iter().any(|(o, _)| o != v && mentions(body, o)))
+            .unwrap_or(0);
+        ordered.push(views.remove(ready));
+    }
+    Ok(ordered)
+}
+
+/// Whether `sql` names `word` as a whole identifier.
+fn mentions(sql: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    sql.match_indices(word).any(|(i, _)| {
+        !sql[..i].chars().next_back().is_some_and(ident)
+            && !sql[i + word.len()..].chars().next().is_some_and(ident)
+    })
 }
 
 /// Gives a live writer's database (`conn`, file access still allowed) the timeline of

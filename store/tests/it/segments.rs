@@ -5,7 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use causeway_store::{Event, Frame, ProcessInfo, Reader, Writer, WriterOptions};
+use causeway_store::{
+    Event, Frame, KernelName, ProcessInfo, Reader, ReaderOptions, Writer, WriterOptions,
+};
 
 fn ev(ts: i64, pid: u32) -> Event {
     Event {
@@ -192,5 +194,73 @@ fn a_killed_writers_file_is_sealed_readable() {
         ints(&r, "SELECT stopped_ns FROM sessions"),
         vec![1_009 + 1_000],
         "the session ends at its last event"
+    );
+}
+
+/// The store's own views over many segments read the combined tables: one join over all of
+/// them. A union of each segment's `kernel_launches` view held a hash table per segment at
+/// once, and counting the launches of 50 segments ran out of a 64 MB limit.
+#[test]
+fn timeline_views_read_the_combined_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let launch = causeway_store::catalog::op_by_name("cudaLaunchKernel")
+        .unwrap()
+        .id;
+    let segments = 50i64;
+    for s in 0..segments {
+        let mut w = Writer::create(
+            &dir.path().join(format!("seg-{s:04}.duckdb")),
+            WriterOptions::default(),
+        )
+        .unwrap();
+        for i in 0..100 {
+            w.append(&Event {
+                op_id: launch,
+                arg0: 0x1000 + i % 10,
+                ..ev(s * 1_000 + i, 10)
+            })
+            .unwrap();
+        }
+        let names: Vec<KernelName> = (0..10u32)
+            .map(|k| KernelName {
+                pid: 10,
+                address: 0x1000 + i64::from(k),
+                kernel_id: k + 1,
+                name: format!("kernel_{k}"),
+                symbol: format!("_Z8kernel_{k}v"),
+                module: "libk.so".into(),
+            })
+            .collect();
+        w.record_kernels(&names).unwrap();
+        w.finish().unwrap();
+    }
+    let r = Reader::open_with(
+        dir.path(),
+        &ReaderOptions {
+            memory_limit: "64MB".into(),
+            threads: 1,
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        ints(&r, "SELECT count(*) FROM kernel_launches"),
+        vec![segments * 100]
+    );
+    assert_eq!(
+        ints(
+            &r,
+            "SELECT count(*) FROM kernel_launches WHERE kernel = 'kernel_3' AND arg0 = 4099"
+        ),
+        vec![segments * 10]
+    );
+    // Each of the store's views is defined once over the timeline's tables.
+    assert_eq!(
+        ints(
+            &r,
+            "SELECT count(*) FROM duckdb_views() WHERE view_name IN \
+             ('events', 'event_data', 'kernel_launches', 'stacks') \
+             AND database_name = current_database() AND sql NOT LIKE '%UNION%'"
+        ),
+        vec![4]
     );
 }

@@ -166,6 +166,16 @@ impl StoreError {
             Self::Invalid { hint, .. } => Some(hint.clone()),
             Self::Conflict { hint, .. } => Some(hint.clone()),
             Self::Rejected(r) => Some(r.hint.clone()),
+            Self::Duck { source, .. } => {
+                let m = source.to_string();
+                if m.contains("nterrupt") {
+                    Some("a recording that serves while it records stops queries to write its events: ask again, or narrow the window or pid".to_string())
+                } else if m.contains("Out of Memory") || m.contains("failed to pin block") {
+                    Some("narrow the window or pid, or give the served queries more memory ([serve] query_memory, --query-memory)".to_string())
+                } else {
+                    None
+                }
+            }
             _ => None,
         }
     }

@@ -3,6 +3,7 @@
 //! compiled-in queries or [`GuardedSql`], with a timeout, row and byte caps, and sanitised cells.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use causeway_sqlguard::{GuardedSql, Policy};
@@ -90,7 +91,13 @@ pub struct Reader {
     /// Shares the database instance of the live writer (see [`Reader::from_writer_connection`]).
     live: bool,
     schema_version: u32,
+    /// What interrupts the current connection's query, readable without the reader's lock:
+    /// a live writer that needs the memory a query holds stops it ([`Reader::interrupter`]).
+    interrupter: Interrupter,
 }
+
+/// The interrupt handle of a reader's current connection, shared with its live writer.
+pub(crate) type Interrupter = Arc<Mutex<Option<Arc<duckdb::InterruptHandle>>>>;
 
 impl std::fmt::Debug for Reader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,6 +125,7 @@ impl Reader {
                 policy: crate::default_policy(),
                 live: false,
                 schema_version,
+                interrupter: Interrupter::default(),
             });
         }
         if !path.exists() {
@@ -162,6 +170,7 @@ impl Reader {
             policy: crate::default_policy(),
             live: false,
             schema_version,
+            interrupter: Interrupter::default(),
         })
     }
 
@@ -182,12 +191,14 @@ impl Reader {
             conn.execute_batch("SET lock_configuration = true")
                 .ctx(path, "locking the configuration")?;
         }
+        let handle = conn.interrupt_handle();
         Ok(Reader {
             conn: Some(conn),
             path: path.to_path_buf(),
             policy: crate::default_policy(),
             live: true,
             schema_version,
+            interrupter: Arc::new(Mutex::new(Some(handle))),
         })
     }
 
@@ -209,6 +220,7 @@ impl Reader {
             policy: self.policy.clone(),
             live: self.live,
             schema_version: self.schema_version,
+            interrupter: Interrupter::default(),
         })
     }
 
@@ -222,7 +234,15 @@ impl Reader {
     /// Takes the live reader's connection away (while its writer closes the database) or gives
     /// it one on the database opened again; returns the one it had.
     pub(crate) fn swap_conn(&mut self, conn: Option<Connection>) -> Option<Connection> {
+        *self.interrupter.lock().unwrap_or_else(|p| p.into_inner()) =
+            conn.as_ref().map(Connection::interrupt_handle);
         std::mem::replace(&mut self.conn, conn)
+    }
+
+    /// The interrupt handle of whatever connection this reader holds, kept current across
+    /// [`Reader::swap_conn`], for a writer that stops queries without taking the reader's lock.
+    pub(crate) fn interrupter(&self) -> Interrupter {
+        self.interrupter.clone()
     }
 
     /// Whether this reader shares a live writer's database (the trace is still growing).

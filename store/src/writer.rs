@@ -7,8 +7,11 @@ use std::time::{Duration, Instant};
 
 use duckdb::{Connection, OptionalExt, params};
 
+use duckdb::arrow::record_batch::RecordBatch;
+
 use crate::batch::EventBuffer;
 use crate::error::{DuckContext, Result, StoreError};
+use crate::reader::Interrupter;
 use crate::rows::{
     CgroupInfo, CgroupSchedstat, ChainRow, Event, Frame, HistogramBucket, OpCount, ProcessInfo,
     PythonStack, SessionInfo, SessionRow, SystemSnapshot,
@@ -114,6 +117,16 @@ fn clamp(ev: &Event) -> Option<Event> {
 /// at 100k events/s.
 pub const REOPEN_ROWS: u64 = 16 * ROW_GROUP_ROWS as u64;
 
+/// How long a commit waits for the live readers' running queries to end before it stops them
+/// ([`Writer::hold_readers`]): a commit that runs out of memory beside a query can leave
+/// DuckDB's table corrupt ("misaligned count", fatal at the next checkpoint), so none runs
+/// beside one. Events wait in the poll-to-writer channel meanwhile (10 s of room at 100k/s).
+const COMMIT_WAIT: Duration = Duration::from_secs(5);
+
+/// Longest wait for interrupted queries to let their readers go: a query that ignores its
+/// interrupt that long is left running.
+const HOLD_WAIT: Duration = Duration::from_secs(2);
+
 /// A reopen put off this many times in a row for a busy live reader waits for the reader's
 /// query the next time: readers that never pause all at once must not keep the metadata growing.
 const MAX_REOPEN_PUT_OFF: u32 = 8;
@@ -153,7 +166,11 @@ pub struct Writer {
     /// The live readers handed out: they share the database, so a reopen takes their
     /// connections and gives them new ones (a mutex so that handing out a reader stays a
     /// `&self` method).
-    live: Mutex<Vec<Weak<Mutex<crate::Reader>>>>,
+    live: Mutex<Vec<(Weak<Mutex<crate::Reader>>, Interrupter)>>,
+    /// The open events transaction's batches, kept while live readers share the database:
+    /// a reader's query can take the memory an append needs, and the transaction is then
+    /// written again with their queries stopped ([`Writer::hold_readers`]).
+    kept: Vec<RecordBatch>,
 }
 
 /// A live reader, shared with the writer that reopens its database.
@@ -259,6 +276,7 @@ impl Writer {
             put_off: 0,
             reopens: 0,
             live: Mutex::new(Vec::new()),
+            kept: Vec::new(),
         })
     }
 
@@ -271,9 +289,13 @@ impl Writer {
         let reader = Arc::new(Mutex::new(crate::Reader::from_writer_connection(
             conn, &self.path,
         )?));
+        let interrupter = reader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .interrupter();
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        live.retain(|r| r.strong_count() > 0);
-        live.push(Arc::downgrade(&reader));
+        live.retain(|(r, _)| r.strong_count() > 0);
+        live.push((Arc::downgrade(&reader), interrupter));
         Ok(reader)
     }
 
@@ -289,9 +311,106 @@ impl Writer {
 
     /// The live readers still held by someone (the others are forgotten).
     fn readers_alive(&self) -> Vec<SharedReader> {
+        self.live_interrupters()
+            .into_iter()
+            .map(|(r, _)| r)
+            .collect()
+    }
+
+    /// [`Writer::readers_alive`], each with what interrupts its query.
+    fn live_interrupters(&self) -> Vec<(SharedReader, Interrupter)> {
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        live.retain(|r| r.strong_count() > 0);
-        live.iter().filter_map(Weak::upgrade).collect()
+        live.retain(|(r, _)| r.strong_count() > 0);
+        live.iter()
+            .filter_map(|(r, i)| Some((r.upgrade()?, i.clone())))
+            .collect()
+    }
+
+    /// Runs `f` with every live reader's lock held, so that no reader's query runs beside it
+    /// and `f` has the database's memory: a query can hold it all (a report over many
+    /// segments), and the recording comes first. Waits `wait` for running queries to end,
+    /// then stops them (they fail with DuckDB's interrupt error; one that ignores it for
+    /// [`HOLD_WAIT`] is left running).
+    fn hold_readers<T>(&mut self, wait: Duration, f: impl FnOnce(&mut Self) -> T) -> T {
+        let live = self.live_interrupters();
+        if live.is_empty() {
+            return f(self);
+        }
+        let interrupt_at = Instant::now() + wait;
+        let give_up = interrupt_at + HOLD_WAIT;
+        let mut guards: Vec<MutexGuard<'_, crate::Reader>> = Vec::with_capacity(live.len());
+        let mut stopped = 0;
+        for (r, interrupter) in &live {
+            loop {
+                match r.try_lock() {
+                    Ok(g) => guards.push(g),
+                    Err(TryLockError::Poisoned(p)) => guards.push(p.into_inner()),
+                    Err(TryLockError::WouldBlock) if Instant::now() < give_up => {
+                        if Instant::now() >= interrupt_at {
+                            if let Some(h) = &*interrupter.lock().unwrap_or_else(|p| p.into_inner())
+                            {
+                                h.interrupt();
+                            }
+                            stopped += 1;
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
+                        continue;
+                    }
+                    Err(TryLockError::WouldBlock) => {}
+                }
+                break;
+            }
+        }
+        if stopped > 0 || guards.len() < live.len() {
+            tracing::info!(
+                path = %self.path.display(),
+                held = guards.len(),
+                readers = live.len(),
+                "the recording stopped live readers' queries to write its events"
+            );
+        }
+        let out = f(self);
+        drop(guards);
+        out
+    }
+
+    /// Whether `e` is DuckDB running out of its memory limit (a failed commit says so only
+    /// as "failed to pin block").
+    fn out_of_memory(e: &StoreError) -> bool {
+        let StoreError::Duck { source, .. } = e else {
+            return false;
+        };
+        let m = source.to_string();
+        ["Out of Memory", "failed to pin block", "allocate"]
+            .iter()
+            .any(|s| m.contains(s))
+    }
+
+    /// Writes the open transaction's kept batches again in a new transaction (the first was
+    /// rolled back after an append ran out of memory), with the live readers' queries stopped.
+    fn write_kept_again(&mut self) -> Result<()> {
+        self.hold_readers(Duration::ZERO, |w| {
+            let path = w.path.clone();
+            w.store_comms()?;
+            w.events_conn
+                .execute_batch("BEGIN TRANSACTION")
+                .ctx(&path, "starting the events transaction")?;
+            let written = (|| {
+                let mut app = w
+                    .events_conn
+                    .appender("event_rows")
+                    .ctx(&path, "opening the appender")?;
+                for b in &w.kept {
+                    app.append_record_batch(b.clone())
+                        .ctx(&path, "appending events")?;
+                }
+                app.flush().ctx(&path, "flushing events")
+            })();
+            if written.is_err() {
+                let _ = w.events_conn.execute_batch("ROLLBACK");
+            }
+            written
+        })
     }
 
     /// [`LIVE_READERS`] live readers ([`Writer::live_reader`]).
@@ -576,7 +695,14 @@ impl Writer {
             return Ok(());
         }
         let n = std::mem::take(&mut self.pending) as u64;
-        match self.events_conn.execute_batch("COMMIT") {
+        // Never beside a reader's query (`COMMIT_WAIT`).
+        let committed = self.hold_readers(COMMIT_WAIT, |w| {
+            w.events_conn
+                .execute_batch("COMMIT")
+                .ctx(&w.path, "committing events")
+        });
+        self.kept.clear();
+        match committed {
             Ok(()) => {
                 self.written += n;
                 self.trim_cache();
@@ -585,7 +711,7 @@ impl Writer {
             Err(e) => {
                 self.lost += n;
                 let _ = self.events_conn.execute_batch("ROLLBACK");
-                Err(e).ctx(&self.path, "committing events")
+                Err(e)
             }
         }
     }
@@ -640,6 +766,15 @@ impl Writer {
                 return Err(e);
             }
         };
+        // Cheap: the arrays are shared, and freed at the commit.
+        if !self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+        {
+            self.kept.push(batch.clone());
+        }
         let appended = self.store_comms().and_then(|()| {
             if self.pending == 0 {
                 self.events_conn
@@ -660,13 +795,27 @@ impl Writer {
                 Ok(())
             }
             Err(e) => {
-                self.lost += (self.pending + n) as u64;
-                self.pending = 0;
                 // Unconditionally: a failed statement leaves DuckDB's transaction aborted, and
                 // every later BEGIN fails until it is rolled back (seen after an append ran
                 // out of memory; with no transaction open this is a harmless error).
                 let _ = self.events_conn.execute_batch("ROLLBACK");
-                Err(e)
+                let again = if !self.kept.is_empty() && Self::out_of_memory(&e) {
+                    self.write_kept_again()
+                } else {
+                    Err(e)
+                };
+                match again {
+                    Ok(()) => {
+                        self.pending += n;
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.lost += (self.pending + n) as u64;
+                        self.pending = 0;
+                        self.kept.clear();
+                        Err(e)
+                    }
+                }
             }
         }
     }

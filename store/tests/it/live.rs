@@ -97,3 +97,96 @@ fn finish_while_a_live_reader_queries() {
         serde_json::json!(100)
     );
 }
+
+/// Heavy grouping over every segment: what a report asks of a served agent.
+const HEAVY: &str = "SELECT arg0, quantile_disc(duration, 0.5)::BIGINT, count(*) \
+                     FROM events GROUP BY arg0";
+
+/// A served recording whose readers' queries take the DuckDB memory its writer needs (a
+/// report over 30 segments in the writer's limit) loses no event: the writer stops their
+/// queries and writes its transaction again. Before, the batch was lost (`write_failed`).
+#[test]
+fn readers_that_take_the_memory_do_not_cost_the_recording_events() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut timeline = Vec::new();
+    let mut ts = 0;
+    for s in 0..30 {
+        let p = dir.path().join(format!("seg-{s:04}.duckdb"));
+        let mut w = Writer::create(&p, WriterOptions::default()).unwrap();
+        for _ in 0..20_000 {
+            w.append(&Event {
+                arg0: ts % 5_000,
+                duration: ts * 7_919 % 100_000,
+                ..launch(ts)
+            })
+            .unwrap();
+            ts += 1;
+        }
+        w.finish().unwrap();
+        timeline.push(p);
+    }
+    let before = ts;
+    let mut w = Writer::create(
+        &dir.path().join("open.duckdb"),
+        WriterOptions {
+            node: "n".into(),
+            memory_limit: Some("32MB".into()),
+            threads: Some(1),
+            reopen_rows: causeway_store::REOPEN_ROWS,
+            timeline,
+            ..WriterOptions::default()
+        },
+    )
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicU64::new(0));
+    let readers: Vec<_> = w
+        .live_readers()
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            let (stop, failed) = (stop.clone(), failed.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let g = r.lock().unwrap();
+                    let ran = g.prepare_trusted(HEAVY).map(|mut st| {
+                        st.query_map([], |row| row.get::<_, i64>(0))
+                            .and_then(Iterator::collect::<duckdb::Result<Vec<_>>>)
+                    });
+                    if !matches!(ran, Ok(Ok(_))) {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    drop(g);
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            })
+        })
+        .collect();
+    for _ in 0..40 {
+        for _ in 0..5_000 {
+            w.append(&launch(ts)).unwrap();
+            ts += 1;
+        }
+        w.flush().unwrap();
+        w = w.maybe_reopen().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in readers {
+        t.join().unwrap();
+    }
+    assert_eq!(w.lost(), 0, "events lost to a reader's query");
+    assert!(
+        failed.load(Ordering::Relaxed) > 0,
+        "the readers' queries never ran short of memory: the test shows nothing"
+    );
+    let path = w.path().to_path_buf();
+    w.finish().unwrap();
+    let r = Reader::open(&path).unwrap();
+    let n = run(&r, "SELECT count(*), count(DISTINCT seq) FROM events").unwrap();
+    assert_eq!(n.rows[0][0], serde_json::json!(ts - before));
+    assert_eq!(n.rows[0][1], serde_json::json!(ts - before));
+}

@@ -37,12 +37,30 @@ use crate::tuning::{DEFAULT_DUTY, DUTY_MAX, DUTY_MIN};
 /// cannot spill: 32 MB (peak RSS of probe_cost's sustained run: docs/benchmarks.md).
 const WRITER_MEMORY: &str = "32MB";
 
-/// DuckDB memory limit of a recording served while it records (`mcp --live`, the agent): its
-/// live readers' queries run in the writer's database, under its limit, which they cannot raise
-/// (the configuration is locked); 32 MB is too little for the report's queries. The written
-/// blocks it caches are dropped when the writer reopens the database (`REOPEN_ROWS`), as they
-/// cannot be trimmed while readers hold it.
-const SERVED_WRITER_MEMORY: &str = "256MB";
+/// DuckDB memory of the queries of a recording served while it records (`mcp --live`, the
+/// agent) when the server names none ([`TraceHooks::query_memory`]): its live readers' queries
+/// run in the writer's database, under its limit, which they cannot raise (the configuration
+/// is locked). The written blocks it caches are dropped when the writer reopens the database
+/// (`REOPEN_ROWS`), as they cannot be trimmed while readers hold it.
+const SERVED_QUERY_MEMORY: &str = "256MB";
+
+/// The DuckDB memory limit of a served recording: the writer's own and what its live readers'
+/// queries may use (`query_memory`, a DuckDB size, [`SERVED_QUERY_MEMORY`] if none). The
+/// writer comes first where they compete (`Writer` stops the readers' queries).
+fn served_memory(query_memory: Option<&str>) -> Result<String, CollectorError> {
+    let q = query_memory.unwrap_or(SERVED_QUERY_MEMORY);
+    let size = |s: &str| {
+        causeway_store::guarded::parse_size(s).ok_or_else(|| {
+            CollectorError::Usage(format!(
+                "query memory '{s}' is not a size (hint: write it as DuckDB takes it, e.g. 512MB)"
+            ))
+        })
+    };
+    Ok(format!(
+        "{}KB",
+        (size(WRITER_MEMORY)? + size(q)?).div_ceil(1000)
+    ))
+}
 
 /// Longest time an event waits in the recording's writer before it is committed (and visible to
 /// live readers, and safe from a SIGKILL of the tracer). With the poll thread's 100 ms batching
@@ -473,6 +491,9 @@ pub struct TraceHooks {
     /// Record into rolling segments in the directory `db` names, closed and kept as this
     /// policy (shared: the agent changes it on SIGHUP) says.
     pub segments: Option<crate::segments::SegmentHandle>,
+    /// DuckDB memory the live readers' queries may use (`--query-memory`, `[serve]
+    /// query_memory`), on top of the writer's; with `on_store` only.
+    pub query_memory: Option<String>,
 }
 
 impl std::fmt::Debug for TraceHooks {
@@ -482,6 +503,7 @@ impl std::fmt::Debug for TraceHooks {
             .field("on_store", &self.on_store.is_some())
             .field("on_ready", &self.on_ready.is_some())
             .field("segments", &self.segments)
+            .field("query_memory", &self.query_memory)
             .finish()
     }
 }
@@ -568,14 +590,11 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
         args.sample_duty
     );
     let mut wopts = WriterOptions {
-        memory_limit: Some(
-            if hooks.on_store.is_some() {
-                SERVED_WRITER_MEMORY
-            } else {
-                WRITER_MEMORY
-            }
-            .into(),
-        ),
+        memory_limit: Some(if hooks.on_store.is_some() {
+            served_memory(hooks.query_memory.as_deref())?
+        } else {
+            WRITER_MEMORY.into()
+        }),
         threads: Some(1),
         flush_interval: WRITER_FLUSH,
         chunk_rows: WRITER_CHUNK,
@@ -637,4 +656,19 @@ pub fn run_trace_with(args: &TraceArgs, hooks: TraceHooks) -> Result<TraceSummar
     summary.seconds = started.elapsed().as_secs_f64();
     info!(db = %summary.db.display(), events = summary.events_written, ringbuf_drops = summary.ringbuf_drops, channel_drops = summary.channel_drops, "trace complete");
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::served_memory;
+
+    /// A served recording's DuckDB holds the writer's 32 MB and the queries' own.
+    #[test]
+    fn a_served_recording_adds_the_query_memory_to_the_writers() {
+        assert_eq!(served_memory(Some("512MB")).unwrap(), "544000KB");
+        assert_eq!(served_memory(Some("1GiB")).unwrap(), "1105742KB");
+        assert_eq!(served_memory(None).unwrap(), "288000KB");
+        let e = served_memory(Some("lots")).unwrap_err().to_string();
+        assert!(e.contains("'lots' is not a size"), "{e}");
+    }
 }

@@ -102,6 +102,11 @@ impl Context {
         &self.sql_limits
     }
 
+    /// What the traces' readers are opened with (the served queries' DuckDB memory).
+    pub fn reader_options(&self) -> &ReaderOptions {
+        &self.reader_options
+    }
+
     /// Sets how the connections to finished recordings are opened (DuckDB memory limit).
     pub fn with_reader_options(mut self, options: ReaderOptions) -> Context {
         self.reader_options = options;

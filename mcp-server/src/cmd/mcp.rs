@@ -259,6 +259,8 @@ pub fn start_live_recording_with(
             let _ = ready_tx.send(());
         })),
         segments,
+        // Its queries run in the recording's database: its memory is theirs and the writer's.
+        query_memory: Some(ctx.reader_options().memory_limit.clone()),
     };
     let recorder = std::thread::Builder::new()
         .name("causeway-recorder".into())

@@ -3,15 +3,16 @@
 //! default hourly segments), retention capped at `CAUSEWAY_BENCH_KEEP_MIB`, against the same
 //! recording into one file in the same run. Reports drops, events stored per call made, peak
 //! RSS, the data directory's largest size, the rotations and the probe-mode switches (launches
-//! are pinned to full mode; `CAUSEWAY_BENCH_UNPINNED=1` leaves them to the controller). Root
-//! (real eBPF):
+//! are pinned to full mode; `CAUSEWAY_BENCH_UNPINNED=1` leaves them to the controller). With
+//! `CAUSEWAY_BENCH_SERVE=1` the segments are also recorded served, as the agent serves them:
+//! two live readers run a report's heaviest queries back to back meanwhile. Root (real eBPF):
 //! `cargo bench -p causeway-collector --bench segments`.
 
 // A bench reports on stdout.
 #![allow(clippy::print_stdout)]
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -61,6 +62,50 @@ struct Run {
     peak_rss_mib: f64,
     peak_disk_mib: f64,
     launches: u64,
+    /// Served: the live readers' queries answered and failed (stopped by the writer or out
+    /// of memory).
+    queries: Option<(u64, u64)>,
+}
+
+/// What a report asks of the trace: launches per kernel address with their median, and the
+/// launches named (the query that ran out of memory in the agent's test).
+const SERVED_QUERIES: [&str; 2] = [
+    "SELECT arg0, quantile_disc(duration, 0.5)::BIGINT, count(*) FROM events GROUP BY arg0",
+    "SELECT count(*) FROM kernel_launches",
+];
+
+/// Memory the served queries are given (`[serve] query_memory`).
+const SERVED_QUERY_MEMORY: &str = "256MB";
+
+/// Runs [`SERVED_QUERIES`] back to back on two of `readers` until `stop`; counts into `counts`.
+fn serve(
+    readers: Vec<causeway_store::SharedReader>,
+    stop: &Arc<AtomicBool>,
+    counts: &Arc<(AtomicU64, AtomicU64)>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    readers
+        .into_iter()
+        .take(2)
+        .map(|r| {
+            let (stop, counts) = (stop.clone(), counts.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for q in SERVED_QUERIES {
+                        let g = r.lock().unwrap_or_else(|p| p.into_inner());
+                        let ok = g.prepare_trusted(q).is_ok_and(|mut st| {
+                            st.query_map([], |row| row.get::<_, i64>(0))
+                                .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+                                .is_ok()
+                        });
+                        drop(g);
+                        let c = if ok { &counts.0 } else { &counts.1 };
+                        c.fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        })
+        .collect()
 }
 
 fn run(
@@ -69,6 +114,7 @@ fn run(
     per_s: u64,
     seconds: u64,
     policy: Option<SegmentPolicy>,
+    served: bool,
 ) -> Run {
     let threads = 2u64;
     let calls = per_s * seconds / threads;
@@ -106,13 +152,26 @@ fn run(
             }
         })
     };
+    let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let servers = Arc::new(Mutex::new(Vec::new()));
+    let on_store: Option<causeway_collector::OnStore> = served.then(|| {
+        let (stop, counts, servers) = (stop.clone(), counts.clone(), servers.clone());
+        Box::new(move |readers: Vec<causeway_store::SharedReader>| {
+            *servers.lock().unwrap() = serve(readers, &stop, &counts);
+        }) as causeway_collector::OnStore
+    });
     let hooks = TraceHooks {
         segments: policy.map(|p| Arc::new(RwLock::new(p))),
+        query_memory: served.then(|| SERVED_QUERY_MEMORY.to_string()),
+        on_store,
         ..TraceHooks::default()
     };
     let summary = run_trace_with(&a, hooks).expect("trace (run as root)");
     stop.store(true, Ordering::Relaxed);
     monitor.join().unwrap();
+    for t in std::mem::take(&mut *servers.lock().unwrap()) {
+        t.join().unwrap();
+    }
     let (rss, disk) = *samples.lock().unwrap();
     let launches = summary
         .ops
@@ -124,6 +183,12 @@ fn run(
         peak_rss_mib: rss as f64 / 1024.0,
         peak_disk_mib: disk as f64 / 1_048_576.0,
         launches,
+        queries: served.then(|| {
+            (
+                counts.0.load(Ordering::Relaxed),
+                counts.1.load(Ordering::Relaxed),
+            )
+        }),
     }
 }
 
@@ -138,7 +203,14 @@ fn main() {
     let one = if std::env::var("CAUSEWAY_BENCH_ONLY_SEGMENTS").is_ok() {
         None
     } else {
-        Some(run(s, &dir.path().join("one.duckdb"), per_s, seconds, None))
+        Some(run(
+            s,
+            &dir.path().join("one.duckdb"),
+            per_s,
+            seconds,
+            None,
+            false,
+        ))
     };
     let policy = SegmentPolicy {
         period,
@@ -152,8 +224,19 @@ fn main() {
         &dir.path().join("segments"),
         per_s,
         seconds,
-        Some(policy),
+        Some(policy.clone()),
+        false,
     );
+    let served = std::env::var_os("CAUSEWAY_BENCH_SERVE").map(|_| {
+        run(
+            s,
+            &dir.path().join("served"),
+            per_s,
+            seconds,
+            Some(policy),
+            true,
+        )
+    });
     println!(
         "\nsegments bench: {per_s} calls/s asked for {seconds} s (2 threads), period {period:?}, retention {keep_mib} MiB ({:.0} s in all)",
         started.elapsed().as_secs_f64()
@@ -172,7 +255,11 @@ fn main() {
         "deleted",
         "switches"
     );
-    for (name, r) in [("one file", one.as_ref()), ("segments", Some(&seg))] {
+    for (name, r) in [
+        ("one file", one.as_ref()),
+        ("segments", Some(&seg)),
+        ("served", served.as_ref()),
+    ] {
         let Some(r) = r else { continue };
         let (closed, deleted) = r
             .summary
@@ -201,6 +288,13 @@ fn main() {
         "RSS segments / one file: {:.2}x; disk bound {keep_mib} MiB + one open segment",
         seg.peak_rss_mib / one.as_ref().map_or(f64::NAN, |o| o.peak_rss_mib)
     );
+    if let Some(r) = &served {
+        let (ok, failed) = r.queries.unwrap_or_default();
+        println!(
+            "served ({SERVED_QUERY_MEMORY} for queries): {ok} queries answered, {failed} failed; RSS served / segments: {:.2}x",
+            r.peak_rss_mib / seg.peak_rss_mib
+        );
+    }
     if let Ok(keep) = std::env::var("CAUSEWAY_BENCH_KEEP_DIR") {
         let _ = std::fs::rename(dir.path().join("segments"), &keep);
         println!("segments kept in {keep}");

@@ -143,10 +143,10 @@ fn readers_that_take_the_memory_do_not_cost_the_recording_events() {
     .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let failed = Arc::new(AtomicU64::new(0));
-    let readers: Vec<_> = w
-        .live_readers()
-        .unwrap()
-        .into_iter()
+    let held = w.live_readers().unwrap();
+    let readers: Vec<_> = held
+        .iter()
+        .cloned()
         .map(|r| {
             let (stop, failed) = (stop.clone(), failed.clone());
             std::thread::spawn(move || {
@@ -179,6 +179,16 @@ fn readers_that_take_the_memory_do_not_cost_the_recording_events() {
         t.join().unwrap();
     }
     assert_eq!(w.lost(), 0, "events lost to a reader's query");
+    // A stopped query leaves its reader able to answer the next one.
+    for r in w.live_readers().unwrap().iter().chain(&held) {
+        let g = r.lock().unwrap();
+        assert!(
+            g.prepare_trusted("SELECT count(*) > 0 FROM events")
+                .unwrap()
+                .query_row([], |row| row.get::<_, bool>(0))
+                .unwrap()
+        );
+    }
     assert!(
         failed.load(Ordering::Relaxed) > 0,
         "the readers' queries never ran short of memory: the test shows nothing"

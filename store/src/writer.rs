@@ -766,7 +766,7 @@ impl Writer {
                 return Err(e);
             }
         };
-        // Cheap: the arrays are shared, and freed at the commit.
+        // Up to a row group of Arrow arrays, held until the commit, only while readers exist.
         if !self
             .live
             .lock()

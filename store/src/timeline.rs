@@ -168,10 +168,9 @@ fn views_sql(conn: &Connection, path: &Path, catalogs: &[String], into: &str) ->
 }
 
 /// The store's own views (events, kernel_launches, stacks, ...) as the newest segment defines
-/// them, in the order they were made (each after the relations it reads): over the timeline
-/// they read the combined tables, one join or aggregate over all segments, where a union of
-/// each segment's view ran one per segment: a query over 250 segments' `kernel_launches` held
-/// 250 hash tables at once and ran out of a 256 MB limit (`timeline_views_read_the_combined_tables`).
+/// them, each after the views it reads: over the timeline they read the combined tables, one
+/// join or aggregate over all segments; a union of each segment's view builds one per segment,
+/// all held at once (`timeline_views_read_the_combined_tables`).
 fn derived_views(conn: &Connection, path: &Path, newest: &str) -> Result<Vec<(String, String)>> {
     let name = newest.trim_matches('"').replace("\"\"", "\"");
     let mut st = conn

@@ -19,13 +19,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use causeway_store::StoreError;
 use causeway_store::catalog::{self, Source};
-use causeway_store::duckdb;
 use serde::Serialize;
 
 use crate::facts::Ctx;
 use crate::intervals::{Span, overlaps};
 use crate::opsets::{self, is_launch, is_sync};
-use crate::scan::columns;
 
 /// A stall is a gap of at least this long between two GPU calls of a feeding thread.
 pub const STALL_MIN_NS: i64 = 100_000_000;
@@ -251,6 +249,10 @@ pub struct Budget {
     /// Where fewer events were stored than the kernel counted, which buckets that affects.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub coverage: Vec<String>,
+    /// The counted calls would put more time inside GPU calls than the thread's span: no
+    /// figure of this thread is scaled (its evidence queries scale by 1 too).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub estimate_refused: bool,
 }
 
 fn is_zero(v: &i64) -> bool {
@@ -302,12 +304,6 @@ impl Budget {
 fn gpu_op(o: &catalog::OpInfo) -> bool {
     opsets::is_gpu_source(o.source.name())
 }
-
-/// Calls the kernel counted and events stored, per (pid, op), over windows overlapping ours.
-const COUNTS_SQL: &str =
-    "SELECT pid::BIGINT, op_id::BIGINT, least(greatest(sum(calls), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT, least(greatest(sum(stored), -9223372036854775808::HUGEINT), 9223372036854775807::HUGEINT)::BIGINT
-    FROM op_counts WHERE (?::BOOLEAN OR node = ?) AND window_end_ns >= ? AND window_start_ns <= ?
-    GROUP BY ALL";
 
 /// Budgets of every thread with GPU calls under the context's pid filter, then one per
 /// process (its threads summed), processes first, busiest first.
@@ -439,6 +435,23 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
             }
         }
         rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.class.cmp(&b.class)));
+        // A thread cannot be inside GPU calls longer than its span: counters that say so
+        // (however plausible each op's alone) are not extrapolated from.
+        let mut notes = coverage.get(&t.pid).cloned().unwrap_or_default();
+        let scaled_inside: i64 = rows.iter().map(Inside::estimated_total_ns).sum();
+        let estimate_refused =
+            scaled_inside > span && rows.iter().any(|r| r.counted_calls.is_some());
+        if estimate_refused {
+            for row in &mut rows {
+                row.counted_calls = None;
+                row.scaled_ns = row.total_ns;
+            }
+            notes.push(format!(
+                "the counted calls would put {} inside GPU calls in a span of {}: not extrapolated, figures from the stored calls",
+                crate::fmt::dur(scaled_inside),
+                crate::fmt::dur(span)
+            ));
+        }
         let mut o = outside.remove(&t.tid).unwrap_or_default();
         let used: i64 = rows.iter().map(|r| r.total_ns).sum::<i64>()
             + o.preempted_ns
@@ -479,7 +492,8 @@ fn node_budgets(ctx: &Ctx<'_>, node: &str) -> Result<Vec<Budget>, StoreError> {
             gpu_idle_estimate_ns: idle.get(&t.pid).copied().unwrap_or(0),
             gpu_idle_long_ns: found.idle_long.get(&t.pid).copied().unwrap_or(0),
             stalls: stalls(ctx, node, t.tid, lo, hi),
-            coverage: coverage.get(&t.pid).cloned().unwrap_or_default(),
+            coverage: notes,
+            estimate_refused,
         });
     }
     let mut procs = processes(&out, ctx, node);
@@ -565,31 +579,40 @@ type Coverage = (HashMap<u32, Vec<String>>, HashMap<(u32, u16), f64>);
 /// Per process: notes on GPU ops whose events were stored for only part of the calls, and
 /// counted / stored per (pid, op) for those.
 fn coverage_notes(ctx: &Ctx<'_>, node: &str) -> Result<Coverage, StoreError> {
-    let [pid, op, calls, stored] = columns::<4>(
-        ctx.r,
-        COUNTS_SQL,
-        duckdb::params![ctx.only_node, node, ctx.window.from_ns, ctx.window.until_ns],
-        "reading kernel call counts",
-    )?;
+    let pid = u32::try_from(ctx.pid).ok();
+    let only = (!ctx.only_node).then_some(node);
+    let rows = crate::counts::coverage(ctx.r, &ctx.window, only, pid)?;
     let mut out: HashMap<u32, Vec<String>> = HashMap::new();
     let mut ratio = HashMap::new();
-    for i in 0..pid.len() {
-        let (c, s) = (calls[i], stored[i]);
-        let Some(o) = catalog::op_by_id(op[i] as u16).filter(|o| gpu_op(o)) else {
+    for c in rows.iter().filter(|c| c.node == node) {
+        let Some(o) = catalog::op_by_id(c.op_id).filter(|o| gpu_op(o)) else {
             continue;
         };
-        if s > 0 && c > s {
-            ratio.insert((pid[i] as u32, op[i] as u16), c as f64 / s as f64);
+        if c.scaled() {
+            ratio.insert((c.pid, c.op_id), c.scale);
         }
-        if c > 0 && s < c && (c - s) * 100 >= c {
-            out.entry(pid[i] as u32).or_default().push(format!(
-                "{}: {s} of {c} calls stored ({:.0}%); time inside {} is counted from the stored calls only",
+        let notes = out.entry(c.pid).or_default();
+        let (s, n) = (c.stored, c.calls);
+        if c.implausible {
+            notes.push(format!(
+                "{}: the source's counters say {} calls where the trace holds {s} events: counters not used, figures from the stored calls",
+                o.name, c.counted
+            ));
+        } else if c.refused {
+            notes.push(format!(
+                "{}: the counted calls ({}) would put more time inside {} than its threads ran: not extrapolated, figures from the {s} stored calls",
+                o.name, c.counted, o.name
+            ));
+        } else if n > 0 && s < n && (n - s) * 100 >= n {
+            notes.push(format!(
+                "{}: {s} of {n} calls stored ({:.0}%); time inside {} is counted from the stored calls only",
                 o.name,
-                s as f64 * 100.0 / c as f64,
+                s as f64 * 100.0 / n as f64,
                 o.name
             ));
         }
     }
+    out.retain(|_, v| !v.is_empty());
     Ok((out, ratio))
 }
 
@@ -612,8 +635,10 @@ fn processes(threads: &[Budget], ctx: &Ctx<'_>, node: &str) -> Vec<Budget> {
             gpu_idle_long_ns: t.gpu_idle_long_ns,
             stalls: Vec::new(),
             coverage: t.coverage.clone(),
+            estimate_refused: false,
         });
         p.span_ns += t.span_ns;
+        p.estimate_refused |= t.estimate_refused;
         for row in &t.inside {
             match p.inside.iter_mut().find(|r| r.class == row.class) {
                 Some(r) => {

@@ -161,14 +161,6 @@ WHERE op_id = 100 AND timestamp BETWEEN ? AND ?
   AND (?::BIGINT < 0 OR pid = ?::BIGINT)
   AND (?::BIGINT = -1 OR node_id = ?::BIGINT)";
 
-const COUNTED_SQL: &str = "
-SELECT o.source, o.op, c.op_id, (CASE WHEN sum(c.calls) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(c.calls) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(c.calls) END)::BIGINT, (CASE WHEN sum(c.stored) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(c.stored) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(c.stored) END)::BIGINT, (CASE WHEN sum(c.total_ns) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(c.total_ns) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(c.total_ns) END)::BIGINT
-FROM op_counts c JOIN ops o ON o.op_id = c.op_id
-WHERE c.window_end_ns >= ? AND c.window_start_ns <= ?
-  AND (?::BIGINT < 0 OR c.pid = ?::BIGINT)
-  AND (?::VARCHAR = '' OR c.node = ?::VARCHAR)
-GROUP BY ALL";
-
 const HIST_SQL: &str = "
 SELECT log2_bucket, (CASE WHEN sum(count) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(count) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(count) END)::BIGINT
 FROM op_histograms
@@ -299,17 +291,34 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
         }
     }
 
-    // Calls the kernel counted: mark ops whose stored rows are fewer, and add ops seen only there.
+    // Calls the kernel or the source counted (crate::counts, the one source of these figures):
+    // mark ops whose stored rows are fewer, and add ops seen only there.
     {
-        let mut st = r.prepare_trusted(COUNTED_SQL)?;
-        let rows: Vec<(String, String, u16, i64, i64, i64)> = st
-            .query_map(
-                duckdb::params![window.from_ns, window.until_ns, pid, pid, node, node],
-                causeway_store::row,
-            )
-            .and_then(|rows| rows.collect())
-            .map_err(duck(r, "reading kernel call counts"))?;
-        for (source, op, op_id, calls, _stored, total_ns) in rows {
+        let cov = crate::counts::coverage(
+            r,
+            &window,
+            (!node.is_empty()).then_some(node.as_str()),
+            q.pid,
+        )?;
+        let mut per_op: BTreeMap<u16, (u64, i64)> = BTreeMap::new();
+        for c in &cov {
+            let e = per_op.entry(c.op_id).or_default();
+            e.0 = e.0.saturating_add(c.calls);
+            if c.stored == 0 {
+                e.1 = e.1.saturating_add(c.counted_ns);
+            }
+        }
+        let rows = per_op.into_iter().filter_map(|(op_id, (calls, total_ns))| {
+            let o = causeway_store::catalog::op_by_id(op_id)?;
+            Some((
+                o.source.name().to_string(),
+                o.name.to_string(),
+                op_id,
+                calls as i64,
+                total_ns,
+            ))
+        });
+        for (source, op, op_id, calls, total_ns) in rows {
             let calls = calls as u64;
             match stored_ids.get(&op_id) {
                 Some(&i) if calls > ops[i].count => {

@@ -5,6 +5,8 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+mod counts;
+
 use causeway_store::catalog::{self, op_by_name};
 use causeway_store::{
     CgroupInfo, CgroupSchedstat, ChainRow, Event, Frame, OpCount, SessionInfo, SessionRow,
@@ -140,6 +142,10 @@ pub struct SourceReport {
     pub processes: u64,
     /// System snapshots written.
     pub snapshots: u64,
+    /// Per (pid, op) whose counters cannot be right: why (their calls are then the stored
+    /// events, so no figure is scaled from them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub counter_doubts: Vec<String>,
 }
 
 /// Progress of a running import.
@@ -631,6 +637,7 @@ impl SqliteTrace {
         let mut skipped: HashMap<(i64, i64), u64> = HashMap::new();
         let mut invalid = Invalid::default();
         let mut ip_stacks: HashMap<i64, Vec<u64>> = HashMap::new();
+        let mut stored = counts::Stored::new();
         while let Some(r) = self.sq(rows.next())? {
             let node: String = {
                 let n: String = self.sq(r.get(0))?;
@@ -699,6 +706,9 @@ impl SqliteTrace {
             }
             w.append(&ev)?;
             report.events += 1;
+            *stored
+                .entry((ev.pid, op_id, counts::bucket(timestamp)))
+                .or_default() += 1;
         }
         progress(Progress { done: *done, total });
         w.flush()?;
@@ -732,7 +742,8 @@ impl SqliteTrace {
             report.chains = self.copy_chains(w, &file_node, &origin, opts)?;
             report.sessions = self.copy_sessions(w, &file_node, &origin, opts)?;
             report.processes = self.copy_processes(w, &report.nodes, &names)?;
-            report.snapshots = self.copy_host_tables(w, &file_node, &ops)?;
+            report.snapshots = self.copy_host_tables(w, &file_node)?;
+            report.counter_doubts = self.copy_counts(w, &file_node, &ops, &stored)?;
             Ok(())
         })?;
         Ok(report)
@@ -1005,12 +1016,7 @@ impl SqliteTrace {
             .and_then(|r| r.collect()))
     }
 
-    fn copy_host_tables(
-        &self,
-        w: &mut Writer,
-        node: &str,
-        ops: &HashMap<(i64, i64), u16>,
-    ) -> Result<u64, ImportError> {
+    fn copy_host_tables(&self, w: &mut Writer, node: &str) -> Result<u64, ImportError> {
         let snapshots = self.rows(
             "system_snapshots",
             "SELECT timestamp, cpu_pct, mem_pct, mem_avail, swap_mb, load_avg FROM system_snapshots ORDER BY timestamp",
@@ -1062,29 +1068,49 @@ impl SqliteTrace {
             },
         )?;
         w.add_cgroup_schedstat(node, &schedstat)?;
-        let counts: Vec<OpCount> = self
+        Ok(snapshots.len() as u64)
+    }
+
+    /// The per-minute counters, with `stored` from the events imported ([`counts`]); returns
+    /// what was said of counters that cannot be right.
+    fn copy_counts(
+        &self,
+        w: &mut Writer,
+        node: &str,
+        ops: &HashMap<(i64, i64), u16>,
+        stored: &counts::Stored,
+    ) -> Result<Vec<String>, ImportError> {
+        // The source's own `stored` column is not read: the store's is counted from the events.
+        let rows: Vec<OpCount> = self
             .rows(
                 "event_aggregates",
-                "SELECT bucket, source, op, pid, count, stored, sum_dur, sum_arg0 FROM event_aggregates",
+                "SELECT bucket, source, op, pid, count, sum_dur, sum_arg0 FROM event_aggregates",
                 |v| {
                     let bucket = v[0].int();
                     Some(OpCount {
                         pid: v[3].int() as u32,
                         op_id: *ops.get(&(v[1].int(), v[2].int()))?,
                         window_start_ns: bucket,
-                        window_end_ns: bucket + 60_000_000_000,
+                        window_end_ns: bucket + counts::BUCKET_NS,
                         calls: v[4].int() as u64,
-                        stored: v[5].int() as u64,
-                        total_ns: v[6].int() as u64,
-                        bytes: v[7].int() as u64,
+                        stored: 0,
+                        total_ns: v[5].int() as u64,
+                        bytes: v[6].int() as u64,
                     })
                 },
             )?
             .into_iter()
             .flatten()
             .collect();
-        w.record_op_counts_of(node, &counts)?;
-        Ok(snapshots.len() as u64)
+        let (rows, doubts) = counts::reconcile(rows, stored);
+        w.record_op_counts_of(node, &rows)?;
+        Ok(doubts
+            .iter()
+            .map(|(pid, op, d)| {
+                let name = catalog::op_by_id(*op).map_or("?", |o| o.name);
+                d.describe(*pid, name)
+            })
+            .collect())
     }
 }
 

@@ -46,9 +46,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 time_lost_ns: lost,
                 severity: severity(lost, ctx.node_span_ns(&b.node)),
                 summary: format!(
-                    "{} (tid {tid}) freed and reallocated device memory {:.0} times a second: {} inside cudaFree/cudaMalloc ({} of {})",
+                    "{} (tid {tid}) freed and reallocated device memory {}{:.0} times a second: {}{} inside cudaFree/cudaMalloc ({} of {})",
                     b.comm,
+                    if sampled { "~" } else { "" },
                     per_s,
+                    if sampled { "~" } else { "" },
                     d(lost),
                     pct(lost, span),
                     span_words(span, b.span_ns)
@@ -77,9 +79,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 // The summary's time is the sum of scaled_ns: a cudaMalloc's own cuMemAlloc is
                 // nested in it and left out, as the budget leaves it out.
                 evidence_sql: super::scaled_calls_sql(
+                    ctx,
                     &b.node,
                     b.pid,
                     tid,
+                    !b.estimate_refused,
                     "(g.op LIKE '%Free%' OR g.op LIKE '%Malloc%' OR g.op LIKE '%MemAlloc%')",
                 ),
             }

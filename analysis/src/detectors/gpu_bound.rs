@@ -74,28 +74,17 @@ FROM long WHERE median_ns > 0 ORDER BY duration DESC LIMIT 20"
     )
 });
 
-/// The evidence, shorter than [`WAITS_SQL`] to show whole: the thread's waits of at least 100
-/// ms (stored wait calls, and sleeps right after a launch) with the median of each wait call
-/// (for a sleep, the largest median, as the detector reads it), the time a long wait (10x that
-/// median) held the thread beyond it (`held_ns`, summed in the summary) and the launches queued
-/// since the previous wait, and the largest launch. Waits only the kernel's histograms saw are
-/// the detector's alone.
-fn evidence(node: &str, tid: u32, from: i64, until: i64, grid: Option<i64>) -> String {
-    let copies = COPIES_SQL.as_str();
-    let launches = LAUNCH_NAMES.map(lit).join(", ");
-    let node = lit(node);
-    let scope = format!("node = {node} AND tid = {tid} AND timestamp BETWEEN {from} AND {until}");
-    let waits =
-        |a: &str| format!("({a}op IN ({SYNCS_SQL}) OR ({a}op IN ({copies}) AND {a}arg1 = 2))");
-    format!(
-        "WITH c AS (SELECT op, median(duration) AS median_ns FROM events WHERE {scope} AND {} GROUP BY op), \
-w AS (SELECT e.timestamp, e.op, e.duration, e.arg1, CASE WHEN e.op NOT IN ({launches}) THEN coalesce(c.median_ns, (SELECT max(median_ns) FROM c)) END AS median_ns FROM events e LEFT JOIN c ON c.op = e.op WHERE e.{scope} \
-AND ((e.duration >= {STALL_MIN_NS} AND (c.op IS NOT NULL OR (e.op = 'sched_switch' AND e.arg1 = 1 AND (SELECT arg_max(a.op, a.timestamp) FROM events a WHERE a.{scope} AND a.op NOT IN ('sched_switch', 'sched_wakeup') AND a.timestamp <= e.timestamp) IN ({launches}) AND (SELECT arg_max(a.timestamp + a.duration, a.timestamp) FROM events a WHERE a.{scope} AND a.op NOT IN ('sched_switch', 'sched_wakeup') AND a.timestamp <= e.timestamp) <= e.timestamp))) OR (e.op IN ({launches}) AND e.arg1 = {}))) \
-SELECT w.*, CASE WHEN w.median_ns > 0 AND least(w.duration, {until} - w.timestamp) >= {SLOW_FACTOR} * w.median_ns THEN (least(w.duration, {until} - w.timestamp) - w.median_ns)::BIGINT END AS held_ns, CASE WHEN w.op NOT IN ({launches}) THEN (SELECT count(*) FROM events l WHERE l.{scope} AND l.op IN ({launches}) AND l.timestamp BETWEEN coalesce((SELECT max(x.timestamp + x.duration) FROM events x WHERE x.{scope} AND {} AND x.timestamp + x.duration <= w.timestamp), {from}) AND w.timestamp) END AS launches_before FROM w ORDER BY w.timestamp LIMIT 50",
-        waits(""),
-        grid.unwrap_or(-1),
-        waits("x."),
-    )
+/// The evidence: the detector's own query ([`WAITS_SQL`]) for the thread and window, so every
+/// figure of the summary comes back from its rows (a shorter query of its own once disagreed
+/// with the detector on a healthy twin's wait).
+fn evidence(node: &str, pid: u32, tid: u32, from: i64, until: i64) -> String {
+    // The node last: its literal is not searched for the others.
+    WAITS_SQL
+        .replace("$2", &tid.to_string())
+        .replace("$3", &from.to_string())
+        .replace("$4", &until.to_string())
+        .replace("$5", &pid.to_string())
+        .replace("$1", &lit(node))
 }
 
 /// Whether the kernel's histograms of `pid` hold a wait call (a sync or copy) as long as a
@@ -262,7 +251,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     "Split the oversized work so that no single step holds the GPU for long: chunked prefill (vLLM --enable-chunked-prefill, a max-num-batched-tokens limit), smaller or bucketed batches.".into(),
                     "Keep latency-sensitive work from queueing behind it: a separate stream, instance or GPU for the large requests, or admission control on their size.".into(),
                 ],
-                evidence_sql: evidence(&b.node, tid, from, until, *grid),
+                evidence_sql: evidence(&b.node, b.pid, tid, from, until),
             }
             .into_chain(),
         );

@@ -5,9 +5,10 @@
 //! CUDA_VISIBLE_DEVICES naming one device), as launchers and device plugins give it.
 //! Trigger: on one (node, device), >= 2 processes each with >= 100 launches whose active spans
 //! overlap for >= 50% of the shorter one.
-//! Time lost: the waits for the GPU (synchronisations, device-to-host copies, from their
-//! budgets) of those processes x (n - 1) / n: with n processes sharing a GPU, each waits that
-//! share of its waits for the others' work.
+//! Time lost: the waits for the GPU (synchronisations, device-to-host copies, from its budget)
+//! of the most delayed of those processes x (n - 1) / n: with n processes sharing a GPU, each
+//! waits that share of its waits for the others' work (the sum over processes is process
+//! time, which the explanation gives; it can exceed the window).
 //! Severity: the common rule.
 //! Recommendation: one process per GPU, MPS or MIG, or batch the requests in one server.
 
@@ -147,13 +148,21 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         // over their launching threads' spans.
         let by_threads = group.iter().any(|r| !r.2.is_empty());
         // Their waits for the GPU (synchronisations, device-to-host copies), from their budgets.
-        let sync_ns: i64 = inp
+        let waits: Vec<(u32, i64)> = inp
             .budgets
             .iter()
             .filter(|b| b.tid.is_none() && &b.node == node && group.iter().any(|r| r.3 == b.pid))
-            .map(|b| b.waiting_ns())
-            .sum();
-        let lost = sync_ns * (n - 1) / n;
+            .map(|b| (b.pid, b.waiting_ns()))
+            .collect();
+        let sync_ns: i64 = waits.iter().map(|w| w.1).sum();
+        // Time lost is the most delayed process's: a sum over processes is process time, and
+        // could exceed the window the trace holds.
+        let (worst_pid, worst_ns) = waits
+            .iter()
+            .copied()
+            .max_by_key(|w| (w.1, std::cmp::Reverse(w.0)))
+            .unwrap_or_default();
+        let lost = worst_ns * (n - 1) / n;
         let hows: Vec<&str> = group
             .iter()
             .map(|r| r.2.as_str())
@@ -181,26 +190,27 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 node: node.clone(),
                 time_lost_ns: lost,
                 severity: severity(lost, ctx.node_span_ns(node)),
-                summary: format!("{n} processes share GPU {gpu} for {}: {} of waits for the GPU, ~{} for each other's work", d(until - from), d(sync_ns), d(lost)),
+                summary: format!("{n} processes share GPU {gpu} for {}: {} (pid {worst_pid}) waits {} for the GPU, ~{} of it for the others' work", d(until - from), ctx.name(node, worst_pid), d(worst_ns), d(lost)),
                 root_cause: format!("GPU contention: {n} processes time-slice GPU {gpu}, so each one's work queues behind the others'"),
                 explanation: format!(
-                    "On GPU {gpu}{known_by}, {} launched work concurrently for {}. Their waits for the GPU (synchronisations and device-to-host copies) took {} in total; with {n} processes time-slicing one GPU, about {} of that is waiting for the other processes' work rather than their own.",
-                    procs.join(", "), d(until - from), d(sync_ns), d(lost)
+                    "On GPU {gpu}{known_by}, {} launched work concurrently for {}. Their waits for the GPU (synchronisations and device-to-host copies) took {} in total (process time, all {n} together); with {n} processes time-slicing one GPU, about {} of that is waiting for the other processes' work rather than their own. The most delayed, pid {worst_pid}, waited {}, about {} of it for the others.",
+                    procs.join(", "), d(until - from), d(sync_ns), d(sync_ns * (n - 1) / n), d(worst_ns), d(lost)
                 ),
                 timeline: vec![
                     step("CUDA", "cudaLaunchKernel", procs.join("; "), 0),
-                    step("CUDA", "cudaStreamSynchronize", format!("{} waiting, ~{} for other processes", d(sync_ns), d(lost)), lost),
+                    step("CUDA", "cudaStreamSynchronize", format!("pid {worst_pid}: {} waiting, ~{} for other processes", d(worst_ns), d(lost)), lost),
                 ],
                 recommendations: vec![
                     format!("Give each process its own GPU (CUDA_VISIBLE_DEVICES), or serve the {n} workloads from one process that batches their requests."),
                     "If they must share, enable MPS (nvidia-cuda-mps-control -d) or partition with MIG so kernels run side by side instead of time-slicing.".into(),
                 ],
-                // Per process: launches, waits for the GPU and active span; the waits' sum,
-                // shared_ns (the spans' overlap) and for_others_ns are the summary's numbers. A process is active
+                // Per process: launches, waits for the GPU (wait_ns) and the share of them for
+                // the others' work (for_others_ns: the most delayed process's is the summary's
+                // and the time lost) and active span; shared_ns is the spans' overlap. A process is active
                 // from its launching threads' first event to their last (from its first launch
                 // to its last in an imported trace that names the GPU).
                 evidence_sql: format!(
-                    "WITH q AS (SELECT e.pid, any_value(p.gpu_visible) AS gpu_visible, any_value(p.gpu_devices) AS gpu_devices, count(*) FILTER (WHERE e.op IN ({launches})) AS launches, coalesce(sum(e.duration) FILTER (WHERE e.op IN ({SYNCS_SQL}) OR (e.op IN ({copies}) AND e.arg1 = 2)), 0) AS wait_ns, min(e.timestamp) FILTER (WHERE e.op IN ({launches})) AS first_launch_ns, max(e.timestamp) FILTER (WHERE e.op IN ({launches})) AS last_launch_ns FROM events e LEFT JOIN processes p ON p.node = e.node AND p.pid = e.pid WHERE e.node = {node} AND e.pid IN ({pids}) AND e.timestamp BETWEEN {from} AND {until} GROUP BY e.pid), {active} SELECT q.*, a.active_from, a.active_until, min(a.active_until) OVER () - max(a.active_from) OVER () AS shared_ns, (sum(q.wait_ns) OVER () * (count(*) OVER () - 1)) // count(*) OVER () AS for_others_ns FROM q JOIN a USING (pid) ORDER BY q.pid",
+                    "WITH q AS (SELECT e.pid, any_value(p.gpu_visible) AS gpu_visible, any_value(p.gpu_devices) AS gpu_devices, count(*) FILTER (WHERE e.op IN ({launches})) AS launches, coalesce(sum(e.duration) FILTER (WHERE e.op IN ({SYNCS_SQL}) OR (e.op IN ({copies}) AND e.arg1 = 2)), 0) AS wait_ns, min(e.timestamp) FILTER (WHERE e.op IN ({launches})) AS first_launch_ns, max(e.timestamp) FILTER (WHERE e.op IN ({launches})) AS last_launch_ns FROM events e LEFT JOIN processes p ON p.node = e.node AND p.pid = e.pid WHERE e.node = {node} AND e.pid IN ({pids}) AND e.timestamp BETWEEN {from} AND {until} GROUP BY e.pid), {active} SELECT q.*, a.active_from, a.active_until, min(a.active_until) OVER () - max(a.active_from) OVER () AS shared_ns, (q.wait_ns * (count(*) OVER () - 1)) // count(*) OVER () AS for_others_ns, (sum(q.wait_ns) OVER () * (count(*) OVER () - 1)) // count(*) OVER () AS all_for_others_ns FROM q JOIN a USING (pid) ORDER BY q.pid",
                     node = lit(node),
                     from = ctx.window.from_ns,
                     until = ctx.window.until_ns,

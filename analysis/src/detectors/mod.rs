@@ -149,29 +149,40 @@ impl Finding {
     }
 }
 
-/// SQL string literal.
-pub fn lit(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
+pub use crate::counts::lit;
 
 /// The common part of evidence queries over one thread's GPU calls as its budget counts them:
 /// `r`, each op's scale (the process's counted / stored calls where its probes were sampled),
 /// and `g`, the thread's GPU calls with `nested` set for those inside an earlier call (a runtime
 /// call's own driver call: left out, as the budget leaves them out).
-pub fn budget_calls_cte(node: &str, pid: u32, tid: u32) -> String {
+pub fn budget_calls_cte(ctx: &Ctx<'_>, node: &str, pid: u32, tid: u32, scaled: bool) -> String {
+    let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
+    let r = if scaled {
+        let cov = crate::counts::coverage_ctes(from, until, Some(node), Some(pid));
+        format!("{cov}, r AS (SELECT o.op, c.scale FROM coverage c JOIN ops o USING (op_id))")
+    } else {
+        "r AS (SELECT op, 1.0 AS scale FROM ops)".to_string()
+    };
     let node = lit(node);
     format!(
-        "WITH r AS (SELECT o.op, CASE WHEN sum(c.stored) > 0 AND sum(c.calls) > sum(c.stored) THEN sum(c.calls) / sum(c.stored) ELSE 1 END AS scale FROM op_counts c JOIN ops o USING (op_id) WHERE c.node = {node} AND c.pid = {pid} GROUP BY o.op), g AS (SELECT op, arg0, arg1, timestamp, duration, coalesce(max(timestamp + duration) OVER (ORDER BY timestamp, duration DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) >= timestamp + duration, false) AS nested FROM events WHERE node = {node} AND tid = {tid} AND source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL'))"
+        "WITH {r}, g AS (SELECT op, arg0, arg1, timestamp, duration, coalesce(max(timestamp + duration) OVER (ORDER BY timestamp, duration DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) >= timestamp + duration, false) AS nested FROM events WHERE node = {node} AND tid = {tid} AND source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL'))"
     )
 }
 
 /// One thread's GPU calls matching `which` (a predicate on `g.op`, `g.arg1`) per op and copy
 /// direction, as its budget counts them: stored calls and time, and `calls` and `scaled_ns`
 /// scaled by the op's sampling; a summary's time for them is the sum of `scaled_ns`.
-pub fn scaled_calls_sql(node: &str, pid: u32, tid: u32, which: &str) -> String {
+pub fn scaled_calls_sql(
+    ctx: &Ctx<'_>,
+    node: &str,
+    pid: u32,
+    tid: u32,
+    scaled: bool,
+    which: &str,
+) -> String {
     format!(
         "{} SELECT g.op, CASE WHEN g.op LIKE '%Memcpy%' THEN g.arg1 END AS direction, count(*) AS stored_calls, round(count(*) * any_value(coalesce(r.scale, 1)))::BIGINT AS calls, sum(g.duration) AS stored_ns, round(sum(g.duration) * any_value(coalesce(r.scale, 1)))::BIGINT AS scaled_ns, median(g.duration) AS p50_ns FROM g LEFT JOIN r ON r.op = g.op WHERE NOT g.nested AND {which} GROUP BY ALL ORDER BY scaled_ns DESC",
-        budget_calls_cte(node, pid, tid)
+        budget_calls_cte(ctx, node, pid, tid, scaled)
     )
 }
 

@@ -41,6 +41,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             let cpu = ((row.on_cpu_ns + row.unknown_ns) as f64 * scale) as i64;
             let bytes_est = (bytes as f64 * scale) as i64;
             let gbps = bytes_est as f64 / cpu.max(1) as f64;
+            let scaled = scale > 1.0;
+            let est = if scaled { "~" } else { "" };
             if bytes_est < 64 << 20 || (cpu as f64) < 0.20 * b.span_ns as f64 || gbps >= MAX_GBPS {
                 continue;
             }
@@ -57,12 +59,17 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     time_lost_ns: cpu,
                     severity: severity(cpu, ctx.node_span_ns(&b.node)),
                     summary: format!(
-                        "{} (tid {tid}) spent {} ({} of its span) copying {} {name} at {:.1} GB/s on its own CPU",
+                        "{} (tid {tid}) spent {est}{} ({} of its span) copying {est}{} {name} at {:.1} GB/s on its own CPU{}",
                         b.comm,
                         d(cpu),
                         pct(cpu, b.span_ns),
                         crate::fmt::bytes(bytes_est),
-                        gbps
+                        gbps,
+                        if scaled {
+                            format!(" (estimated: {} of ~{} copies stored)", row.calls, row.estimated_calls())
+                        } else {
+                            String::new()
+                        }
                     ),
                     root_cause: "Slow host-device copies: the copies come from pageable memory, so the driver stages them through a pinned buffer on the calling thread, which copies instead of launching".into(),
                     explanation: format!(
@@ -89,7 +96,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     // sampling as the budget scales them.
                     evidence_sql: format!(
                         "{}, c AS (SELECT g.* FROM g WHERE NOT g.nested AND g.op IN ({copy_ops}) AND g.arg1 = {dir}), s AS (SELECT timestamp AS a, timestamp + duration AS b FROM events WHERE node = {node} AND tid = {tid} AND op = 'sched_switch'), off AS (SELECT c.op, sum(least(s.b, c.timestamp + c.duration) - greatest(s.a, c.timestamp)) AS off_ns FROM c JOIN s ON s.a < c.timestamp + c.duration AND s.b > c.timestamp GROUP BY c.op) SELECT c.op, count(*) AS stored_calls, round(count(*) * any_value(coalesce(r.scale, 1)))::BIGINT AS calls, round(sum(c.arg0) * any_value(coalesce(r.scale, 1)))::BIGINT AS bytes, sum(c.duration) AS stored_ns, any_value(coalesce(off.off_ns, 0)) AS off_cpu_ns, round((sum(c.duration) - any_value(coalesce(off.off_ns, 0))) * any_value(coalesce(r.scale, 1)))::BIGINT AS on_cpu_ns, sum(c.arg0) / ((sum(c.duration) - any_value(coalesce(off.off_ns, 0))) / 1e9) / 1e9 AS gb_per_s_on_cpu FROM c LEFT JOIN r ON r.op = c.op LEFT JOIN off ON off.op = c.op GROUP BY c.op",
-                        super::budget_calls_cte(&b.node, b.pid, tid),
+                        super::budget_calls_cte(ctx, &b.node, b.pid, tid, !b.estimate_refused),
                         node = lit(&b.node)
                     ),
                 }

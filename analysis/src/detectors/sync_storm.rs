@@ -24,7 +24,7 @@ use causeway_store::StoreError;
 use super::{Finding, Input, d, pct, severity, steady_span, step, thread_budgets};
 use crate::budget::CallClass;
 use crate::chains::Chain;
-use crate::facts::SYNC_OPS;
+use crate::facts::{Ctx, SYNC_OPS};
 
 /// Syncs per second that start to look like a storm.
 pub const MIN_SYNCS_PER_S: f64 = 100.0;
@@ -47,7 +47,7 @@ fn idle_floor(waited: i64, span: i64) -> f64 {
 
 /// The thread's waits per op (and copy direction), as its budget scales them: the summary's
 /// wait time is the sum of `scaled_ns`. With `reads`, its device-to-host copies too.
-fn waits_sql(node: &str, pid: u32, tid: u32, reads: bool) -> String {
+fn waits_sql(ctx: &Ctx<'_>, node: &str, pid: u32, tid: u32, scaled: bool, reads: bool) -> String {
     let syncs = SYNC_OPS.map(|o| format!("'{o}'")).join(", ");
     let which = if reads {
         format!(
@@ -56,7 +56,7 @@ fn waits_sql(node: &str, pid: u32, tid: u32, reads: bool) -> String {
     } else {
         format!("g.op IN ({syncs})")
     };
-    let per_op = super::scaled_calls_sql(node, pid, tid, &which);
+    let per_op = super::scaled_calls_sql(ctx, node, pid, tid, scaled, &which);
     if !reads {
         return per_op;
     }
@@ -67,9 +67,16 @@ fn waits_sql(node: &str, pid: u32, tid: u32, reads: bool) -> String {
 }
 
 /// The thread's kernel launches per op, scaled as its budget counts them.
-fn launches_sql(node: &str, pid: u32, tid: u32) -> String {
+fn launches_sql(ctx: &Ctx<'_>, node: &str, pid: u32, tid: u32, scaled: bool) -> String {
     let launches = crate::opsets::LAUNCH_NAMES.map(super::lit).join(", ");
-    super::scaled_calls_sql(node, pid, tid, &format!("g.op IN ({launches})"))
+    super::scaled_calls_sql(
+        ctx,
+        node,
+        pid,
+        tid,
+        scaled,
+        &format!("g.op IN ({launches})"),
+    )
 }
 
 /// Runs the detector.
@@ -112,6 +119,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         // Where the probes were sampled the stored calls are a part: the thread's budget scales
         // its classes by the kernel's counts.
         let budget = thread_budgets(inp).find(|b| b.node == t.node && b.tid == Some(t.tid));
+        let scaled = budget.is_none_or(|b| !b.estimate_refused);
         let est = |c: CallClass| {
             budget
                 .and_then(|b| b.class(c))
@@ -164,8 +172,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 // the time lost beyond one sync per 20 launches (lost_ns).
                 evidence_sql: format!(
                     "WITH l AS (SELECT sum(calls) AS n FROM ({})) SELECT q.*, (SELECT n FROM l) AS launches, round(sum(q.scaled_ns) OVER () * greatest((sum(q.calls) OVER () - (SELECT n FROM l) / 20) / sum(q.calls) OVER (), 0))::BIGINT AS lost_ns FROM ({}) q ORDER BY q.scaled_ns DESC",
-                    launches_sql(&t.node, t.pid, t.tid),
-                    waits_sql(&t.node, t.pid, t.tid, false)
+                    launches_sql(ctx, &t.node, t.pid, t.tid, scaled),
+                    waits_sql(ctx, &t.node, t.pid, t.tid, scaled, false)
                 ),
             }
             .into_chain()
@@ -196,6 +204,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             1.0
         };
         let idle = ((b.gpu_idle_estimate_ns as f64 * scale) as i64).min(span);
+        let scaled = waits
+            .iter()
+            .flatten()
+            .any(|c| c.estimated_calls() > c.calls);
+        let est = if scaled { "~" } else { "" };
         // A thread asleep more than it works between calls has nothing to launch (a server
         // waiting for requests): the GPU idles for want of work, not because of the waits.
         if per_s < MIN_SYNCS_PER_S
@@ -214,7 +227,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 node: b.node.clone(),
                 time_lost_ns: idle,
                 severity: severity(idle, ctx.node_span_ns(&b.node)),
-                summary: format!("{} host waits/s on {} (tid {tid}): {reads} device-to-host reads and {syncs} syncs, GPU idle {} ({} of its span)", per_s.round(), b.comm, d(idle), pct(idle, b.span_ns)),
+                summary: format!("{} host waits/s on {} (tid {tid}): {est}{reads} device-to-host reads and {est}{syncs} syncs, GPU idle {est}{} ({} of its span){}", per_s.round(), b.comm, d(idle), pct(idle, b.span_ns), if scaled { " (estimated from the stored calls: the probes were sampled)" } else { "" }),
                 root_cause: "Sync storm: the step reads device values on the host (.item(), .cpu(), .numpy(), printing a tensor), and each read waits for the GPU to drain".into(),
                 explanation: format!(
                     "{} (pid {}, tid {tid}) waited for the GPU {} times ({reads} device-to-host copies, which wait for the stream before copying, and {syncs} synchronisations) against {launches} kernel launches, {} in all. After each wait the GPU has nothing queued until the thread launches again: the process's GPU had no outstanding work for an estimated {} ({} of the span).",
@@ -234,7 +247,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 evidence_sql: format!(
                     "WITH {} SELECT q.*, gpu_idle.idle_ns AS gpu_idle_ns, round(gpu_idle.idle_ns * greatest(sum(q.scaled_ns) OVER () / sum(q.stored_ns) OVER (), 1))::BIGINT AS gpu_idle_scaled_ns FROM ({}) q CROSS JOIN gpu_idle ORDER BY q.scaled_ns DESC",
                     super::gpu_idle_ctes(ctx, &b.node, b.pid),
-                    waits_sql(&b.node, b.pid, tid, true)
+                    waits_sql(ctx, &b.node, b.pid, tid, !b.estimate_refused, true)
                 ),
             }
             .into_chain()

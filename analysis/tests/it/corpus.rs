@@ -138,6 +138,8 @@ fn corpus_accuracy() {
     assert!(files.len() >= 20, "corpus too small: {}", files.len());
     let mut tally: std::collections::BTreeMap<String, Tally> = Default::default();
     let mut skipped = 0;
+    // Traces and findings the invariants (crate::invariants) were checked on.
+    let (mut invariant_traces, mut invariant_findings) = (0, 0);
     let mut failures = Vec::new();
     // Findings whose time lost was found in their evidence rows.
     let mut losses_in_rows = std::collections::BTreeSet::new();
@@ -192,6 +194,15 @@ fn corpus_accuracy() {
             );
         }
         let e = explain(&r, &ChainQuery::default()).unwrap();
+        let broken = causeway_analysis::invariants::check(&r, &e).unwrap();
+        assert!(
+            broken.is_empty(),
+            "{}: figures larger than the trace, or counts that disagree between commands:\n{}",
+            case.name,
+            broken.join("\n")
+        );
+        invariant_traces += 1;
+        invariant_findings += e.chains.len();
         for c in &e.chains {
             let g =
                 causeway_sqlguard::guard(&c.evidence_sql, r.policy(), None).unwrap_or_else(|e| {
@@ -334,6 +345,9 @@ fn corpus_accuracy() {
         );
     }
     println!("\nskipped {skipped}");
+    println!(
+        "invariants (no figure larger than the trace, one count everywhere): {invariant_traces} traces, {invariant_findings} findings checked, 0 violations"
+    );
     println!("time lost found in the evidence rows: {losses_in_rows:?}");
     // The cases hold findings of ten of them (the lab's recordings hold the others:
     // slow_copies, network_wait and host_memory_pressure on a starving loop and the

@@ -5,6 +5,7 @@
 #![allow(clippy::print_stdout)]
 
 mod corpus;
+mod invariants;
 mod placement;
 mod segments;
 mod snapshots;

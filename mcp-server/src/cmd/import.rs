@@ -93,5 +93,8 @@ fn describe(r: &SourceReport) -> String {
         ));
     }
     s.push('\n');
+    for d in &r.counter_doubts {
+        s.push_str(&format!("  counters: {d}\n"));
+    }
     s
 }

@@ -230,6 +230,7 @@ fn run_variant(case: &Case, variant: &str, runs: &Path, build: &Path) -> Outcome
                 o.busy_machine = contention_from_outside(&chains, db);
             }
             o.evidence = unsupported(&chains, db);
+            o.evidence.extend(beyond_the_trace(db));
         }
         Err(e) => o.error = Some(e),
     }
@@ -280,6 +281,18 @@ fn unsupported(chains: &[Value], db: &str) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// Figures larger than the recording holds, or counts that differ between commands
+/// (`causeway_analysis::invariants`).
+fn beyond_the_trace(db: &str) -> Vec<String> {
+    let run = || -> Result<Vec<String>, String> {
+        let r = causeway_store::Reader::open(Path::new(db)).map_err(|e| e.to_string())?;
+        let e = causeway_analysis::explain(&r, &causeway_analysis::ChainQuery::default())
+            .map_err(|e| e.to_string())?;
+        causeway_analysis::invariants::check(&r, &e).map_err(|e| e.to_string())
+    };
+    run().unwrap_or_else(|e| vec![format!("the invariants could not be checked: {e}")])
 }
 
 /// Whether every MEDIUM/HIGH chain is cpu_contention whose culprit is not a process of the

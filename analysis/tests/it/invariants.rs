@@ -1,0 +1,151 @@
+//! Property test of issue 50's rule, no figure larger than the trace: traces of one training
+//! thread (launches, host-to-device copies, syncs) whose counters are drawn at random, as the
+//! collector's sampled and entry-only modes and other tools' imports leave them (missing,
+//! sampled lightly or absurdly, below the stored events, running totals, a `stored` column
+//! that lies), must keep every invariant of `causeway_analysis::invariants` in `explain`.
+
+use causeway_analysis::demo::model::op;
+use causeway_analysis::{ChainQuery, explain, invariants};
+use causeway_store::{Event, OpCount, Reader, Writer, WriterOptions};
+use proptest::prelude::*;
+
+const T0: i64 = 1_700_000_040_000_000_000;
+const MS: i64 = 1_000_000;
+const MINUTE: i64 = 60_000 * MS;
+
+/// How the counters of the trace's ops were left.
+#[derive(Debug, Clone)]
+enum Counters {
+    /// None at all (an import without aggregates).
+    Missing,
+    /// Every call stored.
+    Exact,
+    /// `k` calls counted per stored event.
+    Sampled(u64),
+    /// Fewer calls than the stored events.
+    Below,
+    /// Running totals per minute.
+    Cumulative,
+}
+
+fn counters() -> impl Strategy<Value = Counters> {
+    prop_oneof![
+        Just(Counters::Missing),
+        Just(Counters::Exact),
+        (2u64..400).prop_map(Counters::Sampled),
+        Just(Counters::Below),
+        Just(Counters::Cumulative),
+    ]
+}
+
+fn ev(t: i64, d: i64, name: &str, arg0: i64, arg1: i64) -> Event {
+    Event {
+        timestamp: t,
+        duration: d,
+        pid: 10,
+        tid: 10,
+        comm: "python3".into(),
+        op_id: op(name),
+        arg0,
+        arg1,
+        ..Event::default()
+    }
+}
+
+/// Writes `steps` training steps of `step_ms` over three minutes' worth of buckets, with the
+/// counters `how`, and a `stored` column of `lie`.
+fn write(
+    p: &std::path::Path,
+    steps: i64,
+    step_ms: i64,
+    copy_ms: i64,
+    copy_mib: i64,
+    how: &Counters,
+    lie: u64,
+) {
+    let mut w = Writer::create(p, WriterOptions::default()).unwrap();
+    let mut per: std::collections::BTreeMap<(u16, i64), u64> = Default::default();
+    let mut put = |w: &mut Writer, e: Event| {
+        *per.entry((e.op_id, (e.timestamp - T0) / MINUTE))
+            .or_default() += 1;
+        w.append(&e).unwrap();
+    };
+    for i in 0..steps {
+        let t = T0 + i * step_ms * MS;
+        put(&mut w, ev(t, copy_ms * MS, "cudaMemcpy", copy_mib << 20, 1));
+        put(
+            &mut w,
+            ev(t + (copy_ms + 1) * MS, 30_000, "cudaLaunchKernel", 0, 0),
+        );
+        put(
+            &mut w,
+            ev(
+                t + (copy_ms + 2) * MS,
+                2 * MS,
+                "cudaStreamSynchronize",
+                0,
+                0,
+            ),
+        );
+    }
+    let rows: Vec<OpCount> = match how {
+        Counters::Missing => Vec::new(),
+        _ => {
+            let mut so_far: std::collections::HashMap<u16, u64> = Default::default();
+            per.iter()
+                .map(|(&(op_id, minute), &n)| {
+                    let total = so_far.entry(op_id).or_default();
+                    *total += n;
+                    let calls = match how {
+                        Counters::Exact => n,
+                        Counters::Sampled(k) => n * k,
+                        Counters::Below => n / 3,
+                        Counters::Cumulative => *total * 5,
+                        Counters::Missing => unreachable!(),
+                    };
+                    OpCount {
+                        pid: 10,
+                        op_id,
+                        window_start_ns: T0 + minute * MINUTE,
+                        window_end_ns: T0 + (minute + 1) * MINUTE,
+                        calls,
+                        stored: lie,
+                        total_ns: 0,
+                        bytes: 0,
+                    }
+                })
+                .collect()
+        }
+    };
+    w.record_op_counts(&rows).unwrap();
+    w.finish().unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn no_figure_exceeds_the_trace_whatever_the_counters_say(
+        steps in 50i64..400,
+        step_ms in 20i64..400,
+        copy_frac in 1i64..9,
+        copy_mib in 1i64..64,
+        how in counters(),
+        lie in 0u64..20,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.duckdb");
+        let copy_ms = (step_ms * copy_frac / 10).max(1);
+        write(&p, steps, step_ms, copy_ms, copy_mib, &how, lie);
+        let r = Reader::open(&p).unwrap();
+        let e = explain(&r, &ChainQuery::default()).unwrap();
+        let v = invariants::check(&r, &e).unwrap();
+        prop_assert!(v.is_empty(), "{how:?}: {v:#?}\n{:#?}", e.chains.iter().map(|c| &c.summary).collect::<Vec<_>>());
+        // A scaled figure says so.
+        for c in &e.chains {
+            if c.detector == "slow_copies" && matches!(how, Counters::Sampled(_)) && c.summary.contains('~') {
+                prop_assert!(c.summary.contains("estimated"), "{}", c.summary);
+            }
+        }
+    }
+}

@@ -4,6 +4,13 @@
 # kernel with BTF), and the MCP conformance checks with real clients.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The real traces the suite reads (never committed) sit beside the clone; without them dozens of
+# tests fail after a long build, so say so first. CAUSEWAY_SHARED_DIR points elsewhere.
+shared="${CAUSEWAY_SHARED_DIR:-$PWD/../shared/investigations}"
+if [ ! -d "$shared" ]; then
+  echo "causeway test: $shared is missing (the real traces the tests read; hint: clone beside shared/, or set CAUSEWAY_SHARED_DIR)" >&2
+  exit 2
+fi
 bash scripts/deps.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 # Builds are reused across runs from a cache outside the clone; a cold run also passes.

@@ -12,6 +12,8 @@ use crate::window::Window;
 pub struct KernelStats {
     /// Demangled name without parameters.
     pub kernel: String,
+    /// Demangled full signature (overloads and template instances apart).
+    pub signature: String,
     /// File name of the module holding its host stub.
     pub module: String,
     /// Launches.
@@ -27,13 +29,13 @@ pub struct KernelStats {
 const ANY_SQL: &str = "SELECT count(*) > 0 FROM kernels";
 
 const TOP_SQL: &str = "
-SELECT kernel, min(kernel_module), count(*)::BIGINT,
+SELECT any_value(kernel), kernel_symbol, min(kernel_module), count(*)::BIGINT,
        quantile_disc(duration, 0.5)::BIGINT, quantile_disc(duration, 0.99)::BIGINT,
        (CASE WHEN sum(duration) > 9223372036854775807 THEN 9223372036854775807 ELSE sum(duration) END)::BIGINT
 FROM kernel_launches
 WHERE timestamp BETWEEN ? AND ? AND (? < 0 OR pid = ?) AND (? = '' OR node = ?)
-GROUP BY kernel
-ORDER BY 6 DESC, 3 DESC, kernel
+GROUP BY kernel_symbol
+ORDER BY 7 DESC, 4 DESC, 1, 2
 LIMIT ?
 ";
 
@@ -53,11 +55,12 @@ pub fn top(
         .query_map(window.scoped(pid, node, limit), |row| {
             Ok(KernelStats {
                 kernel: row.get(0)?,
-                module: row.get(1)?,
-                launches: row.get::<_, i64>(2)? as u64,
-                p50_ns: row.get(3)?,
-                p99_ns: row.get(4)?,
-                total_ns: row.get(5)?,
+                signature: causeway_store::symbols::signature(&row.get::<_, String>(1)?),
+                module: row.get(2)?,
+                launches: row.get::<_, i64>(3)? as u64,
+                p50_ns: row.get(4)?,
+                p99_ns: row.get(5)?,
+                total_ns: row.get(6)?,
             })
         })
         .and_then(|rows| rows.collect())
@@ -152,5 +155,66 @@ mod tests {
         .unwrap();
         assert_eq!(one.kernels.len(), 1);
         assert_eq!(one.kernels[0].launches, 100);
+    }
+
+    /// Issue 50: two overloads of one kernel were one row under their short name.
+    #[test]
+    fn overloads_stay_apart_with_their_signatures() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("o.duckdb");
+        let mut w = Writer::create(&p, WriterOptions::default()).unwrap();
+        for (n, (address, d)) in [(0x1000, 5_000), (0x2000, 9_000)]
+            .into_iter()
+            .cycle()
+            .take(30)
+            .enumerate()
+        {
+            w.append(&Event {
+                timestamp: T0 + n as i64 * 100_000,
+                duration: d,
+                pid: 1,
+                tid: 1,
+                op_id: op("cudaLaunchKernel"),
+                arg0: address,
+                ..Event::default()
+            })
+            .unwrap();
+        }
+        let k = |address, id, symbol: &str| KernelName {
+            pid: 1,
+            address,
+            kernel_id: id,
+            name: "saxpy_forward".into(),
+            symbol: symbol.into(),
+            module: "libk.so".into(),
+        };
+        w.record_kernels(&[
+            k(0x1000, 1, "_Z13saxpy_forwardPfPKffi"),
+            k(0x2000, 2, "_Z13saxpy_forwardPdPKddi"),
+        ])
+        .unwrap();
+        w.finish().unwrap();
+        let r = causeway_store::Reader::open(&p).unwrap();
+        let s = trace_stats(&r, &StatsQuery::default()).unwrap();
+        let got: Vec<(&str, &str, u64)> = s
+            .kernels
+            .iter()
+            .map(|k| (k.kernel.as_str(), k.signature.as_str(), k.launches))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "saxpy_forward",
+                    "saxpy_forward(double*, double const*, double, int)",
+                    15
+                ),
+                (
+                    "saxpy_forward",
+                    "saxpy_forward(float*, float const*, float, int)",
+                    15
+                ),
+            ]
+        );
     }
 }

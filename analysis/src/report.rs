@@ -8,8 +8,9 @@ use crate::budget::{Budget, CallClass};
 use crate::engine::Explain;
 use crate::fmt::{dur, thousands};
 
-/// Renders `e` for people.
-pub fn render_text(e: &Explain) -> String {
+/// Renders `e` for people: each finding's evidence as a pointer to
+/// `causeway explain --evidence N`, or, `with_sql`, the SQL itself.
+pub fn render_text(e: &Explain, with_sql: bool) -> String {
     let mut o = String::new();
     let span = e.window.until_ns - e.window.from_ns;
     let _ = writeln!(
@@ -69,7 +70,15 @@ pub fn render_text(e: &Explain) -> String {
         for r in &c.recommendations {
             let _ = writeln!(o, "     - {r}");
         }
-        let _ = writeln!(o, "   evidence: {}", c.evidence_sql);
+        let rank = c.id.rsplit('-').next().unwrap_or_default();
+        if with_sql {
+            let _ = writeln!(o, "   evidence: {}", c.evidence_sql);
+        } else if !c.evidence_sql.is_empty() {
+            let _ = writeln!(
+                o,
+                "   evidence: causeway explain --evidence {rank} (its SQL; -v prints every finding's)"
+            );
+        }
         if let Some(cs) = &c.call_sites {
             let _ = writeln!(
                 o,
@@ -79,7 +88,9 @@ pub fn render_text(e: &Explain) -> String {
             for s in &cs.sites {
                 let _ = writeln!(o, "     {:>8}  {}", s.calls, s.words());
             }
-            let _ = writeln!(o, "   call-site evidence: {}", cs.evidence_sql);
+            if with_sql {
+                let _ = writeln!(o, "   call-site evidence: {}", cs.evidence_sql);
+            }
         }
     }
     if !e.budgets.is_empty() {

@@ -136,9 +136,25 @@ impl Site {
     pub fn words(&self) -> String {
         if self.kind == "python" {
             format!("{} in {}", self.site, self.detail)
+        } else if !self.resolved() {
+            let module = self.detail.trim();
+            if module.is_empty() {
+                "code with no symbol (stripped or JIT)".to_string()
+            } else {
+                format!("code with no symbol in {module} (stripped or JIT)")
+            }
         } else {
             format!("{} ({})", self.site, self.detail)
         }
+    }
+
+    /// Whether a native site names a function, not only an address ("0x0", "0x7f3a...").
+    pub fn resolved(&self) -> bool {
+        let s = self.site.trim();
+        self.kind == "python"
+            || !(s.is_empty()
+                || s.strip_prefix("0x")
+                    .is_some_and(|h| h.chars().all(|c| c.is_ascii_hexdigit())))
     }
 }
 
@@ -364,6 +380,37 @@ mod tests {
     use crate::detectors::Finding;
 
     const PID: u32 = 40;
+
+    /// Issue 50: "296 of 296 copies come from 0x0 ()" named an address as a place.
+    #[test]
+    fn an_address_without_a_symbol_is_not_shown_as_a_site() {
+        let site = |s: &str, d: &str| Site {
+            kind: "native".into(),
+            site: s.into(),
+            detail: d.into(),
+            calls: 296,
+            total_ns: 1,
+        };
+        assert_eq!(
+            site("0x0", "").words(),
+            "code with no symbol (stripped or JIT)"
+        );
+        assert_eq!(
+            site("0x7f3a00c0", "libfoo.so").words(),
+            "code with no symbol in libfoo.so (stripped or JIT)"
+        );
+        assert_eq!(site("train_step", "a.out").words(), "train_step (a.out)");
+        let s = sentence(
+            &CallSites {
+                evidence_sql: String::new(),
+                calls: 296,
+                calls_with_stack: 296,
+                sites: vec![site("0x0", "")],
+            },
+            "copies",
+        );
+        assert!(!s.contains("0x0"), "{s}");
+    }
 
     fn native(symbol: &str, module: &str) -> Frame {
         Frame {

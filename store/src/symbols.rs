@@ -21,9 +21,36 @@ pub fn demangle(symbol: &str) -> String {
     }
 }
 
+/// A C++ kernel symbol's full signature as people read it, parameters kept and no return type
+/// (`saxpy_forward(float*, float const*, float, int)`), so overloads and template instances
+/// stay apart; anything else unchanged.
+pub fn signature(symbol: &str) -> String {
+    if !symbol.starts_with("_Z") {
+        return symbol.to_string();
+    }
+    let options = cpp_demangle::DemangleOptions::default().no_return_type();
+    match cpp_demangle::Symbol::new(symbol).map(|s| s.demangle_with_options(&options)) {
+        Ok(Ok(name)) => name,
+        _ => symbol.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::demangle;
+    use super::{demangle, signature};
+
+    #[test]
+    fn kernel_signatures_keep_their_parameters() {
+        assert_eq!(
+            signature("_Z13saxpy_forwardPfPKffi"),
+            "saxpy_forward(float*, float const*, float, int)"
+        );
+        assert_eq!(
+            signature("_Z13saxpy_forwardPdPKddi"),
+            "saxpy_forward(double*, double const*, double, int)"
+        );
+        assert_eq!(signature("my_kernel"), "my_kernel");
+    }
 
     #[test]
     fn cpp_symbols_are_demangled_and_others_kept() {

@@ -134,7 +134,7 @@ pub fn stats(s: &TraceStats, _aud: Audience) -> String {
             let _ = writeln!(
                 o,
                 "  {} [{}]: {} {} {} {}",
-                causeway_store::sanitize::sanitize(&k.kernel),
+                causeway_store::sanitize::sanitize(&k.signature),
                 causeway_store::sanitize::sanitize(&k.module),
                 k.launches,
                 dur(k.p50_ns),

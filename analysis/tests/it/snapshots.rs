@@ -22,7 +22,7 @@ fn explain_demo(s: Scenario) -> causeway_analysis::Explain {
 #[test]
 fn incident_report() {
     let e = explain_demo(Scenario::Incident);
-    insta::assert_snapshot!("incident_text", render_text(&e));
+    insta::assert_snapshot!("incident_text", render_text(&e, false));
     let chains = serde_json::json!({ "chains": e.chains });
     insta::assert_json_snapshot!("incident_json", chains);
 }
@@ -30,14 +30,14 @@ fn incident_report() {
 #[test]
 fn sync_storm_report() {
     let e = explain_demo(Scenario::SyncStorm);
-    insta::assert_snapshot!("sync_storm_text", render_text(&e));
+    insta::assert_snapshot!("sync_storm_text", render_text(&e, false));
     insta::assert_json_snapshot!("sync_storm_json", serde_json::json!({ "chains": e.chains }));
 }
 
 #[test]
 fn healthy_report_says_so() {
     let e = explain_demo(Scenario::Healthy);
-    let text = render_text(&e);
+    let text = render_text(&e, false);
     assert!(e.chains.is_empty());
     assert!(text.contains("No causal chain"), "{text}");
     insta::assert_snapshot!("healthy_text", text);

@@ -93,6 +93,6 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             .map(|p| format!(", kept in {}", p.display()))
             .unwrap_or_default()
     );
-    text.push_str(&render_text(&e));
+    text.push_str(&render_text(&e, false));
     crate::print_text(&text)
 }

@@ -45,6 +45,14 @@ pub struct ExplainArgs {
     /// (what get_causal_chains returns, unpaged).
     #[arg(long)]
     pub json: bool,
+    /// Print only the evidence SQL of finding N (its rank in the report), ready for
+    /// `causeway query`.
+    #[arg(long, value_name = "N", conflicts_with_all = ["json", "breakdown", "limit"],
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub evidence: Option<u32>,
+    /// Print every finding's evidence SQL in the report (by default a pointer to --evidence N).
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
     #[command(flatten)]
     pub fleet: crate::flags::FleetArgs,
 }
@@ -72,6 +80,20 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
     // The function get_causal_chains calls.
     let mut f = causeway_tools::stats::findings_for(&reader, &q)
         .map_err(|e| anyhow::anyhow!(causeway_store::Hinted::new(e.message(), e.hint())))?;
+    if let Some(n) = args.evidence {
+        let suffix = format!("-{n}");
+        let Some(c) = f.explain.chains.iter().find(|c| c.id.ends_with(&suffix)) else {
+            anyhow::bail!(causeway_store::Hinted::new(
+                format!(
+                    "--evidence {n}: the report has {} finding{}",
+                    f.explain.chains.len(),
+                    if f.explain.chains.len() == 1 { "" } else { "s" }
+                ),
+                "give the rank printed as #N in `causeway explain` with the same window"
+            ));
+        };
+        return crate::print_text(&format!("{}\n", c.evidence_sql));
+    }
     let mut next_cursor = None;
     if let Some(limit) = args.limit {
         let offset = causeway_tools::params::parse_cursor(&args.cursor).map_err(|e| {
@@ -95,7 +117,7 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
     if args.json {
         return crate::print_json(&f);
     }
-    let mut text = render_text(&f.explain);
+    let mut text = render_text(&f.explain, args.verbose);
     if let Some(stored) = &f.stored_chains {
         text.push_str(&causeway_analysis::report::render_stored(stored));
     }

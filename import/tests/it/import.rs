@@ -419,3 +419,97 @@ fn a_bad_second_source_fails_the_whole_import() {
     assert!(matches!(err, ImportError::NotSqlite { .. }), "{err}");
     assert!(!out.exists());
 }
+
+/// A copy of the vLLM trace with per-minute counters for pid 72801's cudaMemcpyAsync: each
+/// bucket's calls `calls_per_event` x the events the file holds there (counted here with
+/// SQLite, apart from the importer), and a `stored` column of 6, as the held-out trace of
+/// issue 50 had. Returns the file and the events per bucket.
+fn vllm_with_counters(
+    dir: &std::path::Path,
+    calls_per_event: f64,
+) -> (std::path::PathBuf, Vec<(i64, i64)>) {
+    let src = vllm_copy_with(dir, &[]);
+    let c = rusqlite::Connection::open(&src).unwrap();
+    let buckets: Vec<(i64, i64)> = c
+        .prepare(
+            "SELECT timestamp - timestamp % 60000000000, count(*) FROM events
+             WHERE pid = 72801 AND source = 1 AND op = 7 GROUP BY 1 ORDER BY 1",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(buckets.len() >= 2, "{buckets:?}");
+    for (b, n) in &buckets {
+        c.execute(
+            "INSERT INTO event_aggregates (bucket, source, op, pid, count, stored, sum_dur)
+             VALUES (?1, 1, 7, 72801, ?2, 6, 0)",
+            rusqlite::params![b, (*n as f64 * calls_per_event).round() as i64],
+        )
+        .unwrap();
+    }
+    (src, buckets)
+}
+
+/// Issue 50: a headline 112x too large, because the engine scaled the stored copies by the
+/// source's counters over its `stored` column (6) instead of the events the file held. Stored is
+/// counted from the events; the counters are kept where they can be right and said where not.
+#[test]
+fn the_sources_stored_column_never_scales_a_figure() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, buckets) = vllm_with_counters(dir.path(), 2.0);
+    let events: i64 = buckets.iter().map(|b| b.1).sum();
+    let out = dir.path().join("out.duckdb");
+    let reports = import(&[src], &out, false, &ImportOptions::default(), &mut |_| {}).unwrap();
+    assert!(reports[0].counter_doubts.is_empty(), "{reports:?}");
+    let r = Reader::open(&out).unwrap();
+    let (stored, calls): (i64, i64) = r
+        .prepare_trusted(
+            "SELECT sum(stored)::BIGINT, sum(calls)::BIGINT FROM op_counts c JOIN ops o USING (op_id)
+             WHERE o.op = 'cudaMemcpyAsync' AND c.pid = 72801",
+        )
+        .unwrap()
+        .query_row([], causeway_store::row)
+        .unwrap();
+    assert_eq!((stored, calls), (events, 2 * events));
+    let e = causeway_analysis::explain(&r, &causeway_analysis::ChainQuery::default()).unwrap();
+    let broken = causeway_analysis::invariants::check(&r, &e).unwrap();
+    assert!(broken.is_empty(), "{broken:#?}");
+    let pid = StatsQuery {
+        pid: Some(72801),
+        ..StatsQuery::default()
+    };
+    let s = trace_stats(&r, &pid).unwrap();
+    let copies = op(&s, "cudaMemcpyAsync");
+    assert_eq!(
+        (copies.count, copies.counted_calls),
+        (events as u64, Some(2 * events as u64))
+    );
+}
+
+/// Counters below the events they cover cannot be right: said, and not used.
+#[test]
+fn counters_below_the_stored_events_are_said_and_not_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, buckets) = vllm_with_counters(dir.path(), 0.3);
+    let events: i64 = buckets.iter().map(|b| b.1).sum();
+    let out = dir.path().join("out.duckdb");
+    let reports = import(&[src], &out, false, &ImportOptions::default(), &mut |_| {}).unwrap();
+    assert_eq!(reports[0].counter_doubts.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].counter_doubts[0].contains("pid 72801 cudaMemcpyAsync"),
+        "{reports:?}"
+    );
+    let r = Reader::open(&out).unwrap();
+    let s = trace_stats(
+        &r,
+        &StatsQuery {
+            pid: Some(72801),
+            ..StatsQuery::default()
+        },
+    )
+    .unwrap();
+    let copies = op(&s, "cudaMemcpyAsync");
+    assert_eq!((copies.count, copies.counted_calls), (events as u64, None));
+}

@@ -357,6 +357,42 @@ fn explain_breakdown_is_the_budgets_of_explain() {
     assert!(!budgets.as_array().unwrap().is_empty());
 }
 
+/// Issue 50: the report for people points at each finding's evidence instead of printing
+/// kilobytes of SQL; `--evidence N` prints finding N's, the same text `--json` carries, and
+/// `-v` puts every finding's SQL back in the report.
+#[test]
+fn explain_points_at_the_evidence_and_prints_it_on_request() {
+    let db = vllm_store();
+    let d = db.to_str().unwrap();
+    let text = ok(&["explain", "--db", d]);
+    let full: serde_json::Value =
+        serde_json::from_str(&ok(&["explain", "--db", d, "--json"])).unwrap();
+    let chains = full["chains"].as_array().unwrap();
+    assert!(!chains.is_empty());
+    assert!(
+        text.contains("evidence: causeway explain --evidence 1 ") && !text.contains("WITH "),
+        "{text}"
+    );
+    for (i, c) in chains.iter().enumerate() {
+        let sql = ok(&["explain", "--db", d, "--evidence", &(i + 1).to_string()]);
+        assert_eq!(sql.trim_end(), c["evidence_sql"].as_str().unwrap());
+        // Ready for `causeway query`.
+        ok(&["query", "--db", d, "--json", sql.trim_end()]);
+    }
+    let verbose = ok(&["explain", "--db", d, "-v"]);
+    assert!(
+        verbose.contains(chains[0]["evidence_sql"].as_str().unwrap()),
+        "{verbose}"
+    );
+    let past = causeway(&["explain", "--db", d, "--evidence", "99"]);
+    let err = String::from_utf8_lossy(&past.stderr);
+    assert!(!past.status.success() && past.stdout.is_empty(), "{err}");
+    assert!(
+        err.contains("--evidence 99: the report has") && err.contains("hint:"),
+        "{err}"
+    );
+}
+
 #[test]
 fn from_first_sql_with_a_where_clause_runs() {
     let db = vllm_store();

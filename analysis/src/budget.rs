@@ -285,6 +285,12 @@ impl Budget {
             + o.unknown_ns
     }
 
+    /// Whether some figure of this budget is scaled from sampled calls (its evidence queries
+    /// then carry the scale's definition; otherwise every op's scale is 1).
+    pub fn scaled(&self) -> bool {
+        !self.estimate_refused && self.inside.iter().any(|i| i.counted_calls.is_some())
+    }
+
     /// The class row of `class`, if the thread made such calls.
     pub fn class(&self, class: CallClass) -> Option<&Inside> {
         self.inside.iter().find(|i| i.class == Some(class))

@@ -83,7 +83,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     &b.node,
                     b.pid,
                     tid,
-                    !b.estimate_refused,
+                    b.scaled(),
                     "(g.op LIKE '%Free%' OR g.op LIKE '%Malloc%' OR g.op LIKE '%MemAlloc%')",
                 ),
             }

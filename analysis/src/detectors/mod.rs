@@ -161,6 +161,7 @@ pub fn budget_calls_cte(ctx: &Ctx<'_>, node: &str, pid: u32, tid: u32, scaled: b
         let cov = crate::counts::coverage_ctes(from, until, Some(node), Some(pid));
         format!("{cov}, r AS (SELECT o.op, c.scale FROM coverage c JOIN ops o USING (op_id))")
     } else {
+        // No op of the thread is scaled (every call stored, or the estimate refused).
         "r AS (SELECT op, 1.0 AS scale FROM ops)".to_string()
     };
     let node = lit(node);

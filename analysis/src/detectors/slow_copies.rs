@@ -96,7 +96,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     // sampling as the budget scales them.
                     evidence_sql: format!(
                         "{}, c AS (SELECT g.* FROM g WHERE NOT g.nested AND g.op IN ({copy_ops}) AND g.arg1 = {dir}), s AS (SELECT timestamp AS a, timestamp + duration AS b FROM events WHERE node = {node} AND tid = {tid} AND op = 'sched_switch'), off AS (SELECT c.op, sum(least(s.b, c.timestamp + c.duration) - greatest(s.a, c.timestamp)) AS off_ns FROM c JOIN s ON s.a < c.timestamp + c.duration AND s.b > c.timestamp GROUP BY c.op) SELECT c.op, count(*) AS stored_calls, round(count(*) * any_value(coalesce(r.scale, 1)))::BIGINT AS calls, round(sum(c.arg0) * any_value(coalesce(r.scale, 1)))::BIGINT AS bytes, sum(c.duration) AS stored_ns, any_value(coalesce(off.off_ns, 0)) AS off_cpu_ns, round((sum(c.duration) - any_value(coalesce(off.off_ns, 0))) * any_value(coalesce(r.scale, 1)))::BIGINT AS on_cpu_ns, sum(c.arg0) / ((sum(c.duration) - any_value(coalesce(off.off_ns, 0))) / 1e9) / 1e9 AS gb_per_s_on_cpu FROM c LEFT JOIN r ON r.op = c.op LEFT JOIN off ON off.op = c.op GROUP BY c.op",
-                        super::budget_calls_cte(ctx, &b.node, b.pid, tid, !b.estimate_refused),
+                        super::budget_calls_cte(ctx, &b.node, b.pid, tid, b.scaled()),
                         node = lit(&b.node)
                     ),
                 }

@@ -22,7 +22,7 @@
 use causeway_store::StoreError;
 
 use super::{Finding, Input, d, pct, severity, steady_span, step, thread_budgets};
-use crate::budget::CallClass;
+use crate::budget::{Budget, CallClass};
 use crate::chains::Chain;
 use crate::facts::{Ctx, SYNC_OPS};
 
@@ -119,7 +119,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         // Where the probes were sampled the stored calls are a part: the thread's budget scales
         // its classes by the kernel's counts.
         let budget = thread_budgets(inp).find(|b| b.node == t.node && b.tid == Some(t.tid));
-        let scaled = budget.is_none_or(|b| !b.estimate_refused);
+        let scaled = budget.is_some_and(Budget::scaled);
         let est = |c: CallClass| {
             budget
                 .and_then(|b| b.class(c))
@@ -247,7 +247,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 evidence_sql: format!(
                     "WITH {} SELECT q.*, gpu_idle.idle_ns AS gpu_idle_ns, round(gpu_idle.idle_ns * greatest(sum(q.scaled_ns) OVER () / sum(q.stored_ns) OVER (), 1))::BIGINT AS gpu_idle_scaled_ns FROM ({}) q CROSS JOIN gpu_idle ORDER BY q.scaled_ns DESC",
                     super::gpu_idle_ctes(ctx, &b.node, b.pid),
-                    waits_sql(ctx, &b.node, b.pid, tid, !b.estimate_refused, true)
+                    waits_sql(ctx, &b.node, b.pid, tid, b.scaled(), true)
                 ),
             }
             .into_chain()

@@ -389,12 +389,15 @@ pub(crate) fn check_nested_input(
         Some(n) if n <= MAX_NESTED_INPUT_CHARS => Ok(()),
         _ => Err(Rejection::new(
             format!(
-                "{what} recurses once per nesting level of its input, and {} is not known to be                  at most {} characters long (a deeply nested value would overflow the query                  thread's stack), in {}",
+                "{what} recurses once per nesting level of its input, and {} is not known to be \
+                 at most {} characters long (a deeply nested value would overflow the query \
+                 thread's stack), in {}",
                 expr,
                 show(MAX_NESTED_INPUT_CHARS),
                 excerpt(whole)
             ),
-            "read JSON with json_extract / json_extract_string / json_keys / json_type, which              do not recurse; or give a short literal",
+            "read JSON with json_extract / json_extract_string / json_keys / json_type, which \
+             do not recurse; or give a short literal",
         )),
     }
 }

@@ -24,6 +24,10 @@ pub const DATA_STRING_CHARS: f64 = 4096.0;
 /// hold.
 pub const MAX_VALUE_CHARS: f64 = 1_000_000.0;
 
+/// A value collected per row up to this long (a few columns concatenated) is data the rows
+/// hold, not generated: the collection is as long as the data.
+const DATA_COLLECTED_CHARS: f64 = 16.0 * DATA_STRING_CHARS;
+
 /// A separator no longer than this does not make collected data longer than the data.
 const SHORT_SEPARATOR: f64 = 16.0;
 
@@ -229,8 +233,8 @@ fn call_chars(call: &Function, cols: &Columns<'_>) -> f64 {
         // by the rows (the walk refuses those per row).
         let each = arg(0).map_or(0.0, v);
         let separators = arg(1).map_or(0.0, v);
-        return if each <= DATA_STRING_CHARS && separators <= SHORT_SEPARATOR {
-            DATA_STRING_CHARS
+        return if each <= DATA_COLLECTED_CHARS && separators <= SHORT_SEPARATOR {
+            each.max(DATA_STRING_CHARS)
         } else {
             (each + separators) * crate::cross::NOMINAL_TABLE_ROWS
         };
@@ -418,6 +422,11 @@ mod tests {
             2000.0
         );
         assert_eq!(chars("SELECT count(*), sum(duration) FROM events"), 0.0);
+        assert_eq!(
+            chars("SELECT list(a.comm || b.comm) FROM events a JOIN events b USING (pid)"),
+            2.0 * DATA_STRING_CHARS
+        );
+        assert!(chars("SELECT list(repeat('x', 100000)) FROM events") > MAX_VALUE_CHARS);
         assert_eq!(chars("SELECT left(comm, 10) FROM events"), 10.0);
         assert_eq!(
             chars("SELECT left(comm, -1) FROM events"),

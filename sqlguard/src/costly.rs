@@ -627,6 +627,8 @@ mod tests {
             "SELECT replace(comm, ' ', '_') FROM events",
             "SELECT array_to_string(list(DISTINCT comm), ', ') FROM events",
             "SELECT list_transform(list(duration), d -> d / 1000) FROM events",
+            "SELECT list_transform(list(comm), c -> c || ' ' || pid) FROM events",
+            "SELECT list_filter(list(comm), c -> c LIKE '%py%') FROM events",
             "SELECT list_reduce(list(duration), (a, b) -> greatest(a, b)) FROM events",
             "SELECT list_transform(range(100), x -> range(100))",
             "SELECT unnest(range(100000))",

@@ -26,7 +26,7 @@ pub const MAX_VALUE_CHARS: f64 = 1_000_000.0;
 
 /// A value collected per row up to this long (a few columns concatenated) is data the rows
 /// hold, not generated: the collection is as long as the data.
-const DATA_COLLECTED_CHARS: f64 = 16.0 * DATA_STRING_CHARS;
+pub(crate) const DATA_COLLECTED_CHARS: f64 = 16.0 * DATA_STRING_CHARS;
 
 /// A separator no longer than this does not make collected data longer than the data.
 const SHORT_SEPARATOR: f64 = 16.0;
@@ -283,9 +283,9 @@ fn call_chars(call: &Function, cols: &Columns<'_>) -> f64 {
                     _ => None,
                 })
                 .unwrap_or(0.0);
-            if items >= crate::costly::UNKNOWN_LIST_ELEMENTS && body <= DATA_STRING_CHARS {
+            if items >= crate::costly::UNKNOWN_LIST_ELEMENTS && body <= DATA_COLLECTED_CHARS {
                 // A list read from the data, mapped element by element: as long as the data.
-                DATA_STRING_CHARS
+                body.max(DATA_STRING_CHARS)
             } else {
                 items * body.max(1.0)
             }

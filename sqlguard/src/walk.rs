@@ -633,6 +633,11 @@ impl Walk<'_> {
             cte: &|name| self.cte_chars(name),
         };
         let each = sizes::value_chars(&lambda.body, &columns);
+        if items >= costly::UNKNOWN_LIST_ELEMENTS && each <= sizes::DATA_COLLECTED_CHARS {
+            // A list read from the data, mapped to values of a few columns: as long as the
+            // data, like collecting those values with list().
+            return Ok(());
+        }
         let scope = self.scope();
         let total = each * items * scope.multiplier;
         let budget = scope.budget(bombs::MAX_GENERATED_LENGTH);

@@ -13,13 +13,13 @@
 //! `WITH RECURSIVE` is always refused (`clauses.rs`).
 
 use sqlparser::ast::{
-    BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, UnaryOperator,
-    Value,
+    Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, UnaryOperator, Value,
 };
 
 use crate::costly::{self, MAX_LIST_SERIES, Scope};
 use crate::formats;
 use crate::rejection::{Rejection, excerpt};
+use crate::sizes::{Columns, value_chars};
 
 pub use crate::cross::{MAX_CROSS_PRODUCT, NOMINAL_TABLE_ROWS};
 
@@ -40,32 +40,33 @@ const LENGTH_ARGUMENTS: &[(&str, usize)] = &[
     ("bitstring", 1),
 ];
 
-/// Characters assumed for a string read from the trace when a call multiplies its length.
-pub const DATA_STRING_CHARS: f64 = 4096.0;
+pub use crate::sizes::DATA_STRING_CHARS;
 
 /// Checks a scalar call of an allowed function for size bombs, where `scope` says how often it
-/// is evaluated (per row, inside lambdas).
+/// is evaluated (per row, inside lambdas) and `cols` how long the values it reads can be.
 pub(crate) fn check_scalar_call(
     name: &str,
     call: &Function,
     scope: Scope,
+    cols: &Columns<'_>,
 ) -> Result<(), Rejection> {
     let args = match &call.args {
         FunctionArguments::List(list) => list.args.as_slice(),
         FunctionArguments::None | FunctionArguments::Subquery(_) => &[],
     };
     costly::check_edit_distance(name, call)?;
+    costly::check_nesting(name, call)?;
     if costly::is_reduce(name) {
         costly::check_reduce_body(call)?;
     }
-    if let Some(operator) = costly::pattern_function(name) {
+    if let Some((operator, matcher)) = costly::pattern_function(name) {
         let pattern = costly::second_arg(call).ok_or_else(|| {
             Rejection::new(
                 format!("{} has no pattern argument", excerpt(call)),
                 "call it as like_escape(text, 'pattern', '\\')",
             )
         })?;
-        costly::check_pattern(operator, costly::Matcher::Backtracking, pattern, call)?;
+        costly::check_pattern(operator, matcher, pattern, call)?;
     }
     if is_series(name) {
         let rows = series_rows(name, args, call)?;
@@ -86,7 +87,7 @@ pub(crate) fn check_scalar_call(
         }
         return Ok(());
     }
-    check_growth(name, args, call, scope)?;
+    check_growth(name, args, call, scope, cols)?;
     if let Some(&(_, index)) = LENGTH_ARGUMENTS.iter().find(|(n, _)| *n == name) {
         let count = args
             .get(index)
@@ -102,7 +103,7 @@ pub(crate) fn check_scalar_call(
                     format!("cap it with a literal, e.g. {name}(..., least(n, 100))"),
                 )
             })?;
-        let size = generated_length_of_call(name, args).unwrap_or(count) * scope.multiplier;
+        let size = generated_length_of_call(name, args, cols).unwrap_or(count) * scope.multiplier;
         let budget = scope.budget(MAX_GENERATED_LENGTH);
         if !size.is_finite() || size > budget || count > budget {
             return Err(Rejection::new(
@@ -131,14 +132,15 @@ fn check_growth(
     args: &[FunctionArg],
     call: &Function,
     scope: Scope,
+    cols: &Columns<'_>,
 ) -> Result<(), Rejection> {
     let arg = |i: usize| args.get(i).and_then(unnamed_expr);
     let text_len = |e: Option<&Expr>| {
-        e.map(generated_length)
+        e.map(|e| value_chars(e, cols))
             .filter(|n| *n > 0.0)
             .unwrap_or(DATA_STRING_CHARS)
     };
-    let literal_len = |e: Option<&Expr>| e.map(generated_length).unwrap_or(0.0);
+    let literal_len = |e: Option<&Expr>| e.map(|e| value_chars(e, cols)).unwrap_or(0.0);
     let size = match name {
         "replace" => {
             let to = literal_len(arg(2));
@@ -257,60 +259,22 @@ pub(crate) fn series_rows(
 }
 
 /// The length, in elements, of the value a builder call makes, if the guard can tell.
-fn generated_length_of_call(name: &str, args: &[FunctionArg]) -> Option<f64> {
+fn generated_length_of_call(name: &str, args: &[FunctionArg], cols: &Columns<'_>) -> Option<f64> {
     let &(_, index) = LENGTH_ARGUMENTS.iter().find(|(n, _)| *n == name)?;
-    let count = bounded_count(unnamed_expr(args.get(index)?)?)?;
-    let base = args.first().and_then(unnamed_expr).map(generated_length);
+    let count = bounded_count(unnamed_expr(args.get(index)?)?)?.max(0.0);
+    let base = args
+        .first()
+        .and_then(unnamed_expr)
+        .map(|e| value_chars(e, cols));
+    // The padding and resizing builders make exactly `count` elements.
     Some(match name {
         "repeat" => base.unwrap_or(0.0).max(1.0) * count,
-        _ => base.unwrap_or(0.0).max(count),
+        _ => count,
     })
 }
 
-/// An upper bound on the length of strings or lists built inside `expr` by literals and
-/// builders; values read from tables count as 0 (their size is bounded by the data).
-fn generated_length(expr: &Expr) -> f64 {
-    match expr {
-        Expr::Value(v) => v
-            .value
-            .clone()
-            .into_string()
-            .map_or(0.0, |s| s.chars().count() as f64),
-        Expr::Nested(inner) | Expr::Cast { expr: inner, .. } => generated_length(inner),
-        Expr::BinaryOp {
-            left,
-            op: BinaryOperator::StringConcat,
-            right,
-        } => generated_length(left) + generated_length(right),
-        Expr::Function(f) => {
-            let name = f
-                .name
-                .0
-                .last()
-                .and_then(|p| p.as_ident())
-                .map(|i| i.value.to_ascii_lowercase())
-                .unwrap_or_default();
-            let args = match &f.args {
-                FunctionArguments::List(list) => list.args.as_slice(),
-                _ => &[],
-            };
-            if let Some(len) = generated_length_of_call(&name, args) {
-                len
-            } else if name == "concat" || name == "list_concat" || name == "array_concat" {
-                args.iter()
-                    .filter_map(unnamed_expr)
-                    .map(generated_length)
-                    .sum()
-            } else {
-                0.0
-            }
-        }
-        _ => 0.0,
-    }
-}
-
 /// A count that is a literal, or `least(...)` with at least one literal argument.
-fn bounded_count(expr: &Expr) -> Option<f64> {
+pub(crate) fn bounded_count(expr: &Expr) -> Option<f64> {
     if let Some(n) = literal_number(expr) {
         return Some(n);
     }
@@ -408,7 +372,12 @@ mod tests {
             panic!("not a call: {sql}")
         };
         let name = f.name.0.last().unwrap().as_ident().unwrap().value.clone();
-        check_scalar_call(&name.to_ascii_lowercase(), &f, Scope::ONCE)
+        let columns = Columns {
+            chars: DATA_STRING_CHARS,
+            free: &[],
+            cte: &|_| None,
+        };
+        check_scalar_call(&name.to_ascii_lowercase(), &f, Scope::ONCE, &columns)
     }
 
     #[test]
@@ -444,7 +413,9 @@ mod tests {
         assert!(check("repeat('x', 10)").is_ok());
         assert!(check("repeat('x', 2e9)").is_err());
         assert!(check("repeat('abc', 50000)").is_err());
-        assert!(check("repeat(comm, 50000)").is_ok());
+        assert!(check("repeat(comm, 20)").is_ok());
+        // A column is as long as the data (4096 characters), not free.
+        assert!(check("repeat(comm, 50000)").is_err());
         assert!(check("repeat('#', least(duration / 1000, 80))").is_ok());
         assert!(check("repeat('#', duration)").is_err());
         assert!(check("repeat(repeat('x', 1000), 1000)").is_err());

@@ -23,6 +23,8 @@ pub(crate) struct CteScope {
     pub(crate) body: usize,
     /// The most rows its body returns, when the text shows a bound.
     pub(crate) rows: Option<f64>,
+    /// The longest value its columns can hold (set once its body has been checked).
+    pub(crate) chars: Option<f64>,
 }
 
 /// Clauses of a SELECT that DuckDB queries never need, and the join operators in its FROM.
@@ -156,6 +158,7 @@ pub(crate) fn check_with(with: &With) -> Result<Vec<CteScope>, Rejection> {
             name: lower,
             body: address(&*cte.query),
             rows: cross::bounded_rows(&cte.query),
+            chars: None,
         });
     }
     Ok(ctes)

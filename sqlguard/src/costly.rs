@@ -289,33 +289,133 @@ pub(crate) fn check_edit_distance(name: &str, call: &Function) -> Result<(), Rej
     Ok(())
 }
 
-/// The most characters a string expression can have, when the guard can tell.
-fn bounded_length(e: &Expr) -> Option<f64> {
+/// The most characters a string expression can have, when the guard can tell from the text
+/// alone (a column, or a negative length such as `left(x, -1)`, is not a bound).
+pub(crate) fn bounded_length(e: &Expr) -> Option<f64> {
     if let Some(s) = string_literal(e) {
         return Some(s.chars().count() as f64);
     }
+    let length = |e: &Expr| literal_number(e).filter(|n| n.is_finite() && *n >= 0.0);
     match e {
         Expr::Nested(inner) | Expr::Cast { expr: inner, .. } => bounded_length(inner),
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::StringConcat,
+            right,
+        } => Some(bounded_length(left)? + bounded_length(right)?),
         Expr::Substring {
             substring_for: Some(len),
             ..
-        } => literal_number(len),
+        } => length(len),
         Expr::Function(f) => {
             let name = lower_name(f);
             let args = args_of(f);
             let arg = |i: usize| args.get(i).and_then(unnamed_expr);
             match name.as_str() {
-                "left" | "right" | "lpad" | "rpad" => arg(1).and_then(literal_number),
-                "substr" | "substring" if args.len() == 3 => arg(2).and_then(literal_number),
+                "left" | "right" | "lpad" | "rpad" => arg(1).and_then(length),
+                "substr" | "substring" if args.len() == 3 => arg(2).and_then(length),
                 "repeat" => {
-                    let n = arg(1).and_then(literal_number)?;
+                    let n = arg(1).and_then(length)?;
                     Some(arg(0).and_then(bounded_length)? * n)
                 }
+                "concat" => args
+                    .iter()
+                    .map(|a| unnamed_expr(a).and_then(bounded_length))
+                    .sum(),
                 _ => None,
             }
         }
         _ => None,
     }
+}
+
+/// JSON functions that recurse once per nesting level of their input (or, for `json_pretty`,
+/// write output quadratic in it): a deeply nested value overflows the stack of the thread
+/// running the query and aborts the process, so their inputs must be short.
+const NESTING_FUNCTIONS: &[&str] = &[
+    "json_structure",
+    "json_group_structure",
+    "json_contains",
+    "json_merge_patch",
+    "json_pretty",
+];
+
+/// JSON functions whose second argument is a structure they build a type from, recursively.
+const STRUCTURE_FUNCTIONS: &[&str] = &["json_transform", "json_transform_strict", "from_json"];
+
+/// The longest input a [`NESTING_FUNCTIONS`] call (or a cast to VARIANT) may take: at most
+/// half as many nesting levels, far below what a 2 MB thread stack holds.
+pub const MAX_NESTED_INPUT_CHARS: f64 = 4_000.0;
+
+/// The deepest structure argument of `json_transform`.
+pub const MAX_STRUCTURE_DEPTH: usize = 32;
+
+/// Refuses a recursive JSON function whose input the guard cannot bound to
+/// [`MAX_NESTED_INPUT_CHARS`], and a `json_transform` structure that is not a shallow literal.
+pub(crate) fn check_nesting(name: &str, call: &Function) -> Result<(), Rejection> {
+    if NESTING_FUNCTIONS.contains(&name) {
+        for arg in args_of(call) {
+            check_nested_input(name, unnamed_expr(arg), call)?;
+        }
+    }
+    if STRUCTURE_FUNCTIONS.contains(&name)
+        && let Some(structure) = args_of(call).get(1)
+    {
+        let depth = unnamed_expr(structure)
+            .and_then(string_literal)
+            .map(|s| nesting_depth(&s));
+        if depth.is_none_or(|d| d > MAX_STRUCTURE_DEPTH) {
+            return Err(Rejection::new(
+                format!(
+                    "the structure argument of {name} must be a string literal nested at most                      {MAX_STRUCTURE_DEPTH} levels deep, in {}",
+                    excerpt(call)
+                ),
+                format!("write the structure out: {name}(j, '{{\"a\": \"INTEGER\"}}')"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an input to a function (or cast) that recurses once per nesting level unless the
+/// guard can bound its length to [`MAX_NESTED_INPUT_CHARS`].
+pub(crate) fn check_nested_input(
+    what: &str,
+    arg: Option<&Expr>,
+    whole: &impl std::fmt::Display,
+) -> Result<(), Rejection> {
+    let expr = arg.map_or_else(|| "a named argument".to_string(), excerpt);
+    match arg.and_then(bounded_length) {
+        Some(n) if n <= MAX_NESTED_INPUT_CHARS => Ok(()),
+        _ => Err(Rejection::new(
+            format!(
+                "{what} recurses once per nesting level of its input, and {} is not known to be \
+                 at most {} characters long (a deeply nested value would overflow the query \
+                 thread's stack), in {}",
+                expr,
+                show(MAX_NESTED_INPUT_CHARS),
+                excerpt(whole)
+            ),
+            "read JSON with json_extract / json_extract_string / json_keys / json_type, which \
+             do not recurse; or give a short literal",
+        )),
+    }
+}
+
+/// The deepest bracket nesting of a JSON text.
+fn nesting_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for c in text.chars() {
+        match c {
+            '[' | '{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Which matcher a pattern operator uses.
@@ -381,15 +481,22 @@ pub(crate) fn check_pattern(
     Ok(())
 }
 
-/// `*like_escape` function forms of the pattern operators: (name, the operator for messages).
-pub(crate) fn pattern_function(name: &str) -> Option<&'static str> {
-    match name {
-        "like_escape" => Some("LIKE ... ESCAPE"),
-        "not_like_escape" => Some("NOT LIKE ... ESCAPE"),
-        "ilike_escape" => Some("ILIKE ... ESCAPE"),
-        "not_ilike_escape" => Some("NOT ILIKE ... ESCAPE"),
-        _ => None,
-    }
+/// Function forms of the pattern operators (`like_escape`, and DuckDB's operator names called
+/// as functions, `"~~"(a, b)`): the operator for messages, and its matcher.
+pub(crate) fn pattern_function(name: &str) -> Option<(&'static str, Matcher)> {
+    Some(match name {
+        "like_escape" => ("LIKE ... ESCAPE", Matcher::Backtracking),
+        "not_like_escape" => ("NOT LIKE ... ESCAPE", Matcher::Backtracking),
+        "ilike_escape" => ("ILIKE ... ESCAPE", Matcher::Backtracking),
+        "not_ilike_escape" => ("NOT ILIKE ... ESCAPE", Matcher::Backtracking),
+        "~~" => ("~~ (LIKE)", Matcher::Like),
+        "!~~" => ("!~~ (NOT LIKE)", Matcher::Like),
+        "~~*" => ("~~* (ILIKE)", Matcher::Backtracking),
+        "!~~*" => ("!~~* (NOT ILIKE)", Matcher::Backtracking),
+        "~~~" => ("~~~ (GLOB)", Matcher::Glob),
+        "!~~~" => ("!~~~ (NOT GLOB)", Matcher::Glob),
+        _ => return None,
+    })
 }
 
 /// The second argument of a call (the pattern of a `*like_escape` function).
@@ -520,6 +627,8 @@ mod tests {
             "SELECT replace(comm, ' ', '_') FROM events",
             "SELECT array_to_string(list(DISTINCT comm), ', ') FROM events",
             "SELECT list_transform(list(duration), d -> d / 1000) FROM events",
+            "SELECT list_transform(list(comm), c -> c || ' ' || pid) FROM events",
+            "SELECT list_filter(list(comm), c -> c LIKE '%py%') FROM events",
             "SELECT list_reduce(list(duration), (a, b) -> greatest(a, b)) FROM events",
             "SELECT list_transform(range(100), x -> range(100))",
             "SELECT unnest(range(100000))",

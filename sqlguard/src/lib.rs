@@ -48,7 +48,19 @@
 //! the requested limit (or the policy's default) clamped to `1..=max_limit`.
 //!
 //! Queries longer than [`MAX_SQL_BYTES`] are refused before parsing, which also bounds the
-//! nesting depth the parser, the walk and the renderer recurse through.
+//! nesting depth the parser, the walk and the renderer recurse through; the parser's recursion
+//! limit refuses deeper nesting of parentheses and subqueries, and [`shape`] bounds CTEs,
+//! joined relations and expression depth (what DuckDB's planner recurses through). The check
+//! runs on a thread with a large stack of its own.
+//!
+//! # Sizes
+//!
+//! A value the guard cannot see in the text is never free: a column of a CTE or subquery is as
+//! long as what it computes, a column of a store table counts as 4096 characters, and an
+//! unknown call as its longest argument ([`sizes`]); calls that multiply a value (`repeat`,
+//! separators, replacements, lambdas) are checked with those bounds, and functions that
+//! recurse once per nesting level of their input (`json_structure`, `json_contains`, a cast to
+//! VARIANT, ...) need an input the guard can bound to a few thousand characters.
 //!
 //! # Test corpus
 //!
@@ -67,6 +79,8 @@ mod limit;
 mod names;
 mod policy;
 mod rejection;
+pub mod shape;
+pub mod sizes;
 mod statement;
 mod walk;
 
@@ -106,13 +120,38 @@ impl fmt::Display for GuardedSql {
     }
 }
 
+/// The stack of the thread the guard checks on. Parsing, walking, rendering and dropping the
+/// syntax tree all recurse, and a type such as `INT[][]...[]` nests once per suffix without
+/// counting against the parser's recursion limit; within [`MAX_SQL_BYTES`] this is ample.
+const GUARD_STACK_BYTES: usize = 64 << 20;
+
 /// Checks `sql` against `policy`; `requested_limit` (if any) is clamped to the policy's maximum.
+///
+/// The check runs on a thread of its own with a [`GUARD_STACK_BYTES`] stack, so no input can
+/// overflow the caller's stack; a panic in the check is a rejection.
 pub fn guard(
     sql: &str,
     policy: &Policy,
     requested_limit: Option<u64>,
 ) -> Result<GuardedSql, Rejection> {
     check_length(sql)?;
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("causeway-sqlguard".into())
+            .stack_size(GUARD_STACK_BYTES)
+            .spawn_scoped(scope, || guard_here(sql, policy, requested_limit))
+            .map_err(|_| Rejection::internal("it could not start its checking thread"))?
+            .join()
+            .unwrap_or_else(|_| Err(Rejection::internal("the check failed")))
+    })
+}
+
+/// [`guard`] on the calling thread.
+fn guard_here(
+    sql: &str,
+    policy: &Policy,
+    requested_limit: Option<u64>,
+) -> Result<GuardedSql, Rejection> {
     let row_limit = policy.row_limit(requested_limit);
     let mut statement = checked(sql, policy)?;
     if let Statement::Query(query) = &mut statement {
@@ -231,10 +270,64 @@ mod tests {
 
     #[test]
     fn output_that_grows_past_the_cap_is_refused() {
-        let sql = format!("SELECT 1{}", "+1".repeat(MAX_SQL_BYTES / 2 - 8));
+        // `1+1` renders as `1 + 1`: flat, but longer.
+        let sql = format!("SELECT 1+1{}", ",1+1".repeat(MAX_SQL_BYTES / 4 - 4));
         assert!(sql.len() <= MAX_SQL_BYTES);
         let err = guard(&sql, &store(), None).unwrap_err();
         assert!(err.reason.contains("bytes long"), "{err}");
+    }
+
+    /// Every layer of the guard recurses (parser, walk, rendering, drop): no input within the
+    /// byte cap may overflow the stack of the thread that calls it (tokio's are 2 MiB).
+    /// `1::INT[][]...[]` overflowed a 1 MiB stack before the guard got its own thread.
+    #[test]
+    fn deep_inputs_within_the_byte_cap_do_not_overflow_a_small_stack() {
+        let n = MAX_SQL_BYTES / 2;
+        let inputs = [
+            format!("SELECT {}1{}", "(".repeat(n - 8), ")".repeat(n - 8)),
+            format!("SELECT {}1", "-".repeat(n - 8)),
+            format!("SELECT {}1", "NOT ".repeat(n / 2 - 8)),
+            format!("SELECT 1{}", "+1".repeat(n - 8)),
+            format!("SELECT 'a'{}", "||'a'".repeat(n / 3 - 8)),
+            format!("SELECT {}1{}", "[".repeat(n - 8), "]".repeat(n - 8)),
+            format!(
+                "SELECT {}1{}",
+                "abs(".repeat(n / 3 - 8),
+                ")".repeat(n / 3 - 8)
+            ),
+            format!(
+                "SELECT 1::{}INT{}",
+                "STRUCT(a ".repeat(n / 6),
+                ")".repeat(n / 6)
+            ),
+            format!("SELECT 1::INT{}", "[]".repeat(n - 8)),
+            format!("SELECT 1{}", " UNION ALL SELECT 1".repeat(n / 10 - 2)),
+            format!(
+                "SELECT * FROM events{}",
+                " NATURAL JOIN events".repeat(n / 11 - 2)
+            ),
+            format!(
+                "SELECT {}1{}",
+                "CASE WHEN true THEN ".repeat(n / 11),
+                " END".repeat(n / 11)
+            ),
+            format!("SELECT {}1{}", "(SELECT ".repeat(n / 5), ")".repeat(n / 5)),
+            format!("SELECT {}", "x -> ".repeat(n / 3 - 8)),
+        ];
+        let accepted = std::thread::Builder::new()
+            .stack_size(1 << 20)
+            .spawn(move || {
+                inputs
+                    .iter()
+                    .filter(|sql| guard(sql, &store(), None).is_ok())
+                    .map(|sql| sql[..20].to_string())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        // A long flat UNION ALL is fine for every layer; everything else nests too deeply.
+        assert_eq!(accepted, vec!["SELECT 1 UNION ALL S".to_string()]);
     }
 
     #[test]

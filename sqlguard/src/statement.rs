@@ -51,6 +51,10 @@ const NON_QUERY_KEYWORDS: &[&str] = &[
     "VACUUM",
 ];
 
+/// The parser's recursion limit (nested parentheses, subqueries, unary operators): deeper
+/// input is refused as "nests too deeply".
+const MAX_PARSER_DEPTH: usize = 50;
+
 /// Modifiers skipped when naming a statement (`CREATE OR REPLACE TEMP TABLE` is `CREATE TABLE`).
 const LABEL_MODIFIERS: &[&str] = &[
     "OR",
@@ -85,6 +89,7 @@ fn from_first(sql: &str) -> Option<String> {
 pub(crate) fn parse_one(sql: &str) -> Result<Statement, Rejection> {
     let parse = |text: &str| {
         Parser::new(&DuckDbDialect {})
+            .with_recursion_limit(MAX_PARSER_DEPTH)
             .try_with_sql(text)
             .and_then(|mut parser| parser.parse_statements())
     };

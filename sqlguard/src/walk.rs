@@ -17,8 +17,9 @@ use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    BinaryOperator, Expr, Function, FunctionArg, FunctionArguments, ObjectName, ObjectNamePart,
-    Query, Select, Statement, TableFactor, ValueWithSpan, Visit, Visitor,
+    BinaryOperator, Expr, Function, FunctionArg, FunctionArguments, LambdaFunction, ObjectName,
+    ObjectNamePart, OneOrManyWithParens, Query, Select, Statement, TableFactor, ValueWithSpan,
+    Visit, Visitor,
 };
 
 use crate::bombs;
@@ -31,6 +32,8 @@ use crate::functions::{ALLOWED_TABLE_FUNCTIONS, blocked_function, is_allowed_tab
 use crate::names::{check_value, function_name, identifiers, looks_like_path};
 use crate::policy::{Policy, table_part};
 use crate::rejection::{QUERY_HINT, Rejection, excerpt};
+use crate::shape::Shape;
+use crate::sizes::{self, Columns, DATA_STRING_CHARS, MAX_VALUE_CHARS};
 use crate::statement::statement_label;
 
 /// Schemas whose functions and relations are the catalog, whatever their name.
@@ -46,6 +49,7 @@ pub(crate) fn check(statement: &Statement, policy: &Policy) -> Result<(), Reject
         selects: Vec::new(),
         lambda_lists: HashMap::new(),
         lambdas: Vec::new(),
+        shape: Shape::default(),
     };
     match statement.visit(&mut walk) {
         ControlFlow::Break(rejection) => Err(*rejection),
@@ -103,13 +107,16 @@ struct Walk<'p> {
     frames: Vec<Frame>,
     /// Addresses of relation names approved by their table factor.
     approved_relations: HashSet<usize>,
-    /// One entry per SELECT being visited, innermost last: whether it reads a FROM clause.
-    selects: Vec<bool>,
+    /// One entry per SELECT being visited, innermost last: whether it reads a FROM clause, and
+    /// the longest value its FROM items hold.
+    selects: Vec<(bool, f64)>,
     /// Lambda expressions (by address) seen as arguments, with the length of their list.
     lambda_lists: HashMap<usize, f64>,
     /// The lambdas and collecting aggregates being visited, innermost last: (address, how
     /// many times they run what they enclose, whether it is an aggregate).
     lambdas: Vec<(usize, f64, bool)>,
+    /// Counts that bound the work of DuckDB's planner and the recursion of every layer.
+    shape: Shape,
 }
 
 impl Visitor for Walk<'_> {
@@ -136,7 +143,7 @@ impl Visitor for Walk<'_> {
             // Inside the body of CTE k: only the CTEs defined before it are visible.
             frame.visible = k;
         }
-        if let Err(rejection) = check_query_clauses(query) {
+        if let Err(rejection) = check_query_clauses(query).and_then(|()| self.shape.query(query)) {
             return stop(rejection);
         }
         let ctes = match &query.with {
@@ -160,18 +167,34 @@ impl Visitor for Walk<'_> {
             Some(frame) if frame.query == this => {}
             _ => return stop(Rejection::internal("query scopes are unbalanced")),
         }
+        let chars = sizes::query_chars(query, &|name| self.cte_chars(name));
+        if chars.is_nan() || chars > MAX_VALUE_CHARS {
+            return stop(Rejection::new(
+                format!(
+                    "{} can compute values of about {} characters or elements (a value \
+                     generated, repeated or concatenated with itself); at most {} are allowed",
+                    excerpt(query),
+                    bombs::show(chars),
+                    bombs::show(MAX_VALUE_CHARS)
+                ),
+                "build shorter values: cut them with left(x, n), and do not concatenate a \
+                 column with itself from one CTE to the next",
+            ));
+        }
         if let Some(frame) = self.frames.last_mut()
             && let Some(k) = frame.ctes.iter().position(|cte| cte.body == this)
         {
             // After the body of CTE k, it and the ones before it are visible.
             frame.visible = k + 1;
+            frame.ctes[k].chars = Some(chars);
         }
         ControlFlow::Continue(())
     }
 
     fn pre_visit_select(&mut self, select: &Select) -> Flow {
-        self.selects.push(!select.from.is_empty());
-        flow(check_select_clauses(select))
+        let chars = sizes::from_chars(&select.from, &|name| self.cte_chars(name));
+        self.selects.push((!select.from.is_empty(), chars));
+        flow(check_select_clauses(select).and_then(|()| self.shape.select(select)))
     }
 
     fn post_visit_select(&mut self, select: &Select) -> Flow {
@@ -181,7 +204,11 @@ impl Visitor for Walk<'_> {
     }
 
     fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> Flow {
-        flow(self.check_table_factor(factor))
+        flow(
+            self.shape
+                .table_factor()
+                .and_then(|()| self.check_table_factor(factor)),
+        )
     }
 
     fn pre_visit_relation(&mut self, relation: &ObjectName) -> Flow {
@@ -198,6 +225,9 @@ impl Visitor for Walk<'_> {
     }
 
     fn pre_visit_expr(&mut self, expr: &Expr) -> Flow {
+        if let Err(rejection) = self.shape.enter_expr() {
+            return stop(rejection);
+        }
         match expr {
             Expr::Function(function) => {
                 for (lambda, items) in costly::lambdas(function) {
@@ -214,15 +244,31 @@ impl Visitor for Walk<'_> {
                 }
                 flow(checked)
             }
-            Expr::Lambda(_) => {
+            Expr::Lambda(lambda) => {
                 let this = address(expr);
                 let items = self
                     .lambda_lists
                     .get(&this)
                     .copied()
                     .unwrap_or(costly::UNKNOWN_LIST_ELEMENTS);
+                let checked = self.check_lambda_body(lambda, items);
                 self.lambdas.push((this, items, false));
-                ControlFlow::Continue(())
+                flow(checked)
+            }
+            Expr::Cast {
+                expr: operand,
+                data_type,
+                ..
+            } if data_type
+                .to_string()
+                .to_ascii_uppercase()
+                .contains("VARIANT") =>
+            {
+                flow(costly::check_nested_input(
+                    "a cast to VARIANT",
+                    Some(operand),
+                    expr,
+                ))
             }
             Expr::Like {
                 pattern,
@@ -264,6 +310,7 @@ impl Visitor for Walk<'_> {
     }
 
     fn post_visit_expr(&mut self, expr: &Expr) -> Flow {
+        self.shape.leave_expr();
         if matches!(expr, Expr::Lambda(_) | Expr::Function(_))
             && self
                 .lambdas
@@ -551,13 +598,72 @@ impl Walk<'_> {
                 "call the function with one argument list",
             ));
         }
-        bombs::check_scalar_call(&lower, function, self.scope())
+        let columns = Columns {
+            chars: self.column_chars(),
+            free: &[],
+            cte: &|name| self.cte_chars(name),
+        };
+        bombs::check_scalar_call(&lower, function, self.scope(), &columns)
+    }
+
+    /// The longest value a column read at this point can hold: the longest FROM item of the
+    /// enclosing SELECTs (store tables count [`DATA_STRING_CHARS`]).
+    fn column_chars(&self) -> f64 {
+        self.selects
+            .iter()
+            .map(|(_, chars)| *chars)
+            .fold(DATA_STRING_CHARS, f64::max)
+    }
+
+    /// The size bound of the CTE called `name` in scope here, once its body was checked.
+    fn cte_chars(&self, name: &str) -> Option<f64> {
+        self.visible_cte(name).and_then(|c| c.chars)
+    }
+
+    /// A lambda runs its body once per element: what the body returns beyond its own
+    /// parameters (a captured column, a generated value) is multiplied by the list's length.
+    fn check_lambda_body(&self, lambda: &LambdaFunction, items: f64) -> Result<(), Rejection> {
+        let params: Vec<String> = match &lambda.params {
+            OneOrManyWithParens::One(p) => vec![p.name.value.clone()],
+            OneOrManyWithParens::Many(ps) => ps.iter().map(|p| p.name.value.clone()).collect(),
+        };
+        let columns = Columns {
+            chars: self.column_chars(),
+            free: &params,
+            cte: &|name| self.cte_chars(name),
+        };
+        let each = sizes::value_chars(&lambda.body, &columns);
+        if items >= costly::UNKNOWN_LIST_ELEMENTS && each <= sizes::DATA_COLLECTED_CHARS {
+            // A list read from the data, mapped to values of a few columns: as long as the
+            // data, like collecting those values with list().
+            return Ok(());
+        }
+        let scope = self.scope();
+        let total = each * items * scope.multiplier;
+        let budget = scope.budget(bombs::MAX_GENERATED_LENGTH);
+        if each > 0.0 && (total.is_nan() || total > budget) {
+            return Err(Rejection::new(
+                format!(
+                    "the lambda {} returns a value of up to {} characters or elements, once per \
+                     element of lists of {} elements{}: about {} in all; at most {} are allowed",
+                    excerpt(lambda),
+                    bombs::show(each),
+                    bombs::show(items),
+                    scope.describe(),
+                    bombs::show(total),
+                    bombs::show(budget)
+                ),
+                "return something small from the lambda (a number, a short left(x, n)), or \
+                 unnest the list and join instead",
+            ));
+        }
+        Ok(())
     }
 
     /// How often a call at the current point of the walk is evaluated.
     fn scope(&self) -> Scope {
         Scope {
-            per_row: self.selects.iter().any(|has_from| *has_from),
+            per_row: self.selects.iter().any(|(has_from, _)| *has_from),
             multiplier: self.lambdas.iter().map(|(_, n, _)| *n).product(),
             collected: self.lambdas.iter().any(|(.., aggregate)| *aggregate),
         }

@@ -24,6 +24,11 @@ pub const MAX_ABANDONED: usize = 2;
 /// How often the watchdog looks at the clock and the process's memory.
 const WATCH_EVERY: Duration = Duration::from_millis(10);
 
+/// The stack of the thread a query from outside runs on. DuckDB parses, binds and plans on
+/// the calling thread, recursing through CTE chains, subqueries and expressions: Rust's default
+/// 2 MiB overflowed and aborted the process. The memory is only reserved until it is touched.
+pub const QUERY_STACK_BYTES: usize = 128 << 20;
+
 /// Abandoned queries still running in this process.
 static ABANDONED: AtomicUsize = AtomicUsize::new(0);
 
@@ -249,26 +254,24 @@ where
     let wait = limits.timeout + ABANDON_GRACE;
     let limit_ms = limits.timeout.as_millis() as u64;
     let thread_state = state.clone();
-    std::thread::Builder::new()
-        .name("causeway-query".into())
-        .spawn(move || {
-            let outcome = {
-                let r = reader
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                r.query_controlled(&sql, &limits, Some(&control))
-            };
-            drop(reader);
-            if thread_state.swap(FINISHED, Ordering::SeqCst) == ABANDONED_STATE {
-                ABANDONED.fetch_sub(1, Ordering::SeqCst);
-                tracing::warn!("an abandoned query finished");
-            }
-            let _ = tx.send(outcome);
-        })
-        .map_err(|e| StoreError::Query {
-            message: format!("cannot start a query thread: {e}"),
-            hint: "the machine is out of threads or memory; try again later".into(),
-        })?;
+    spawn_query_thread(move || {
+        let outcome = {
+            let r = reader
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            r.query_controlled(&sql, &limits, Some(&control))
+        };
+        drop(reader);
+        if thread_state.swap(FINISHED, Ordering::SeqCst) == ABANDONED_STATE {
+            ABANDONED.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!("an abandoned query finished");
+        }
+        let _ = tx.send(outcome);
+    })
+    .map_err(|e| StoreError::Query {
+        message: format!("cannot start a query thread: {e}"),
+        hint: "the machine is out of threads or memory; try again later".into(),
+    })?;
     match rx.recv_timeout(wait) {
         Ok(outcome) => outcome,
         Err(_) => {
@@ -290,9 +293,41 @@ where
     }
 }
 
+/// Starts the thread a query from outside runs on, with a [`QUERY_STACK_BYTES`] stack.
+fn spawn_query_thread(
+    run: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("causeway-query".into())
+        .stack_size(QUERY_STACK_BYTES)
+        .spawn(run)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Recursion as deep as DuckDB's planner goes on the largest query the guard accepts
+    /// (tens of MiB) fits the query thread; on a default 2 MiB thread it aborted the process.
+    #[test]
+    fn query_thread_holds_deep_recursion() {
+        fn descend(levels: u32) -> u64 {
+            let frame = std::hint::black_box([levels as u8; 1024]);
+            if levels == 0 {
+                u64::from(frame[0])
+            } else {
+                descend(levels - 1) + u64::from(frame[1023])
+            }
+        }
+        let (tx, rx) = mpsc::channel();
+        spawn_query_thread(move || {
+            let _ = tx.send(descend(32 * 1024));
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+        assert!(rx.recv().is_ok());
+    }
 
     #[test]
     fn sizes_parse_as_duckdb_takes_them() {

@@ -195,3 +195,67 @@ fn another_tools_op_name_is_refused_with_ours() {
     )
     .unwrap();
 }
+
+/// The largest shapes and nesting the guard accepts (issue 55: a 400-CTE chain and
+/// `json_structure` of a deeply nested value overflowed the query thread and aborted the
+/// process) run to an answer on the query thread, with DuckDB's worker threads on.
+#[test]
+fn largest_queries_the_guard_accepts_run_without_aborting() {
+    use std::sync::{Arc, Mutex};
+
+    use causeway_store::{QueryControl, ReaderOptions, query_detached};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = crate::common::small_store(dir.path(), 100);
+    let options = ReaderOptions {
+        threads: 2,
+        ..ReaderOptions::default()
+    };
+    let reader = Arc::new(Mutex::new(Reader::open_with(&path, &options).unwrap()));
+    let chain = |n: usize| {
+        (1..=n)
+            .map(|i| format!("a{i} AS (SELECT x + 1 AS x FROM a{})", i - 1))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let nested = "repeat('[', 1999) || repeat(']', 1999)";
+    let queries = [
+        format!(
+            "WITH a0 AS (SELECT 1 AS x), {} SELECT x FROM a63",
+            chain(63)
+        ),
+        format!(
+            "SELECT count(*) FROM events e0 {}",
+            (1..32)
+                .map(|i| format!("JOIN events e{i} ON e{i}.timestamp = e{}.timestamp", i - 1))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        format!(
+            "SELECT count(*) FROM events WHERE {}",
+            (0..200)
+                .map(|i| format!("duration = {i}"))
+                .collect::<Vec<_>>()
+                .join(" OR ")
+        ),
+        format!("SELECT length(json_structure({nested}))"),
+        format!("SELECT json_contains({nested}, {nested})"),
+        format!("SELECT length(json_pretty({nested}))"),
+        format!("SELECT CAST(CAST({nested} AS JSON) AS VARIANT) IS NOT NULL"),
+    ];
+    for sql in &queries {
+        let guarded = guard(sql, &causeway_store::default_policy(), None)
+            .unwrap_or_else(|r| panic!("refused: {r}\n{sql}"));
+        let result = query_detached(
+            reader.clone(),
+            guarded,
+            QueryLimits {
+                timeout: Duration::from_secs(30),
+                ..QueryLimits::default()
+            },
+            QueryControl::new(),
+        );
+        let rows = result.unwrap_or_else(|e| panic!("{e}\n{sql}")).rows;
+        assert_eq!(rows.len(), 1, "{sql}");
+    }
+}

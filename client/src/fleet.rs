@@ -281,17 +281,27 @@ pub async fn fan_out(fleet: &Fleet, tool: &str, args: &Value) -> Vec<NodeAnswer>
     out
 }
 
-/// The bearer token from `file`, else $CAUSEWAY_TOKEN (trimmed; empty = none).
+/// The bearer token from `file`, else $CAUSEWAY_TOKEN (trimmed; an empty variable = none). A
+/// token file that holds nothing is refused: a server started with one would otherwise run
+/// without authentication, and a client would send no token.
 pub fn read_token(file: Option<&std::path::Path>) -> Result<Option<String>> {
-    Ok(match file {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .with_context(|| format!("{}: cannot read the token file", p.display()))?,
-        ),
-        None => std::env::var("CAUSEWAY_TOKEN").ok(),
+    let Some(p) = file else {
+        return Ok(std::env::var("CAUSEWAY_TOKEN")
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty()));
+    };
+    let token = std::fs::read_to_string(p)
+        .with_context(|| format!("{}: cannot read the token file", p.display()))?
+        .trim()
+        .to_string();
+    if token.is_empty() {
+        bail!(causeway_store::Hinted::new(
+            format!("{}: the token file is empty", p.display()),
+            "write a token into it, e.g. `openssl rand -hex 32 > FILE`"
+        ));
     }
-    .map(|t| t.trim().to_string())
-    .filter(|t| !t.is_empty()))
+    Ok(Some(token))
 }
 
 /// The fan-out as the tools crate takes it (`query_fleet`): blocks the calling thread, which is

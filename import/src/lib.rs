@@ -428,20 +428,7 @@ impl SqliteTrace {
             path: path.to_path_buf(),
             source,
         })?;
-        if !meta.is_file() {
-            use std::os::unix::fs::FileTypeExt;
-            let t = meta.file_type();
-            let kind = if t.is_dir() {
-                "a directory"
-            } else if t.is_fifo() {
-                "a FIFO"
-            } else if t.is_socket() {
-                "a socket"
-            } else if t.is_block_device() || t.is_char_device() {
-                "a device"
-            } else {
-                "not a regular file"
-            };
+        if let Some(kind) = causeway_store::paths::not_a_file(&meta) {
             return Err(ImportError::NotAFile {
                 path: path.to_path_buf(),
                 kind,

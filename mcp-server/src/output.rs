@@ -18,6 +18,21 @@ pub fn micros(ns: i64) -> String {
     format!("{sign}{}.{}", thousands(t / 10), t % 10)
 }
 
+/// A file name as a summary shows it: names are data (a file may be named with escape
+/// sequences, which the terminal pass below would keep as colour codes).
+pub fn path(p: &std::path::Path) -> String {
+    causeway_store::sanitize::sanitize(&p.display().to_string())
+}
+
+/// Names read from a trace (nodes), sanitised, comma-separated.
+pub fn names(names: &[String]) -> String {
+    let clean: Vec<String> = names
+        .iter()
+        .map(|n| causeway_store::sanitize::sanitize(n))
+        .collect();
+    clean.join(", ")
+}
+
 /// ns since the Unix epoch -> RFC 3339 with milliseconds.
 pub fn timestamp(ns: i64) -> String {
     if ns <= 0 {

@@ -118,7 +118,7 @@ pub async fn handle(req: Request<InBody>, ctx: Arc<Context>, max_body: usize) ->
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return bare(StatusCode::PAYLOAD_TOO_LARGE);
         }
-        // The client paused longer than --body-timeout, or went away.
+        // The whole body did not arrive within --body-timeout, or the client went away.
         Err(_) => return bare(StatusCode::REQUEST_TIMEOUT),
     };
     let args: Value = if body.is_empty() {

@@ -2,7 +2,7 @@
 //! a bearer token (constant-time compare), optional TLS (rustls), and the limits of `limits.rs`
 //! on every route (MCP, the query API, `/metrics`, the web report at `/`): Host and Origin
 //! (DNS-rebinding and cross-site defence), declared and actual body sizes, header and body
-//! timeouts, open connections and MCP sessions. Refusals are bare 401/403/413 responses that
+//! deadlines, open connections, and MCP sessions in all and per client (`sessions.rs`). Refusals are bare 401/403/413 responses that
 //! say nothing about the server, and 503 with `Retry-After` when a cap is reached.
 
 use std::convert::Infallible;
@@ -22,7 +22,8 @@ use tokio::net::TcpListener;
 use tower_service::Service;
 
 use super::handler::CausewayServer;
-use super::limits::{AcceptBackoff, AccessPolicy, declared_too_large};
+use super::limits::{AcceptBackoff, AccessPolicy, DeadlineBody, declared_too_large};
+use super::sessions::{Refusal, SESSION_HEADER, SessionGuard};
 
 /// A 503 written straight to a connection over the cap, which is then closed.
 const OVER_CAPACITY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
@@ -58,14 +59,18 @@ pub struct HttpOptions {
     pub max_connections: usize,
     /// MCP sessions at once; a new `initialize` beyond it is answered 503.
     pub max_sessions: usize,
+    /// MCP sessions one client (peer address) holds at once; beyond it, 503.
+    pub max_sessions_per_client: usize,
+    /// A session that no request named since its `initialize` is closed after this long.
+    pub unused_session_timeout: std::time::Duration,
     /// Time a client has to send a request's headers (and an idle keep-alive connection lives).
     pub header_timeout: std::time::Duration,
-    /// Longest pause while a client sends a request body.
+    /// Time a client has to send a whole request body.
     pub body_timeout: std::time::Duration,
 }
 
-/// A request body as the routes read it: cut off when the client pauses too long.
-pub(crate) type InBody = tower_http::timeout::TimeoutBody<Incoming>;
+/// A request body as the routes read it: cut off when it has not all arrived in time.
+pub(crate) type InBody = DeadlineBody<Incoming>;
 
 pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
@@ -214,12 +219,19 @@ pub async fn serve_with(
         &o.allowed_origins,
     ));
     let mcp_ctx = ctx.clone();
-    let sessions = Arc::new(LocalSessionManager::default());
+    let manager = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || Ok(CausewayServer::new(mcp_ctx.clone())),
-        sessions.clone(),
+        manager.clone(),
         rmcp_config(&o, &policy),
     );
+    let sessions = SessionGuard::new(
+        manager,
+        o.max_sessions,
+        o.max_sessions_per_client,
+        o.unused_session_timeout,
+    );
+    tokio::spawn(sessions.clone().run_expiry());
     let token: Option<Arc<str>> = o.token.as_deref().map(Arc::from);
     // One gatherer for every scrape: each reads only what was recorded since the last one.
     let gatherer = Arc::new(std::sync::Mutex::new(
@@ -231,9 +243,9 @@ pub async fn serve_with(
     let max_connections =
         super::limits::connection_cap(o.max_connections, super::limits::raise_fd_limit());
     let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
-    let (max_sessions, header_timeout, body_timeout) =
-        (o.max_sessions, o.header_timeout, o.body_timeout);
-    tracing::info!(addr = %bound, tls = tls.is_some(), auth = token.is_some(), max_connections, max_sessions, "MCP over streamable HTTP");
+    let (header_timeout, body_timeout) = (o.header_timeout, o.body_timeout);
+    let (max_sessions, per_client) = (o.max_sessions, o.max_sessions_per_client);
+    tracing::info!(addr = %bound, tls = tls.is_some(), auth = token.is_some(), max_connections, max_sessions, per_client, "MCP over streamable HTTP");
     on_ready(bound);
     let mut backoff = AcceptBackoff::default();
     loop {
@@ -302,7 +314,7 @@ pub async fn serve_with(
                     if otlp.is_none() && declared_too_large(&req, max_body) {
                         return Ok(bare(StatusCode::PAYLOAD_TOO_LARGE));
                     }
-                    let req = req.map(|b| InBody::new(body_timeout, b));
+                    let req = req.map(|b| DeadlineBody::new(body_timeout, b));
                     if let Some(o) = otlp {
                         return Ok(super::otlp_receive::handle_http(
                             req,
@@ -327,13 +339,26 @@ pub async fn serve_with(
                     if req.uri().path().starts_with(super::api::PREFIX) {
                         return Ok(super::api::handle(req, ctx, max_body).await);
                     }
-                    if starts_a_session(&req)
-                        && sessions.sessions.read().await.len() >= max_sessions
-                    {
-                        tracing::info!(%peer, max_sessions, "503: at the MCP session cap");
-                        return Ok(unavailable());
+                    let starts = starts_a_session(&req);
+                    if starts {
+                        match sessions.admit(peer.ip()).await {
+                            Ok(()) => {}
+                            Err(Refusal::Server) => {
+                                tracing::info!(%peer, max_sessions, "503: at the MCP session cap");
+                                return Ok(unavailable());
+                            }
+                            Err(Refusal::Client) => {
+                                tracing::info!(%peer, per_client, "503: at this client's MCP session cap");
+                                return Ok(unavailable());
+                            }
+                        }
+                    } else if let Some(id) = session_of(req.headers()) {
+                        sessions.touched(id);
                     }
                     let resp = service.call(req).await?;
+                    if starts && let Some(id) = session_of(resp.headers()) {
+                        sessions.opened(id, peer.ip());
+                    }
                     if resp.status() == StatusCode::FORBIDDEN {
                         tracing::info!(%peer, "403: Host or Origin not allowed");
                         return Ok(bare(StatusCode::FORBIDDEN));
@@ -374,7 +399,12 @@ pub async fn serve_with(
 
 /// A POST to `/mcp` without a session id: an `initialize` that would create a session.
 fn starts_a_session<B>(req: &Request<B>) -> bool {
-    req.method() == hyper::Method::POST && !req.headers().contains_key("mcp-session-id")
+    req.method() == hyper::Method::POST && !req.headers().contains_key(SESSION_HEADER)
+}
+
+/// The MCP session a request names, or a response created.
+fn session_of(headers: &hyper::HeaderMap) -> Option<&str> {
+    headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok())
 }
 
 #[cfg(test)]

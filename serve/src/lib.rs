@@ -10,6 +10,7 @@ pub mod limits;
 pub mod otlp_receive;
 pub mod page;
 pub mod report_cache;
+pub mod sessions;
 
 use std::sync::Arc;
 

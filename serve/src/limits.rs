@@ -1,8 +1,9 @@
 //! What every HTTP address enforces before a request reaches a route (MCP, the query API,
 //! `/metrics`, OTLP): one Host and Origin policy (a web page must not query a local server: a
 //! browser sends `Origin` on every cross-site POST, even the "simple" ones that skip CORS
-//! preflight), the declared body size, a cap on open connections and on MCP sessions, and a
-//! quiet, backed-off accept loop when the process runs out of file descriptors.
+//! preflight), the declared body size, a deadline for the whole body, a cap on open
+//! connections, and a quiet, backed-off accept loop when the process runs out of file
+//! descriptors. MCP sessions have their caps in `sessions.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -98,6 +99,73 @@ pub fn declared_too_large<B>(req: &Request<B>, max: usize) -> bool {
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim().parse::<u128>().map_or(true, |n| n > max as u128))
+}
+
+/// A request body that must arrive whole before a deadline set when its headers were read: a
+/// client dripping a byte now and then under a large Content-Length is cut off as surely as one
+/// that stops, instead of holding its connection slot for as long as it keeps dripping.
+#[derive(Debug)]
+pub struct DeadlineBody<B> {
+    inner: B,
+    within: Duration,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> DeadlineBody<B> {
+    /// `inner`, which must end within `within` from now.
+    pub fn new(within: Duration, inner: B) -> Self {
+        Self {
+            inner,
+            within,
+            deadline: Box::pin(tokio::time::sleep(within)),
+        }
+    }
+}
+
+/// The error of a body that did not arrive in time.
+#[derive(Debug)]
+pub struct BodyTimedOut(Duration);
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the request body did not arrive within {:?}", self.0)
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
+
+/// What a body wrapped in [`DeadlineBody`] fails with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<B> hyper::body::Body for DeadlineBody<B>
+where
+    B: hyper::body::Body + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = B::Data;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        use std::future::Future as _;
+        let this = self.get_mut();
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(Some(Err(Box::new(BodyTimedOut(this.within)))));
+        }
+        std::pin::Pin::new(&mut this.inner)
+            .poll_frame(cx)
+            .map(|f| f.map(|r| r.map_err(Into::into)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Logs accept failures at most once per period, with how many there were, and says how long

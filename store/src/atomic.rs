@@ -33,23 +33,32 @@ fn remove_with_companions(path: &Path) {
     let _ = std::fs::remove_dir_all(with(".tmp"));
 }
 
-/// Removes `.NAME.tmp-PID` files in `dir` whose process is gone (a killed earlier run).
+/// The PID in `file` when it is one of our temporary names for `name`: `.NAME.tmp-PID`, or
+/// DuckDB's `.wal` file or `.tmp` directory beside it (a run killed early may leave only those).
+fn leftover_pid(file: &str, name: &str) -> Option<u32> {
+    let rest = file.strip_prefix(&format!(".{name}.tmp-"))?;
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    match &rest[digits..] {
+        "" | ".wal" | ".tmp" => rest[..digits].parse().ok(),
+        _ => None,
+    }
+}
+
+/// Removes the `.NAME.tmp-PID` files in `dir` (and their companions) whose process is gone (a
+/// killed earlier run).
 fn remove_leftovers(dir: &Path, name: &str) {
-    let prefix = format!(".{name}.tmp-");
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for e in entries.flatten() {
-        let file = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = file
-            .strip_prefix(&prefix)
-            .and_then(|rest| rest.parse::<u32>().ok())
-        else {
+        let Some(pid) = leftover_pid(&e.file_name().to_string_lossy(), name) else {
             continue;
         };
         if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
             tracing::info!(file = %e.path().display(), "removing what a killed earlier run left");
-            remove_with_companions(&e.path());
+            remove_with_companions(&dir.join(format!(".{name}.tmp-{pid}")));
         }
     }
 }
@@ -61,15 +70,17 @@ pub fn write_atomically<T>(
     force: bool,
     build: impl FnOnce(&Path) -> Result<T>,
 ) -> Result<T> {
-    if out.exists() && !force {
-        return Err(StoreError::Exists {
-            path: out.to_path_buf(),
-        });
-    }
     let dir = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trace.duckdb".into());
+    // Before any refusal: a run told "already exists" still clears what a killed one left.
+    remove_leftovers(&dir, &name);
+    crate::paths::check_output(out, force)?;
     if !dir.is_dir() {
         return Err(StoreError::Io {
             path: dir.clone(),
@@ -77,11 +88,6 @@ pub fn write_atomically<T>(
             source: std::io::Error::from(std::io::ErrorKind::NotFound),
         });
     }
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "trace.duckdb".into());
-    remove_leftovers(&dir, &name);
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     remove_with_companions(&tmp);
     UNFINISHED
@@ -127,6 +133,14 @@ mod tests {
             std::fs::write(f, "x").unwrap();
         }
         std::fs::write(dir.path().join(".t.duckdb.tmp-4294967.wal"), "x").unwrap();
+        // A run killed before its file existed leaves only DuckDB's companions.
+        let lone_wal = dir.path().join(".t.duckdb.tmp-4294968.wal");
+        let lone_tmp = dir.path().join(".t.duckdb.tmp-4294968.tmp");
+        std::fs::write(&lone_wal, "x").unwrap();
+        std::fs::create_dir(&lone_tmp).unwrap();
+        // Not our naming: kept.
+        let foreign = dir.path().join(".t.duckdb.tmp-4294968.bak");
+        std::fs::write(&foreign, "x").unwrap();
         write_atomically(&out, false, |tmp| {
             std::fs::write(tmp, "done").unwrap();
             assert_eq!(UNFINISHED.lock().unwrap().as_slice(), [tmp.to_path_buf()]);
@@ -134,6 +148,7 @@ mod tests {
         })
         .unwrap();
         assert!(!dead.exists() && alive.exists() && other.exists());
+        assert!(!lone_wal.exists() && !lone_tmp.exists() && foreign.exists());
         assert!(!dir.path().join(".t.duckdb.tmp-4294967.wal").exists());
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "done");
         assert!(UNFINISHED.lock().unwrap().is_empty());

@@ -72,6 +72,24 @@ pub enum StoreError {
         /// The path given.
         path: PathBuf,
     },
+    /// An output path names a FIFO, device, socket or directory: only regular files are
+    /// replaced, even with --force.
+    #[error("{path}: {kind}, not a regular file: only a regular file is ever replaced")]
+    NotReplaceable {
+        /// The path given.
+        path: PathBuf,
+        /// What it is ("a FIFO", "a device", ...).
+        kind: &'static str,
+    },
+    /// A trace path names a FIFO, device or socket (or a directory where a file is expected):
+    /// refused before opening, which could block forever.
+    #[error("{path}: {kind}, not a regular file")]
+    NotAFile {
+        /// The path given.
+        path: PathBuf,
+        /// What it is ("a FIFO", "a device", ...).
+        kind: &'static str,
+    },
     /// A filesystem operation failed.
     #[error("{path}: {action}: {source}")]
     Io {
@@ -157,6 +175,8 @@ impl StoreError {
             Self::OlderSchema { .. } => Some("import the source trace again (`causeway import SRC.db -o NEW.duckdb`) or record it again".to_string()),
             Self::Missing { .. } => Some("list traces with `causeway traces`, or make one with `causeway import` / `causeway trace`".to_string()),
             Self::Exists { .. } => Some("pass --force to replace it, or choose another path".to_string()),
+            Self::NotReplaceable { .. } => Some("choose a path that does not exist yet or is a regular file".to_string()),
+            Self::NotAFile { .. } => Some("pass a trace file (*.duckdb) or an agent's data directory".to_string()),
             Self::Timeout { .. } => Some("add a WHERE on timestamp or pid, aggregate instead of listing rows, or raise --timeout".to_string()),
             Self::Abandoned { .. } => Some("ask a cheaper question: filter on timestamp or pid first, avoid long strings in per-row functions".to_string()),
             Self::MemoryLimit { .. } => Some("aggregate or filter before building lists or long strings; select fewer columns".to_string()),

@@ -10,6 +10,7 @@ mod error;
 pub mod guarded;
 pub mod merge;
 mod overhead_log;
+pub mod paths;
 mod reader;
 pub mod received;
 mod row;

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{DuckContext, Result, StoreError};
 use crate::guarded::{QueryControl, Watchdog};
-use crate::sanitize::sanitize;
+use crate::sanitize::{sanitize, sanitize_with};
 
 /// Limits for one query from outside.
 #[derive(Debug, Clone)]
@@ -113,6 +113,8 @@ impl Reader {
 
     /// Opens `path` read-only with explicit caps. Never writes or migrates the file.
     pub fn open_with(path: &Path, opts: &ReaderOptions) -> Result<Reader> {
+        // A FIFO or device would block the open (or read forever): refused first.
+        crate::paths::check_input(path, true)?;
         if path.is_dir() {
             // An agent's data directory: its closed segments as one trace.
             let conn = crate::timeline::open_dir(path, opts)?;
@@ -416,8 +418,15 @@ impl Reader {
     }
 }
 
+/// DuckDB's message about a failed query, quoted as data: it may carry text from the trace
+/// (`SELECT error(comm) FROM processes` makes a process name the whole message), which must not
+/// read as the server's own words.
 fn query_error(e: &duckdb::Error) -> StoreError {
-    let message = sanitize(&e.to_string());
+    let said = sanitize_with(&e.to_string(), 400);
+    let message = format!(
+        "DuckDB said {}",
+        serde_json::to_string(&said).unwrap_or_default()
+    );
     let hint = if message.contains("INTERRUPT") || message.contains("nterrupted") {
         "the query was interrupted; narrow it with WHERE on timestamp or pid"
     } else if message.contains("memory") {

@@ -428,6 +428,7 @@ impl Writer {
 
     /// Opens (and upgrades) an existing store without registering `opts.node`.
     pub(crate) fn open_unregistered(path: &Path, opts: WriterOptions) -> Result<Writer> {
+        crate::paths::check_input(path, false)?;
         if !path.exists() {
             return Err(StoreError::Missing {
                 path: path.to_path_buf(),

@@ -3,6 +3,7 @@
 //! `get_trace_stats` and `get_causal_chains`. One function serves the tool and the command.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use causeway_analysis::demo::{DemoSummary, Scenario, write_scenario};
 use causeway_analysis::{Chain, ChainQuery, Explain, ExplainOptions, TraceStats, explain_with};
@@ -114,9 +115,43 @@ pub fn generate(
     })
 }
 
-/// `run_demo`: generates the scenario in a private temporary directory (removed afterwards).
+/// Demos a server runs at once: each writes and analyses a trace of its own (tens of MB and a
+/// core), so a burst of them would starve every other tool call.
+pub const MAX_CONCURRENT_DEMOS: usize = 2;
+
+/// Demos running in this process.
+static RUNNING_DEMOS: AtomicUsize = AtomicUsize::new(0);
+
+/// A demo's place among the [`MAX_CONCURRENT_DEMOS`], given back when dropped.
+struct DemoSlot;
+
+impl DemoSlot {
+    fn take() -> Result<DemoSlot, ToolError> {
+        RUNNING_DEMOS
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_CONCURRENT_DEMOS).then_some(n + 1)
+            })
+            .map(|_| DemoSlot)
+            .map_err(|n| {
+                ToolError::failed(
+                    format!("busy: {n} demos are already running"),
+                    "retry in a few seconds; a demo takes a second or two",
+                )
+            })
+    }
+}
+
+impl Drop for DemoSlot {
+    fn drop(&mut self) {
+        RUNNING_DEMOS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// `run_demo`: generates the scenario in a private temporary directory (removed afterwards);
+/// at most [`MAX_CONCURRENT_DEMOS`] at once, others are refused as busy.
 pub fn run_demo(p: &DemoParams) -> Result<DemoResult, ToolError> {
     let s = scenario(&p.scenario)?;
+    let _slot = DemoSlot::take()?;
     let healthy = p.healthy.unwrap_or(false);
     let dir = tempfile::Builder::new()
         .prefix("causeway-demo-")

@@ -373,6 +373,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Agent> {
                 max_body: 1 << 20,
                 max_connections: 4096,
                 max_sessions: 1024,
+                max_sessions_per_client: 64,
+                unused_session_timeout: Duration::from_secs(30),
                 header_timeout: Duration::from_secs(10),
                 body_timeout: Duration::from_secs(30),
             };

@@ -257,12 +257,8 @@ fn run_otlp(args: &ExportArgs) -> Result<()> {
     }
     let out = args.output.as_ref().expect("checked above");
     let logs_out = causeway_client::otlp_push::logs_path(out);
-    if logs_out.exists() && !args.force {
-        bail!(causeway_store::Hinted::new(
-            format!("{} already exists", logs_out.display()),
-            "pass --force to replace it, or choose another -o"
-        ));
-    }
+    // Both files are checked before either is written.
+    causeway_store::paths::check_output(&logs_out, args.force)?;
     let write = |path: &std::path::Path, bytes: Vec<u8>| {
         causeway_store::write_atomically(path, args.force, |tmp| {
             std::fs::write(tmp, &bytes).map_err(|source| StoreError::Io {

@@ -65,16 +65,16 @@ pub fn run(args: &ImportArgs) -> Result<()> {
     for r in &reports {
         out.push_str(&describe(r));
     }
-    out.push_str(&format!("wrote {}\n", db.display()));
+    out.push_str(&format!("wrote {}\n", crate::output::path(&db)));
     crate::print_text(&out)
 }
 
 fn describe(r: &SourceReport) -> String {
     let mut s = format!(
         "{}: {} events, node {}",
-        r.path.display(),
+        crate::output::path(&r.path),
         thousands(r.events),
-        r.nodes.join(", ")
+        crate::output::names(&r.nodes)
     );
     s.push_str(&format!(
         "; {} stacks, {} chains, {} sessions, {} processes, {} snapshots",

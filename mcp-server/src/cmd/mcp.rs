@@ -46,10 +46,16 @@ pub struct HttpFlags {
     /// together may pass it by their number); idle sessions close after 5 minutes.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub max_sessions: usize,
+    /// MCP sessions one client (peer address) holds at once; more are answered 503.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_sessions_per_client: usize,
+    /// A session no request used after its `initialize` closes after this long.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub unused_session_timeout: Duration,
     /// Time a client has to send a request's headers; also how long an idle connection stays.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     pub header_timeout: Duration,
-    /// Longest pause while a client sends a request body.
+    /// Time a client has to send a whole request body (408 after it).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub body_timeout: Duration,
 }
@@ -183,6 +189,8 @@ pub fn http_options(addr: SocketAddr, flags: &HttpFlags) -> Result<mcp::http::Ht
         max_body_bytes: flags.max_body,
         max_connections: flags.max_connections,
         max_sessions: flags.max_sessions,
+        max_sessions_per_client: flags.max_sessions_per_client,
+        unused_session_timeout: flags.unused_session_timeout,
         header_timeout: flags.header_timeout,
         body_timeout: flags.body_timeout,
     })

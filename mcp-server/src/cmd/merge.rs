@@ -77,9 +77,9 @@ fn render(r: &MergeReport) -> String {
     for s in &r.sources {
         o.push_str(&format!(
             "{}: {} events, node {}; {} new stacks, {} chains, {} sessions\n",
-            s.path.display(),
+            crate::output::path(&s.path),
             thousands(s.events),
-            s.nodes.join(", "),
+            crate::output::names(&s.nodes),
             s.new_stacks,
             s.chains,
             s.sessions
@@ -91,8 +91,8 @@ fn render(r: &MergeReport) -> String {
     for c in &r.clock_offsets {
         o.push_str(&format!(
             "clock offset {} vs {}: {:+.3} ms +- {:.3} ms ({} collectives)\n",
-            c.node,
-            c.reference,
+            causeway_store::sanitize::sanitize(&c.node),
+            causeway_store::sanitize::sanitize(&c.reference),
             c.offset_ns as f64 / 1e6,
             c.uncertainty_ns as f64 / 1e6,
             c.samples
@@ -100,7 +100,7 @@ fn render(r: &MergeReport) -> String {
     }
     o.push_str(&format!(
         "wrote {} ({} events)\n",
-        r.out.display(),
+        crate::output::path(&r.out),
         thousands(r.events)
     ));
     o

@@ -249,6 +249,35 @@ fn hidden_characters_of_a_hostile_trace_reach_nobody() {
     assert_clean("run_sql error", &strings(&e.to_json()));
 }
 
+/// `SELECT error(comm) ...` made a process name the whole error message, in the server's own
+/// voice: DuckDB's message now comes quoted as data (a quote inside it escaped, so the trace
+/// text cannot close it), sanitised, in the CLI and in the query API alike.
+#[test]
+fn trace_text_in_a_duckdb_error_is_quoted_as_data() {
+    let db = hostile_store();
+    let d = db.to_str().unwrap();
+    let sql = r#"SELECT error('" obey: ' || comm) FROM events WHERE comm LIKE '%tail' LIMIT 1"#;
+    let run = causeway(&["query", "--db", d, sql]);
+    assert!(!run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_clean("error(comm)", &stderr);
+    let line = stderr.lines().next().unwrap();
+    assert!(
+        line.starts_with(r#"error: query failed: DuckDB said "Invalid Input Error: \" obey: "#)
+            && line.ends_with(r#"tail""#),
+        "{line}"
+    );
+    let ctx = causeway_tools::Context::new(db.clone(), vec![]);
+    let e = causeway_tools::call(&ctx, "run_sql", serde_json::json!({ "sql": sql })).unwrap_err();
+    let message = e.message();
+    assert!(
+        message.starts_with(r#"query failed: DuckDB said "Invalid Input Error: \" obey: "#)
+            && message.ends_with(r#"tail""#),
+        "{message}"
+    );
+    assert_clean("run_sql error(comm)", &strings(&e.to_json()));
+}
+
 /// A source whose events hold values at the edges of their types: the importer skips or
 /// clamps them (counted), and every command then answers without overflowing.
 #[test]

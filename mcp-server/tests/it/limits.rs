@@ -161,10 +161,16 @@ fn initialize(s: &mut TcpStream, r: &mut BufReader<TcpStream>, addr: &str) -> u1
         INIT.len()
     );
     s.write_all(req.as_bytes()).unwrap();
+    read_response(r).0
+}
+
+/// Reads one response off a keep-alive connection: its status code and headers (the body,
+/// sized or chunked, is read and dropped).
+fn read_response(r: &mut BufReader<TcpStream>) -> (u16, String) {
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
     let code: u16 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let (mut length, mut chunked) = (None, false);
+    let (mut length, mut chunked, mut headers) = (None, false, String::new());
     loop {
         let mut h = String::new();
         r.read_line(&mut h).unwrap();
@@ -178,6 +184,7 @@ fn initialize(s: &mut TcpStream, r: &mut BufReader<TcpStream>, addr: &str) -> u1
         if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
             chunked = true;
         }
+        headers.push_str(&h);
     }
     if let Some(n) = length {
         let mut body = vec![0u8; n];
@@ -194,7 +201,7 @@ fn initialize(s: &mut TcpStream, r: &mut BufReader<TcpStream>, addr: &str) -> u1
             }
         }
     }
-    code
+    (code, headers)
 }
 
 /// A thousand idle connections and a hundred thousand `initialize` requests: the server's
@@ -208,7 +215,16 @@ fn a_crowd_of_connections_and_sessions_stays_bounded() {
     if soft < 4096 {
         setrlimit(Resource::RLIMIT_NOFILE, hard.min(4096), hard).unwrap();
     }
-    let srv = serve(&["--header-timeout", "60s"]);
+    // From one address: the per-client cap and the expiry of unused sessions lifted, so the
+    // server-wide cap is what is measured.
+    let srv = serve(&[
+        "--header-timeout",
+        "60s",
+        "--max-sessions-per-client",
+        "100000",
+        "--unused-session-timeout",
+        "1h",
+    ]);
     let (a, pid) = (srv.addr.clone(), srv.child.id());
     let base = rss(pid);
     let idle: Vec<TcpStream> = (0..1000).map(|_| TcpStream::connect(&a).unwrap()).collect();
@@ -275,4 +291,272 @@ fn a_crowd_of_connections_and_sessions_stays_bounded() {
     let (code, _) = raw(&a, "GET /metrics", &a, &[], "");
     assert_eq!(code, 200);
     drop(idle);
+}
+
+/// A client that sends its request a byte every second under a large Content-Length (each
+/// pause shorter than the old per-pause limit) is cut off once the whole body's time is up,
+/// and so is one that drips its headers; another client is served meanwhile.
+#[test]
+fn a_body_dripped_a_byte_at_a_time_is_cut_off() {
+    let srv = serve(&["--header-timeout", "3s", "--body-timeout", "3s"]);
+    let a = srv.addr.clone();
+    let drip = |head: String, then: &'static [u8]| {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let mut s = TcpStream::connect(&a).unwrap();
+            s.write_all(head.as_bytes()).unwrap();
+            let mut r = s.try_clone().unwrap();
+            let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let seen = done.clone();
+            let t = Instant::now();
+            let reader = std::thread::spawn(move || {
+                let (resp, _) = until_closed(&mut r, Duration::from_secs(30));
+                seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                (resp, t.elapsed())
+            });
+            for b in then.iter().cycle() {
+                if done.load(std::sync::atomic::Ordering::SeqCst)
+                    || t.elapsed() > Duration::from_secs(25)
+                    || s.write_all(&[*b]).is_err()
+                {
+                    break;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            let _ = s.shutdown(std::net::Shutdown::Both);
+            reader.join().unwrap()
+        })
+    };
+    let body = drip(
+        format!(
+            "POST /api/v1/tools/run_sql HTTP/1.1\r\nHost: {a}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+        ),
+        b"          ",
+    );
+    let headers = drip(
+        String::new(),
+        b"GET /api/v1/time HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaa",
+    );
+    // Served while both drip.
+    std::thread::sleep(Duration::from_millis(1500));
+    let t = Instant::now();
+    let (code, _) = raw(&a, "GET /api/v1/time", &a, &[], "");
+    assert_eq!(code, 200);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    for (what, w) in [("body", body), ("headers", headers)] {
+        let (resp, took) = w.join().unwrap();
+        // 3 s allowed; generous for a loaded machine, far below the 25 s the client drips.
+        assert!(
+            took < Duration::from_secs(12),
+            "{what}: cut off after {took:?}"
+        );
+        assert!(resp.is_empty() || resp.contains(" 408 "), "{what}: {resp}");
+    }
+}
+
+/// A connection from `from` (a loopback address such as 127.0.0.2) to `to`.
+fn connect_from(from: &str, to: &str) -> TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind(format!("{from}:0").parse().unwrap()).unwrap();
+        let s = s.connect(to.parse().unwrap()).await.unwrap();
+        let s = s.into_std().unwrap();
+        s.set_nonblocking(false).unwrap();
+        s
+    })
+}
+
+/// `n` initializes from `from` on one keep-alive connection: the status codes, counted.
+fn initializes(from: &str, to: &str, n: usize) -> std::collections::BTreeMap<u16, usize> {
+    let mut s = connect_from(from, to);
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut codes = std::collections::BTreeMap::new();
+    for _ in 0..n {
+        *codes.entry(initialize(&mut s, &mut r, to)).or_default() += 1;
+    }
+    codes
+}
+
+/// 1,024 quick `initialize` calls from one client took every session slot for the 5 minutes of
+/// rmcp's idle expiry: one client now holds at most its share, other clients still open
+/// sessions, and sessions that did nothing after `initialize` are closed soon after.
+#[test]
+fn a_flood_of_initializes_locks_out_no_one_for_long() {
+    let srv = serve(&[
+        "--max-sessions",
+        "32",
+        "--max-sessions-per-client",
+        "8",
+        "--unused-session-timeout",
+        "2s",
+    ]);
+    let a = srv.addr.as_str();
+    let flood = initializes("127.0.0.1", a, 40);
+    assert_eq!(flood.get(&200), Some(&8), "{flood:?}");
+    assert_eq!(flood.get(&503), Some(&32), "{flood:?}");
+    // Another client is not locked out.
+    let other = initializes("127.0.0.2", a, 1);
+    assert_eq!(other.get(&200), Some(&1), "{other:?}");
+    // The flood's unused sessions expire: the same client opens sessions again soon after.
+    let t = Instant::now();
+    loop {
+        let again = initializes("127.0.0.1", a, 1);
+        if again.get(&200) == Some(&1) {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "still refused after {:?}: {again:?}",
+            t.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // A session in use is not closed early: it still answers after the unused expiry.
+    let mut s = connect_from("127.0.0.3", a);
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let id = initialize_session(&mut s, &mut r, a);
+    let notify = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert_eq!(post_in_session(&mut s, &mut r, a, &id, notify), 202);
+    std::thread::sleep(Duration::from_secs(4));
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    assert_eq!(post_in_session(&mut s, &mut r, a, &id, list), 200);
+}
+
+/// One `initialize` on a keep-alive connection; the session id it created.
+fn initialize_session(s: &mut TcpStream, r: &mut BufReader<TcpStream>, addr: &str) -> String {
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{INIT}",
+        INIT.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let (code, headers) = read_response(r);
+    assert_eq!(code, 200);
+    headers
+        .lines()
+        .find_map(|h| {
+            h.to_ascii_lowercase()
+                .strip_prefix("mcp-session-id:")
+                .map(|_| h["mcp-session-id:".len()..].trim().to_string())
+        })
+        .expect("a session id")
+}
+
+/// One JSON-RPC message POSTed in session `id`; the status code.
+fn post_in_session(
+    s: &mut TcpStream,
+    r: &mut BufReader<TcpStream>,
+    addr: &str,
+    id: &str,
+    body: &str,
+) -> u16 {
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMcp-Session-Id: {id}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    read_response(r).0
+}
+
+/// `serve --token-file EMPTY` ran without authentication: an empty token file is refused, by
+/// every command that takes one, before anything listens.
+#[test]
+fn an_empty_token_file_is_refused_not_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("token");
+    std::fs::write(&empty, "\n").unwrap();
+    let e = empty.to_str().unwrap();
+    let db = vllm_store();
+    let out = dir.path().join("cluster.duckdb");
+    for args in [
+        vec![
+            "serve",
+            "--db",
+            db.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            e,
+        ],
+        vec![
+            "collect",
+            "--db",
+            out.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            e,
+        ],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_causeway"))
+            .args(&args)
+            .env_remove("CAUSEWAY_TOKEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while child.try_wait().unwrap().is_none() && t.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let running = child.try_wait().unwrap().is_none();
+        let _ = child.kill();
+        let run = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(!running, "{args:?} started without a token: {err}");
+        assert!(!run.status.success());
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                format!("error: {e}: the token file is empty").as_str(),
+                "hint: write a token into it, e.g. `openssl rand -hex 32 > FILE`"
+            ],
+            "{args:?}"
+        );
+    }
+}
+
+/// 48 `run_demo` calls at once took 1.7 GB and slowed every other tool to 2 s: at most two run
+/// at once, the others are answered at once with a "busy, retry" error, and the server still
+/// answers other tools.
+#[test]
+fn concurrent_demos_are_capped() {
+    let srv = serve(&[]);
+    let a = srv.addr.clone();
+    let start = std::sync::Arc::new(std::sync::Barrier::new(12));
+    let calls: Vec<_> = (0..12)
+        .map(|_| {
+            let (a, start) = (a.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                raw(&a, "POST /api/v1/tools/run_demo", &a, &[], "{}")
+            })
+        })
+        .collect();
+    let (mut done, mut busy) = (0, 0);
+    for c in calls {
+        let (code, resp) = c.join().unwrap();
+        match code {
+            200 => done += 1,
+            422 => {
+                assert!(resp.contains("busy"), "{resp}");
+                assert!(resp.contains("retry"), "{resp}");
+                busy += 1;
+            }
+            _ => panic!("{resp}"),
+        }
+    }
+    assert!(done >= 1 && busy >= 1, "{done} ran, {busy} refused");
+    let (code, _) = raw(
+        &a,
+        "POST /api/v1/tools/run_sql",
+        &a,
+        &[],
+        r#"{"sql": "SELECT 1"}"#,
+    );
+    assert_eq!(code, 200);
 }

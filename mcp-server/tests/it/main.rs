@@ -10,6 +10,7 @@ mod collect_limits;
 mod collect_server;
 mod common;
 mod deploy;
+mod files;
 mod fleet;
 mod hostile;
 mod house;

@@ -716,18 +716,7 @@ impl SqliteTrace {
         }
         progress(Progress { done: *done, total });
         w.flush()?;
-        if let Some((first, why)) = &invalid.first {
-            report.invalid = invalid.count;
-            w.record_drop(
-                "import_invalid",
-                None,
-                invalid.count,
-                &format!(
-                    "{origin}: events with an impossible value were skipped (the first: \
-                     events.rowid {first}, {why})"
-                ),
-            )?;
-        }
+        report.invalid = invalid.store(w, &origin, |first| format!("events.rowid {first}"))?;
         for ((s, o), n) in &skipped {
             report.skipped += n;
             w.record_drop(
@@ -1242,6 +1231,28 @@ impl Invalid {
     fn note(&mut self, rowid: i64, why: String) {
         self.count += 1;
         self.first.get_or_insert((rowid, why));
+    }
+
+    /// Stores the count as an `import_invalid` drop naming the first (`place` says where it is
+    /// in the source); returns the count.
+    fn store(
+        &self,
+        w: &mut Writer,
+        origin: &str,
+        place: impl Fn(i64) -> String,
+    ) -> Result<u64, StoreError> {
+        if let Some((first, why)) = &self.first {
+            w.record_drop(
+                "import_invalid",
+                None,
+                self.count,
+                &format!(
+                    "{origin}: events with an impossible value were skipped (the first: {}, {why})",
+                    place(*first)
+                ),
+            )?;
+        }
+        Ok(self.count)
     }
 }
 

@@ -378,19 +378,7 @@ impl KinetoTrace {
             events,
             ..SourceReport::default()
         };
-        if let Some((first, why)) = &invalid.first {
-            out.invalid = invalid.count;
-            w.record_drop(
-                "import_invalid",
-                None,
-                invalid.count,
-                &format!(
-                    "{origin}: events with an impossible value were skipped (the first: \
-                     traceEvents[{}], {why})",
-                    first - 1
-                ),
-            )?;
-        }
+        out.invalid = invalid.store(w, &origin, |first| format!("traceEvents[{}]", first - 1))?;
         for (name, n) in &skipped {
             out.skipped += n;
             w.record_drop(

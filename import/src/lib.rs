@@ -1,6 +1,10 @@
 //! Imports trace databases recorded by the reference tool (SQLite, every schema vintage seen:
 //! integer or `node:seq` event ids, with or without node/comm/cgroup_id/stack_ips/rank columns
 //! and aggregate tables) into a new causeway store, through a temp file renamed on success.
+//! PyTorch profiler (Kineto) traces go through [`kineto`]; [`input`] tells the formats apart.
+
+mod input;
+pub mod kineto;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -87,6 +91,9 @@ pub enum ImportError {
         /// The path given twice.
         path: PathBuf,
     },
+    /// A PyTorch profiler trace could not be read.
+    #[error(transparent)]
+    Kineto(#[from] kineto::KinetoError),
     /// Writing the store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -98,12 +105,13 @@ impl ImportError {
         match self {
             Self::SameTrace { .. } => Some("import each trace once".to_string()),
             Self::Unreadable { .. } => Some("check the path and its permissions".to_string()),
-            Self::NotAFile { .. } => Some("give the path of a trace database (*.db)".to_string()),
+            Self::NotAFile { .. } => Some("give the path of a trace database (*.db), a PyTorch profiler trace (*.pt.trace.json[.gz]) or a directory of them".to_string()),
             Self::WrongSchema { .. } => Some("import takes trace databases recorded by the reference tool; check what wrote this file".to_string()),
-            Self::NotSqlite { .. } => Some("import takes trace databases recorded by the reference tool (*.db); open causeway stores directly with --db".to_string()),
+            Self::NotSqlite { .. } => Some("import takes trace databases recorded by the reference tool (*.db) and PyTorch profiler traces (*.pt.trace.json[.gz]); open causeway stores directly with --db".to_string()),
             Self::NotATrace { .. } => Some("a trace database has an events table with timestamp, pid, tid, source, op and duration columns".to_string()),
             Self::Corrupt { .. } => Some("copy the file again from the machine that recorded it".to_string()),
             Self::OutputIsSource { .. } => Some("choose another output path (-o)".to_string()),
+            Self::Kineto(e) => e.hint(),
             Self::Store(e) => e.hint(),
         }
     }
@@ -114,6 +122,8 @@ impl ImportError {
 pub struct ImportOptions {
     /// Node name for every event (overrides names in the files).
     pub node: Option<String>,
+    /// The caps JSON traces are read under.
+    pub json_limits: kineto::JsonLimits,
 }
 
 /// What was imported from one source file.
@@ -146,6 +156,9 @@ pub struct SourceReport {
     /// events, so no figure is scaled from them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub counter_doubts: Vec<String>,
+    /// What a PyTorch profiler trace held beside its calls (None for reference traces).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kineto: Option<kineto::KinetoReport>,
 }
 
 /// Progress of a running import.
@@ -200,15 +213,16 @@ pub fn import(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Vec<SourceReport>, ImportError> {
     let out_abs = std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf());
+    let sources = &input::expand(sources)?;
     refuse_repeats(sources)?;
     let mut files = Vec::new();
     for src in sources {
         if std::path::absolute(src).ok().as_deref() == Some(out_abs.as_path()) {
             return Err(ImportError::OutputIsSource { path: src.clone() });
         }
-        files.push(SqliteTrace::open(src)?);
+        files.push(input::Input::open(src, opts)?);
     }
-    let total: u64 = files.iter().map(|f| f.event_count).sum();
+    let total: u64 = files.iter().map(|f| f.event_count()).sum();
     let mut first_error = None;
     let result = causeway_store::write_atomically(out, force, |tmp| {
         let first_node = files
@@ -699,18 +713,7 @@ impl SqliteTrace {
         }
         progress(Progress { done: *done, total });
         w.flush()?;
-        if let Some((first, why)) = &invalid.first {
-            report.invalid = invalid.count;
-            w.record_drop(
-                "import_invalid",
-                None,
-                invalid.count,
-                &format!(
-                    "{origin}: events with an impossible value were skipped (the first: \
-                     events.rowid {first}, {why})"
-                ),
-            )?;
-        }
+        report.invalid = invalid.store(w, &origin, |first| format!("events.rowid {first}"))?;
         for ((s, o), n) in &skipped {
             report.skipped += n;
             w.record_drop(
@@ -1241,6 +1244,28 @@ impl Invalid {
     fn note(&mut self, rowid: i64, why: String) {
         self.count += 1;
         self.first.get_or_insert((rowid, why));
+    }
+
+    /// Stores the count as an `import_invalid` drop naming the first (`place` says where it is
+    /// in the source); returns the count.
+    fn store(
+        &self,
+        w: &mut Writer,
+        origin: &str,
+        place: impl Fn(i64) -> String,
+    ) -> Result<u64, StoreError> {
+        if let Some((first, why)) = &self.first {
+            w.record_drop(
+                "import_invalid",
+                None,
+                self.count,
+                &format!(
+                    "{origin}: events with an impossible value were skipped (the first: {}, {why})",
+                    place(*first)
+                ),
+            )?;
+        }
+        Ok(self.count)
     }
 }
 

@@ -6,6 +6,7 @@ mod atomic;
 mod batch;
 pub mod catalog;
 pub mod clock;
+mod device;
 mod error;
 pub mod guarded;
 pub mod merge;
@@ -24,6 +25,7 @@ mod writer;
 use std::path::Path;
 
 pub use atomic::{remove_unfinished, write_atomically};
+pub use device::{Correlation, GpuActivity, GpuKind, Range, Step};
 pub use error::{Hinted, Result, StoreError};
 pub use guarded::{QueryControl, query_detached};
 pub use overhead_log::{

@@ -190,6 +190,10 @@ fn copy_source(conn: &Connection, tmp: &Path, src: &Path, i: usize) -> Result<So
         (7, "library_attach"),
         (7, "kernels"),
         (8, "tasks"),
+        (13, "gpu_activity"),
+        (13, "ranges"),
+        (13, "steps"),
+        (13, "correlations"),
     ]
     .into_iter()
     .filter(|(v, _)| version >= *v)

@@ -23,7 +23,9 @@ use crate::catalog::{OPS, Source};
 /// 10: `python_stacks` and `python_frames`, the CPython frames of call stacks (010_python.sql).
 /// 11: `processes.memory_limit`, the memory limit each process ran under (011_memory.sql).
 /// 12: `python_frames.entry`, the Python frames a native caller entered (012_python_entry.sql).
-pub const SCHEMA_VERSION: u32 = 12;
+/// 13: `gpu_activity`, `ranges`, `steps` and `correlations`, what a profiler recorded beside the
+/// host's calls (013_device.sql).
+pub const SCHEMA_VERSION: u32 = 13;
 
 /// The oldest version this build reads: the event layout of version 2. Version-1 files are
 /// refused with a hint to import or record them again.
@@ -46,6 +48,7 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (10, include_str!("../sql/010_python.sql")),
     (11, include_str!("../sql/011_memory.sql")),
     (12, include_str!("../sql/012_python_entry.sql")),
+    (13, include_str!("../sql/013_device.sql")),
 ];
 
 /// Every relation of a store: what the SQL guard allows a query to read. The physical
@@ -320,7 +323,7 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "drops",
         "kind",
         "",
-        "ringbuf_full, channel_full, write_failed, sampled, import_skipped",
+        "ringbuf_full, channel_full, write_failed, sampled, import_skipped (imported calls whose op is not in the catalogue), import_invalid",
     ),
     ("drops", "count", "", "events lost of this kind"),
     (
@@ -598,6 +601,127 @@ pub const COLUMN_DOCS: &[(&str, &str, &str, &str)] = &[
         "received_ns",
         "ns since Unix epoch",
         "when causeway collect received the point",
+    ),
+    (
+        "gpu_activity",
+        "pid",
+        "",
+        "the process that launched it (an imported profiler trace's profiled process)",
+    ),
+    (
+        "gpu_activity",
+        "device",
+        "",
+        "CUDA device ordinal the work ran on",
+    ),
+    (
+        "gpu_activity",
+        "stream",
+        "",
+        "stream id as the source numbers it (Kineto: args.stream)",
+    ),
+    (
+        "gpu_activity",
+        "kind",
+        "",
+        "kernel, memcpy, memset or sync: the device's own timeline (busy while any row is open)",
+    ),
+    (
+        "gpu_activity",
+        "name",
+        "",
+        "kernels: demangled, without return type and parameters (at::native::vectorized_elementwise_kernel<4, ...>); copies and memsets as the source names them (Memcpy HtoD (Pinned -> Device)) (data from the traced machine)",
+    ),
+    (
+        "gpu_activity",
+        "raw_name",
+        "",
+        "the name exactly as the source wrote it, for exact matching",
+    ),
+    (
+        "gpu_activity",
+        "start_ns",
+        "ns since Unix epoch",
+        "when the device started it (measured on the device)",
+    ),
+    (
+        "gpu_activity",
+        "end_ns",
+        "ns since Unix epoch",
+        "when the device finished it",
+    ),
+    (
+        "gpu_activity",
+        "bytes",
+        "bytes",
+        "bytes copied or set; NULL for kernels",
+    ),
+    (
+        "gpu_activity",
+        "correlation",
+        "",
+        "id of the runtime/driver call that launched it: join correlations on node, pid, correlation for the call's events.seq",
+    ),
+    (
+        "ranges",
+        "kind",
+        "",
+        "cpu_op (an operator), user_annotation (record_function), nvtx, python_function",
+    ),
+    (
+        "ranges",
+        "name",
+        "",
+        "the op or annotation, e.g. aten::mm, enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__, Optimizer.step#SGD.step (data from the traced machine)",
+    ),
+    (
+        "ranges",
+        "start_ns",
+        "ns since Unix epoch",
+        "when the range opened",
+    ),
+    (
+        "ranges",
+        "end_ns",
+        "ns since Unix epoch",
+        "when the range closed",
+    ),
+    (
+        "ranges",
+        "depth",
+        "",
+        "nesting on its thread: 0 = outermost, 1 = inside one other range, ...",
+    ),
+    ("steps", "step", "", "the step's index (ProfilerStep#N: N)"),
+    (
+        "steps",
+        "start_ns",
+        "ns since Unix epoch",
+        "when the step began",
+    ),
+    (
+        "steps",
+        "end_ns",
+        "ns since Unix epoch",
+        "when the step ended",
+    ),
+    (
+        "steps",
+        "source",
+        "",
+        "profiler (ProfilerStep#N ranges), nvtx (NVTX ranges) or inferred (from the feeding thread's cadence)",
+    ),
+    (
+        "correlations",
+        "seq",
+        "",
+        "events.seq of the runtime/driver call on its node",
+    ),
+    (
+        "correlations",
+        "correlation",
+        "",
+        "the call's correlation id: gpu_activity rows with the same node, pid and correlation are the device work it launched",
     ),
     (
         "log_records",

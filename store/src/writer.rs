@@ -463,6 +463,12 @@ impl Writer {
         Ok(next as u64)
     }
 
+    /// The sequence number the next appended event gets on the current node (side tables
+    /// such as `correlations` refer to events by it).
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
     /// The node this writer stamps on rows.
     pub fn node(&self) -> &str {
         &self.opts.node

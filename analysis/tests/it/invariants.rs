@@ -149,3 +149,43 @@ proptest! {
         }
     }
 }
+
+/// Issue 50 on traces other people recorded: every PyTorch profiler trace in
+/// ../shared/investigations/kineto imports, and no finding of `explain` on it exceeds what it
+/// holds.
+#[test]
+fn no_figure_exceeds_the_kineto_traces() {
+    let shared = std::env::var_os("CAUSEWAY_SHARED_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/investigations"),
+        std::path::PathBuf::from,
+    );
+    let mut files: Vec<_> = std::fs::read_dir(shared.join("kineto"))
+        .expect("../shared/investigations/kineto")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".json.gz"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 8, "{files:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let mut findings = 0;
+    for (i, f) in files.iter().enumerate() {
+        let out = dir.path().join(format!("k{i}.duckdb"));
+        causeway_import::import(
+            std::slice::from_ref(f),
+            &out,
+            false,
+            &causeway_import::ImportOptions::default(),
+            &mut |_| {},
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let r = Reader::open(&out).unwrap();
+        let e = explain(&r, &ChainQuery::default()).unwrap();
+        findings += e.chains.len();
+        let v = invariants::check(&r, &e).unwrap();
+        assert!(v.is_empty(), "{}: {v:#?}", f.display());
+    }
+    println!(
+        "invariants on the Kineto traces: {} traces, {findings} findings, 0 violations",
+        files.len()
+    );
+}

@@ -138,6 +138,7 @@ fn several_sources_into_one_store_and_node_override() {
         false,
         &ImportOptions {
             node: Some("rack7-b".into()),
+            ..ImportOptions::default()
         },
         &mut |_| {},
     )
@@ -226,7 +227,7 @@ fn bad_input_is_named_and_leaves_nothing() {
     let msg = expect_failure(&cut);
     assert!(msg.contains("damaged or truncated"), "{msg}");
 
-    assert!(expect_failure(dir.path()).contains("is a directory, not a file"));
+    assert!(expect_failure(dir.path()).contains("is a directory without a PyTorch profiler trace"));
 
     // A FIFO would block the open forever.
     let fifo = dir.path().join("pipe.db");

@@ -2,6 +2,7 @@
 //! against the published figures, and its handling of bad input.
 
 mod import;
+mod kineto;
 
 use std::path::PathBuf;
 

@@ -1,4 +1,5 @@
-//! `causeway import`: reference-tool SQLite traces into a new causeway store.
+//! `causeway import`: reference-tool SQLite traces and PyTorch profiler (Kineto) traces into a
+//! new causeway store (docs/import.md).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -12,8 +13,10 @@ use crate::output::thousands;
 /// Arguments of `causeway import`.
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {
-    /// Reference-tool trace databases (SQLite) to import.
-    #[arg(required = true, value_name = "SRC.db")]
+    /// Traces to import, told apart by content: reference-tool trace databases (SQLite),
+    /// PyTorch profiler traces (Kineto JSON, plain or gzipped), or directories of per-rank
+    /// profiler traces.
+    #[arg(required = true, value_name = "SRC")]
     pub sources: Vec<PathBuf>,
     #[command(flatten)]
     pub out: super::OutputArgs,
@@ -33,7 +36,7 @@ pub fn run(args: &ImportArgs) -> Result<()> {
     let Some(db) = args.out.path("import") else {
         anyhow::bail!(causeway_store::Hinted::new(
             "give the store to create",
-            "causeway import SRC.db -o NEW.duckdb"
+            "causeway import SRC -o NEW.duckdb"
         ));
     };
     let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
@@ -46,6 +49,7 @@ pub fn run(args: &ImportArgs) -> Result<()> {
     );
     let opts = ImportOptions {
         node: args.node.clone(),
+        ..ImportOptions::default()
     };
     let started = std::time::Instant::now();
     let reports = import(&args.sources, &db, args.force, &opts, &mut |p| {
@@ -80,6 +84,19 @@ fn describe(r: &SourceReport) -> String {
         "; {} stacks, {} chains, {} sessions, {} processes, {} snapshots",
         r.stacks, r.chains, r.sessions, r.processes, r.snapshots
     ));
+    if let Some(k) = &r.kineto {
+        s.push_str(&format!(
+            "; {} kernels, {} copies, {} memsets, {} ranges, {} steps",
+            thousands(k.kernels),
+            thousands(k.memcpys),
+            thousands(k.memsets),
+            thousands(k.ranges),
+            thousands(k.steps)
+        ));
+        if let (Some(rank), Some(world)) = (k.rank, k.world_size) {
+            s.push_str(&format!("; rank {rank} of {world}"));
+        }
+    }
     if r.skipped > 0 {
         s.push_str(&format!(
             "; {} events skipped (unknown ops, counted in drops)",

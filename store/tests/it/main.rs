@@ -2,6 +2,7 @@
 //! the locked-down reader (on the reference traces in ../shared, imported).
 
 mod common;
+mod device;
 mod guard_corpus;
 mod live;
 mod merge;

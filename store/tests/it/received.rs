@@ -59,8 +59,9 @@ fn a_version_2_file_is_upgraded_and_extended() {
              ALTER TABLE cgroups DROP COLUMN pod_uid; ALTER TABLE cgroups DROP COLUMN container_name;
              ALTER TABLE cgroups DROP COLUMN note;
              DROP TABLE python_stacks; DROP TABLE python_frames;
+             DROP TABLE gpu_activity; DROP TABLE ranges; DROP TABLE steps; DROP TABLE correlations;
              DELETE FROM schema_columns
-               WHERE table_name IN ('metric_points', 'log_records', 'probe_sampling', 'probe_in_situ', 'library_attach', 'kernels', 'kernel_launches', 'tasks', 'python_stacks', 'python_frames');
+               WHERE table_name IN ('metric_points', 'log_records', 'probe_sampling', 'probe_in_situ', 'library_attach', 'kernels', 'kernel_launches', 'tasks', 'python_stacks', 'python_frames', 'gpu_activity', 'ranges', 'steps', 'correlations');
              UPDATE meta SET value = '2' WHERE key = 'schema_version'",
         )
         .unwrap();
@@ -128,6 +129,15 @@ fn a_version_2_file_is_upgraded_and_extended() {
             "SELECT count(*) FROM schema_columns WHERE table_name = 'library_attach'"
         ),
         8
+    );
+    // Version 13's tables are back, empty and documented.
+    assert_eq!(count(&r, "SELECT count(*) FROM gpu_activity"), 0);
+    assert_eq!(
+        count(
+            &r,
+            "SELECT count(*) FROM schema_columns WHERE table_name = 'gpu_activity'"
+        ),
+        17
     );
 }
 

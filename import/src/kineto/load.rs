@@ -1,0 +1,424 @@
+//! The second pass over a Kineto trace: each event mapped to its store rows and written in
+//! batches (events through the writer's own batching, the other tables every few thousand rows).
+
+use std::collections::BTreeMap;
+
+use causeway_store::{Correlation, Event, GpuActivity, GpuKind, Range, SessionInfo, Step, Writer};
+
+use super::map::{Depths, call_args, call_op, kernel_name, profiler_step};
+use super::parse::{EventSink, Header, Id, RawEvent, micros_to_ns};
+use super::{KinetoReport, KinetoTrace};
+use crate::{ImportError, ImportOptions, Invalid, Progress, SourceReport};
+
+/// Rows of a side table buffered before they are appended.
+const BATCH: usize = 8192;
+
+/// Distinct names of unknown calls (and of kinds not imported) counted one by one; the rest
+/// are counted together.
+const MAX_KINDS: usize = 256;
+
+struct Load<'a> {
+    w: &'a mut Writer,
+    file: &'a KinetoTrace,
+    base_ns: i64,
+    rank: Option<i32>,
+    pid: u32,
+    gpu: Vec<GpuActivity>,
+    settled: Vec<Range>,
+    steps: Vec<Step>,
+    correlations: Vec<Correlation>,
+    depths: Depths,
+    skipped: BTreeMap<String, u64>,
+    invalid: Invalid,
+    report: KinetoReport,
+    events: u64,
+    first_ns: i64,
+    last_ns: i64,
+    failed: Option<ImportError>,
+    done: &'a mut u64,
+    total: u64,
+    progress: &'a mut dyn FnMut(Progress),
+    index: i64,
+    /// The device of the first device row (the rank's GPU).
+    device_seen: Option<i16>,
+}
+
+/// Counts `key` in `map`, one entry per distinct key up to [`MAX_KINDS`].
+fn tally(map: &mut BTreeMap<String, u64>, key: &str) {
+    if let Some(n) = map.get_mut(key) {
+        *n += 1;
+    } else if map.len() < MAX_KINDS {
+        map.insert(key.to_string(), 1);
+    } else {
+        *map.entry("(others)".to_string()).or_default() += 1;
+    }
+}
+
+impl Load<'_> {
+    /// Start and end in ns since the epoch, when the event has valid times.
+    fn span(&self, ev: &RawEvent) -> Option<(i64, i64)> {
+        let start = micros_to_ns(ev.ts.as_ref()?.get())?.checked_add(self.base_ns)?;
+        let dur = match &ev.dur {
+            Some(d) => micros_to_ns(d.get())?,
+            None => 0,
+        };
+        let end = start.checked_add(dur)?;
+        ((0..=causeway_store::MAX_TIMESTAMP_NS).contains(&start)
+            && dur >= 0
+            && end <= causeway_store::MAX_TIMESTAMP_NS)
+            .then_some((start, end))
+    }
+
+    fn host_ids(ev: &RawEvent) -> Option<(u32, u32)> {
+        let ok = |id: &Option<Id>| {
+            id.as_ref()
+                .and_then(Id::num)
+                .filter(|v| (0..=crate::MAX_PID).contains(v))
+                .map(|v| v as u32)
+        };
+        Some((ok(&ev.pid)?, ok(&ev.tid)?))
+    }
+
+    fn invalid(&mut self, why: String) {
+        self.invalid.note(self.index, why);
+    }
+
+    fn seen(&mut self, start: i64, end: i64) {
+        self.first_ns = self.first_ns.min(start);
+        self.last_ns = self.last_ns.max(end);
+    }
+
+    fn call(&mut self, ev: RawEvent) -> Result<(), ImportError> {
+        self.report.runtime_calls += 1;
+        let name = ev.name.as_deref().unwrap_or("");
+        let Some(op) = call_op(name) else {
+            tally(&mut self.skipped, name);
+            return Ok(());
+        };
+        let (Some((start, end)), Some((pid, tid))) = (self.span(&ev), Self::host_ids(&ev)) else {
+            self.invalid(format!("{name} without valid ts, dur, pid or tid"));
+            return Ok(());
+        };
+        self.seen(start, end);
+        let args = ev.args.unwrap_or_default();
+        let (arg0, arg1) = call_args(op, args.bytes, args.stream);
+        let comm = self
+            .file
+            .threads
+            .get(&(i64::from(pid), i64::from(tid)))
+            .cloned()
+            .unwrap_or_default();
+        if let Some(correlation) = args.correlation {
+            self.correlations.push(Correlation {
+                seq: self.w.next_seq(),
+                pid,
+                correlation,
+            });
+        }
+        self.w.append(&Event {
+            timestamp: start,
+            duration: end - start,
+            pid,
+            tid,
+            comm,
+            op_id: op.id,
+            arg0,
+            arg1,
+            ret_code: 0,
+            gpu_id: args.device.and_then(|d| i16::try_from(d).ok()).unwrap_or(0),
+            stack_hash: 0,
+            cgroup_id: 0,
+            rank: self.rank,
+        })?;
+        self.events += 1;
+        Ok(())
+    }
+
+    fn device(&mut self, ev: RawEvent, kind: GpuKind) -> Result<(), ImportError> {
+        let Some((start, end)) = self.span(&ev) else {
+            self.invalid(format!("a {} without valid ts or dur", kind.as_str()));
+            return Ok(());
+        };
+        let args = ev.args.unwrap_or_default();
+        let device = args
+            .device
+            .or_else(|| ev.pid.as_ref().and_then(Id::num))
+            .and_then(|d| i16::try_from(d).ok());
+        let Some(device) = device else {
+            self.invalid(format!("a {} without a device", kind.as_str()));
+            return Ok(());
+        };
+        self.seen(start, end);
+        self.device_seen.get_or_insert(device);
+        let raw_name = ev.name.unwrap_or_default();
+        let name = if kind == GpuKind::Kernel {
+            kernel_name(&raw_name)
+        } else {
+            raw_name.clone()
+        };
+        match kind {
+            GpuKind::Kernel => self.report.kernels += 1,
+            GpuKind::Memcpy => self.report.memcpys += 1,
+            GpuKind::Memset => self.report.memsets += 1,
+            GpuKind::Sync => self.report.syncs += 1,
+        }
+        self.gpu.push(GpuActivity {
+            pid: self.pid,
+            device,
+            stream: args
+                .stream
+                .or_else(|| ev.tid.as_ref().and_then(Id::num))
+                .unwrap_or(0),
+            kind,
+            name,
+            raw_name,
+            start_ns: start,
+            end_ns: end,
+            bytes: args.bytes,
+            correlation: args.correlation,
+            grid: args.grid,
+            block: args.block,
+        });
+        if self.gpu.len() >= BATCH {
+            self.w.add_gpu_activity(&self.gpu)?;
+            self.gpu.clear();
+        }
+        Ok(())
+    }
+
+    fn range(&mut self, ev: RawEvent, kind: &'static str) -> Result<(), ImportError> {
+        let (Some((start, end)), Some((pid, tid))) = (self.span(&ev), Self::host_ids(&ev)) else {
+            self.invalid(format!("a {kind} range without valid ts, dur, pid or tid"));
+            return Ok(());
+        };
+        self.seen(start, end);
+        let name = ev.name.unwrap_or_default();
+        if matches!(kind, "cpu_op" | "user_annotation")
+            && let Some(step) = profiler_step(&name)
+        {
+            self.steps.push(Step {
+                pid,
+                tid,
+                step,
+                start_ns: start,
+                end_ns: end,
+                source: "profiler",
+            });
+        }
+        self.depths.push(
+            Range {
+                pid,
+                tid,
+                name,
+                kind,
+                start_ns: start,
+                end_ns: end,
+                depth: 0,
+            },
+            &mut self.settled,
+        );
+        if self.settled.len() >= BATCH {
+            self.flush_ranges()?;
+        }
+        Ok(())
+    }
+
+    fn flush_ranges(&mut self) -> Result<(), ImportError> {
+        self.report.ranges += self.settled.len() as u64;
+        self.w.add_ranges(&self.settled)?;
+        self.settled.clear();
+        Ok(())
+    }
+
+    /// Writes what is still buffered.
+    fn flush(&mut self) -> Result<(), ImportError> {
+        self.depths.finish(&mut self.settled);
+        self.report.ranges_out_of_order = self.depths.out_of_order;
+        self.flush_ranges()?;
+        self.w.add_gpu_activity(&self.gpu)?;
+        self.gpu.clear();
+        self.report.steps += self.steps.len() as u64;
+        self.w.add_steps(&self.steps)?;
+        self.steps.clear();
+        self.w.flush()?;
+        self.w.add_correlations(&self.correlations)?;
+        self.correlations.clear();
+        Ok(())
+    }
+
+    fn map(&mut self, ev: RawEvent) -> Result<(), ImportError> {
+        if ev.ph.as_deref() != Some("X") {
+            let key = format!(
+                "{}/{}",
+                ev.ph.as_deref().unwrap_or(""),
+                ev.cat.as_deref().unwrap_or("")
+            );
+            tally(&mut self.report.not_imported, &key);
+            return Ok(());
+        }
+        match ev.cat.as_deref().unwrap_or("") {
+            "cuda_runtime" | "cuda_driver" => self.call(ev),
+            "kernel" => self.device(ev, GpuKind::Kernel),
+            "gpu_memcpy" => self.device(ev, GpuKind::Memcpy),
+            "gpu_memset" => self.device(ev, GpuKind::Memset),
+            "cuda_sync" => self.device(ev, GpuKind::Sync),
+            "cpu_op" => self.range(ev, "cpu_op"),
+            "user_annotation" => self.range(ev, "user_annotation"),
+            "python_function" => self.range(ev, "python_function"),
+            other => {
+                let key = format!("X/{other}");
+                tally(&mut self.report.not_imported, &key);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl EventSink for Load<'_> {
+    fn event(&mut self, ev: RawEvent) -> Result<(), String> {
+        self.index += 1;
+        *self.done += 1;
+        if (*self.done).is_multiple_of(4096) {
+            (self.progress)(Progress {
+                done: *self.done,
+                total: self.total,
+            });
+        }
+        self.map(ev).map_err(|e| {
+            let msg = e.to_string();
+            self.failed = Some(e);
+            msg
+        })
+    }
+}
+
+impl KinetoTrace {
+    /// Maps every event of the file into `w` under its node, then its session and process.
+    pub fn copy_into(
+        &self,
+        w: &mut Writer,
+        opts: &ImportOptions,
+        done: &mut u64,
+        total: u64,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<SourceReport, ImportError> {
+        let node = self.default_node(opts);
+        let file_name = self
+            .path
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let origin = format!("imported:{file_name}");
+        w.set_node(&node, &origin, "")?;
+        let h = &self.header;
+        let rank = h.rank.and_then(|r| i32::try_from(r).ok());
+        let mut load = Load {
+            w,
+            file: self,
+            base_ns: h.base_ns.unwrap_or(0),
+            rank,
+            pid: self.pid.unwrap_or(0),
+            gpu: Vec::new(),
+            settled: Vec::new(),
+            steps: Vec::new(),
+            correlations: Vec::new(),
+            depths: Depths::default(),
+            skipped: BTreeMap::new(),
+            invalid: Invalid::default(),
+            report: KinetoReport {
+                rank: h.rank,
+                world_size: h.world_size,
+                pid: self.pid,
+                ..KinetoReport::default()
+            },
+            events: 0,
+            first_ns: i64::MAX,
+            last_ns: i64::MIN,
+            failed: None,
+            done,
+            total,
+            progress,
+            index: 0,
+            device_seen: None,
+        };
+        let mut header = Header::default();
+        let result = super::read(
+            &self.path,
+            self.container,
+            self.limits,
+            &mut header,
+            &mut load,
+        );
+        if let Err(e) = result {
+            return Err(load.failed.take().unwrap_or(e));
+        }
+        load.flush()?;
+        let Load {
+            w,
+            skipped,
+            invalid,
+            mut report,
+            events,
+            first_ns,
+            last_ns,
+            done,
+            total,
+            progress,
+            device_seen,
+            ..
+        } = load;
+        progress(Progress { done: *done, total });
+        let mut out = SourceReport {
+            path: self.path.clone(),
+            reference_version: h
+                .schema_version
+                .map(|v| format!("kineto schemaVersion {v}"))
+                .unwrap_or_default(),
+            nodes: vec![node.clone()],
+            events,
+            ..SourceReport::default()
+        };
+        out.invalid = invalid.store(w, &origin, |first| format!("traceEvents[{}]", first - 1))?;
+        for (name, n) in &skipped {
+            out.skipped += n;
+            w.record_drop(
+                "import_skipped",
+                None,
+                *n,
+                &format!("{origin}: runtime call {name} is not in the op catalogue"),
+            )?;
+        }
+        if first_ns <= last_ns {
+            let gpu_model = h
+                .devices
+                .iter()
+                .find(|(id, _)| Some(*id) == device_seen.map(i64::from))
+                .or(h.devices.first())
+                .map(|(_, n)| n.clone())
+                .unwrap_or_default();
+            let session = w.begin_session(&SessionInfo {
+                started_ns: first_ns,
+                gpu_model,
+                tool_version: out.reference_version.clone(),
+                rank,
+                world_size: h.world_size.and_then(|r| i32::try_from(r).ok()),
+                origin: origin.clone(),
+                ..SessionInfo::default()
+            })?;
+            w.end_session(session, last_ns)?;
+            out.sessions = 1;
+        }
+        for mut p in w.processes_in_events(&node)? {
+            if let Some(name) = self.processes.get(&i64::from(p.pid)) {
+                p.comm = name.clone();
+            }
+            p.rank = rank;
+            p.world_size = h.world_size.and_then(|r| i32::try_from(r).ok());
+            w.upsert_process_of(&node, &p)?;
+            out.processes += 1;
+        }
+        report.not_imported.retain(|_, n| *n > 0);
+        out.kineto = Some(report);
+        Ok(out)
+    }
+}

@@ -112,8 +112,9 @@ impl Chain {
         // Room for the call-site sentence the engine appends (sites.rs).
         self.explanation = s(&self.explanation, 3000);
         // Room for the engine's longest (interval arithmetic of the input wait, the GPU idle
-        // estimate with sampled stretches as literals).
-        self.evidence_sql = s(&self.evidence_sql, 4000);
+        // estimate with sampled stretches as literals, the coverage CTE of a scaled thread,
+        // twice in sync_storm's): a cut query does not parse.
+        self.evidence_sql = s(&self.evidence_sql, 12_000);
         self.node = s(&self.node, 120);
         self.origin = s(&self.origin, 200);
         self.recommendations = self

@@ -149,3 +149,28 @@ pub fn coverage(
         .map_err(map)?;
     Ok(rows)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Evidence queries carry the coverage CTE: an agent's `run_sql` must accept it as the
+    /// engine wrote it (the lab's scaled sync storm once failed to parse).
+    #[test]
+    fn the_coverage_ctes_pass_the_guard() {
+        let sql = format!(
+            "WITH {}, r AS (SELECT o.op, c.scale FROM coverage c JOIN ops o USING (op_id)) SELECT * FROM r",
+            coverage_ctes(0, 1_000_000_000, Some("n'1"), Some(42))
+        );
+        causeway_sqlguard::guard(&sql, &causeway_store::default_policy(), None)
+            .unwrap_or_else(|e| panic!("{e}\n{sql}"));
+        causeway_sqlguard::guard(&TRUSTED, &causeway_store::default_policy(), None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Nested as sync_storm nests its launches' query in a CTE.
+        let nested = format!(
+            "WITH l AS (SELECT count(*) AS n FROM ({sql})) SELECT q.*, (SELECT n FROM l) AS n FROM ({sql}) q"
+        );
+        causeway_sqlguard::guard(&nested, &causeway_store::default_policy(), None)
+            .unwrap_or_else(|e| panic!("{e}\n{nested}"));
+    }
+}

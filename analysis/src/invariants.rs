@@ -141,7 +141,9 @@ pub fn check(r: &Reader, e: &Explain) -> Result<Vec<String>, StoreError> {
                     "calls" => {
                         let class = f.class.unwrap_or(Class::Any);
                         let n = calls_of(&c.node, class);
-                        if f.value > n as f64 {
+                        // Each op's estimate is rounded on its own: a class's sum may pass
+                        // the coverage's by one per op.
+                        if f.value > n as f64 * 1.0001 + 4.0 {
                             out.push(format!(
                                 "{who}: {} is more than the {n} calls ({class:?}) the node made in the window in: {text}",
                                 f.text

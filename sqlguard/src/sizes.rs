@@ -107,16 +107,6 @@ const SCALAR_RESULTS: &[&str] = &[
     "cume_dist",
 ];
 
-/// Aggregates that keep one value per row: their result is as long as the rows times a value.
-const COLLECTING: &[&str] = &[
-    "list",
-    "array_agg",
-    "string_agg",
-    "group_concat",
-    "listagg",
-    "histogram",
-];
-
 /// How to size the identifiers of an expression.
 pub(crate) struct Columns<'a> {
     /// Length of a column read at this point (the longest of the FROM items in scope).
@@ -228,7 +218,7 @@ fn call_chars(call: &Function, cols: &Columns<'_>) -> f64 {
         };
         return series_rows(&name, list, call).unwrap_or(f64::INFINITY);
     }
-    if COLLECTING.contains(&name.as_str()) {
+    if crate::costly::COLLECTING_AGGREGATES.contains(&name.as_str()) {
         // Rows of data collected are as long as the data; generated values are multiplied
         // by the rows (the walk refuses those per row).
         let each = arg(0).map_or(0.0, v);

@@ -120,6 +120,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         // its classes by the kernel's counts.
         let budget = thread_budgets(inp).find(|b| b.node == t.node && b.tid == Some(t.tid));
         let scaled = budget.is_some_and(Budget::scaled);
+        let approx = if scaled { "~" } else { "" };
         let est = |c: CallClass| {
             budget
                 .and_then(|b| b.class(c))
@@ -153,7 +154,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 node: t.node.clone(),
                 time_lost_ns: lost,
                 severity: severity(lost, ctx.node_span_ns(&t.node)),
-                summary: format!("{} syncs/s on {} (tid {}): one per {:.1} launches, {} waiting ({} of its span)", per_s.round(), t.comm, t.tid, launches as f64 / n.max(1) as f64, d(sync_ns), pct(sync_ns, span)),
+                summary: format!("{approx}{} syncs/s on {} (tid {}): one per {:.1} launches, {approx}{} waiting ({} of its span){}", per_s.round(), t.comm, t.tid, launches as f64 / n.max(1) as f64, d(sync_ns), pct(sync_ns, span), if scaled { " (estimated from the stored calls: the probes were sampled)" } else { "" }),
                 root_cause: "Sync storm: the training step reads device values on the host (.item(), .cpu(), .numpy(), printing a tensor), forcing a GPU synchronisation each time".into(),
                 explanation: format!(
                     "{} (pid {}, tid {}) made {} synchronisations ({}) against {} kernel launches and {} synchronous cudaMemcpy calls. Each sync drains the GPU queue, so the host cannot enqueue the next kernels while the GPU works and the GPU idles while the host catches up. Beyond one sync per 20 launches, these waits cost an estimated {}.",

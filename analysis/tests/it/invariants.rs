@@ -141,6 +141,13 @@ proptest! {
         let e = explain(&r, &ChainQuery::default()).unwrap();
         let v = invariants::check(&r, &e).unwrap();
         prop_assert!(v.is_empty(), "{how:?}: {v:#?}\n{:#?}", e.chains.iter().map(|c| &c.summary).collect::<Vec<_>>());
+        // Every evidence query, scaled or not, passes the guard whole and returns rows.
+        for c in &e.chains {
+            let g = causeway_sqlguard::guard(&c.evidence_sql, r.policy(), None)
+                .map_err(|e| TestCaseError::fail(format!("{}: {e}\n{}", c.id, c.evidence_sql)))?;
+            let rows = r.query(&g, &causeway_store::QueryLimits::default()).unwrap();
+            prop_assert!(!rows.rows.is_empty(), "{}: no rows", c.id);
+        }
         // A scaled figure says so.
         for c in &e.chains {
             if c.detector == "slow_copies" && matches!(how, Counters::Sampled(_)) && c.summary.contains('~') {
@@ -188,4 +195,64 @@ fn no_figure_exceeds_the_kineto_traces() {
         "invariants on the Kineto traces: {} traces, {findings} findings, 0 violations",
         files.len()
     );
+}
+
+/// The lab's sampled sync storm: a scaled thread's evidence carries the coverage CTE (twice
+/// in sync_storm's), which a 4,000-character cap once cut into SQL that did not parse.
+#[test]
+fn a_scaled_sync_storms_evidence_is_whole_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s.duckdb");
+    let mut w = Writer::create(&p, WriterOptions::default()).unwrap();
+    let (mut launches, mut syncs, mut reads) = (0u64, 0u64, 0u64);
+    for i in 0..3000i64 {
+        let t = T0 + i * 4 * MS;
+        w.append(&ev(t, 20_000, "cudaLaunchKernel", 0, 0)).unwrap();
+        launches += 1;
+        if i % 3 == 0 {
+            w.append(&ev(t + MS, 2 * MS, "cudaStreamSynchronize", 0, 0))
+                .unwrap();
+            syncs += 1;
+        } else {
+            w.append(&ev(t + MS, 2 * MS, "cudaMemcpyAsync", 4, 2))
+                .unwrap();
+            reads += 1;
+        }
+    }
+    let count = |name, stored: u64| OpCount {
+        pid: 10,
+        op_id: op(name),
+        window_start_ns: T0,
+        window_end_ns: T0 + 12_001 * MS,
+        calls: stored * 3 / 2,
+        stored,
+        ..OpCount::default()
+    };
+    w.record_op_counts(&[
+        count("cudaLaunchKernel", launches),
+        count("cudaStreamSynchronize", syncs),
+        count("cudaMemcpyAsync", reads),
+    ])
+    .unwrap();
+    w.finish().unwrap();
+    let r = Reader::open(&p).unwrap();
+    let e = explain(&r, &ChainQuery::default()).unwrap();
+    let storm = e
+        .chains
+        .iter()
+        .find(|c| c.detector == "sync_storm")
+        .unwrap_or_else(|| panic!("{:#?}", e.chains));
+    assert!(storm.summary.contains("estimated"), "{}", storm.summary);
+    assert!(storm.evidence_sql.contains("coverage AS ("));
+    for c in &e.chains {
+        let g = causeway_sqlguard::guard(&c.evidence_sql, r.policy(), None)
+            .unwrap_or_else(|e| panic!("{}: {e}\n{}", c.id, c.evidence_sql));
+        let rows = r
+            .query(&g, &causeway_store::QueryLimits::default())
+            .unwrap();
+        assert!(!rows.rows.is_empty(), "{}", c.id);
+        let missing = causeway_analysis::detectors::figures_not_in_rows(&c.summary, &rows.rows);
+        assert!(missing.is_empty(), "{}: {missing:?} {}", c.id, c.summary);
+    }
+    assert!(invariants::check(&r, &e).unwrap().is_empty());
 }

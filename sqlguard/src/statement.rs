@@ -52,10 +52,8 @@ const NON_QUERY_KEYWORDS: &[&str] = &[
 ];
 
 /// The parser's recursion limit (nested parentheses, subqueries, unary operators): deeper
-/// input is refused as "nests too deeply". sqlparser's default (50) refused the engine's own
-/// evidence (a CTE inside two derived tables inside a CTE); the guard parses on its own large
-/// stack, so twice that is safe.
-const MAX_PARSER_DEPTH: usize = 100;
+/// input is refused as "nests too deeply".
+const MAX_PARSER_DEPTH: usize = 50;
 
 /// Modifiers skipped when naming a statement (`CREATE OR REPLACE TEMP TABLE` is `CREATE TABLE`).
 const LABEL_MODIFIERS: &[&str] = &[

@@ -54,6 +54,7 @@ fn phases(label: &str, db: &Path) {
     let rates = rates::launch_rates(&ctx).expect("rates");
     let waits = detectors::waits::host_waits(&ctx).expect("waits");
     let reclaims = detectors::host_memory_pressure::reclaims(&ctx).expect("reclaims");
+    let devices = causeway_analysis::device::device_times(&ctx, &budgets).expect("devices");
     line.push_str(&format!(
         ", attribution+rates+waits {:.0} ms",
         t.elapsed().as_secs_f64() * 1e3
@@ -66,6 +67,7 @@ fn phases(label: &str, db: &Path) {
         waits: &waits,
         budgets: &budgets,
         reclaims: &reclaims,
+        devices: &devices,
     };
     for (name, detect) in detectors::ALL {
         let t = Instant::now();

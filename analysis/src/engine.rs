@@ -55,6 +55,9 @@ pub struct Explain {
     /// Where the time of every GPU-calling thread and process went: a closed partition of
     /// each one's span (processes first).
     pub budgets: Vec<crate::budget::Budget>,
+    /// GPU time per device of each process: measured on the device timeline where the trace
+    /// has one, and the host-side estimate always.
+    pub devices: Vec<crate::device::DeviceTime>,
     /// Where off-CPU time went.
     pub off_cpu: OffCpuSplit,
     /// Per-thread attribution of slow calls.
@@ -88,6 +91,7 @@ pub fn explain_with(
 ) -> Result<Explain, StoreError> {
     let ctx = Ctx::load(r, q)?;
     let budgets = crate::budget::budgets(&ctx)?;
+    let devices = crate::device::device_times(&ctx, &budgets)?;
     let attr = attribute(&ctx)?;
     let off = split(&ctx, &attr);
     let mut rates = launch_rates(&ctx)?;
@@ -101,6 +105,7 @@ pub fn explain_with(
         waits: &waits,
         budgets: &budgets,
         reclaims: &reclaims,
+        devices: &devices,
     };
     let mut chains = Vec::new();
     for (name, detect) in detectors::ALL {
@@ -159,6 +164,7 @@ pub fn explain_with(
         window: ctx.window,
         nodes: ctx.nodes.clone(),
         budgets,
+        devices,
         off_cpu: off,
         attribution: attr,
         rates,

@@ -183,9 +183,6 @@ pub(crate) fn duck<'r>(
     }
 }
 
-const SPAN_SQL: &str =
-    "SELECT coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_data";
-
 const NAMES_SQL: &str = "SELECT node, pid, comm, ppid FROM processes";
 const TASKS_SQL: &str = "SELECT node, tid, arg_min(pid, first_seen_ns), arg_min(comm, first_seen_ns) FROM tasks GROUP BY ALL";
 /// Containerised processes read per analysis (enough for any one machine's GPU jobs).
@@ -194,10 +191,7 @@ const MAX_PLACES: usize = 10_000;
 impl<'a> Ctx<'a> {
     /// Gathers the facts for `q`.
     pub fn load(r: &'a Reader, q: &ChainQuery) -> Result<Ctx<'a>, StoreError> {
-        let (first, last): (i64, i64) = r
-            .prepare_trusted(SPAN_SQL)?
-            .query_row([], causeway_store::row)
-            .map_err(duck(r, "reading the trace span"))?;
+        let (_, first, last) = crate::window::trace_span(r)?;
         let window = q.window.resolve(first, last);
         let pid = q.pid.map_or(-1, i64::from);
         let node = q.node.clone().unwrap_or_default();

@@ -40,7 +40,6 @@ pub struct Findings {
     pub stored_chains: Option<Vec<Chain>>,
 }
 
-const SPAN_SQL: &str = "SELECT count(*)::BIGINT, coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_rows";
 const PID_SQL: &str = "SELECT (EXISTS (SELECT 1 FROM event_rows WHERE pid = ?) OR EXISTS (SELECT 1 FROM processes WHERE pid = ?) OR EXISTS (SELECT 1 FROM op_counts WHERE pid = ?))::BIGINT";
 const NODE_SQL: &str = "SELECT count(*)::BIGINT FROM nodes WHERE node = ?";
 
@@ -77,10 +76,7 @@ pub fn check_filter(
     pid: Option<u32>,
     node: Option<&str>,
 ) -> Result<(), StoreError> {
-    let (events, first, last): (i64, i64, i64) = r
-        .prepare_trusted(SPAN_SQL)?
-        .query_row([], causeway_store::row)
-        .map_err(crate::facts::duck(r, "reading the trace span"))?;
+    let (events, first, last) = crate::window::trace_span(r)?;
     if events > 0 {
         let w = window.resolve(first, last);
         if w.until_ns < first || w.from_ns > last || w.until_ns < w.from_ns {

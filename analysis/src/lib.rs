@@ -12,6 +12,7 @@ pub mod cursor;
 pub mod demo;
 pub mod derive;
 pub mod detectors;
+pub mod device;
 pub mod engine;
 pub mod facts;
 pub mod findings;

@@ -96,6 +96,9 @@ pub fn render_text(e: &Explain, with_sql: bool) -> String {
     if !e.budgets.is_empty() {
         let _ = writeln!(o, "\n{}", render_budgets(&e.budgets, e.window.from_ns));
     }
+    if e.devices.iter().any(|d| d.device.is_some()) {
+        o.push_str(&render_devices(&e.devices));
+    }
     let feeders: Vec<_> = e.attribution.iter().filter(|a| a.slow_calls > 0).collect();
     if !feeders.is_empty() {
         let _ = writeln!(
@@ -285,7 +288,7 @@ pub fn render_budget(b: &Budget, t0: i64) -> String {
     };
     let _ = writeln!(
         o,
-        "    GPU idle, estimated from the host: {} (from a call that drained the GPU to the next work{long})",
+        "    GPU idle, estimated from the host: at least {} (from a call that drained the GPU to the next work{long})",
         dur(b.gpu_idle_estimate_ns)
     );
     for s in &b.stalls {
@@ -319,6 +322,72 @@ pub fn render_budgets(budgets: &[Budget], t0: i64) -> String {
             continue;
         }
         o.push_str(&render_budget(b, t0));
+    }
+    o
+}
+
+/// GPU time per device: measured busy and idle (with the reasons for the idle) where the trace
+/// has a device timeline, beside the host-side estimate.
+pub fn render_devices(devices: &[crate::device::DeviceTime]) -> String {
+    let mut o = String::from(
+        "\nGPU time (measured on the device's own timeline where the trace has one):\n",
+    );
+    for d in devices {
+        let who = match (d.device, d.rank) {
+            (Some(dev), Some(rank)) => format!("device {dev} of pid {} (rank {rank})", d.pid),
+            (Some(dev), None) => format!("device {dev} of pid {}", d.pid),
+            (None, _) => format!("pid {}", d.pid),
+        };
+        let estimate = if d.estimate_known {
+            format!(
+                "host-side estimate {:.1}% (at most {:.1}%)",
+                d.gpu_idle_estimated_pct, d.gpu_idle_estimated_max_pct
+            )
+        } else {
+            format!(
+                "host-side estimate between {:.1}% and {:.1}%: the host cannot tell more, too few of its calls waited for the device",
+                d.gpu_idle_estimated_pct, d.gpu_idle_estimated_max_pct
+            )
+        };
+        let (Some(measured), Some(idle)) = (d.gpu_idle_measured_pct, d.idle_ns()) else {
+            let _ = writeln!(o, "  {who}: no device timeline; GPU idle {estimate}");
+            continue;
+        };
+        let _ = writeln!(
+            o,
+            "  {who}: busy {} of {} ({} activities: compute {}, communication {}, memory {}); idle {} = {measured:.1}% measured; {estimate}",
+            dur(d.busy_ns),
+            dur(d.window_ns),
+            thousands(d.activities.max(0) as u64),
+            dur(d.compute_ns),
+            dur(d.communication_ns),
+            dur(d.memory_ns),
+            dur(idle),
+        );
+        for r in d.idle.iter().take(6) {
+            let what = match (r.waiting_for.as_str(), r.detail.is_empty()) {
+                ("host", false) => format!("waiting for the host: {} ({})", r.reason, r.detail),
+                ("host", true) => format!("waiting for the host: {}", r.reason),
+                _ => r.reason.clone(),
+            };
+            let _ = writeln!(
+                o,
+                "    idle {:>10} {:>6} in {:>6} stretches  {what}",
+                dur(r.ns),
+                share(r.ns, d.window_ns),
+                thousands(r.gaps.max(0) as u64),
+            );
+        }
+        if d.idle.len() > 6 {
+            let rest: i64 = d.idle.iter().skip(6).map(|r| r.ns).sum();
+            let _ = writeln!(
+                o,
+                "    idle {:>10} {:>6} for {} other reasons",
+                dur(rest),
+                share(rest, d.window_ns),
+                d.idle.len() - 6
+            );
+        }
     }
     o
 }

@@ -128,8 +128,6 @@ const TOP_PLACED: usize = 20;
 
 const NODE_ID_SQL: &str = "SELECT coalesce(max(node_id), -2)::BIGINT FROM nodes WHERE node = ?";
 
-const SPAN_SQL: &str = "SELECT count(*)::BIGINT, coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_rows";
-
 const OPS_SQL: &str = "
 WITH g AS (
     SELECT op_id,
@@ -223,10 +221,7 @@ fn histogram_percentile(buckets: &[(u8, u64)], p_permille: u64) -> i64 {
 /// Computes [`TraceStats`] for `q` over the store behind `r`.
 pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError> {
     crate::findings::check_filter(r, q.window, q.pid, q.node.as_deref())?;
-    let (total, first, last): (i64, i64, i64) = r
-        .prepare_trusted(SPAN_SQL)?
-        .query_row([], causeway_store::row)
-        .map_err(duck(r, "reading the trace span"))?;
+    let (total, first, last) = crate::window::trace_span(r)?;
     let (first, last) = if total == 0 {
         r.prepare_trusted(COUNTS_SPAN_SQL)?
             .query_row([], causeway_store::row)

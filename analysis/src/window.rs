@@ -157,6 +157,29 @@ impl WindowSpec {
     }
 }
 
+/// The schema that added the device timeline (`gpu_activity`).
+pub const DEVICE_SCHEMA: u32 = 13;
+
+const EVENTS_SPAN_SQL: &str = "SELECT count(*)::BIGINT, coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_rows";
+const TRACE_SPAN_SQL: &str = "SELECT e.n, coalesce(least(e.f, g.f), 0), coalesce(greatest(e.l, g.l), 0) FROM (SELECT count(*)::BIGINT AS n, min(timestamp) AS f, max(timestamp) AS l FROM event_rows) e, (SELECT min(start_ns) AS f, max(end_ns) AS l FROM gpu_activity) g";
+
+/// The trace's span, the one every command resolves its window against: (events stored, first
+/// instant, last instant), from the first event's start to the last's, widened to the device
+/// timeline where a profiler recorded one (the device runs behind the host: its work can end
+/// after the host's last call, and that time is the trace's too).
+pub fn trace_span(
+    r: &causeway_store::Reader,
+) -> Result<(i64, i64, i64), causeway_store::StoreError> {
+    let sql = if r.schema_version() >= DEVICE_SCHEMA {
+        TRACE_SPAN_SQL
+    } else {
+        EVENTS_SPAN_SQL
+    };
+    r.prepare_trusted(sql)?
+        .query_row([], causeway_store::row)
+        .map_err(crate::facts::duck(r, "reading the trace span"))
+}
+
 /// Absolute, inclusive bounds in ns since the Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Window {

@@ -145,6 +145,38 @@
     return segs.filter(function (s) { return s.ns > 0; });
   }
 
+  // GPU time measured on the device's own timeline (imported profiler traces), beside the
+  // host-side estimate; absent when no device has a timeline.
+  function devices(d) {
+    var measured = (d.devices || []).filter(function (v) { return v.device !== null && v.device !== undefined; });
+    if (!measured.length) return null;
+    var s = section("devices", "GPU time, measured on the device's own timeline");
+    measured.forEach(function (v) {
+      var idle = Math.max(0, v.window_ns - v.busy_ns);
+      var who = "device " + v.device + " of pid " + v.pid + (v.rank === undefined || v.rank === null ? "" : " (rank " + v.rank + ")");
+      var est = v.estimate_known
+        ? "host-side estimate " + v.gpu_idle_estimated_pct.toFixed(1) + "%"
+        : "host-side estimate between " + v.gpu_idle_estimated_pct.toFixed(1) + "% and " + v.gpu_idle_estimated_max_pct.toFixed(1) + "% (the host cannot tell more)";
+      var box = el("div", { cls: "device", "data-pid": String(v.pid), "data-device": String(v.device), "data-busy-ns": String(v.busy_ns), "data-idle-ns": String(idle) });
+      box.appendChild(el("div", { cls: "label" }, [
+        el("strong", { text: who }), " \u00b7 busy " + dur(v.busy_ns) + " of " + dur(v.window_ns) +
+        " \u00b7 idle " + v.gpu_idle_measured_pct.toFixed(1) + "% measured \u00b7 " + est,
+      ]));
+      var rows = (v.idle || []).map(function (r) {
+        var what = r.waiting_for === "host" ? "waiting for the host: " + r.reason + (r.detail ? " (" + r.detail + ")" : "") : r.reason;
+        return el("tr", null, [el("td", { text: what }), el("td", { cls: "num", text: dur(r.ns) }), el("td", { cls: "num", text: String(r.gaps) })]);
+      });
+      if (rows.length) {
+        box.appendChild(el("table", { cls: "idle-reasons" }, [
+          el("thead", null, [el("tr", null, [el("th", { text: "idle, by reason" }), el("th", { text: "time" }), el("th", { text: "stretches" })])]),
+          el("tbody", null, rows),
+        ]));
+      }
+      s.appendChild(box);
+    });
+    return s;
+  }
+
   function budgets(d) {
     var s = section("budgets", "Where the time went: budget of every GPU-feeding thread");
     if (!d.budgets.length) {
@@ -386,6 +418,8 @@
     ]));
     app.appendChild(findings(d));
     app.appendChild(budgets(d));
+    var dev = devices(d);
+    if (dev) app.appendChild(dev);
     var t = section("timeline", "Timeline (drag to zoom, double-click to reset; red lines: findings, dashed: stalls)");
     app.appendChild(t);
     timeline(d, t);

@@ -58,6 +58,9 @@ pub struct ReportData {
     pub evidence: Vec<Evidence>,
     /// Time budgets of every GPU-feeding process and thread.
     pub budgets: Vec<Budget>,
+    /// GPU time per device: measured on the device timeline where the trace has one, beside
+    /// the host-side estimate.
+    pub devices: Vec<causeway_analysis::device::DeviceTime>,
     /// The engine's caveats.
     pub notes: Vec<String>,
     /// Per-process p50/p99 of GPU ops with imbalance warnings (straggler comparison).
@@ -281,6 +284,7 @@ pub fn build(r: &Reader, q: &WindowParams) -> Result<ReportData, ReportError> {
         findings: chains,
         evidence,
         budgets: findings.explain.budgets,
+        devices: findings.explain.devices,
         notes: findings.explain.notes,
         per_process: findings.explain.per_process.unwrap_or_default(),
         stats,

@@ -68,9 +68,6 @@ pub struct FrameOut {
     pub module: String,
 }
 
-const SPAN_SQL: &str =
-    "SELECT coalesce(min(timestamp), 0), coalesce(max(timestamp), 0) FROM event_data";
-
 // These read the physical `event_rows` (a node name is looked up once): the `event_data` view
 // joined node and thread names onto every event first.
 const STACKS_SQL: &str = "
@@ -237,10 +234,7 @@ pub fn stacks_for(reader: &Reader, p: &StacksParams) -> Result<StacksResult, Too
     causeway_analysis::check_filter(reader, spec, p.window.pid, p.window.node.as_deref())?;
     let node = p.window.node.clone().unwrap_or_default();
 
-    let (first, last): (i64, i64) = reader
-        .prepare_trusted(SPAN_SQL)?
-        .query_row([], causeway_store::row)
-        .map_err(duck(reader, "reading the trace span"))?;
+    let (_, first, last) = causeway_analysis::window::trace_span(reader)?;
     let w = spec.resolve(first, last);
     let args = params![w.from_ns, w.until_ns, pid, pid, op_id, op_id, node, node];
     let rows: Vec<(i64, i64, i64, i64, i64, String)> = reader

@@ -43,6 +43,9 @@ pub struct ChainsResult {
     pub total: usize,
     /// Where the time of each GPU-calling process and thread went.
     pub budgets: Vec<causeway_analysis::Budget>,
+    /// GPU time per device: measured on the device timeline where the trace has one, and
+    /// the host-side estimate always.
+    pub devices: Vec<causeway_analysis::device::DeviceTime>,
     /// Caveats.
     pub notes: Vec<String>,
     /// Those chains, when asked for.
@@ -80,6 +83,7 @@ pub fn get_causal_chains(ctx: &Context, p: &ChainsParams) -> Result<ChainsResult
         chains,
         total,
         budgets: f.explain.budgets,
+        devices: f.explain.devices,
         notes: f.explain.notes,
         stored_chains: f.stored_chains.map(|mut v| {
             v.truncate(size);

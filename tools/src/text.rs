@@ -195,6 +195,9 @@ pub fn chains(r: &ChainsResult, aud: Audience) -> String {
             causeway_analysis::report::render_budgets(&r.budgets, t0)
         );
     }
+    if r.devices.iter().any(|d| d.device.is_some()) {
+        o.push_str(&causeway_analysis::report::render_devices(&r.devices));
+    }
     if let Some(stored) = &r.stored_chains {
         let _ = writeln!(
             o,

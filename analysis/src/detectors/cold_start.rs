@@ -81,6 +81,17 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         if lost < MIN_LOST_NS || dense_warm < 10.0 * dense_later || waiting {
             continue;
         }
+        // Where the device's own timeline shows it working through the stretch, the slow
+        // calls cost it nothing: a profiler window opened mid-run whose launches blocked on a
+        // full queue is a busy GPU, not a cold start.
+        let warm_end = t.first_ns.saturating_add(warm_len);
+        if let Some((busy, w)) =
+            crate::device::busy_in(ctx.r, &a.node, a.pid, t.first_ns, warm_end)?
+        {
+            if busy.saturating_mul(10) >= w.saturating_mul(9) {
+                continue;
+            }
+        }
         let node_span = ctx.node_span_ns(&a.node);
         let ops: Vec<String> = a.ops.iter().map(|(o, n)| format!("{n} {o}")).collect();
         let s = inp.split;

@@ -9,6 +9,7 @@ pub mod allocator_churn;
 pub mod cold_start;
 pub mod cpu_contention;
 pub mod dataloader_starvation;
+pub mod device_idle;
 pub mod feeding_stall;
 pub mod gpu_bound;
 pub mod gpu_contention;
@@ -49,13 +50,15 @@ pub struct Input<'a> {
     pub budgets: &'a [crate::budget::Budget],
     /// Memory reclaim per thread.
     pub reclaims: &'a [host_memory_pressure::Reclaim],
+    /// GPU time per device, measured where the trace has a device timeline.
+    pub devices: &'a [crate::device::DeviceTime],
 }
 
 /// A detector's entry point.
 pub type DetectFn = fn(&Input<'_>) -> Result<Vec<Chain>, StoreError>;
 
 /// Every detector, by stable name.
-pub const ALL: [(&str, DetectFn); 16] = [
+pub const ALL: [(&str, DetectFn); 17] = [
     ("cpu_contention", cpu_contention::detect),
     ("dataloader_starvation", dataloader_starvation::detect),
     ("sync_storm", sync_storm::detect),
@@ -72,6 +75,7 @@ pub const ALL: [(&str, DetectFn); 16] = [
     ("slow_copies", slow_copies::detect),
     ("allocator_churn", allocator_churn::detect),
     ("gpu_bound", gpu_bound::detect),
+    ("device_idle", device_idle::detect),
 ];
 
 /// The common severity rule.

@@ -5,6 +5,7 @@
 #![allow(clippy::print_stdout)]
 
 mod corpus;
+mod device;
 mod invariants;
 mod placement;
 mod segments;

@@ -11,6 +11,14 @@ use causeway_store::catalog::{OpInfo, Source, op_by_name};
 /// `cuMemAlloc_v2`): the call is the catalogue's op of the plain name.
 const SUFFIXES: &[&str] = &["_ptsz", "_ptds", "_v2", "_v3"];
 
+/// Launch entry points the catalogue counts as its plain launch.
+const LAUNCH_VARIANTS: &[(&str, &str)] = &[
+    ("cudaLaunchKernelExC", "cudaLaunchKernel"),
+    ("cudaLaunchKernelEx", "cudaLaunchKernel"),
+    ("cudaLaunchCooperativeKernel", "cudaLaunchKernel"),
+    ("cuLaunchCooperativeKernel", "cuLaunchKernel"),
+];
+
 /// The catalogue op of a runtime or driver call named `name`, if it has one.
 pub fn call_op(name: &str) -> Option<&'static OpInfo> {
     let mut n = name;
@@ -22,6 +30,15 @@ pub fn call_op(name: &str) -> Option<&'static OpInfo> {
             Some(shorter) => n = shorter,
             None => break,
         }
+    }
+    // The extended-configuration launches (cudaLaunchKernelExC, what cudaLaunchKernelEx
+    // calls) and cooperative launches start one kernel each, as the plain
+    // launch does: NCCL's kernels and many of PyTorch's go through them.
+    if let Some(plain) = LAUNCH_VARIANTS
+        .iter()
+        .find_map(|(variant, plain)| (n == *variant).then_some(*plain))
+    {
+        return op_by_name(plain);
     }
     // The driver's copy family (cuMemcpyHtoDAsync, cuMemcpy2D, ...) is one op each way, as the
     // collector probes it.
@@ -160,6 +177,9 @@ mod tests {
         assert_eq!(name("cuMemcpyHtoDAsync_v2"), Some("cuMemcpyAsync"));
         assert_eq!(name("cuMemcpyDtoH_v2"), Some("cuMemcpy"));
         assert_eq!(name("cudaGraphLaunch"), Some("cudaGraphLaunch"));
+        assert_eq!(name("cudaLaunchKernelExC"), Some("cudaLaunchKernel"));
+        assert_eq!(name("cudaLaunchKernelExC_ptsz"), Some("cudaLaunchKernel"));
+        assert_eq!(name("cuLaunchKernelEx"), Some("cuLaunchKernelEx"));
         assert_eq!(name("cudaEventQuery"), None);
         assert_eq!(name("INVALID"), None);
         // Host ops are not calls.

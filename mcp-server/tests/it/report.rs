@@ -586,3 +586,57 @@ fn live_page_follows_a_growing_cluster_store() {
     drop(b);
     crate::collect_server::stop(server);
 }
+
+/// A PyTorch profiler trace's report shows the GPU time measured on its device timeline, the
+/// figures `explain --json` gives (one function per answer), in a real browser.
+#[test]
+fn kineto_report_shows_the_measured_device_time() {
+    let db = scratch().join("kineto-nccl.duckdb");
+    if !db.exists() {
+        ok(&[
+            "import",
+            shared("kineto/a100-rank0-of-2-nccl.pt.trace.json.gz")
+                .to_str()
+                .unwrap(),
+            "-o",
+            db.to_str().unwrap(),
+        ]);
+    }
+    let explain = json_of(&["explain", "--db", db.to_str().unwrap(), "--json"]);
+    let dev = &explain["devices"][0];
+    assert_eq!(dev["device"], 0, "{dev}");
+    let out = scratch().join("kineto-report.html");
+    ok(&[
+        "report",
+        "--db",
+        db.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--force",
+    ]);
+    let mut b = Browser::start();
+    b.open(
+        &format!("file://{}", out.display()),
+        "document.body && document.body.dataset.ready === '1'",
+    );
+    let page = b.eval(
+        "[...document.querySelectorAll('#devices .device')].map((e) => ({ busy: e.dataset.busyNs, idle: e.dataset.idleNs, text: e.textContent, rows: e.querySelectorAll('.idle-reasons tbody tr').length }))",
+    );
+    let shown = &page[0];
+    let busy = dev["busy_ns"].as_i64().unwrap();
+    let idle = dev["window_ns"].as_i64().unwrap() - busy;
+    assert_eq!(shown["busy"], busy.to_string(), "{page}");
+    assert_eq!(shown["idle"], idle.to_string(), "{page}");
+    assert_eq!(
+        shown["rows"].as_u64().unwrap() as usize,
+        dev["idle"].as_array().unwrap().len()
+    );
+    let text = shown["text"].as_str().unwrap();
+    let pct = format!(
+        "{:.1}% measured",
+        dev["gpu_idle_measured_pct"].as_f64().unwrap()
+    );
+    assert!(text.contains(&pct), "{text}");
+    assert!(text.contains("host cannot tell"), "{text}");
+    assert!(b.seen.errors.is_empty(), "errors: {:?}", b.seen.errors);
+}

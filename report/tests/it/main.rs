@@ -69,6 +69,10 @@ fn check_against_stats_and_findings(r: &Reader, q: &WindowParams, d: &ReportData
     );
     assert_eq!(d.evidence.len(), d.findings.len());
     assert_eq!(d.budgets, f.explain.budgets, "the budgets explain computes");
+    assert_eq!(
+        d.devices, f.explain.devices,
+        "the device time explain computes"
+    );
     assert_eq!(d.stats.events, stats.events);
 
     let tl = &d.timeline;

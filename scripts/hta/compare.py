@@ -138,26 +138,43 @@ IS_COMPUTE = """NOT (regexp_matches(raw_name, '^nccl.*Kernel') OR regexp_matches
     OR regexp_matches(raw_name, 'Memcpy') OR regexp_matches(raw_name, '^Memset') OR regexp_matches(raw_name, 'Sync'))"""
 
 
-def union_sql(source: str) -> str:
-    """Sum of the union of [s, e) per node, pid, device over `source`, merged like HTA's
+def union_sql(source: str, key: str = "node, pid, device") -> str:
+    """Sum of the union of [s, e) per `key` over `source`, merged like HTA's
     merge_kernel_intervals (sorted by start; a new group when start > the running max end)."""
     return f"""
-SELECT node, pid, device, sum(ge - gs) AS union_ns, min(gs) AS first_ns, max(ge) AS last_ns, sum(n) AS n
+SELECT {key}, sum(ge - gs) AS union_ns, min(gs) AS first_ns, max(ge) AS last_ns, sum(n) AS n
 FROM (
-  SELECT node, pid, device, grp, min(s) AS gs, max(e) AS ge, count(*) AS n
+  SELECT {key}, grp, min(s) AS gs, max(e) AS ge, count(*) AS n
   FROM (
     SELECT *, sum(CASE WHEN prev_end IS NULL OR s > prev_end THEN 1 ELSE 0 END)
-                OVER (PARTITION BY node, pid, device ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
+                OVER (PARTITION BY {key} ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
     FROM (
-      SELECT node, pid, device, s, e,
-             max(e) OVER (PARTITION BY node, pid, device ORDER BY s, e
+      SELECT {key}, s, e,
+             max(e) OVER (PARTITION BY {key} ORDER BY s, e
                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
       FROM {source}
     )
   )
-  GROUP BY node, pid, device, grp
+  GROUP BY {key}, grp
 )
-GROUP BY node, pid, device"""
+GROUP BY {key}"""
+
+
+def streams_sql_rows(cw: str, db: str) -> dict:
+    """(node, pid, device) -> {stream: {busy_ns, kernels, copies, memsets}} over the whole trace."""
+    base = kept_sql(False, None)
+    sql = f"""{base},
+u AS ({union_sql('kept', 'node, pid, device, stream')}),
+c AS (SELECT node, pid, device, stream, count(*) FILTER (WHERE kind = 'kernel') AS kernels,
+             count(*) FILTER (WHERE kind = 'memcpy') AS copies, count(*) FILTER (WHERE kind = 'memset') AS memsets
+      FROM kept GROUP BY ALL)
+SELECT u.node, u.pid, u.device, u.stream, u.union_ns, c.kernels, c.copies, c.memsets
+FROM u JOIN c USING (node, pid, device, stream) ORDER BY ALL"""
+    out: dict = {}
+    for node, pid, device, stream, busy, k, cp, ms in q(cw, db, sql):
+        out.setdefault((node, pid, device), {})[int(stream)] = {
+            "busy_ns": busy, "kernels": k, "copies": cp, "memsets": ms}
+    return out
 
 
 def temporal(cw: str, db: str, iteration_filter: bool, round_frame_ns) -> dict:
@@ -288,6 +305,8 @@ def main() -> int:
     temporal_rows, idle_rows, whole_rows, engine_rows, time_rows = [], [], [], [], []
     stream_checks = 0
     engine_absent = []
+    engine_missing: set = set()
+    stream_rows_checked = [0]
     dump: dict = {"hta_version": hta.get("hta_version"), "traces": []}
 
     def check(label: str, trace: str, fig: str, diff: float, rounded_diff: float) -> str:
@@ -328,6 +347,7 @@ def main() -> int:
         i_exact = idle_breakdown(cw, db, True, None)
         i_round = idle_breakdown(cw, db, True, frame)
         i_whole = idle_breakdown(cw, db, False, None)
+        streams = streams_sql_rows(cw, db) if "devices" in explain else {}
         ranks = {r[0]: r[1] for r in q(cw, db, "SELECT pid, rank FROM processes")}
         hta_time = sum(r["load_s"] + r["temporal_s"] + r["idle_s"] for r in recs)
         hta_load = sum(r["load_s"] for r in recs)
@@ -389,21 +409,47 @@ def main() -> int:
                     failures.append(f"{label}: explain --json devices has {len(match)} entries for rank {rank} device {key[2]}")
                 else:
                     eng = match[0]
-                    span = eng["last_ns"] - eng["first_ns"]
-                    e_idle = eng["span_idle_pct"]
-                    e_comp = pct(eng["compute_ns"], span)
-                    e_non = pct(eng["non_compute_ns"], span)
-                    ib = eng.get("idle_breakdown") or {}
-                    e_sh = shares({k: ib.get(f"{k}_ns", 0) for k in ("host_wait", "kernel_wait", "other")})
                     # the engine against our SQL over the same (whole) span: two implementations
-                    # of one definition, within the tolerance
-                    for fig, ev, ov in (
-                        ("idle", e_idle, pct(w["idle_ns"], w["span_ns"])),
+                    # of one definition, within the tolerance; a field the engine lacks is noted
+                    span = eng["last_ns"] - eng["first_ns"]
+                    if (eng["first_ns"], eng["last_ns"]) != (w["first_ns"], w["last_ns"]):
+                        failures.append(f"{label}: engine span {eng['first_ns']}..{eng['last_ns']} vs our SQL's {w['first_ns']}..{w['last_ns']}")
+                    e_idle = eng.get("span_idle_pct")
+                    e_comp = pct(eng["compute_ns"], span) if "compute_ns" in eng else None
+                    e_non = pct(eng["non_compute_ns"], span) if "non_compute_ns" in eng else None
+                    e_busy = pct(eng["busy_ns"], span) if "busy_ns" in eng else None
+                    ib = eng.get("idle_breakdown")
+                    e_sh = None
+                    if ib is not None:
+                        e_sh = shares({k: ib.get(f"{k}_ns", 0) for k in ("host_wait", "kernel_wait", "other")})
+                    pairs = [
+                        ("span_idle_pct", e_idle, pct(w["idle_ns"], w["span_ns"])),
+                        ("busy", e_busy, pct(w["busy_ns"], w["span_ns"])),
                         ("compute", e_comp, pct(w["compute_ns"], w["span_ns"])),
                         ("non_compute", e_non, pct(w["non_compute_ns"], w["span_ns"])),
-                    ) + tuple((f"idle_{c}", e_sh[c], shares(wt)[c]) for c in ("host_wait", "kernel_wait", "other")):
-                        if abs(ev - ov) > TOLERANCE_PP:
+                    ]
+                    pairs += [(f"idle_breakdown {c}", e_sh[c] if e_sh else None, shares(wt)[c]) for c in ("host_wait", "kernel_wait", "other")]
+                    for fig, ev, ov in pairs:
+                        if ev is None:
+                            engine_missing.add(fig)
+                        elif abs(ev - ov) > TOLERANCE_PP:
                             failures.append(f"{label}: engine {fig} {ev:.2f}% vs our SQL over the whole trace {ov:.2f}%")
+                    if "streams" in eng:
+                        ours_st = streams.get(key, {})
+                        eng_st = {int(x["stream"]): x for x in eng["streams"]}
+                        if set(eng_st) != set(ours_st):
+                            failures.append(f"{label}: engine streams {sorted(eng_st)} vs our SQL's {sorted(ours_st)}")
+                        for sid in set(eng_st) & set(ours_st):
+                            for f in ("kernels", "copies", "memsets"):
+                                if f in eng_st[sid] and eng_st[sid][f] != ours_st[sid][f]:
+                                    failures.append(f"{label}: engine stream {sid} {f} {eng_st[sid][f]} vs our SQL's {ours_st[sid][f]}")
+                            if "busy_ns" in eng_st[sid]:
+                                d = pct(eng_st[sid]["busy_ns"] - ours_st[sid]["busy_ns"], span)
+                                if abs(d) > TOLERANCE_PP:
+                                    failures.append(f"{label}: engine stream {sid} busy differs from our SQL's by {d:+.2f} pp of the span")
+                        stream_rows_checked[0] += len(set(eng_st) & set(ours_st))
+                    else:
+                        engine_missing.add("streams")
                     engine_rows.append((name, rank, h, e_idle, e_comp, e_non, e_sh, hs))
             trace_dump["ranks"].append(
                 {
@@ -469,13 +515,22 @@ def main() -> int:
         hdr = f"{'trace':<24} {'rank':>4} | {'idle HTA':>8} {'eng':>6} {'d':>6} | {'comp HTA':>8} {'eng':>6} {'d':>6} | {'non-c HTA':>9} {'eng':>6} {'d':>6} | host/kern/other HTA vs eng %"
         print(hdr)
         print("-" * len(hdr))
+        def cell(hv, ev, w):
+            if ev is None:
+                return f"{hv:>{w}.2f} {'-':>6} {'-':>6}"
+            return f"{hv:>{w}.2f} {ev:>6.2f} {ev - hv:>+6.2f}"
+
         for name, rank, h, ei, ec, en, esh, hsh in engine_rows:
+            eb = f"{esh['host_wait']:.1f}/{esh['kernel_wait']:.1f}/{esh['other']:.1f}" if esh else "-"
             print(
-                f"{name:<24} {rank:>4} | {h['idle_time_pct']:>8.2f} {ei:>6.2f} {ei - h['idle_time_pct']:>+6.2f} | "
-                f"{h['compute_time_pct']:>8.2f} {ec:>6.2f} {ec - h['compute_time_pct']:>+6.2f} | "
-                f"{h['non_compute_time_pct']:>9.2f} {en:>6.2f} {en - h['non_compute_time_pct']:>+6.2f} | "
-                f"{hsh['host_wait']:.1f}/{hsh['kernel_wait']:.1f}/{hsh['other']:.1f} vs {esh['host_wait']:.1f}/{esh['kernel_wait']:.1f}/{esh['other']:.1f}"
+                f"{name:<24} {rank:>4} | {cell(h['idle_time_pct'], ei, 8)} | {cell(h['compute_time_pct'], ec, 8)} | "
+                f"{cell(h['non_compute_time_pct'], en, 9)} | "
+                f"{hsh['host_wait']:.1f}/{hsh['kernel_wait']:.1f}/{hsh['other']:.1f} vs {eb}"
             )
+        print(f"(engine vs HTA: informative, the engine covers the whole trace; engine vs our whole-trace SQL: checked, "
+              f"span, busy, compute, non-compute, {stream_rows_checked[0]} streams' busy time and counts)")
+        if engine_missing:
+            print(f"engine fields absent, not compared: {', '.join(sorted(engine_missing))}")
 
     print("\nTime, same file, same run: HTA (TraceAnalysis load + temporal + idle breakdown) vs causeway (import + explain --json)")
     hdr = f"{'trace':<24} | {'HTA load s':>10} {'breakdowns s':>12} {'total s':>8} | {'import s':>8} {'explain s':>9} {'total s':>8} | {'HTA/causeway':>12}"

@@ -39,6 +39,9 @@ cargo test --workspace --locked --no-fail-fast -- --skip lab::
 step "workload lab (investigations/lab, recorded with the real collector)"
 cargo test -p causeway --test it --locked lab:: -- --nocapture
 
+step "HTA side by side (Holistic Trace Analysis 0.5.0 in scripts/hta/.venv; docs/hta.md)"
+bash scripts/hta/run.sh
+
 if [ -x conformance/run.sh ]; then
   step "MCP conformance (official suite + Python SDK client)"
   bash conformance/run.sh

@@ -35,6 +35,7 @@ pub struct StreamTime {
     /// Stream id as the source numbers it.
     pub stream: i64,
     /// Union of its activity in the window (ns).
+    #[serde(skip_serializing_if = "is_zero")]
     pub busy_ns: i64,
     /// Kernels run.
     pub kernels: i64,
@@ -87,20 +88,27 @@ pub struct DeviceTime {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_ns: Option<i64>,
     /// Kernels, copies and memsets in the window.
+    #[serde(skip_serializing_if = "is_zero")]
     pub activities: i64,
     /// Union of the device's activity in the window (ns).
     pub busy_ns: i64,
     /// Union of its compute kernels (neither copies, memsets nor communication).
+    #[serde(skip_serializing_if = "is_zero")]
     pub compute_ns: i64,
     /// Union of its communication kernels (NCCL).
+    #[serde(skip_serializing_if = "is_zero")]
     pub communication_ns: i64,
     /// Union of its copies and memsets.
+    #[serde(skip_serializing_if = "is_zero")]
     pub memory_ns: i64,
     /// Busy with no compute kernel running: `busy_ns - compute_ns`.
+    #[serde(skip_serializing_if = "is_zero")]
     pub non_compute_ns: i64,
     /// Idle share of the window, measured (None without a device timeline).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_idle_measured_pct: Option<f64>,
     /// Idle share of the device's own span (first start to last end), measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub span_idle_pct: Option<f64>,
     /// The host-side estimate of the idle share of the window: what the host proves (drained
     /// to next work).
@@ -116,6 +124,10 @@ pub struct DeviceTime {
     /// Measured idle by reason, largest first; sums to `window_ns - busy_ns`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub idle: Vec<IdleReason>,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
 }
 
 impl DeviceTime {

@@ -56,13 +56,9 @@ ALLOWED = {
 # Traces where causeway's store itself is wrong (not a definition difference): their failing rows
 # are reported as "known bug" and do not fail the run, unless --strict. A listed trace whose rows
 # all agree fails the run (a stale entry: remove it). The phrase must be in docs/hta.md.
-KNOWN_BUGS = {
-    # The importer drops cudaLaunchKernelExC calls (not in its catalogue), so the 150 kernels they
-    # launched (all 21 NCCL all-reduces on stream 40, 129 on stream 7) have no launching call in
-    # the store: HTA's iteration filter keeps them, ours cannot. With the calls renamed to
-    # cudaLaunchKernel in a copy of the file, every figure agrees (us-rounded: exactly).
-    "a100-rank0-of-2-nccl": "the importer drops cudaLaunchKernelExC",
-}
+# Differences that are bugs of ours, by trace, with the reason (docs/hta.md must say it too): a
+# fixed bug left here fails the run. Empty: cudaLaunchKernelExC now imports as a launch.
+KNOWN_BUGS: dict = {}
 
 
 def q(cw: str, db: str, sql: str) -> list:

@@ -238,7 +238,7 @@ pub fn tool_specs() -> &'static [ToolSpec] {
                 ..spec::<ChainsParams, results::ChainsOut>(
                     "get_causal_chains",
                     "Causal chains",
-                    "Ranked findings (cause -> effect, severity, timeline, fixes, evidence SQL) and thread time budgets.",
+                    "Ranked findings (cause -> effect, severity, timeline, fixes, evidence SQL), budgets, GPU idle.",
                     |c, a, w| invoke(c, a, w, stats::get_causal_chains, text::chains),
                 )
             },

@@ -121,9 +121,7 @@ pub struct ChainsOut {
     /// outside them, split on-CPU/preempted/blocked/unknown (buckets sum to span_ns), preemptors,
     /// gpu_idle_estimate_ns, longest stalls.
     pub budgets: Vec<serde_json::Value>,
-    /// GPU time per device of each process: busy/idle measured on the device timeline (where
-    /// the trace has one: gpu_idle_measured_pct, idle by reason) beside the host-side estimate
-    /// (gpu_idle_estimated_pct, at most gpu_idle_estimated_max_pct; estimate_known).
+    /// GPU idle per device, measured and estimated.
     pub devices: Vec<serde_json::Value>,
     /// Caveats (conventions, chains stored in the file).
     pub notes: Vec<String>,

@@ -43,8 +43,7 @@ pub struct ChainsResult {
     pub total: usize,
     /// Where the time of each GPU-calling process and thread went.
     pub budgets: Vec<causeway_analysis::Budget>,
-    /// GPU time per device: measured on the device timeline where the trace has one, and
-    /// the host-side estimate always.
+    /// GPU time per device with a device timeline: measured, beside the host-side estimate.
     pub devices: Vec<causeway_analysis::device::DeviceTime>,
     /// Caveats.
     pub notes: Vec<String>,
@@ -83,7 +82,14 @@ pub fn get_causal_chains(ctx: &Context, p: &ChainsParams) -> Result<ChainsResult
         chains,
         total,
         budgets: f.explain.budgets,
-        devices: f.explain.devices,
+        // Without a device timeline the host-side estimate is the budget's gpu_idle_estimate_ns
+        // already: an agent's context is the scarce resource.
+        devices: f
+            .explain
+            .devices
+            .into_iter()
+            .filter(|d| d.device.is_some())
+            .collect(),
         notes: f.explain.notes,
         stored_chains: f.stored_chains.map(|mut v| {
             v.truncate(size);

@@ -163,6 +163,10 @@ impl NsysTrace {
     pub(crate) fn open(path: &Path, db: SqliteDb) -> Result<NsysTrace, ImportError> {
         let SqliteDb { conn, copy, tables } = db;
         let sq = |e| classify(path, e);
+        // The import sorts each table by start and joins calls to their device rows; the
+        // bundled SQLite keeps such temporary tables in memory, which would grow with the
+        // export: on disk (TMPDIR) they stay within SQLite's page cache.
+        conn.pragma_update(None, "temp_store", "FILE").map_err(sq)?;
         let schema = Schema::read(path, &conn, &tables)?;
         let mut rows = BTreeMap::new();
         let mut unread = BTreeMap::new();

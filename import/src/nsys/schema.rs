@@ -331,14 +331,16 @@ impl Schema {
         if let Some(d) = device {
             if self.has_col(GPU, "id") && self.has_col(MAP, "cudaId") && self.has_col(MAP, "gpuId")
             {
-                let order = if self.has_col(MAP, "pid") {
-                    "ORDER BY c.pid = ?2 DESC"
+                // The profiled process's own row first: each process has its numbering.
+                let pid_col = if self.has_col(MAP, "pid") {
+                    "c.pid"
                 } else {
-                    "ORDER BY ?2"
+                    "NULL"
                 };
                 let sql = format!(
                     "SELECT CAST(g.name AS TEXT) FROM {MAP} c JOIN {GPU} g ON g.id = c.gpuId
-                     WHERE c.cudaId = ?1 AND g.name IS NOT NULL {order} LIMIT 1"
+                     WHERE c.cudaId = ?1 AND g.name IS NOT NULL
+                     ORDER BY {pid_col} IS ?2 DESC LIMIT 1"
                 );
                 if let Some(n) = first(&sql, &[&d, &pid])? {
                     return Ok(Some(n));

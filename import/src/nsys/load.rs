@@ -359,7 +359,7 @@ impl Load<'_> {
             return Ok(());
         }
         let c = |col: &str| s.col(table, "t", col);
-        // Columns 7-15: name, bytes, three kinds, grid and block (NULL where not this kind's).
+        // Columns 7-17: name, bytes, three kinds, grid and block (NULL where not this kind's).
         let (name, join, rest) = match kind {
             GpuKind::Kernel => (
                 "n.value".to_string(),

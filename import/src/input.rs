@@ -1,6 +1,7 @@
 //! What each source of `causeway import` is, told by content rather than by name: a reference
-//! trace (SQLite), a PyTorch profiler trace (Kineto JSON, plain or gzipped), or a directory of
-//! profiler traces (one per rank).
+//! trace (SQLite with an `events` table), an Nsight Systems export (SQLite with nsys's tables), a
+//! PyTorch profiler trace (Kineto JSON, plain or gzipped), or a directory of profiler traces (one
+//! per rank).
 
 use std::collections::HashSet;
 use std::io::Read;
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 use causeway_store::Writer;
 
 use crate::kineto::{self, KinetoError, KinetoTrace};
+use crate::nsys::{self, NsysTrace};
 use crate::{ImportError, ImportOptions, Progress, SourceReport, SqliteTrace};
 
 /// One source, opened and checked.
@@ -17,6 +19,8 @@ pub(crate) enum Input {
     Sqlite(SqliteTrace),
     /// A PyTorch profiler trace.
     Kineto(KinetoTrace),
+    /// An Nsight Systems SQLite export.
+    Nsys(NsysTrace),
 }
 
 /// The first bytes of a file, as many as it has up to 16.
@@ -74,15 +78,22 @@ impl Input {
                 opts.json_limits,
             )?));
         }
-        // Everything else is judged (and named) by the SQLite reader.
-        Ok(Input::Sqlite(SqliteTrace::open(path)?))
+        // Everything else is judged (and named) by the SQLite reader; both SQLite formats start
+        // `SQLite format 3`, so their tables tell them apart.
+        let db = crate::open_sqlite(path)?;
+        if nsys::is_nsys(&db.tables) {
+            return Ok(Input::Nsys(NsysTrace::open(path, db)?));
+        }
+        Ok(Input::Sqlite(SqliteTrace::open(path, db)?))
     }
 
-    /// Events (SQLite) or trace events (Kineto) to go through, for progress.
+    /// Events (SQLite), trace events (Kineto) or rows of the tables read (nsys) to go through,
+    /// for progress.
     pub(crate) fn event_count(&self) -> u64 {
         match self {
             Input::Sqlite(s) => s.event_count,
             Input::Kineto(k) => k.event_count(),
+            Input::Nsys(n) => n.row_count(),
         }
     }
 
@@ -91,6 +102,7 @@ impl Input {
         match self {
             Input::Sqlite(s) => s.default_node(opts),
             Input::Kineto(k) => k.default_node(opts),
+            Input::Nsys(n) => n.default_node(opts),
         }
     }
 
@@ -107,6 +119,7 @@ impl Input {
         match self {
             Input::Sqlite(s) => s.copy_into(w, seen_stacks, opts, done, total, progress),
             Input::Kineto(k) => k.copy_into(w, opts, done, total, progress),
+            Input::Nsys(n) => n.copy_into(w, opts, done, total, progress),
         }
     }
 }

@@ -1,10 +1,12 @@
 //! Imports trace databases recorded by the reference tool (SQLite, every schema vintage seen:
 //! integer or `node:seq` event ids, with or without node/comm/cgroup_id/stack_ips/rank columns
 //! and aggregate tables) into a new causeway store, through a temp file renamed on success.
-//! PyTorch profiler (Kineto) traces go through [`kineto`]; [`input`] tells the formats apart.
+//! PyTorch profiler (Kineto) traces go through [`kineto`], Nsight Systems SQLite exports through
+//! [`nsys`]; [`input`] tells the formats apart.
 
 mod input;
 pub mod kineto;
+pub mod nsys;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -94,6 +96,9 @@ pub enum ImportError {
     /// A PyTorch profiler trace could not be read.
     #[error(transparent)]
     Kineto(#[from] kineto::KinetoError),
+    /// An Nsight Systems export could not be read.
+    #[error(transparent)]
+    Nsys(#[from] nsys::NsysError),
     /// Writing the store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -105,13 +110,14 @@ impl ImportError {
         match self {
             Self::SameTrace { .. } => Some("import each trace once".to_string()),
             Self::Unreadable { .. } => Some("check the path and its permissions".to_string()),
-            Self::NotAFile { .. } => Some("give the path of a trace database (*.db), a PyTorch profiler trace (*.pt.trace.json[.gz]) or a directory of them".to_string()),
+            Self::NotAFile { .. } => Some("give the path of a trace database (*.db), an Nsight Systems SQLite export (*.sqlite), a PyTorch profiler trace (*.pt.trace.json[.gz]) or a directory of them".to_string()),
             Self::WrongSchema { .. } => Some("import takes trace databases recorded by the reference tool; check what wrote this file".to_string()),
-            Self::NotSqlite { .. } => Some("import takes trace databases recorded by the reference tool (*.db) and PyTorch profiler traces (*.pt.trace.json[.gz]); open causeway stores directly with --db".to_string()),
-            Self::NotATrace { .. } => Some("a trace database has an events table with timestamp, pid, tid, source, op and duration columns".to_string()),
+            Self::NotSqlite { .. } => Some("import takes trace databases recorded by the reference tool (*.db), Nsight Systems SQLite exports (nsys export --type sqlite) and PyTorch profiler traces (*.pt.trace.json[.gz]); open causeway stores directly with --db".to_string()),
+            Self::NotATrace { .. } => Some("a trace database has an events table with timestamp, pid, tid, source, op and duration columns; an Nsight Systems export has StringIds and CUPTI_ACTIVITY_KIND_* tables".to_string()),
             Self::Corrupt { .. } => Some("copy the file again from the machine that recorded it".to_string()),
             Self::OutputIsSource { .. } => Some("choose another output path (-o)".to_string()),
             Self::Kineto(e) => e.hint(),
+            Self::Nsys(e) => e.hint(),
             Self::Store(e) => e.hint(),
         }
     }
@@ -159,6 +165,9 @@ pub struct SourceReport {
     /// What a PyTorch profiler trace held beside its calls (None for reference traces).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kineto: Option<kineto::KinetoReport>,
+    /// What an Nsight Systems export held, table by table (None for other sources).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nsys: Option<nsys::NsysReport>,
 }
 
 /// Progress of a running import.
@@ -362,6 +371,21 @@ fn classify(path: &Path, e: rusqlite::Error) -> ImportError {
     }
 }
 
+/// SQLite's integrity report (one problem a line, under a `*** in database main ***` heading)
+/// as one line for an error message: the first problems, and how many there are.
+fn one_line(report: &str) -> String {
+    let problems: Vec<&str> = report
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("***"))
+        .collect();
+    match problems.len() {
+        0 => report.trim().to_string(),
+        1 | 2 => problems.join("; "),
+        n => format!("{}; {} and {} more", problems[0], problems[1], n - 2),
+    }
+}
+
 /// `path` with `suffix` appended (SQLite's `-wal` and `-journal` files).
 fn beside(path: &Path, suffix: &str) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
@@ -436,40 +460,66 @@ fn uri_path(path: &Path) -> String {
     out
 }
 
-impl SqliteTrace {
-    fn open(path: &Path) -> Result<SqliteTrace, ImportError> {
-        let meta = std::fs::metadata(path).map_err(|source| ImportError::Unreadable {
+/// An SQLite source, opened read-only and checked whole: its tables, told apart by
+/// [`input`] (a reference trace has `events`, an Nsight Systems export `StringIds` and CUPTI
+/// tables).
+pub(crate) struct SqliteDb {
+    pub(crate) conn: rusqlite::Connection,
+    /// See [`SqliteTrace::_copy`].
+    pub(crate) copy: Option<tempfile::TempDir>,
+    pub(crate) tables: HashSet<String>,
+}
+
+/// Opens `path` as an SQLite database without writing it, and reads every page once
+/// (`quick_check`), so that a truncated or damaged file fails here, before anything is written.
+pub(crate) fn open_sqlite(path: &Path) -> Result<SqliteDb, ImportError> {
+    let meta = std::fs::metadata(path).map_err(|source| ImportError::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if let Some(kind) = causeway_store::paths::not_a_file(&meta) {
+        return Err(ImportError::NotAFile {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
+    let mut header = [0u8; 100];
+    {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path).map_err(|source| ImportError::Unreadable {
             path: path.to_path_buf(),
             source,
         })?;
-        if let Some(kind) = causeway_store::paths::not_a_file(&meta) {
-            return Err(ImportError::NotAFile {
+        if f.read_exact(&mut header).is_err() || &header[..16] != b"SQLite format 3\0" {
+            return Err(ImportError::NotSqlite {
                 path: path.to_path_buf(),
-                kind,
             });
         }
-        let mut header = [0u8; 100];
-        {
-            use std::io::Read;
-            let mut f = std::fs::File::open(path).map_err(|source| ImportError::Unreadable {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            if f.read_exact(&mut header).is_err() || &header[..16] != b"SQLite format 3\0" {
-                return Err(ImportError::NotSqlite {
-                    path: path.to_path_buf(),
-                });
-            }
-        }
-        let (conn, copy) = open_source(path, &header)?;
-        let tables: HashSet<String> = {
-            let mut st = conn
-                .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-                .map_err(|e| classify(path, e))?;
-            st.query_map([], |r| r.get::<_, String>(0))
-                .and_then(|rows| rows.collect())
-                .map_err(|e| classify(path, e))?
-        };
+    }
+    let (conn, copy) = open_source(path, &header)?;
+    let tables: HashSet<String> = {
+        let mut st = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+            .map_err(|e| classify(path, e))?;
+        st.query_map([], |r| r.get::<_, String>(0))
+            .and_then(|rows| rows.collect())
+            .map_err(|e| classify(path, e))?
+    };
+    let check: String = conn
+        .query_row("PRAGMA quick_check", [], |r| r.get(0))
+        .map_err(|e| classify(path, e))?;
+    if check != "ok" {
+        return Err(ImportError::Corrupt {
+            path: path.to_path_buf(),
+            detail: one_line(&check),
+        });
+    }
+    Ok(SqliteDb { conn, copy, tables })
+}
+
+impl SqliteTrace {
+    fn open(path: &Path, db: SqliteDb) -> Result<SqliteTrace, ImportError> {
+        let SqliteDb { conn, copy, tables } = db;
         if !tables.contains("events") {
             return Err(ImportError::NotATrace {
                 path: path.to_path_buf(),
@@ -491,16 +541,6 @@ impl SqliteTrace {
                     why: format!("events has no {c} column"),
                 });
             }
-        }
-        // Reading every page once detects truncation before anything is written.
-        let check: String = conn
-            .query_row("PRAGMA quick_check", [], |r| r.get(0))
-            .map_err(|e| classify(path, e))?;
-        if check != "ok" {
-            return Err(ImportError::Corrupt {
-                path: path.to_path_buf(),
-                detail: check,
-            });
         }
         let event_count: i64 = conn
             .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
@@ -1364,6 +1404,19 @@ mod tests {
         assert_eq!(
             t,
             r#"[{"detail":"x","duration_ns":13000,"layer":"CUDA","op":"cudaDeviceSynchronize"}]"#
+        );
+    }
+
+    #[test]
+    fn integrity_reports_read_in_one_line() {
+        let report = "*** in database main ***\nTree 157 page 264: btreeInitPage() returns error code 11\nTree 158 page 265: btreeInitPage() returns error code 11\nTree 159 page 266: x";
+        assert_eq!(
+            one_line(report),
+            "Tree 157 page 264: btreeInitPage() returns error code 11; Tree 158 page 265: btreeInitPage() returns error code 11 and 1 more"
+        );
+        assert_eq!(
+            one_line("row 3 missing from index i"),
+            "row 3 missing from index i"
         );
     }
 

@@ -22,7 +22,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Import trace databases recorded by the reference tool (SQLite) into a causeway store.
+    /// Import traces other tools recorded into a causeway store: reference-tool SQLite traces,
+    /// Nsight Systems SQLite exports, PyTorch profiler (Kineto) traces.
     Import(cmd::import::ImportArgs),
     /// Merge the stores of several nodes into one cluster store (clock offsets estimated).
     Merge(cmd::merge::MergeArgs),

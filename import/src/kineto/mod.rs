@@ -11,7 +11,7 @@
 
 mod bounded;
 mod load;
-mod map;
+pub(crate) mod map;
 mod parse;
 
 use std::collections::HashMap;

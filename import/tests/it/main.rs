@@ -1,8 +1,10 @@
 //! Integration tests of the importer: every reference-trace vintage in ../shared, checked
-//! against the published figures, and its handling of bad input.
+//! against the published figures, the Kineto traces and Nsight Systems exports against their
+//! sources, and its handling of bad input.
 
 mod import;
 mod kineto;
+mod nsys;
 
 use std::path::PathBuf;
 

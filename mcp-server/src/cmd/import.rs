@@ -1,5 +1,5 @@
-//! `causeway import`: reference-tool SQLite traces and PyTorch profiler (Kineto) traces into a
-//! new causeway store (docs/import.md).
+//! `causeway import`: reference-tool SQLite traces, Nsight Systems SQLite exports and PyTorch
+//! profiler (Kineto) traces into a new causeway store (docs/import.md).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -14,8 +14,8 @@ use crate::output::thousands;
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {
     /// Traces to import, told apart by content: reference-tool trace databases (SQLite),
-    /// PyTorch profiler traces (Kineto JSON, plain or gzipped), or directories of per-rank
-    /// profiler traces.
+    /// Nsight Systems exports (`nsys export --type sqlite`), PyTorch profiler traces (Kineto
+    /// JSON, plain or gzipped), or directories of per-rank profiler traces.
     #[arg(required = true, value_name = "SRC")]
     pub sources: Vec<PathBuf>,
     #[command(flatten)]
@@ -95,6 +95,20 @@ fn describe(r: &SourceReport) -> String {
         ));
         if let (Some(rank), Some(world)) = (k.rank, k.world_size) {
             s.push_str(&format!("; rank {rank} of {world}"));
+        }
+    }
+    if let Some(n) = &r.nsys {
+        s.push_str(&format!(
+            "; {} kernels, {} copies, {} memsets, {} syncs, {} NVTX ranges, {} OS runtime ranges",
+            thousands(n.kernels),
+            thousands(n.memcpys),
+            thousands(n.memsets),
+            thousands(n.syncs),
+            thousands(n.nvtx_ranges),
+            thousands(n.osrt_ranges)
+        ));
+        if n.session_start_ns.is_none() {
+            s.push_str("; the export has no session start (TARGET_INFO_SESSION_START_TIME): times are ns since the capture began");
         }
     }
     if r.skipped > 0 {

@@ -17,7 +17,7 @@ use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 use serde::Serialize;
 
-use crate::budget::Budget;
+use crate::budget::{Budget, CallClass};
 use crate::counts::lit;
 use crate::facts::{Ctx, duck};
 use crate::window::DEVICE_SCHEMA;
@@ -54,7 +54,7 @@ pub struct IdleReason {
     /// launching call is not in the trace), `end` (no work after it in the window).
     pub waiting_for: String,
     /// What the launching thread was doing meanwhile (for `host`): `input pipeline`, `sync`,
-    /// `copy`, `collective`, `CPU ops` or `outside profiled ops`; else the same as
+    /// `copy`, `collective`, `allocation`, `CPU ops` or `outside profiled ops`; else the same as
     /// `waiting_for`.
     pub reason: String,
     /// For `CPU ops`: the outermost op the thread was in (beneath the profiler's step).
@@ -197,13 +197,19 @@ const BUCKETS: i64 = 4;
 /// launching call (through `correlations`) says whom the device waited for: the host while
 /// the call had not started yet, then a dependency. The host's part is split by what the
 /// launching thread was in, first match wins: a DataLoader op, a sync call, a copy call, a
-/// collective (op or NCCL call), any other op (named by the outermost one beneath the
+/// collective (op or NCCL call), an allocation or free, any other op (named by the outermost one beneath the
 /// profiler's step), else outside profiled ops. After the last work: `end`. The rows sum to the
 /// window less the busy time; a first row per device (`all`) gives their total.
 pub static IDLE_SQL: LazyLock<String> = LazyLock::new(|| {
     let copies = catalog::OPS
         .iter()
         .filter(|o| o.name.contains("Memcpy"))
+        .map(|o| lit(o.name))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let allocs = catalog::OPS
+        .iter()
+        .filter(|o| matches!(CallClass::of(o.id, 0), CallClass::Alloc | CallClass::Free))
         .map(|o| lit(o.name))
         .collect::<Vec<_>>()
         .join(", ");
@@ -234,28 +240,30 @@ WHERE w.b1 - w.b0 >= {K} AND r.start_ns < w.he AND r.end_ns > w.gs \
 UNION ALL SELECT w.pid, w.device, w.gs, w.he, r.name, r.cat, r.start_ns, r.end_ns FROM hw0 w JOIN r0 r ON r.pid = w.pid AND r.tid = w.tid \
 WHERE w.b1 - w.b0 < {K} AND r.b1 - r.b0 >= {K} AND r.start_ns < w.he AND r.end_ns > w.gs), \
 rg AS (SELECT pid, device, gs, name, cat, least(end_ns, he) - greatest(start_ns, gs) AS ov FROM pairs), \
-cg AS (SELECT h.pid, h.device, h.gs, CASE WHEN ev.op IN ({SYNCS_SQL}) THEN 'sync' WHEN ev.op IN ({copies}) THEN 'copy' ELSE 'collective' END AS cat, \
+cg AS (SELECT h.pid, h.device, h.gs, CASE WHEN ev.op IN ({SYNCS_SQL}) THEN 'sync' WHEN ev.op IN ({copies}) THEN 'copy' WHEN ev.op IN ({allocs}) THEN 'alloc' ELSE 'collective' END AS cat, \
 least(ev.timestamp + ev.duration, h.he) - greatest(ev.timestamp, h.gs) AS ov \
 FROM h JOIN events ev ON ev.node = $1 AND ev.pid = h.pid AND ev.tid = h.tid AND ev.timestamp < h.he AND ev.timestamp + ev.duration > h.gs \
-WHERE h.he > h.gs AND (ev.op IN ({SYNCS_SQL}) OR ev.op IN ({copies}) OR ev.op IN ({nccl}))), \
+WHERE h.he > h.gs AND (ev.op IN ({SYNCS_SQL}) OR ev.op IN ({copies}) OR ev.op IN ({nccl}) OR ev.op IN ({allocs}))), \
 rov AS (SELECT pid, device, gs, sum(ov) FILTER (WHERE cat = 'input') AS in_ov, sum(ov) FILTER (WHERE cat = 'collective') AS coll_r, \
 sum(ov) FILTER (WHERE cat = 'top') AS top_ov, arg_max(name, ov) FILTER (WHERE cat = 'top') AS phase FROM rg GROUP BY ALL), \
-coc AS (SELECT pid, device, gs, sum(ov) FILTER (WHERE cat = 'sync') AS sync_ov, sum(ov) FILTER (WHERE cat = 'copy') AS copy_ov, sum(ov) FILTER (WHERE cat = 'collective') AS coll_c FROM cg GROUP BY ALL), \
+coc AS (SELECT pid, device, gs, sum(ov) FILTER (WHERE cat = 'sync') AS sync_ov, sum(ov) FILTER (WHERE cat = 'copy') AS copy_ov, sum(ov) FILTER (WHERE cat = 'collective') AS coll_c, sum(ov) FILTER (WHERE cat = 'alloc') AS alloc_ov FROM cg GROUP BY ALL), \
 p AS (SELECT h.pid, h.device, h.gs, h.ge, h.he, h.ls, h.op, h.cls, CASE WHEN h.ls IS NULL THEN 0 ELSE h.he - h.gs END AS hw, \
-coalesce(rov.in_ov, 0) AS in_ov, coalesce(coc.sync_ov, 0) AS sync_ov, coalesce(coc.copy_ov, 0) AS copy_ov, greatest(coalesce(rov.coll_r, 0), coalesce(coc.coll_c, 0)) AS coll_ov, coalesce(rov.top_ov, 0) AS top_ov, coalesce(rov.phase, '') AS phase \
+coalesce(rov.in_ov, 0) AS in_ov, coalesce(coc.sync_ov, 0) AS sync_ov, coalesce(coc.copy_ov, 0) AS copy_ov, greatest(coalesce(rov.coll_r, 0), coalesce(coc.coll_c, 0)) AS coll_ov, coalesce(coc.alloc_ov, 0) AS alloc_ov, coalesce(rov.top_ov, 0) AS top_ov, coalesce(rov.phase, '') AS phase \
 FROM h LEFT JOIN rov USING (pid, device, gs) LEFT JOIN coc USING (pid, device, gs)), \
 p1 AS (SELECT *, least(hw, in_ov) AS t_input FROM p), \
 p2 AS (SELECT *, least(hw - t_input, sync_ov) AS t_sync FROM p1), \
 p3 AS (SELECT *, least(hw - t_input - t_sync, copy_ov) AS t_copy FROM p2), \
 p4 AS (SELECT *, least(hw - t_input - t_sync - t_copy, coll_ov) AS t_coll FROM p3), \
-p5 AS (SELECT *, least(hw - t_input - t_sync - t_copy - t_coll, top_ov) AS t_top FROM p4), \
+p5a AS (SELECT *, least(hw - t_input - t_sync - t_copy - t_coll, alloc_ov) AS t_alloc FROM p4), \
+p5 AS (SELECT *, least(hw - t_input - t_sync - t_copy - t_coll - t_alloc, top_ov) AS t_top FROM p5a), \
 parts AS (\
 SELECT pid, device, 'host' AS waiting_for, 'input pipeline' AS reason, '' AS detail, t_input AS ns FROM p5 \
 UNION ALL SELECT pid, device, 'host', 'sync', '', t_sync FROM p5 \
 UNION ALL SELECT pid, device, 'host', 'copy', '', t_copy FROM p5 \
 UNION ALL SELECT pid, device, 'host', 'collective', '', t_coll FROM p5 \
+UNION ALL SELECT pid, device, 'host', 'allocation', '', t_alloc FROM p5 \
 UNION ALL SELECT pid, device, 'host', 'CPU ops', phase, t_top FROM p5 \
-UNION ALL SELECT pid, device, 'host', 'outside profiled ops', '', hw - t_input - t_sync - t_copy - t_coll - t_top FROM p5 \
+UNION ALL SELECT pid, device, 'host', 'outside profiled ops', '', hw - t_input - t_sync - t_copy - t_coll - t_alloc - t_top FROM p5 \
 UNION ALL SELECT pid, device, CASE WHEN ls IS NULL THEN 'unknown' ELSE 'dependency' END, CASE WHEN ls IS NULL THEN 'launch not in the trace' WHEN op LIKE '%GraphLaunch%' THEN 'work of a CUDA graph waited' WHEN cls = 'communication' THEN 'a collective waited (peers or another stream)' ELSE 'queued work waited (an event or stream wait)' END, '', ge - gs - hw FROM p5 \
 UNION ALL SELECT pid, device, 'end', 'after the last work', '', $3 - max(e) FROM a GROUP BY pid, device) \
 SELECT pid::BIGINT AS pid, device::BIGINT AS device, coalesce(waiting_for, 'all') AS waiting_for, coalesce(reason, 'all idle') AS reason, coalesce(detail, '') AS detail, \

@@ -250,8 +250,26 @@ fn kineto_traces() -> Vec<PathBuf> {
     files
 }
 
-/// The check of the host-side model on traces other people recorded: each Kineto trace is
-/// imported, then copied with its device timeline deleted; the engine's host-side estimate on
+/// The two real Nsight Systems exports the importer's tests carry (A100s, recorded by others:
+/// import/tests/data/README.md), unpacked into `dir`.
+fn nsys_exports(dir: &Path) -> Vec<PathBuf> {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../import/tests/data");
+    let mut out = Vec::new();
+    for name in [
+        "nsys-2022.2-saxpy-mpi-cuda.sqlite",
+        "nsys-2024.5-cloverleaf-cuda.sqlite",
+    ] {
+        let gz = std::fs::File::open(data.join(format!("{name}.gz"))).unwrap();
+        let dst = dir.join(name);
+        let mut f = std::fs::File::create(&dst).unwrap();
+        std::io::copy(&mut flate2::read::GzDecoder::new(gz), &mut f).unwrap();
+        out.push(dst);
+    }
+    out
+}
+
+/// The check of the host-side model on traces other people recorded: each Kineto trace (and
+/// each real Nsight Systems export, whose loops do wait for the device) is imported, then copied with its device timeline deleted; the engine's host-side estimate on
 /// the copy (same window) is compared with the idle the device measured. The estimate is a
 /// range (what the host proves idle .. the window less what it proves busy): the measured idle
 /// must lie in it on every trace, and where the range is narrow (`estimate_known`), its low end
@@ -263,7 +281,12 @@ fn the_host_side_estimate_holds_the_measured_idle() {
         "{:<44} {:>4} {:>10} {:>18} {:>6}  host can tell",
         "trace", "rank", "measured", "host-side range", "diff"
     )];
-    for (i, f) in kineto_traces().iter().enumerate() {
+    for (i, f) in kineto_traces()
+        .into_iter()
+        .chain(nsys_exports(dir.path()))
+        .enumerate()
+    {
+        let f = &f;
         let db = dir.path().join(format!("k{i}.duckdb"));
         import(f, &db);
         let r = Reader::open(&db).unwrap();
@@ -316,7 +339,8 @@ fn the_host_side_estimate_holds_the_measured_idle() {
             let name = f.file_name().unwrap().to_string_lossy();
             table.push(format!(
                 "{:<44} {:>4} {:>9.1}% {:>7.1}% .. {:>5.1}% {:>+5.1}  {}",
-                name.trim_end_matches(".pt.trace.json.gz"),
+                name.trim_end_matches(".pt.trace.json.gz")
+                    .trim_end_matches(".sqlite"),
                 m.rank.map_or("-".into(), |r| r.to_string()),
                 measured,
                 lo,

@@ -478,7 +478,8 @@ fn add_streams_and_idle(
             });
         }
     }
-    let idle: Vec<(i64, i64, String, String, String, i64, i64, i64)> = r
+    type Row = (i64, i64, String, String, String, i64, i64, i64);
+    let idle: Vec<Row> = r
         .prepare_trusted(IDLE_SQL.as_str())?
         .query_map(duckdb::params![node, from, until, pid], causeway_store::row)
         .and_then(|rows| rows.collect())

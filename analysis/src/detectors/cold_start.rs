@@ -85,12 +85,9 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         // calls cost it nothing: a profiler window opened mid-run whose launches blocked on a
         // full queue is a busy GPU, not a cold start.
         let warm_end = t.first_ns.saturating_add(warm_len);
-        if let Some((busy, w)) =
-            crate::device::busy_in(ctx.r, &a.node, a.pid, t.first_ns, warm_end)?
-        {
-            if busy.saturating_mul(10) >= w.saturating_mul(9) {
-                continue;
-            }
+        let measured = crate::device::busy_in(ctx.r, &a.node, a.pid, t.first_ns, warm_end)?;
+        if measured.is_some_and(|(busy, w)| busy.saturating_mul(10) >= w.saturating_mul(9)) {
+            continue;
         }
         let node_span = ctx.node_span_ns(&a.node);
         let ops: Vec<String> = a.ops.iter().map(|(o, n)| format!("{n} {o}")).collect();

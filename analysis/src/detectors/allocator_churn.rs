@@ -39,6 +39,10 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         }
         let sampled =
             free.counted_calls.is_some() || alloc.is_some_and(|a| a.counted_calls.is_some());
+        // The time is the calls' over the whole span, start-up's included: where start-up's
+        // calls take it past the steady span (a slow start on a busy machine), it is given as
+        // a share of the whole span, which holds every call.
+        let shown = if lost > span { b.span_ns.max(1) } else { span };
         out.push(
             Finding {
                 detector: "allocator_churn",
@@ -52,8 +56,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     per_s,
                     if sampled { "~" } else { "" },
                     d(lost),
-                    pct(lost, span),
-                    span_words(span, b.span_ns)
+                    pct(lost, shown),
+                    span_words(shown, b.span_ns)
                 ),
                 root_cause: "Allocator churn: device memory is released and allocated again every step (torch.cuda.empty_cache() in the loop, or allocations the caching allocator cannot reuse); every cudaFree synchronises the device".into(),
                 explanation: format!(

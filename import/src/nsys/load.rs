@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use causeway_store::catalog::OpInfo;
-use causeway_store::{Correlation, Event, GpuActivity, GpuKind, Range, SessionInfo, Writer};
+use causeway_store::{Correlation, Event, GpuActivity, GpuKind, Range, SessionInfo, Step, Writer};
 use rusqlite::Row;
 
 use super::schema::{
@@ -580,6 +580,7 @@ impl Load<'_> {
         let mut rows = self.sq(st.query([]))?;
         let mut depths = Depths::default();
         let mut settled = Vec::new();
+        let mut steps = Vec::new();
         while let Some(r) = self.sq(rows.next())? {
             self.tick();
             let nvtx = self.sq(r.get::<_, i64>(0))? == 0;
@@ -602,6 +603,9 @@ impl Load<'_> {
             self.seen(start, end);
             let text: Option<String> = self.sq(r.get(5))?;
             let text = text.unwrap_or_default();
+            let step = nvtx
+                .then(|| crate::kineto::map::profiler_step(&text))
+                .flatten();
             let domain: Option<i64> = self.sq(r.get(6))?;
             let name = match domain.and_then(|d| domains.get(&d)) {
                 Some(d) => format!("{d}:{text}"),
@@ -609,6 +613,18 @@ impl Load<'_> {
             };
             if nvtx {
                 self.report.nvtx_ranges += 1;
+                // torch.profiler's step ranges, emitted as NVTX (and anyone's who names a
+                // step the same way): the steps people compare runs by.
+                if let Some(step) = step {
+                    steps.push(Step {
+                        pid,
+                        tid,
+                        step,
+                        start_ns: start,
+                        end_ns: end,
+                        source: "nvtx",
+                    });
+                }
             } else {
                 self.report.osrt_ranges += 1;
             }
@@ -631,6 +647,8 @@ impl Load<'_> {
         }
         depths.finish(&mut settled);
         self.w.add_ranges(&settled)?;
+        self.w.add_steps(&steps)?;
+        self.report.steps = steps.len() as u64;
         self.report.ranges_out_of_order = depths.out_of_order;
         Ok(())
     }

@@ -90,6 +90,8 @@ pub struct NsysReport {
     pub syncs: u64,
     /// NVTX ranges stored in `ranges`.
     pub nvtx_ranges: u64,
+    /// NVTX `ProfilerStep#N` ranges stored as `steps` (source `nvtx`).
+    pub steps: u64,
     /// OS runtime calls stored in `ranges`.
     pub osrt_ranges: u64,
     /// Ranges written out of start order on their thread.

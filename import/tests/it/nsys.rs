@@ -451,7 +451,7 @@ fn built_export(path: &Path) {
              (10, 'cudaLaunchKernel_ptsz_v7000'), (11, 'cudaMemsetAsync_v3020'),
              (12, 'cuLaunchKernel'), (13, 'cudaEventQuery_v3020'),
              (20, 'void gemm<float>(float*, int)'), (21, 'gemm'),
-             (14, 'cuMemcpyHtoDAsync_v2'), (30, 'step'), (31, 'forward'), (32, 'prefetch');
+             (14, 'cuMemcpyHtoDAsync_v2'), (30, 'ProfilerStep#7'), (31, 'forward'), (32, 'prefetch');
          INSERT INTO ThreadNames VALUES (1, 0, 4242 * 16777216 + 4242), (2, 0, 4242 * 16777216 + 4243);
          INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES
              (100, 110, 0, 4242 * 16777216 + 4242, 1, 10, 0, NULL),
@@ -523,7 +523,18 @@ fn an_export_built_to_the_documented_schema_imports_whole() {
         &r,
         "SELECT string_agg(name || '@' || tid || ':' || depth, ' ' ORDER BY start_ns) FROM ranges WHERE kind = 'nvtx'",
     );
-    assert_eq!(ranges, "prefetch@4243:0 step@4242:0 forward@4242:1");
+    assert_eq!(
+        ranges,
+        "prefetch@4243:0 ProfilerStep#7@4242:0 forward@4242:1"
+    );
+    // torch.profiler's step range, as NVTX, is a step; the unterminated one is not.
+    assert_eq!(
+        text(
+            &r,
+            "SELECT string_agg(step || '@' || tid || ':' || start_ns - (SELECT min(start_ns) FROM ranges) || '-' || end_ns - (SELECT min(start_ns) FROM ranges) || ':' || source, ' ') FROM steps"
+        ),
+        "7@4242:40-350:nvtx"
+    );
     assert_eq!(
         text(&r, "SELECT gpu_model FROM sessions"),
         "NVIDIA H100 80GB HBM3"
@@ -536,7 +547,10 @@ fn an_export_built_to_the_documented_schema_imports_whole() {
         Some(&1)
     );
     assert_eq!(nsys.not_imported.get("NVTX_EVENTS/NvtxMark"), Some(&1));
-    assert_eq!((nsys.memsets, nsys.kernels, nsys.nvtx_ranges), (1, 2, 3));
+    assert_eq!(
+        (nsys.memsets, nsys.kernels, nsys.nvtx_ranges, nsys.steps),
+        (1, 2, 3, 1)
+    );
     causeway_analysis::explain(&r, &causeway_analysis::ChainQuery::default()).unwrap();
 }
 

@@ -191,7 +191,9 @@ const BUCKET_NS: i64 = 1_000_000;
 /// See [`BUCKET_NS`].
 const BUCKETS: i64 = 4;
 
-/// Every idle stretch of a device in the window and why, one row per (pid, device, whom it
+/// Every idle stretch of a device in the window and why (work that starts at the same instant
+/// is ordered by its correlation, then stream, so the one that ends a stretch is the same on
+/// every run), one row per (pid, device, whom it
 /// waited for, reason, detail) with the stretches and their time. A stretch runs from the end
 /// of all earlier work (or the window's start) to the next work's start; the next work's
 /// launching call (through `correlations`) says whom the device waited for: the host while
@@ -221,7 +223,7 @@ pub static IDLE_SQL: LazyLock<String> = LazyLock::new(|| {
         .join(", ");
     format!(
         "WITH {ACTIVITY_CTE}, \
-o AS (SELECT pid, device, s, e, correlation, cls, coalesce(max(e) OVER (PARTITION BY pid, device ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), $2) AS prev FROM a), \
+o AS (SELECT pid, device, s, e, correlation, cls, coalesce(max(e) OVER (PARTITION BY pid, device ORDER BY s, e, correlation NULLS FIRST, stream, cls ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), $2) AS prev FROM a), \
 lc AS (SELECT c.pid, c.correlation, min(ev.timestamp) AS ls, arg_min(ev.tid, ev.timestamp) AS tid, arg_min(ev.op, ev.timestamp) AS op FROM correlations c JOIN events ev ON ev.node = c.node AND ev.seq = c.seq WHERE c.node = $1 AND ($4 < 0 OR c.pid = $4) GROUP BY ALL), \
 h AS (SELECT o.pid, o.device, o.prev AS gs, o.s AS ge, o.cls, lc.tid, lc.ls, lc.op, CASE WHEN lc.ls > o.prev THEN least(o.s, lc.ls) ELSE o.prev END AS he FROM o LEFT JOIN lc ON lc.pid = o.pid AND lc.correlation = o.correlation WHERE o.s > o.prev), \
 st AS (SELECT DISTINCT tid FROM steps WHERE node = $1 AND ($4 < 0 OR pid = $4)), \

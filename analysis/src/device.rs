@@ -247,7 +247,7 @@ least(ev.timestamp + ev.duration, h.he) - greatest(ev.timestamp, h.gs) AS ov \
 FROM h JOIN events ev ON ev.node = $1 AND ev.pid = h.pid AND ev.tid = h.tid AND ev.timestamp < h.he AND ev.timestamp + ev.duration > h.gs \
 WHERE h.he > h.gs AND (ev.op IN ({SYNCS_SQL}) OR ev.op IN ({copies}) OR ev.op IN ({nccl}) OR ev.op IN ({allocs}))), \
 rov AS (SELECT pid, device, gs, sum(ov) FILTER (WHERE cat = 'input') AS in_ov, sum(ov) FILTER (WHERE cat = 'collective') AS coll_r, \
-sum(ov) FILTER (WHERE cat = 'top') AS top_ov, arg_max(name, ov) FILTER (WHERE cat = 'top') AS phase FROM rg GROUP BY ALL), \
+sum(ov) FILTER (WHERE cat = 'top') AS top_ov, arg_max(name, lpad(ov::VARCHAR, 20, '0') || name) FILTER (WHERE cat = 'top') AS phase FROM rg GROUP BY ALL), \
 coc AS (SELECT pid, device, gs, sum(ov) FILTER (WHERE cat = 'sync') AS sync_ov, sum(ov) FILTER (WHERE cat = 'copy') AS copy_ov, sum(ov) FILTER (WHERE cat = 'collective') AS coll_c, sum(ov) FILTER (WHERE cat = 'alloc') AS alloc_ov FROM cg GROUP BY ALL), \
 p AS (SELECT h.pid, h.device, h.gs, h.ge, h.he, h.ls, h.op, h.cls, CASE WHEN h.ls IS NULL THEN 0 ELSE h.he - h.gs END AS hw, \
 coalesce(rov.in_ov, 0) AS in_ov, coalesce(coc.sync_ov, 0) AS sync_ov, coalesce(coc.copy_ov, 0) AS copy_ov, greatest(coalesce(rov.coll_r, 0), coalesce(coc.coll_c, 0)) AS coll_ov, coalesce(coc.alloc_ov, 0) AS alloc_ov, coalesce(rov.top_ov, 0) AS top_ov, coalesce(rov.phase, '') AS phase \

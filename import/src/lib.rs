@@ -470,6 +470,41 @@ pub(crate) struct SqliteDb {
     pub(crate) tables: HashSet<String>,
 }
 
+/// Distinct names an importer counts one by one in its report and drops; the rest together.
+const MAX_KINDS: usize = 256;
+
+/// Counts `n` of `key` in `map`, one entry per distinct key up to [`MAX_KINDS`], then
+/// `(others)`: a file of made-up call names cannot grow the report without bound.
+pub(crate) fn tally(map: &mut std::collections::BTreeMap<String, u64>, key: &str, n: u64) {
+    if let Some(v) = map.get_mut(key) {
+        *v += n;
+    } else if map.len() < MAX_KINDS {
+        map.insert(key.to_string(), n);
+    } else {
+        *map.entry("(others)".to_string()).or_default() += n;
+    }
+}
+
+/// Records the runtime calls a source held that the op catalogue lacks, one `import_skipped`
+/// drop per call name, and returns how many there were.
+pub(crate) fn record_skipped(
+    w: &mut Writer,
+    origin: &str,
+    skipped: &std::collections::BTreeMap<String, u64>,
+) -> Result<u64, ImportError> {
+    let mut total = 0;
+    for (name, n) in skipped {
+        total += n;
+        w.record_drop(
+            "import_skipped",
+            None,
+            *n,
+            &format!("{origin}: runtime call {name} is not in the op catalogue"),
+        )?;
+    }
+    Ok(total)
+}
+
 /// Opens `path` as an SQLite database without writing it, and reads every page once
 /// (`quick_check`), so that a truncated or damaged file fails here, before anything is written.
 pub(crate) fn open_sqlite(path: &Path) -> Result<SqliteDb, ImportError> {

@@ -235,7 +235,9 @@ fn busy_idle_and_reasons_are_those_of_the_design() {
     );
 }
 
-fn kineto_traces() -> Vec<PathBuf> {
+/// The PyTorch profiler traces of ../shared/investigations/kineto (CAUSEWAY_SHARED_DIR
+/// overrides the folder), in name order.
+pub fn kineto_traces() -> Vec<PathBuf> {
     let shared = std::env::var_os("CAUSEWAY_SHARED_DIR").map_or_else(
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/investigations"),
         PathBuf::from,

@@ -162,17 +162,7 @@ proptest! {
 /// holds.
 #[test]
 fn no_figure_exceeds_the_kineto_traces() {
-    let shared = std::env::var_os("CAUSEWAY_SHARED_DIR").map_or_else(
-        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/investigations"),
-        std::path::PathBuf::from,
-    );
-    let mut files: Vec<_> = std::fs::read_dir(shared.join("kineto"))
-        .expect("../shared/investigations/kineto")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".json.gz"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 8, "{files:?}");
+    let files = crate::device::kineto_traces();
     let dir = tempfile::tempdir().unwrap();
     let mut findings = 0;
     for (i, f) in files.iter().enumerate() {

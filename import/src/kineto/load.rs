@@ -13,10 +13,6 @@ use crate::{ImportError, ImportOptions, Invalid, Progress, SourceReport};
 /// Rows of a side table buffered before they are appended.
 const BATCH: usize = 8192;
 
-/// Distinct names of unknown calls (and of kinds not imported) counted one by one; the rest
-/// are counted together.
-const MAX_KINDS: usize = 256;
-
 struct Load<'a> {
     w: &'a mut Writer,
     file: &'a KinetoTrace,
@@ -41,17 +37,6 @@ struct Load<'a> {
     index: i64,
     /// The device of the first device row (the rank's GPU).
     device_seen: Option<i16>,
-}
-
-/// Counts `key` in `map`, one entry per distinct key up to [`MAX_KINDS`].
-fn tally(map: &mut BTreeMap<String, u64>, key: &str) {
-    if let Some(n) = map.get_mut(key) {
-        *n += 1;
-    } else if map.len() < MAX_KINDS {
-        map.insert(key.to_string(), 1);
-    } else {
-        *map.entry("(others)".to_string()).or_default() += 1;
-    }
 }
 
 impl Load<'_> {
@@ -92,7 +77,7 @@ impl Load<'_> {
         self.report.runtime_calls += 1;
         let name = ev.name.as_deref().unwrap_or("");
         let Some(op) = call_op(name) else {
-            tally(&mut self.skipped, name);
+            crate::tally(&mut self.skipped, name, 1);
             return Ok(());
         };
         let (Some((start, end)), Some((pid, tid))) = (self.span(&ev), Self::host_ids(&ev)) else {
@@ -253,7 +238,7 @@ impl Load<'_> {
                 ev.ph.as_deref().unwrap_or(""),
                 ev.cat.as_deref().unwrap_or("")
             );
-            tally(&mut self.report.not_imported, &key);
+            crate::tally(&mut self.report.not_imported, &key, 1);
             return Ok(());
         }
         match ev.cat.as_deref().unwrap_or("") {
@@ -267,7 +252,7 @@ impl Load<'_> {
             "python_function" => self.range(ev, "python_function"),
             other => {
                 let key = format!("X/{other}");
-                tally(&mut self.report.not_imported, &key);
+                crate::tally(&mut self.report.not_imported, &key, 1);
                 Ok(())
             }
         }
@@ -379,15 +364,7 @@ impl KinetoTrace {
             ..SourceReport::default()
         };
         out.invalid = invalid.store(w, &origin, |first| format!("traceEvents[{}]", first - 1))?;
-        for (name, n) in &skipped {
-            out.skipped += n;
-            w.record_drop(
-                "import_skipped",
-                None,
-                *n,
-                &format!("{origin}: runtime call {name} is not in the op catalogue"),
-            )?;
-        }
+        out.skipped += crate::record_skipped(w, &origin, &skipped)?;
         if first_ns <= last_ns {
             let gpu_model = h
                 .devices

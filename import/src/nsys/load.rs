@@ -22,20 +22,6 @@ const CALL_TABLES: &[&str] = &["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KI
 /// Rows of a side table buffered before they are appended.
 const BATCH: usize = 8192;
 
-/// Distinct names counted one by one in the report and drops; the rest are counted together.
-const MAX_KINDS: usize = 256;
-
-/// Counts `key` in `map`, one entry per distinct key up to [`MAX_KINDS`].
-fn tally(map: &mut BTreeMap<String, u64>, key: &str, n: u64) {
-    if let Some(v) = map.get_mut(key) {
-        *v += n;
-    } else if map.len() < MAX_KINDS {
-        map.insert(key.to_string(), n);
-    } else {
-        *map.entry("(others)".to_string()).or_default() += n;
-    }
-}
-
 /// `name` without the API-version suffixes nsys writes (`cudaMemcpy_v3020`,
 /// `cudaLaunchKernel_ptsz_v7000`, `cuMemcpyHtoDAsync_v2`): the entry point people call.
 fn without_version(name: &str) -> &str {
@@ -268,7 +254,7 @@ impl Load<'_> {
             && class != 1
         {
             let label = classes.get(&class).map(String::as_str).unwrap_or("?");
-            tally(
+            crate::tally(
                 &mut self.report.not_imported,
                 &format!("{table}/eventClass {class} ({label})"),
                 1,
@@ -279,7 +265,7 @@ impl Load<'_> {
         let name: Option<String> = self.sq(r.get(6))?;
         let name = name.unwrap_or_default();
         let Some(op) = nsys_call_op(&name) else {
-            tally(&mut self.skipped, without_version(&name), 1);
+            crate::tally(&mut self.skipped, without_version(&name), 1);
             return Ok(());
         };
         let span = self.span(self.sq(r.get(2))?, self.sq(r.get(3))?);
@@ -558,7 +544,7 @@ impl Load<'_> {
                     format!("{T}/{what}")
                 };
                 *self.done += n as u64;
-                tally(&mut self.report.not_imported, &key, n as u64);
+                crate::tally(&mut self.report.not_imported, &key, n as u64);
             }
             parts.push(format!(
                 "SELECT 0 AS k, n.rowid, n.start, n.end, n.globalTid, {name}, {domain} FROM {from}
@@ -740,15 +726,7 @@ impl NsysTrace {
         for (table, inv) in &invalid {
             out.invalid += inv.store(w, &origin, |rowid| format!("{table} rowid {rowid}"))?;
         }
-        for (name, n) in &skipped {
-            out.skipped += n;
-            w.record_drop(
-                "import_skipped",
-                None,
-                *n,
-                &format!("{origin}: runtime call {name} is not in the op catalogue"),
-            )?;
-        }
+        out.skipped += crate::record_skipped(w, &origin, &skipped)?;
         if first_ns <= last_ns {
             let gpu_model = self
                 .schema

@@ -54,14 +54,21 @@ fn corpus(dir: &Path) -> Vec<(String, PathBuf)> {
     out
 }
 
-fn cli_chains(db: &Path, extra: &[&str]) -> Value {
+fn cli_explain(db: &Path, extra: &[&str]) -> Value {
     let mut args = vec!["explain", "--db", db.to_str().unwrap(), "--json"];
     args.extend_from_slice(extra);
-    let v: Value = serde_json::from_str(&ok(&args)).unwrap();
-    v["chains"].clone()
+    serde_json::from_str(&ok(&args)).unwrap()
+}
+
+fn cli_chains(db: &Path, extra: &[&str]) -> Value {
+    cli_explain(db, extra)["chains"].clone()
 }
 
 fn mcp_chains(s: &mut StdioServer, trace: &str, extra: Value) -> Value {
+    mcp_result(s, trace, extra)["chains"].clone()
+}
+
+fn mcp_result(s: &mut StdioServer, trace: &str, extra: Value) -> Value {
     let mut args = json!({"trace": trace, "top_n": 20});
     for (k, v) in extra.as_object().unwrap() {
         args[k] = v.clone();
@@ -76,7 +83,7 @@ fn mcp_chains(s: &mut StdioServer, trace: &str, extra: Value) -> Value {
         sc["total"].as_u64().unwrap() <= 20,
         "{trace}: more chains than a page"
     );
-    sc["chains"].clone()
+    sc.clone()
 }
 
 #[test]
@@ -93,16 +100,33 @@ fn explain_json_and_mcp_structured_content_agree_on_every_corpus_trace() {
     );
     s.initialize("2025-11-25");
     let mut with_chains = 0;
+    let mut with_devices = 0;
     for (name, db) in &traces {
-        let cli = cli_chains(db, &[]);
-        let mcp = mcp_chains(&mut s, name, json!({}));
+        let full = cli_explain(db, &[]);
+        let result = mcp_result(&mut s, name, json!({}));
+        let (cli, mcp) = (&full["chains"], &result["chains"]);
         assert_eq!(
             cli, mcp,
             "{name}: explain --json and get_causal_chains differ"
         );
+        // The device time: get_causal_chains gives the devices with a timeline (the host-side
+        // estimate alone is in the budgets), with the figures explain gives.
+        let measured: Vec<&Value> = full["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| !d["device"].is_null())
+            .collect();
+        let given: Vec<&Value> = result["devices"].as_array().unwrap().iter().collect();
+        assert_eq!(measured, given, "{name}: the device time differs");
+        with_devices += usize::from(!measured.is_empty());
         with_chains += usize::from(!cli.as_array().unwrap().is_empty());
     }
     assert!(with_chains >= 15, "{with_chains} traces with chains");
+    assert!(
+        with_devices >= 8,
+        "{with_devices} traces with a device timeline"
+    );
 
     // A window and a process of the vLLM recording: the same filters, the same answer.
     let vllm = "shared-vllm-37343-logprobs-amplification";

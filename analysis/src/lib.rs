@@ -28,6 +28,7 @@ pub mod report;
 pub mod scan;
 pub mod sites;
 pub mod stats;
+pub mod steps;
 pub mod switches;
 pub mod timeline;
 pub mod window;

@@ -51,6 +51,8 @@ enum Command {
     Collect(cmd::collect::CollectArgs),
     /// Top call stacks by total time for an op, process and window.
     Stacks(cmd::stacks::StacksArgs),
+    /// Training steps: step times, where each step's time went, the slowest steps and why.
+    Steps(cmd::steps::StepsArgs),
     /// Traces the MCP server can open: the --db trace and the traces directories.
     Traces(cmd::traces::TracesArgs),
     /// One trace: time span, nodes, processes, events per source, drops.
@@ -171,6 +173,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => cmd::mcp::run_serve(a),
         Command::Collect(a) => cmd::collect::run(a),
         Command::Stacks(a) => cmd::stacks::run(a),
+        Command::Steps(a) => cmd::steps::run(a),
         Command::Traces(a) => cmd::traces::run_traces(a),
         Command::Describe(a) => cmd::traces::run_describe(a),
         Command::Selftest(a) => cmd::traces::run_selftest(a),

@@ -177,6 +177,79 @@
     return s;
   }
 
+  // Training steps: step time over the run, and the slowest steps' budgets side by side (each
+  // bar sums to its step's time); absent when the trace has no steps.
+  var STEP_COLORS = {
+    input: "#bf8700", sync: "#cf222e", collective: "#1a7f37", copy: "#8250df", alloc: "#d4a72c",
+    launch: "#1f6feb", preempted: "#fa4549", blocked: "#afb8c1", host: "#8fd19e",
+  };
+  var STEP_BUCKETS = ["input", "sync", "collective", "copy", "alloc", "launch", "preempted", "blocked", "host"];
+
+  function stepsSection(d) {
+    var series = (d.steps && d.steps.series) || [];
+    if (!series.length) return null;
+    var s = section("steps", "Training steps: step time over the run, the slowest steps' budgets");
+    series.forEach(function (v, k) {
+      var box = el("div", {
+        cls: "steps", "data-pid": String(v.pid), "data-tid": String(v.tid), "data-source": v.source,
+        "data-count": String(v.count), "data-p50-ns": String(v.p50_ns), "data-max-ns": String(v.max_ns),
+      });
+      box.appendChild(el("div", { cls: "label" }, [
+        el("strong", { text: v.comm + " (pid " + v.pid + ", tid " + v.tid + (v.rank === undefined || v.rank === null ? "" : ", rank " + v.rank) + ")" }),
+        " \u00b7 " + v.count + " " + v.source + " steps \u00b7 p50 " + dur(v.p50_ns) + " \u00b7 p90 " + dur(v.p90_ns) +
+        " \u00b7 max " + dur(v.max_ns) + " \u00b7 noise " + dur(v.noise_ns) +
+        (v.periodic ? " \u00b7 every " + v.periodic.every + "th step slow: " + v.periodic.what : ""),
+      ]));
+      var chart = el("div", { cls: "chart", id: "steps-chart-" + k, role: "img", "aria-label": "Step time of each step" });
+      box.appendChild(chart);
+      s.appendChild(box);
+      var xs = v.steps.map(function (x) { return x.step; });
+      var ys = v.steps.map(function (x) { return x.duration_ns; });
+      var series = [
+        { label: "step" },
+        { label: "step time", stroke: "#1f6feb", width: 1.5, points: { show: xs.length <= 200 }, value: function (u, x) { return x === null ? "" : dur(x); } },
+      ];
+      var data = [xs, ys];
+      if (v.steps.length && v.steps[0].gpu_busy_ns !== undefined) {
+        series.push({ label: "GPU busy", stroke: "#1a7f37", width: 1, value: function (u, x) { return x === null ? "" : dur(x); } });
+        data.push(v.steps.map(function (x) { return x.gpu_busy_ns; }));
+      }
+      charts.push(new uPlot({
+        width: width(s), height: 200, scales: { x: { time: false } }, series: series,
+        axes: [{ label: "step" }, { label: "time", values: function (u, vals) { return vals.map(dur); } }],
+      }, data, chart));
+      var slow = el("div", { cls: "slowest" });
+      v.slowest.forEach(function (x) {
+        var one = el("div", { cls: "budget step", "data-step": String(x.step), "data-duration-ns": String(x.duration_ns) });
+        one.appendChild(el("div", { cls: "label" }, [
+          el("strong", { text: "step " + x.step }), " \u00b7 " + dur(x.duration_ns) +
+          (x.over_median_ns >= 0 ? " (" + dur(x.over_median_ns) + " over the median)" : "") +
+          (x.finding ? " \u00b7 " + x.finding.detector + " " + x.finding.severity + ": " + x.finding.summary : ""),
+        ]));
+        var bar = el("div", { cls: "bar", role: "img", "aria-label": "step " + x.step + " budget" });
+        STEP_BUCKETS.forEach(function (b) {
+          var ns = x.budget[b + "_ns"];
+          if (!ns) return;
+          var seg = el("div", { cls: "seg", title: b + ": " + dur(ns), "data-key": b, "data-ns": String(ns) });
+          seg.style.width = (x.duration_ns > 0 ? 100 * ns / x.duration_ns : 0) + "%";
+          seg.style.background = STEP_COLORS[b];
+          bar.appendChild(seg);
+        });
+        one.appendChild(bar);
+        slow.appendChild(one);
+      });
+      box.appendChild(slow);
+    });
+    var legend = el("ul", { cls: "legend", "aria-label": "legend of step budgets" });
+    STEP_BUCKETS.forEach(function (b) {
+      var sw = el("span", { cls: "swatch" });
+      sw.style.background = STEP_COLORS[b];
+      legend.appendChild(el("li", null, [sw, b]));
+    });
+    s.appendChild(legend);
+    return s;
+  }
+
   function budgets(d) {
     var s = section("budgets", "Where the time went: budget of every GPU-feeding thread");
     if (!d.budgets.length) {
@@ -420,6 +493,8 @@
     app.appendChild(budgets(d));
     var dev = devices(d);
     if (dev) app.appendChild(dev);
+    var st = stepsSection(d);
+    if (st) app.appendChild(st);
     var t = section("timeline", "Timeline (drag to zoom, double-click to reset; red lines: findings, dashed: stalls)");
     app.appendChild(t);
     timeline(d, t);

@@ -9,7 +9,7 @@ use causeway_analysis::{
     Budget, Chain, ChainQuery, FindingsQuery, ProcessStats, StatsQuery, TraceStats, Window,
 };
 use causeway_store::{QueryLimits, Reader};
-use causeway_tools::params::{StacksParams, WindowParams};
+use causeway_tools::params::{StacksParams, StepsParams, WindowParams};
 use causeway_tools::stacks::StacksResult;
 use causeway_tools::traces::TraceDescription;
 use serde::Serialize;
@@ -36,6 +36,9 @@ pub fn evidence_budget(analysis: Duration) -> Duration {
     EVIDENCE_BUDGET.max(analysis)
 }
 
+/// Slowest steps whose budgets are shown side by side.
+pub const SLOWEST_STEPS: u32 = 5;
+
 /// Nodes given their own row in the per-node view.
 pub const MAX_NODES: usize = 32;
 
@@ -61,6 +64,8 @@ pub struct ReportData {
     /// GPU time per device: measured on the device timeline where the trace has one, beside
     /// the host-side estimate.
     pub devices: Vec<causeway_analysis::device::DeviceTime>,
+    /// Training steps (`steps`, get_steps): step time over the run, the slowest steps' budgets.
+    pub steps: causeway_analysis::steps::Steps,
     /// The engine's caveats.
     pub notes: Vec<String>,
     /// Per-process p50/p99 of GPU ops with imbalance warnings (straggler comparison).
@@ -250,6 +255,14 @@ pub fn build(r: &Reader, q: &WindowParams) -> Result<ReportData, ReportError> {
     )?;
     let name = trace_name(r);
     let facts = causeway_tools::traces::describe_for(r, &name)?;
+    let steps = causeway_tools::steps::steps_for(
+        r,
+        &StepsParams {
+            window: q.clone(),
+            slowest: Some(SLOWEST_STEPS),
+            ..StepsParams::default()
+        },
+    )?;
 
     let mut nodes = Vec::new();
     if stats.nodes.len() > 1 {
@@ -285,6 +298,7 @@ pub fn build(r: &Reader, q: &WindowParams) -> Result<ReportData, ReportError> {
         evidence,
         budgets: findings.explain.budgets,
         devices: findings.explain.devices,
+        steps,
         notes: findings.explain.notes,
         per_process: findings.explain.per_process.unwrap_or_default(),
         stats,

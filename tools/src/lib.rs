@@ -23,6 +23,7 @@ pub mod results;
 pub mod sql;
 pub mod stacks;
 pub mod stats;
+pub mod steps;
 pub mod text;
 pub mod traces;
 

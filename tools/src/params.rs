@@ -84,6 +84,19 @@ pub struct StacksParams {
     pub cursor: Option<String>,
 }
 
+/// Arguments of `get_steps`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct StepsParams {
+    /// Trace name.
+    pub trace: Option<String>,
+    #[serde(flatten)]
+    pub window: WindowParams,
+    /// Slowest steps to explain (default 5).
+    #[schemars(range(min = 0, max = 20))]
+    pub slowest: Option<u32>,
+}
+
 /// Arguments of `run_sql`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -15,9 +15,10 @@ use crate::demo::DemoParams;
 use crate::error::ToolError;
 use crate::params::{
     ChainsParams, DescribeParams, ListTracesParams, NoParams, SqlParams, StacksParams, StatsParams,
+    StepsParams,
 };
 use crate::text::Audience;
-use crate::{budget, check, demo, fleet, report, results, sql, stacks, stats, text, traces};
+use crate::{budget, check, demo, fleet, report, results, sql, stacks, stats, steps, text, traces};
 
 /// Behaviour hints sent with a tool (MCP `annotations`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -133,6 +134,27 @@ fn compact(v: &mut Value) {
     }
 }
 
+/// Output schemas type each top-level field and stop there: what lies inside a list or an
+/// object is in the tool's docs (docs/mcp.md) and the results themselves. Every tool's full
+/// nested shape cost more than the whole tools/list budget allows once there were eleven tools.
+fn top_level_only(v: &mut Value) {
+    if let Some(Value::Object(props)) = v.get_mut("properties") {
+        for p in props.values_mut() {
+            if let Value::Object(o) = p {
+                for k in [
+                    "properties",
+                    "items",
+                    "additionalProperties",
+                    "maxItems",
+                    "minItems",
+                ] {
+                    o.remove(k);
+                }
+            }
+        }
+    }
+}
+
 /// A nested object schema is recognisable by its "properties": its `"type": "object"` is left
 /// out of output schemas (the root keeps it, as MCP requires).
 fn untype_nested_objects(v: &mut Value, root: bool) {
@@ -204,6 +226,7 @@ fn spec<P: JsonSchema, R: JsonSchema>(
             let mut o = schema_of::<R>();
             compact(&mut o);
             untype_nested_objects(&mut o, true);
+            top_level_only(&mut o);
             o
         },
         annotations: READ_ONLY,
@@ -249,6 +272,15 @@ pub fn tool_specs() -> &'static [ToolSpec] {
                     "Top call stacks",
                     "Costliest call stacks for an op, pid and window, frames resolved.",
                     |c, a, w| invoke(c, a, w, stacks::get_stacks, text::stacks),
+                )
+            },
+            ToolSpec {
+                aliases: &[("pids", "pid")],
+                ..spec::<StepsParams, results::StepsOut>(
+                    "get_steps",
+                    "Training steps",
+                    "Step times (p50/p90/p99/max), where each step's time went, slowest steps with their finding, every-Nth slow steps.",
+                    |c, a, w| invoke(c, a, w, steps::get_steps, text::steps),
                 )
             },
             ToolSpec {

@@ -221,3 +221,18 @@ fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 fn object_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({"type": "array", "items": {"type": "object"}})
 }
+
+/// Output of `get_steps` (= `causeway steps --json`). Times in ns.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StepsOut {
+    /// Window used (steps starting in it).
+    pub window: WindowOut,
+    /// Per (node, pid, tid, source): count, p50/p90/p99/max/min/mean/total_ns, noise_ns,
+    /// median_budget and mean_budget {input, sync, collective, copy, alloc, launch, preempted,
+    /// blocked, host}_ns, gpu_busy_p50_ns, slowest [{step, start_ns, duration_ns, budget,
+    /// gpu_busy_ns, over_median_ns, grew, finding, evidence_sql}], periodic {every, steps,
+    /// extra_ns, grew, what}, steps [every step], evidence_sql.
+    pub series: Vec<serde_json::Value>,
+    /// Things to know.
+    pub notes: Vec<String>,
+}

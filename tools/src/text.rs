@@ -5,6 +5,7 @@
 
 use std::fmt::Write;
 
+use causeway_analysis::steps::{Series, StepBudget, Steps, bucket_meaning};
 use causeway_analysis::{Chain, TraceStats};
 use causeway_store::QueryResult;
 
@@ -562,6 +563,212 @@ pub fn fleet(r: &crate::fleet::FleetOut, aud: Audience) -> String {
     }
     for w in &r.warnings {
         let _ = writeln!(o, "warning: node {w}");
+    }
+    note(&mut o, aud);
+    o
+}
+
+/// Step times as one line of block characters, the slowest step full height; at most `width`
+/// characters (longer series show each column's slowest step).
+pub fn sparkline(durations: &[i64], width: usize) -> String {
+    const BARS: [char; 8] = [
+        '\u{2581}', '\u{2582}', '\u{2583}', '\u{2584}', '\u{2585}', '\u{2586}', '\u{2587}',
+        '\u{2588}',
+    ];
+    if durations.is_empty() || width == 0 {
+        return String::new();
+    }
+    let per = durations.len().div_ceil(width);
+    let cols: Vec<i64> = durations
+        .chunks(per)
+        .map(|c| c.iter().copied().max().unwrap_or(0))
+        .collect();
+    let lo = cols.iter().copied().min().unwrap_or(0);
+    let hi = cols.iter().copied().max().unwrap_or(0);
+    cols.iter()
+        .map(|&d| {
+            if hi == lo {
+                BARS[3]
+            } else {
+                BARS[(((d - lo) as f64 / (hi - lo) as f64) * 7.0).round() as usize]
+            }
+        })
+        .collect()
+}
+
+/// A budget as "input 69.0ms (39%), sync ..." (buckets of at least 1% of `of`, largest first).
+fn budget_line(b: &StepBudget, of: i64) -> String {
+    let mut parts: Vec<(&str, i64)> = b.parts().into_iter().filter(|p| p.1 > 0).collect();
+    parts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let shown: Vec<String> = parts
+        .iter()
+        .filter(|p| of > 0 && p.1 * 100 >= of)
+        .map(|p| {
+            format!(
+                "{} {} ({:.0}%)",
+                p.0,
+                dur(p.1),
+                p.1 as f64 * 100.0 / of as f64
+            )
+        })
+        .collect();
+    if shown.is_empty() {
+        "nothing recorded".into()
+    } else {
+        shown.join(", ")
+    }
+}
+
+fn series(o: &mut String, s: &Series, aud: Audience) {
+    let rank = s.rank.map(|r| format!(", rank {r}")).unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "\n{} pid {} tid {} ({}{}): {} {} steps",
+        q(&s.node),
+        s.pid,
+        s.tid,
+        q(&s.comm),
+        rank,
+        s.count,
+        s.source
+    );
+    let _ = writeln!(
+        o,
+        "  step time: p50 {}, p90 {}, p99 {}, max {}, min {}, mean {}; noise {} (step to step)",
+        dur(s.p50_ns),
+        dur(s.p90_ns),
+        dur(s.p99_ns),
+        dur(s.max_ns),
+        dur(s.min_ns),
+        dur(s.mean_ns),
+        dur(s.noise_ns)
+    );
+    let _ = writeln!(
+        o,
+        "  mean step {}: {}",
+        dur(s.mean_ns),
+        budget_line(&s.mean_budget, s.mean_ns)
+    );
+    if let Some(b) = s.gpu_busy_p50_ns {
+        let _ = writeln!(
+            o,
+            "  GPU busy per step (device timeline): p50 {} ({:.0}% of the p50 step)",
+            dur(b),
+            if s.p50_ns > 0 {
+                b as f64 * 100.0 / s.p50_ns as f64
+            } else {
+                0.0
+            }
+        );
+    }
+    let d: Vec<i64> = s.steps.iter().map(|x| x.duration_ns).collect();
+    let (first, last) = (
+        s.steps.first().map_or(0, |x| x.step),
+        s.steps.last().map_or(0, |x| x.step),
+    );
+    let _ = writeln!(
+        o,
+        "  over the run (steps {first}-{last}): {}",
+        sparkline(&d, 60)
+    );
+    if let Some(p) = &s.periodic {
+        let list: Vec<String> = p.steps.iter().take(8).map(|x| x.to_string()).collect();
+        let _ = writeln!(
+            o,
+            "  every {}th step is slow (steps {}{}): +{} over the others, +{} {}; {}",
+            p.every,
+            list.join(", "),
+            if p.steps.len() > 8 { ", ..." } else { "" },
+            dur(p.extra_ns),
+            dur(p.grew_ns),
+            p.grew,
+            p.what
+        );
+    }
+    if !s.slowest.is_empty() {
+        let _ = writeln!(o, "  slowest steps:");
+    }
+    for x in &s.slowest {
+        let grew: Vec<String> = x
+            .grew
+            .iter()
+            .take(3)
+            .map(|(b, ns)| format!("+{} {}", dur(*ns), b))
+            .collect();
+        let busy = x
+            .step
+            .gpu_busy_ns
+            .filter(|_| x.step.duration_ns > 0)
+            .map(|b| {
+                format!(
+                    "; GPU busy {:.0}%",
+                    b as f64 * 100.0 / x.step.duration_ns as f64
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "    step {}: {} ({} {} the median){}{}",
+            x.step.step,
+            dur(x.step.duration_ns),
+            dur(x.over_median_ns.abs()),
+            if x.over_median_ns < 0 {
+                "under"
+            } else {
+                "over"
+            },
+            if grew.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", grew.join(", "))
+            },
+            busy
+        );
+        let _ = writeln!(
+            o,
+            "      {}",
+            budget_line(&x.step.budget, x.step.duration_ns)
+        );
+        match &x.finding {
+            Some(f) => {
+                let _ = writeln!(
+                    o,
+                    "      explained by {} {}: {}",
+                    f.detector,
+                    f.severity.as_str(),
+                    f.summary
+                );
+            }
+            None => {
+                let _ = writeln!(o, "      no finding in this step alone");
+            }
+        }
+    }
+    if aud == Audience::Agent {
+        let _ = writeln!(o, "  evidence: {}", s.evidence_sql);
+    }
+}
+
+/// `get_steps` (CLI `causeway steps`).
+pub fn steps(r: &Steps, aud: Audience) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} step series in the window ({} from {} ns); a step's budget is its thread's time: {}",
+        r.series.len(),
+        dur(r.window.until_ns - r.window.from_ns),
+        r.window.from_ns,
+        causeway_analysis::steps::BUCKETS
+            .iter()
+            .map(|b| format!("{b} = {}", bucket_meaning(b)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    for s in &r.series {
+        series(&mut o, s, aud);
+    }
+    for n in &r.notes {
+        let _ = writeln!(o, "note: {n}");
     }
     note(&mut o, aud);
     o

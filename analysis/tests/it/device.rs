@@ -9,7 +9,7 @@ use causeway_analysis::device::DeviceTime;
 use causeway_analysis::{ChainQuery, explain};
 use causeway_store::Reader;
 
-fn import(src: &Path, out: &Path) {
+pub fn import(src: &Path, out: &Path) {
     causeway_import::import(
         &[src.to_path_buf()],
         out,
@@ -21,7 +21,7 @@ fn import(src: &Path, out: &Path) {
 }
 
 /// µs on the profiler's clock (`baseTimeNanoseconds` 0).
-fn x(cat: &str, name: &str, pid: i64, tid: i64, ts: i64, dur: i64, args: &str) -> String {
+pub fn x(cat: &str, name: &str, pid: i64, tid: i64, ts: i64, dur: i64, args: &str) -> String {
     format!(
         r#"{{"ph": "X", "cat": "{cat}", "name": "{name}", "pid": {pid}, "tid": {tid}, "ts": {ts}, "dur": {dur}, "args": {{{args}}}}}"#
     )

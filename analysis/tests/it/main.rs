@@ -10,4 +10,5 @@ mod invariants;
 mod placement;
 mod segments;
 mod snapshots;
+mod steps;
 mod straggler;

@@ -14,6 +14,7 @@ pub mod query;
 pub mod report;
 pub mod stacks;
 pub mod stats;
+pub mod steps;
 pub mod trace;
 pub mod traces;
 

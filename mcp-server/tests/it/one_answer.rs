@@ -1,7 +1,8 @@
 //! One answer everywhere: on every trace of the corpus (investigations/cases: the generator's
 //! scenarios and healthy twins, the reference recordings in ../shared and our GPU recordings),
 //! `causeway explain --json` and the MCP server's get_causal_chains structuredContent carry the
-//! same chains in the same order, for the whole trace and for a window and a process.
+//! same chains in the same order, for the whole trace and for a window and a process; and
+//! `causeway steps --json` and get_steps the same steps.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -101,6 +102,7 @@ fn explain_json_and_mcp_structured_content_agree_on_every_corpus_trace() {
     s.initialize("2025-11-25");
     let mut with_chains = 0;
     let mut with_devices = 0;
+    let mut with_steps = 0;
     for (name, db) in &traces {
         let full = cli_explain(db, &[]);
         let result = mcp_result(&mut s, name, json!({}));
@@ -120,6 +122,19 @@ fn explain_json_and_mcp_structured_content_agree_on_every_corpus_trace() {
         let given: Vec<&Value> = result["devices"].as_array().unwrap().iter().collect();
         assert_eq!(measured, given, "{name}: the device time differs");
         with_devices += usize::from(!measured.is_empty());
+        // Steps: `causeway steps --json` and get_steps give the same answer.
+        let cli_steps: Value =
+            serde_json::from_str(&ok(&["steps", "--db", db.to_str().unwrap(), "--json"])).unwrap();
+        let r = s.request(
+            "tools/call",
+            json!({"name": "get_steps", "arguments": {"trace": name}}),
+        );
+        assert_eq!(r["result"]["isError"], false, "{r}");
+        assert_eq!(
+            cli_steps, r["result"]["structuredContent"],
+            "{name}: steps --json and get_steps differ"
+        );
+        with_steps += usize::from(!cli_steps["series"].as_array().unwrap().is_empty());
         with_chains += usize::from(!cli.as_array().unwrap().is_empty());
     }
     assert!(with_chains >= 15, "{with_chains} traces with chains");
@@ -127,6 +142,7 @@ fn explain_json_and_mcp_structured_content_agree_on_every_corpus_trace() {
         with_devices >= 8,
         "{with_devices} traces with a device timeline"
     );
+    assert!(with_steps >= 8, "{with_steps} traces with steps");
 
     // A window and a process of the vLLM recording: the same filters, the same answer.
     let vllm = "shared-vllm-37343-logprobs-amplification";

@@ -638,5 +638,27 @@ fn kineto_report_shows_the_measured_device_time() {
     );
     assert!(text.contains(&pct), "{text}");
     assert!(text.contains("host cannot tell"), "{text}");
+    // Steps: the chart's series and the slowest steps' budgets are `steps --json`'s, and each
+    // budget bar's segments sum to its step's time.
+    let steps = json_of(&["steps", "--db", db.to_str().unwrap(), "--json"]);
+    let series = &steps["series"][0];
+    let page = b.eval(
+        "[...document.querySelectorAll('#steps .steps')].map((e) => ({ count: e.dataset.count, p50: e.dataset.p50Ns, charts: e.querySelectorAll('.chart canvas').length, slow: [...e.querySelectorAll('.step')].map((x) => ({ step: x.dataset.step, ns: x.dataset.durationNs, sum: [...x.querySelectorAll('.seg')].reduce((a, g) => a + Number(g.dataset.ns), 0) })) }))",
+    );
+    let shown = &page[0];
+    assert_eq!(shown["count"], series["count"].to_string(), "{page}");
+    assert_eq!(shown["p50"], series["p50_ns"].to_string(), "{page}");
+    assert_eq!(shown["charts"], 1, "{page}");
+    let slow = shown["slow"].as_array().unwrap();
+    assert_eq!(
+        slow.len(),
+        series["slowest"].as_array().unwrap().len(),
+        "{page}"
+    );
+    for (x, want) in slow.iter().zip(series["slowest"].as_array().unwrap()) {
+        assert_eq!(x["step"], want["step"].to_string(), "{page}");
+        assert_eq!(x["ns"], want["duration_ns"].to_string(), "{page}");
+        assert_eq!(x["sum"], want["duration_ns"], "{page}");
+    }
     assert!(b.seen.errors.is_empty(), "errors: {:?}", b.seen.errors);
 }

@@ -47,6 +47,7 @@ fn tools_are_listed_in_a_fixed_order_and_read_only() {
             "get_trace_stats",
             "get_causal_chains",
             "get_stacks",
+            "get_steps",
             "run_sql",
             "describe_trace",
             "list_traces",

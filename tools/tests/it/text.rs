@@ -6,7 +6,7 @@ use causeway_tools::text::Audience;
 use causeway_tools::{call, call_for};
 use serde_json::json;
 
-use crate::fixture::ctx;
+use crate::fixture::{ctx, shared};
 
 /// Paths of temporary directories and query timings differ between runs.
 fn filters() -> Vec<(&'static str, &'static str)> {
@@ -43,6 +43,7 @@ fn calls() -> Vec<(&'static str, &'static str, serde_json::Value)> {
             "run_sql",
             json!({"sql": "SELECT op, count(*) AS n FROM events GROUP BY op ORDER BY n DESC, op", "limit": 5}),
         ),
+        ("steps", "get_steps", json!({})),
         ("describe", "describe_trace", json!({})),
         ("list_traces", "list_traces", json!({})),
         ("demo", "run_demo", json!({"scenario": "sync-storm"})),
@@ -75,4 +76,28 @@ fn the_same_results_for_people() {
             insta::assert_snapshot!(format!("person_{label}"), out.text, &format!("{name} {args}"));
         }
     });
+}
+
+/// `get_steps` on a real PyTorch profiler trace (rank 0 of two A100s with NCCL, recorded by
+/// others), for agents and for people.
+#[test]
+fn steps_of_a_profiler_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("kineto.duckdb");
+    causeway_import::import(
+        &[shared("kineto/a100-rank0-of-2-nccl.pt.trace.json.gz")],
+        &db,
+        false,
+        &causeway_import::ImportOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    let c = causeway_tools::Context::new(db, vec![]);
+    for (aud, label) in [
+        (Audience::Agent, "agent_steps_kineto"),
+        (Audience::Person, "person_steps_kineto"),
+    ] {
+        let out = call_for(&c, "get_steps", json!({"slowest": 2}), aud).unwrap();
+        insta::assert_snapshot!(label, out.text);
+    }
 }

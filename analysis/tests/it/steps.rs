@@ -1,0 +1,235 @@
+//! Training steps (issue 48): a profiler trace written here with every step's parts chosen, so
+//! each step's budget, the device's busy time in it and the every-4th-step checkpoint are
+//! known from its design; and, on the eight real Kineto traces, the step times against the
+//! `ProfilerStep#N` events read from each file by this test itself.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+use causeway_analysis::steps::{StepQuery, steps};
+use causeway_store::Reader;
+
+use crate::device::{import, kineto_traces, x};
+
+/// Twelve steps of one training thread (pid 100, tid 1), in µs. Every step: the DataLoader
+/// [s, s+2000], a launch [s+2100, s+2200] whose kernel runs [s+2300, s+6000] on stream 7, a
+/// cudaStreamSynchronize [s+5000, s+6000], then host work to the step's end. Steps 3, 7 and 11
+/// (every 4th) also save a checkpoint: `torch.save` [s+10000, s+20000], so they last 20 ms;
+/// the others 10 ms.
+fn designed() -> String {
+    let mut ev = Vec::new();
+    let mut s = 0i64;
+    for k in 0..12i64 {
+        let long = k % 4 == 3;
+        let len = if long { 20_000 } else { 10_000 };
+        ev.push(x(
+            "user_annotation",
+            &format!("ProfilerStep#{k}"),
+            100,
+            1,
+            s,
+            len,
+            "",
+        ));
+        ev.push(x(
+            "cpu_op",
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            100,
+            1,
+            s,
+            2000,
+            "",
+        ));
+        let c = 2 * k + 1;
+        ev.push(x(
+            "cuda_runtime",
+            "cudaLaunchKernel",
+            100,
+            1,
+            s + 2100,
+            100,
+            &format!(r#""correlation": {c}"#),
+        ));
+        ev.push(x(
+            "kernel",
+            "gemm",
+            0,
+            7,
+            s + 2300,
+            3700,
+            &format!(r#""device": 0, "stream": 7, "correlation": {c}"#),
+        ));
+        ev.push(x(
+            "cuda_runtime",
+            "cudaStreamSynchronize",
+            100,
+            1,
+            s + 5000,
+            1000,
+            &format!(r#""correlation": {}"#, c + 1),
+        ));
+        if long {
+            ev.push(x("cpu_op", "torch.save", 100, 1, s + 10_000, 10_000, ""));
+        }
+        s += len;
+    }
+    format!(
+        r#"{{"schemaVersion": 1, "distributedInfo": {{"rank": 0, "world_size": 1}}, "traceEvents": [{}]}}"#,
+        ev.join(",\n")
+    )
+}
+
+#[test]
+fn budgets_busy_time_and_the_periodic_checkpoint_are_those_of_the_design() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("steps.pt.trace.json");
+    std::fs::write(&src, designed()).unwrap();
+    let db = dir.path().join("steps.duckdb");
+    import(&src, &db);
+    let r = Reader::open(&db).unwrap();
+    let got = steps(
+        &r,
+        &StepQuery {
+            slowest: 3,
+            ..StepQuery::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(got.series.len(), 1, "{:#?}", got.notes);
+    let s = &got.series[0];
+    let us = 1_000;
+    assert_eq!(
+        (s.pid, s.tid, s.source.as_str(), s.count),
+        (100, 1, "profiler", 12)
+    );
+    assert_eq!(s.rank, Some(0));
+    assert_eq!(
+        (s.p50_ns, s.max_ns, s.min_ns),
+        (10_000 * us, 20_000 * us, 10_000 * us)
+    );
+    assert_eq!(s.p90_ns, 20_000 * us); // 3 of 12 steps are long: the 11th of 12 sorted
+    assert_eq!(s.total_ns, 150_000 * us);
+    assert_eq!(s.noise_ns, 0);
+    for st in &s.steps {
+        let b = &st.budget;
+        assert_eq!(b.sum(), st.duration_ns, "step {} budget {b:?}", st.step);
+        assert_eq!(b.input_ns, 2000 * us, "step {}", st.step);
+        assert_eq!(b.launch_ns, 100 * us);
+        assert_eq!(b.sync_ns, 1000 * us);
+        assert_eq!(b.host_ns, st.duration_ns - 3100 * us);
+        assert_eq!(st.gpu_busy_ns, Some(3700 * us));
+    }
+    assert_eq!(s.median_budget.host_ns, 6900 * us);
+    assert_eq!(s.gpu_busy_p50_ns, Some(3700 * us));
+    // The slowest are the checkpoint steps, by index on ties, each 10 ms over the median, all of
+    // it host work.
+    let slow: Vec<(i64, i64)> = s
+        .slowest
+        .iter()
+        .map(|x| (x.step.step, x.over_median_ns / us))
+        .collect();
+    assert_eq!(slow, vec![(3, 10_000), (7, 10_000), (11, 10_000)]);
+    assert_eq!(s.slowest[0].grew, vec![("host".to_string(), 10_000 * us)]);
+    let p = s.periodic.as_ref().expect("every 4th step is slow");
+    assert_eq!((p.every, p.steps.clone()), (4, vec![3, 7, 11]));
+    assert_eq!(
+        (p.extra_ns, p.grew.as_str(), p.grew_ns),
+        (10_000 * us, "host", 10_000 * us)
+    );
+    assert_eq!(
+        p.only_in_slow,
+        Some(("torch.save".to_string(), 10_000 * us))
+    );
+    assert!(p.what.starts_with("checkpoint"), "{}", p.what);
+    // The evidence returns the step times, and each slow step's parts, through the guard.
+    for sql in std::iter::once(&s.evidence_sql).chain(s.slowest.iter().map(|x| &x.evidence_sql)) {
+        let g = causeway_sqlguard::guard(sql, r.policy(), None)
+            .unwrap_or_else(|e| panic!("{e}\n{sql}"));
+        let rows = r
+            .query(&g, &causeway_store::QueryLimits::default())
+            .unwrap();
+        assert!(!rows.rows.is_empty(), "{sql}");
+    }
+    let g = causeway_sqlguard::guard(&s.evidence_sql, r.policy(), None).unwrap();
+    let rows = r
+        .query(&g, &causeway_store::QueryLimits::default())
+        .unwrap();
+    assert_eq!(rows.rows.len(), 12);
+}
+
+/// `ProfilerStep#N` complete events of one Kineto file, read here with serde_json: (N, dur µs
+/// as written).
+fn profiler_steps(path: &Path) -> BTreeMap<i64, f64> {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut out = BTreeMap::new();
+    for e in doc["traceEvents"].as_array().unwrap() {
+        let name = e["name"].as_str().unwrap_or("");
+        if e["ph"].as_str() == Some("X")
+            && let Some(n) = name.strip_prefix("ProfilerStep#")
+        {
+            out.insert(n.parse().unwrap(), e["dur"].as_f64().unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn real_traces_steps_are_the_profilers_and_every_budget_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    println!("trace | steps | p50 | max | mean step: input / sync / launch / host | GPU busy p50");
+    for src in kineto_traces() {
+        let want = profiler_steps(&src);
+        let db = dir.path().join("t.duckdb");
+        let _ = std::fs::remove_file(&db);
+        import(&src, &db);
+        let r = Reader::open(&db).unwrap();
+        let got = steps(&r, &StepQuery::default()).unwrap();
+        let name = src.file_name().unwrap().to_string_lossy().to_string();
+        if want.is_empty() {
+            assert!(got.series.is_empty(), "{name}");
+            continue;
+        }
+        assert_eq!(got.series.len(), 1, "{name}: {:#?}", got.notes);
+        let s = &got.series[0];
+        let idx: Vec<i64> = s.steps.iter().map(|x| x.step).collect();
+        assert_eq!(idx, want.keys().copied().collect::<Vec<_>>(), "{name}");
+        for st in &s.steps {
+            // The profiler writes µs with up to three decimals.
+            let d = want[&st.step] * 1000.0;
+            assert!(
+                (st.duration_ns as f64 - d).abs() <= 1.0,
+                "{name} step {}: {} vs {d}",
+                st.step,
+                st.duration_ns
+            );
+            assert_eq!(st.budget.sum(), st.duration_ns, "{name} step {}", st.step);
+            if let Some(b) = st.gpu_busy_ns {
+                assert!((0..=st.duration_ns).contains(&b), "{name} step {}", st.step);
+            }
+        }
+        let mb = &s.mean_budget;
+        assert!(
+            (mb.sum() - s.mean_ns).abs() <= 9,
+            "{name}: {} vs {}",
+            mb.sum(),
+            s.mean_ns
+        );
+        println!(
+            "{name} | {} | {:.1} ms | {:.1} ms | {:.1} / {:.1} / {:.1} / {:.1} ms | {}",
+            s.count,
+            s.p50_ns as f64 / 1e6,
+            s.max_ns as f64 / 1e6,
+            mb.input_ns as f64 / 1e6,
+            mb.sync_ns as f64 / 1e6,
+            mb.launch_ns as f64 / 1e6,
+            mb.host_ns as f64 / 1e6,
+            s.gpu_busy_p50_ns
+                .map_or("-".into(), |b| format!("{:.1} ms", b as f64 / 1e6)),
+        );
+    }
+}

@@ -24,6 +24,7 @@ TOOLS = [
     "get_trace_stats",
     "get_causal_chains",
     "get_stacks",
+    "get_steps",
     "run_sql",
     "describe_trace",
     "list_traces",

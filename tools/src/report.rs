@@ -120,6 +120,7 @@ pub fn run_selftest(ctx: &Context) -> TestReport {
         ("get_trace_stats", serde_json::json!({})),
         ("get_causal_chains", serde_json::json!({"limit": 3})),
         ("get_stacks", serde_json::json!({"limit": 3})),
+        ("get_steps", serde_json::json!({"slowest": 1})),
         (
             "run_sql",
             serde_json::json!({"sql": "SELECT op, count(*) AS n FROM events GROUP BY op ORDER BY n DESC LIMIT 5"}),

@@ -13,6 +13,7 @@ pub mod demo;
 pub mod derive;
 pub mod detectors;
 pub mod device;
+pub mod diff;
 pub mod engine;
 pub mod facts;
 pub mod findings;

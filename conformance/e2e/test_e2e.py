@@ -25,6 +25,7 @@ TOOLS = [
     "get_causal_chains",
     "get_stacks",
     "get_steps",
+    "compare_traces",
     "run_sql",
     "describe_trace",
     "list_traces",

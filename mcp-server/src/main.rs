@@ -53,6 +53,8 @@ enum Command {
     Stacks(cmd::stacks::StacksArgs),
     /// Training steps: step times, where each step's time went, the slowest steps and why.
     Steps(cmd::steps::StepsArgs),
+    /// Compare two runs step for step: why is this run's step slower than that one's.
+    Diff(cmd::diff::DiffArgs),
     /// Traces the MCP server can open: the --db trace and the traces directories.
     Traces(cmd::traces::TracesArgs),
     /// One trace: time span, nodes, processes, events per source, drops.
@@ -174,6 +176,7 @@ fn main() -> ExitCode {
         Command::Collect(a) => cmd::collect::run(a),
         Command::Stacks(a) => cmd::stacks::run(a),
         Command::Steps(a) => cmd::steps::run(a),
+        Command::Diff(a) => cmd::diff::run(a),
         Command::Traces(a) => cmd::traces::run_traces(a),
         Command::Describe(a) => cmd::traces::run_describe(a),
         Command::Selftest(a) => cmd::traces::run_selftest(a),

@@ -12,6 +12,7 @@ pub mod budget;
 pub mod check;
 pub mod context;
 pub mod demo;
+pub mod diff;
 mod error;
 pub mod fleet;
 pub mod params;

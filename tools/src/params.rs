@@ -97,6 +97,20 @@ pub struct StepsParams {
     pub slowest: Option<u32>,
 }
 
+/// Arguments of `compare_traces`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct DiffParams {
+    /// The base run's trace name (list_traces).
+    pub base: String,
+    /// The new run's trace name.
+    pub new: String,
+    /// Only this process of the base run.
+    pub base_pid: Option<u32>,
+    /// Only this process of the new run.
+    pub new_pid: Option<u32>,
+}
+
 /// Arguments of `run_sql`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -14,11 +14,13 @@ use crate::context::Context;
 use crate::demo::DemoParams;
 use crate::error::ToolError;
 use crate::params::{
-    ChainsParams, DescribeParams, ListTracesParams, NoParams, SqlParams, StacksParams, StatsParams,
-    StepsParams,
+    ChainsParams, DescribeParams, DiffParams, ListTracesParams, NoParams, SqlParams, StacksParams,
+    StatsParams, StepsParams,
 };
 use crate::text::Audience;
-use crate::{budget, check, demo, fleet, report, results, sql, stacks, stats, steps, text, traces};
+use crate::{
+    budget, check, demo, diff, fleet, report, results, sql, stacks, stats, steps, text, traces,
+};
 
 /// Behaviour hints sent with a tool (MCP `annotations`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -283,6 +285,12 @@ pub fn tool_specs() -> &'static [ToolSpec] {
                     |c, a, w| invoke(c, a, w, steps::get_steps, text::steps),
                 )
             },
+            spec::<DiffParams, results::DiffOut>(
+                "compare_traces",
+                "Compare two runs",
+                "Why one run's step is slower than another's: the step-time difference by budget bucket, the ops that changed, noise.",
+                |c, a, w| invoke(c, a, w, diff::compare_traces, text::diff),
+            ),
             ToolSpec {
                 aliases: &[("query", "sql"), ("top_n", "limit")],
                 ..spec::<SqlParams, sql::SqlOut>(

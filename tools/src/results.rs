@@ -236,3 +236,28 @@ pub struct StepsOut {
     /// Things to know.
     pub notes: Vec<String>,
 }
+
+/// Output of `compare_traces` (= `causeway diff --json`). Times in ns, per step.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DiffOut {
+    /// {trace, node, pid, tid, source, steps, mean_ns, p50_ns, noise_ns, evidence_sql, items_sql}.
+    pub base: serde_json::Value,
+    /// The same for the new run.
+    pub new: serde_json::Value,
+    /// Mean step, new - base.
+    pub difference_ns: i64,
+    /// In percent of the base.
+    pub difference_pct: f64,
+    /// Standard error of the difference.
+    pub noise_ns: i64,
+    /// More than two standard errors.
+    pub beyond_noise: bool,
+    /// [{bucket, meaning, base_ns, new_ns, delta_ns, base_pct, new_pct}]; deltas sum to the difference.
+    pub parts: Vec<serde_json::Value>,
+    /// [{kind, name, base_count, new_count, base_ns, new_ns, delta_ns, base_pct, new_pct}].
+    pub changed: Vec<serde_json::Value>,
+    /// One line.
+    pub summary: String,
+    /// Things to know.
+    pub notes: Vec<String>,
+}

@@ -5,6 +5,7 @@
 
 use std::fmt::Write;
 
+use causeway_analysis::diff::Diff;
 use causeway_analysis::steps::{Series, StepBudget, Steps, bucket_meaning};
 use causeway_analysis::{Chain, TraceStats};
 use causeway_store::QueryResult;
@@ -772,4 +773,87 @@ pub fn steps(r: &Steps, aud: Audience) -> String {
     }
     note(&mut o, aud);
     o
+}
+
+/// `compare_traces` (CLI `causeway diff`).
+pub fn diff(d: &Diff, aud: Audience) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{}", d.summary);
+    for (label, s) in [("base", &d.base), ("new", &d.new)] {
+        let _ = writeln!(
+            o,
+            "{label}: {} ({} pid {} tid {}): {} {} steps, mean {}, p50 {}, noise {}",
+            q(&s.trace),
+            q(&s.node),
+            s.pid,
+            s.tid,
+            s.steps,
+            s.source,
+            dur(s.mean_ns),
+            dur(s.p50_ns),
+            dur(s.noise_ns)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "difference {} per step ({:+.1}%), noise (standard error) {}: {}",
+        dur(d.difference_ns),
+        d.difference_pct,
+        dur(d.noise_ns),
+        if d.beyond_noise {
+            "beyond noise"
+        } else {
+            "within noise"
+        }
+    );
+    let _ = writeln!(
+        o,
+        "\nby bucket (mean per step; the changes sum to the difference):"
+    );
+    for p in d.parts.iter().filter(|p| p.base_ns != 0 || p.new_ns != 0) {
+        let _ = writeln!(
+            o,
+            "  {:<10} {:>10} -> {:>10}  {:>11}  ({:.1}% -> {:.1}% of the step) {}",
+            p.bucket,
+            dur(p.base_ns),
+            dur(p.new_ns),
+            signed(p.delta_ns),
+            p.base_pct,
+            p.new_pct,
+            p.meaning
+        );
+    }
+    if !d.changed.is_empty() {
+        let _ = writeln!(o, "\nwhat changed most (time per step):");
+    }
+    for c in &d.changed {
+        let _ = writeln!(
+            o,
+            "  {:<8} {} {} -> {} ({}; {:.1} -> {:.1} per step)",
+            c.kind,
+            q(&c.name),
+            dur(c.base_ns),
+            dur(c.new_ns),
+            signed(c.delta_ns),
+            c.base_count,
+            c.new_count
+        );
+    }
+    for n in &d.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
+    if aud == Audience::Agent {
+        let _ = writeln!(o, "evidence (base): {}", d.base.evidence_sql);
+        let _ = writeln!(o, "evidence (new): {}", d.new.evidence_sql);
+    }
+    note(&mut o, aud);
+    o
+}
+
+fn signed(ns: i64) -> String {
+    if ns >= 0 {
+        format!("+{}", dur(ns))
+    } else {
+        format!("-{}", dur(-ns))
+    }
 }

@@ -6,6 +6,7 @@
 
 mod corpus;
 mod device;
+mod diff;
 mod invariants;
 mod placement;
 mod segments;

@@ -12,17 +12,17 @@ use causeway_store::Reader;
 
 use crate::device::{import, kineto_traces, x};
 
-/// Twelve steps of one training thread (pid 100, tid 1), in µs. Every step: the DataLoader
-/// [s, s+2000], a launch [s+2100, s+2200] whose kernel runs [s+2300, s+6000] on stream 7, a
-/// cudaStreamSynchronize [s+5000, s+6000], then host work to the step's end. Steps 3, 7 and 11
-/// (every 4th) also save a checkpoint: `torch.save` [s+10000, s+20000], so they last 20 ms;
-/// the others 10 ms.
-fn designed() -> String {
+/// Twelve steps of one training thread (pid 100, tid 1), in µs, the DataLoader taking `loader`
+/// (2000 in [`designed`]). Every step: the DataLoader [s, s+L], a launch [s+L+100, s+L+200]
+/// whose kernel runs [s+L+300, s+L+4000] on stream 7, a cudaStreamSynchronize [s+L+3000,
+/// s+L+4000], then host work to the step's end: 8000 + L in all. Steps 3, 7 and 11 (every 4th)
+/// also save a checkpoint: `torch.save` [s+L+8000, s+L+18000], so they last 10 ms longer.
+pub fn designed_with(loader: i64) -> String {
     let mut ev = Vec::new();
     let mut s = 0i64;
     for k in 0..12i64 {
         let long = k % 4 == 3;
-        let len = if long { 20_000 } else { 10_000 };
+        let len = 8000 + loader + if long { 10_000 } else { 0 };
         ev.push(x(
             "user_annotation",
             &format!("ProfilerStep#{k}"),
@@ -38,16 +38,17 @@ fn designed() -> String {
             100,
             1,
             s,
-            2000,
+            loader,
             "",
         ));
         let c = 2 * k + 1;
+        let l = s + loader;
         ev.push(x(
             "cuda_runtime",
             "cudaLaunchKernel",
             100,
             1,
-            s + 2100,
+            l + 100,
             100,
             &format!(r#""correlation": {c}"#),
         ));
@@ -56,7 +57,7 @@ fn designed() -> String {
             "gemm",
             0,
             7,
-            s + 2300,
+            l + 300,
             3700,
             &format!(r#""device": 0, "stream": 7, "correlation": {c}"#),
         ));
@@ -65,12 +66,12 @@ fn designed() -> String {
             "cudaStreamSynchronize",
             100,
             1,
-            s + 5000,
+            l + 3000,
             1000,
             &format!(r#""correlation": {}"#, c + 1),
         ));
         if long {
-            ev.push(x("cpu_op", "torch.save", 100, 1, s + 10_000, 10_000, ""));
+            ev.push(x("cpu_op", "torch.save", 100, 1, l + 8000, 10_000, ""));
         }
         s += len;
     }
@@ -78,6 +79,10 @@ fn designed() -> String {
         r#"{{"schemaVersion": 1, "distributedInfo": {{"rank": 0, "world_size": 1}}, "traceEvents": [{}]}}"#,
         ev.join(",\n")
     )
+}
+
+fn designed() -> String {
+    designed_with(2000)
 }
 
 #[test]

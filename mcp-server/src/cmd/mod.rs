@@ -4,6 +4,7 @@ pub mod agent;
 pub mod check;
 pub mod collect;
 pub mod demo;
+pub mod diff;
 pub mod explain;
 pub mod export;
 pub mod fleet;

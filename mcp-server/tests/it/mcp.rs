@@ -130,7 +130,7 @@ fn stdio_answers_initialize_and_tools_in_2025_11_25() {
         wire.len() / 4
     );
     let tools = list["result"]["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 10);
+    assert_eq!(tools.len(), 11);
     for t in tools {
         assert_eq!(t["annotations"]["readOnlyHint"], true);
         assert_eq!(t["annotations"]["openWorldHint"], false);

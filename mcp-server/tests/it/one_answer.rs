@@ -143,6 +143,31 @@ fn explain_json_and_mcp_structured_content_agree_on_every_corpus_trace() {
         "{with_devices} traces with a device timeline"
     );
     assert!(with_steps >= 8, "{with_steps} traces with steps");
+    // diff and compare_traces: the same comparison of two real profiler traces (HTA's
+    // trace-diff pair), and of one against itself.
+    let (a, b) = (
+        "kineto-a100-rank3-of-8-control",
+        "kineto-v100-rank1-of-2-test",
+    );
+    let path = |n: &str| traces.iter().find(|(x, _)| x == n).unwrap().1.clone();
+    for (base, new) in [(a, b), (a, a)] {
+        let cli: Value = serde_json::from_str(&ok(&[
+            "diff",
+            path(base).to_str().unwrap(),
+            path(new).to_str().unwrap(),
+            "--json",
+        ]))
+        .unwrap();
+        let r = s.request(
+            "tools/call",
+            json!({"name": "compare_traces", "arguments": {"base": base, "new": new}}),
+        );
+        assert_eq!(r["result"]["isError"], false, "{r}");
+        assert_eq!(
+            cli, r["result"]["structuredContent"],
+            "{base} -> {new}: diff --json and compare_traces differ"
+        );
+    }
 
     // A window and a process of the vLLM recording: the same filters, the same answer.
     let vllm = "shared-vllm-37343-logprobs-amplification";

@@ -48,6 +48,7 @@ fn tools_are_listed_in_a_fixed_order_and_read_only() {
             "get_causal_chains",
             "get_stacks",
             "get_steps",
+            "compare_traces",
             "run_sql",
             "describe_trace",
             "list_traces",

@@ -79,7 +79,7 @@ fn the_same_results_for_people() {
 }
 
 /// `get_steps` on a real PyTorch profiler trace (rank 0 of two A100s with NCCL, recorded by
-/// others), for agents and for people.
+/// others), and `compare_traces` of it against itself, for agents and for people.
 #[test]
 fn steps_of_a_profiler_trace() {
     let dir = tempfile::tempdir().unwrap();
@@ -98,6 +98,20 @@ fn steps_of_a_profiler_trace() {
         (Audience::Person, "person_steps_kineto"),
     ] {
         let out = call_for(&c, "get_steps", json!({"slowest": 2}), aud).unwrap();
+        insta::assert_snapshot!(label, out.text);
+    }
+    // The run against itself: no difference beyond noise.
+    for (aud, label) in [
+        (Audience::Agent, "agent_diff_kineto_itself"),
+        (Audience::Person, "person_diff_kineto_itself"),
+    ] {
+        let out = call_for(
+            &c,
+            "compare_traces",
+            json!({"base": "kineto", "new": "kineto"}),
+            aud,
+        )
+        .unwrap();
         insta::assert_snapshot!(label, out.text);
     }
 }

@@ -1,0 +1,409 @@
+//! Two runs compared step for step (`causeway diff`, the MCP tool `compare_traces`): the
+//! difference in mean step time, split into the step budget's buckets (the parts sum to the
+//! difference: each is the difference of that bucket's mean, and the buckets sum to the step),
+//! the GPU calls, kernels and CPU ops whose time per step changed most, and the noise level
+//! from the step-to-step spread of both runs, so that a run against itself says "no difference
+//! beyond noise". Each side is read on its own ([`side`]), so the two may come from different
+//! sources: a causeway recording against a profiler import of the same job.
+
+use std::collections::BTreeMap;
+
+use causeway_store::{Reader, StoreError, duckdb};
+use serde::Serialize;
+
+use crate::counts::lit;
+use crate::facts::duck;
+use crate::fmt::dur;
+use crate::steps::{BUCKETS, Series, StepQuery, bucket_meaning, steps};
+
+/// Changed ops, kernels and CPU ops reported.
+pub const CHANGED: usize = 10;
+
+/// A difference is beyond noise past this many standard errors.
+const NOISE_LEVELS: f64 = 2.0;
+
+/// One run's steps and what ran in them, per step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Side {
+    /// The trace (file name).
+    pub trace: String,
+    /// The step series compared (the one with the most steps).
+    pub series: Series,
+    /// Time per step of every GPU call op, kernel and CPU op in the steps.
+    #[serde(skip)]
+    pub items: BTreeMap<(String, String), Item>,
+    /// Rows behind `items`.
+    #[serde(skip)]
+    pub items_sql: String,
+}
+
+/// Totals of one named thing over a side's steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Item {
+    /// How many.
+    pub count: i64,
+    /// Their time overlapping the steps (ns).
+    pub ns: i64,
+}
+
+/// One bucket's part of the difference.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Part {
+    /// The bucket (input, sync, collective, copy, alloc, launch, preempted, blocked, host).
+    pub bucket: String,
+    /// What it means.
+    pub meaning: String,
+    /// Mean per step in the base run (ns).
+    pub base_ns: i64,
+    /// Mean per step in the new run (ns).
+    pub new_ns: i64,
+    /// new - base (ns).
+    pub delta_ns: i64,
+    /// Share of the mean step, base and new (percent).
+    pub base_pct: f64,
+    /// Share of the mean step, new.
+    pub new_pct: f64,
+}
+
+/// A GPU call op, kernel or CPU op whose time per step changed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Change {
+    /// `gpu call` (a runtime/driver/NCCL call on the step's thread), `kernel` (device work of
+    /// the process: kernels, copies, memsets by name), `cpu op` (a profiler range on the step's
+    /// thread).
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// Per step in the base run: count and time (ns).
+    pub base_count: f64,
+    /// Per step in the new run.
+    pub new_count: f64,
+    /// Time per step, base (ns).
+    pub base_ns: i64,
+    /// Time per step, new (ns).
+    pub new_ns: i64,
+    /// new - base (ns).
+    pub delta_ns: i64,
+    /// Share of the mean step, base and new (percent).
+    pub base_pct: f64,
+    /// Share of the mean step, new.
+    pub new_pct: f64,
+}
+
+/// One side as the answer describes it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SideOut {
+    /// The trace.
+    pub trace: String,
+    /// Node, process, thread and source of the steps.
+    pub node: String,
+    /// Process.
+    pub pid: u32,
+    /// Thread.
+    pub tid: u32,
+    /// profiler, nvtx or inferred.
+    pub source: String,
+    /// Steps.
+    pub steps: usize,
+    /// Mean step (ns).
+    pub mean_ns: i64,
+    /// Median step (ns).
+    pub p50_ns: i64,
+    /// Step-to-step noise (ns).
+    pub noise_ns: i64,
+    /// Device busy per step, median, where the trace has a device timeline (ns).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_busy_p50_ns: Option<i64>,
+    /// The steps' rows.
+    pub evidence_sql: String,
+    /// The rows behind the changed ops: per kind and name, count and time in the steps.
+    pub items_sql: String,
+}
+
+/// What `diff` returns.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Diff {
+    /// The base run.
+    pub base: SideOut,
+    /// The new run.
+    pub new: SideOut,
+    /// Mean step, new - base (ns).
+    pub difference_ns: i64,
+    /// In percent of the base's mean step.
+    pub difference_pct: f64,
+    /// The standard error of that difference, from both runs' step-to-step noise (ns).
+    pub noise_ns: i64,
+    /// Whether the difference is beyond noise (more than two standard errors).
+    pub beyond_noise: bool,
+    /// The difference by bucket, largest change first; the deltas sum to `difference_ns`
+    /// (within a nanosecond per bucket of rounding).
+    pub parts: Vec<Part>,
+    /// The GPU calls, kernels and CPU ops whose time per step changed most.
+    pub changed: Vec<Change>,
+    /// One line: "+36.00 ms per step (+25.7%): +35.00 ms input (...), ...".
+    pub summary: String,
+    /// What the reader should know.
+    pub notes: Vec<String>,
+}
+
+/// Why two runs cannot be compared.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{trace} has no training steps to compare")]
+pub struct NoSteps {
+    /// The trace without steps.
+    pub trace: String,
+}
+
+impl NoSteps {
+    /// What to do about it.
+    pub fn hint(&self) -> &'static str {
+        "diff compares runs step by step: give it PyTorch profiler traces or Nsight Systems exports with ProfilerStep ranges (causeway import), or recordings with NVTX step ranges; `causeway steps --db T` shows a trace's steps"
+    }
+}
+
+/// GPU calls on the step thread, device work of the process and CPU ops (depth <= 1) on the
+/// step thread, by the step they start in: kind, name, count, time overlapping the step.
+/// Parameters: node, pid, tid, source, from, until.
+const ITEMS_SQL: &str = "WITH s AS (SELECT node, pid, tid, start_ns, end_ns FROM steps WHERE node = $1 AND pid = $2 AND tid = $3 AND source = $4 AND start_ns BETWEEN $5 AND $6) \
+SELECT 'gpu call' AS kind, e.op AS name, count(*)::BIGINT AS n, sum(least(e.timestamp + e.duration, s.end_ns) - e.timestamp)::BIGINT AS ns \
+FROM s JOIN events e ON e.node = s.node AND e.pid = s.pid AND e.tid = s.tid AND e.timestamp >= s.start_ns AND e.timestamp < s.end_ns \
+WHERE e.source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL') GROUP BY ALL \
+UNION ALL SELECT 'kernel', g.name, count(*)::BIGINT, sum(least(g.end_ns, s.end_ns) - g.start_ns)::BIGINT \
+FROM s JOIN gpu_activity g ON g.node = s.node AND g.pid = s.pid AND g.start_ns >= s.start_ns AND g.start_ns < s.end_ns \
+WHERE g.kind <> 'sync' GROUP BY ALL \
+UNION ALL SELECT 'cpu op', r.name, count(*)::BIGINT, sum(least(r.end_ns, s.end_ns) - r.start_ns)::BIGINT \
+FROM s JOIN ranges r ON r.node = s.node AND r.pid = s.pid AND r.tid = s.tid AND r.start_ns >= s.start_ns AND r.start_ns < s.end_ns \
+WHERE r.depth <= 1 AND r.name NOT LIKE 'ProfilerStep#%' GROUP BY ALL";
+
+/// Reads one run: its step series with the most steps under `q`, and what ran in its steps.
+pub fn side(r: &Reader, trace: &str, q: &StepQuery) -> Result<Result<Side, NoSteps>, StoreError> {
+    let q = StepQuery {
+        slowest: 0,
+        ..q.clone()
+    };
+    let found = steps(r, &q)?;
+    let Some(series) = found.series.into_iter().next() else {
+        return Ok(Err(NoSteps {
+            trace: trace.to_string(),
+        }));
+    };
+    let from = series.steps.first().map_or(0, |s| s.start_ns);
+    let until = series.steps.last().map_or(0, |s| s.start_ns);
+    let rows: Vec<(String, String, i64, i64)> = r
+        .prepare_trusted(ITEMS_SQL)?
+        .query_map(
+            duckdb::params![
+                series.node,
+                i64::from(series.pid),
+                i64::from(series.tid),
+                series.source,
+                from,
+                until
+            ],
+            causeway_store::row,
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading what ran in the steps"))?;
+    let mut items = BTreeMap::new();
+    for (kind, name, n, ns) in rows {
+        let e: &mut Item = items.entry((kind, name)).or_default();
+        e.count += n;
+        e.ns += ns;
+    }
+    let items_sql = ITEMS_SQL
+        .replace("$1", &lit(&series.node))
+        .replace("$2", &series.pid.to_string())
+        .replace("$3", &series.tid.to_string())
+        .replace("$4", &lit(&series.source))
+        .replace("$5", &from.to_string())
+        .replace("$6", &until.to_string());
+    Ok(Ok(Side {
+        trace: trace.to_string(),
+        series,
+        items,
+        items_sql,
+    }))
+}
+
+fn out(s: &Side) -> SideOut {
+    let x = &s.series;
+    SideOut {
+        trace: s.trace.clone(),
+        node: x.node.clone(),
+        pid: x.pid,
+        tid: x.tid,
+        source: x.source.clone(),
+        steps: x.count,
+        mean_ns: x.mean_ns,
+        p50_ns: x.p50_ns,
+        noise_ns: x.noise_ns,
+        gpu_busy_p50_ns: x.gpu_busy_p50_ns,
+        evidence_sql: x.evidence_sql.clone(),
+        items_sql: s.items_sql.clone(),
+    }
+}
+
+fn pct(ns: i64, of: i64) -> f64 {
+    if of <= 0 {
+        return 0.0;
+    }
+    (ns as f64 * 1000.0 / of as f64).round() / 10.0
+}
+
+/// Compares two runs: the difference of the mean step, its parts and what changed.
+pub fn compare(base: &Side, new: &Side) -> Diff {
+    let (b, n) = (&base.series, &new.series);
+    let difference = n.mean_ns - b.mean_ns;
+    let se = ((b.noise_ns as f64).powi(2) / b.count.max(1) as f64
+        + (n.noise_ns as f64).powi(2) / n.count.max(1) as f64)
+        .sqrt();
+    let beyond = (difference.abs() as f64) > NOISE_LEVELS * se;
+    let mut parts: Vec<Part> = b
+        .mean_budget
+        .parts()
+        .iter()
+        .zip(n.mean_budget.parts())
+        .map(|(x, y)| Part {
+            bucket: x.0.to_string(),
+            meaning: bucket_meaning(x.0).to_string(),
+            base_ns: x.1,
+            new_ns: y.1,
+            delta_ns: y.1 - x.1,
+            base_pct: pct(x.1, b.mean_ns),
+            new_pct: pct(y.1, n.mean_ns),
+        })
+        .collect();
+    parts.sort_by(|x, y| {
+        y.delta_ns.abs().cmp(&x.delta_ns.abs()).then(
+            BUCKETS
+                .iter()
+                .position(|k| *k == x.bucket)
+                .cmp(&BUCKETS.iter().position(|k| *k == y.bucket)),
+        )
+    });
+
+    let (nb, nn) = (b.count.max(1) as f64, n.count.max(1) as f64);
+    let keys: std::collections::BTreeSet<&(String, String)> =
+        base.items.keys().chain(new.items.keys()).collect();
+    let mut changed: Vec<Change> = keys
+        .into_iter()
+        .map(|k| {
+            let x = base.items.get(k).copied().unwrap_or_default();
+            let y = new.items.get(k).copied().unwrap_or_default();
+            let (bns, nns) = ((x.ns as f64 / nb) as i64, (y.ns as f64 / nn) as i64);
+            Change {
+                kind: k.0.clone(),
+                name: k.1.clone(),
+                base_count: (x.count as f64 / nb * 10.0).round() / 10.0,
+                new_count: (y.count as f64 / nn * 10.0).round() / 10.0,
+                base_ns: bns,
+                new_ns: nns,
+                delta_ns: nns - bns,
+                base_pct: pct(bns, b.mean_ns),
+                new_pct: pct(nns, n.mean_ns),
+            }
+        })
+        .filter(|c| c.delta_ns != 0)
+        .collect();
+    changed.sort_by(|x, y| {
+        y.delta_ns
+            .abs()
+            .cmp(&x.delta_ns.abs())
+            .then(x.kind.cmp(&y.kind))
+            .then(x.name.cmp(&y.name))
+    });
+
+    let mut notes = Vec::new();
+    if b.source != n.source {
+        notes.push(format!(
+            "the runs' steps come from different sources ({} and {}): their boundaries may differ by what each source counts as a step",
+            b.source, n.source
+        ));
+    }
+    if (b.gpu_busy_p50_ns.is_some()) != (n.gpu_busy_p50_ns.is_some()) {
+        notes.push(
+            "only one run has a device timeline: kernels are compared where both have one".into(),
+        );
+    }
+    let summary = summary(difference, b.mean_ns, se, beyond, &parts, &changed);
+    changed.truncate(CHANGED);
+    Diff {
+        base: out(base),
+        new: out(new),
+        difference_ns: difference,
+        difference_pct: pct(difference, b.mean_ns),
+        noise_ns: se.round() as i64,
+        beyond_noise: beyond,
+        parts,
+        changed,
+        summary,
+        notes,
+    }
+}
+
+/// Whether a changed item belongs to a bucket (the op or range whose time the bucket counts).
+fn names(bucket: &str, c: &Change) -> bool {
+    let n = c.name.to_ascii_lowercase();
+    let call = c.kind == "gpu call";
+    match bucket {
+        "input" => c.kind == "cpu op" && n.starts_with("enumerate(dataloader)"),
+        "collective" => n.contains("nccl") || n.contains("c10d") || n == "record_param_comms",
+        "sync" => call && (n.contains("synchronize") || n.contains("memcpy")),
+        "copy" => call && (n.contains("memcpy") || n.contains("memset")),
+        "alloc" => call && (n.contains("malloc") || n.contains("free") || n.contains("memalloc")),
+        "launch" => call && n.contains("launch"),
+        "host" => c.kind == "cpu op" && !n.starts_with("enumerate(dataloader)"),
+        _ => false,
+    }
+}
+
+fn signed(ns: i64) -> String {
+    if ns >= 0 {
+        format!("+{}", dur(ns))
+    } else {
+        format!("-{}", dur(-ns))
+    }
+}
+
+fn summary(
+    difference: i64,
+    base_mean: i64,
+    se: f64,
+    beyond: bool,
+    parts: &[Part],
+    changed: &[Change],
+) -> String {
+    if !beyond {
+        return format!(
+            "no difference beyond noise: {} per step ({:+.1}%), within the noise of {} (two standard errors of the step-to-step spread)",
+            signed(difference),
+            pct(difference, base_mean),
+            dur((NOISE_LEVELS * se).round() as i64)
+        );
+    }
+    let top: Vec<String> = parts
+        .iter()
+        .filter(|p| p.delta_ns != 0 && p.delta_ns.abs() * 20 >= difference.abs())
+        .take(3)
+        .map(|p| {
+            // The changed item that best names the bucket's change, when one does.
+            let named = changed
+                .iter()
+                .find(|c| names(&p.bucket, c) && c.delta_ns.signum() == p.delta_ns.signum())
+                .map(|c| {
+                    format!(
+                        " ({} {:.0}% -> {:.0}% of the step)",
+                        c.name, c.base_pct, c.new_pct
+                    )
+                })
+                .unwrap_or_default();
+            format!("{} {}{named}", signed(p.delta_ns), p.bucket)
+        })
+        .collect();
+    format!(
+        "{} per step ({:+.1}%): {}",
+        signed(difference),
+        pct(difference, base_mean),
+        top.join(", ")
+    )
+}

@@ -4,6 +4,7 @@
 
 pub mod attribution;
 pub mod budget;
+pub mod cadence;
 pub mod chains;
 pub mod convention;
 pub mod counts;

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
-use causeway_store::catalog::Source;
+use causeway_store::catalog::{self, Source};
 use causeway_store::{Reader, StoreError, duckdb};
 use serde::Serialize;
 
@@ -25,6 +25,14 @@ use crate::opsets::op_filter;
 use crate::scan::NodeRef;
 use crate::switches::Switches;
 use crate::window::{DEVICE_SCHEMA, TimeRef, Window, WindowSpec};
+
+/// Steps listed in an answer, over all its series (each gets at least [`MIN_LISTED`]); longer
+/// series list evenly spaced steps, so that an agent's response stays within its budget.
+pub const LISTED_STEPS: usize = 32;
+/// See [`LISTED_STEPS`].
+const MIN_LISTED: usize = 4;
+/// Series in an answer (a cluster store has one per rank): the ones with the most steps.
+pub const MAX_SERIES: usize = 8;
 
 /// Slowest steps reported by default.
 pub const DEFAULT_SLOWEST: usize = 5;
@@ -45,8 +53,11 @@ pub struct StepQuery {
     pub pid: Option<u32>,
     /// Only this node.
     pub node: Option<String>,
-    /// How many of the slowest steps to explain (0: none).
+    /// How many of the slowest steps to report (0: none).
     pub slowest: usize,
+    /// Run `explain` over each of them for the finding that explains it (one analysis per
+    /// step: the report leaves it out).
+    pub explain_slowest: bool,
 }
 
 /// Where one step's time went on its thread (ns); the buckets sum to the step's time.
@@ -225,6 +236,9 @@ pub struct Series {
     pub rank: Option<i64>,
     /// profiler, nvtx or inferred.
     pub source: String,
+    /// How inferred steps were found (source `inferred`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inferred: Option<Inferred>,
     /// Steps.
     pub count: usize,
     /// Nearest-rank percentiles and extremes of the step time (ns).
@@ -256,10 +270,24 @@ pub struct Series {
     /// Slow steps that come back every Nth step.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub periodic: Option<Periodic>,
-    /// Every step, in order.
+    /// The steps, in order: every one, or (`listed`) that many evenly spaced.
     pub steps: Vec<Step>,
+    /// When the series has more steps than an answer lists: how many `steps` holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listed: Option<usize>,
     /// The steps' rows (index, start, end, time).
     pub evidence_sql: String,
+}
+
+/// Steps inferred from a thread's cadence: what fixed them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Inferred {
+    /// The call that recurs once per step.
+    pub anchor: String,
+    /// GPU calls per step.
+    pub calls_per_step: usize,
+    /// How well the calls repeat with that period (0-1).
+    pub confidence: f64,
 }
 
 /// What `steps` returns.
@@ -312,25 +340,50 @@ const COMM_SQL: &str = "SELECT coalesce(max(comm), '') FROM processes WHERE node
 const RANK_SQL: &str =
     "SELECT max(rank)::BIGINT FROM processes WHERE node = $1 AND pid = $2 AND rank IS NOT NULL";
 
-/// Range names (depth <= 2, any thread of the process) by the step they start in.
-const MARKS_RANGES_SQL: &str = "SELECT s.step, r.name, sum(least(r.end_ns, s.end_ns) - greatest(r.start_ns, s.start_ns))::BIGINT \
-FROM steps s JOIN ranges r ON r.node = s.node AND r.pid = s.pid AND r.start_ns >= s.start_ns AND r.start_ns < s.end_ns \
-WHERE s.node = $1 AND s.pid = $2 AND s.tid = $3 AND s.source = $4 AND r.depth <= 2 AND r.name NOT LIKE 'ProfilerStep#%' GROUP BY ALL";
+/// Ranges (depth <= 2, any thread of the process) starting in `[$3, $4]`: start, end, name.
+const MARKS_RANGES_SQL: &str = "SELECT start_ns, end_ns, name FROM ranges \
+WHERE node = $1 AND pid = $2 AND depth <= 2 AND name NOT LIKE 'ProfilerStep#%' AND start_ns BETWEEN $3 AND $4";
 
-/// Host-side ops (I/O, syscalls, sockets) of the process by the step they start in.
+/// Ops of the process (GPU calls, I/O, syscalls, sockets; not the scheduler's) starting in
+/// `[$3, $4]`.
 static MARKS_OPS_SQL: LazyLock<String> = LazyLock::new(|| {
-    let host = op_filter(|o| {
-        !matches!(
-            o.source,
-            Source::Cuda | Source::Driver | Source::Graph | Source::Nccl
-        ) && o.id != crate::switches::SWITCH_OP
-    });
+    let host = op_filter(|o| o.id != crate::switches::SWITCH_OP);
     format!(
-        "SELECT s.step, e.op, sum(least(e.timestamp + e.duration, s.end_ns) - greatest(e.timestamp, s.start_ns))::BIGINT \
-FROM steps s JOIN events e ON e.node = s.node AND e.pid = s.pid AND e.timestamp >= s.start_ns AND e.timestamp < s.end_ns \
-WHERE s.node = $1 AND s.pid = $2 AND s.tid = $3 AND s.source = $4 AND {host} GROUP BY ALL"
+        "SELECT timestamp, timestamp + duration, op FROM events \
+WHERE node = $1 AND pid = $2 AND {host} AND timestamp BETWEEN $3 AND $4"
     )
 });
+
+/// GPU-calling threads of each process in `[$1, $2]`, busiest first.
+static FEEDERS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT node, pid::BIGINT, tid::BIGINT, count(*)::BIGINT AS n FROM event_data \
+WHERE {GPU} AND timestamp BETWEEN $1 AND $2 AND ($3 < 0 OR pid = $3) AND ($4 = '' OR node = $4) \
+GROUP BY ALL ORDER BY 1, 2, 4 DESC, 3",
+        GPU = gpu_ops()
+    )
+});
+
+/// One thread's GPU calls in `[$4, $5]`, in order: start, end, op id.
+static THREAD_CALLS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT timestamp, timestamp + duration, op_id::BIGINT FROM event_data \
+WHERE node = $1 AND pid = $2 AND tid = $3 AND {GPU} AND timestamp BETWEEN $4 AND $5 ORDER BY timestamp, seq",
+        GPU = gpu_ops()
+    )
+});
+
+/// Ops of a process the recorder stored only a sample of.
+const SAMPLED_OPS_SQL: &str = "SELECT op_id::BIGINT FROM op_counts WHERE node = $1 AND pid = $2 GROUP BY op_id HAVING sum(stored) < sum(calls)";
+
+fn gpu_ops() -> String {
+    op_filter(|o| {
+        matches!(
+            o.source,
+            Source::Cuda | Source::Driver | Source::Graph | Source::Nccl
+        )
+    })
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Bucket {
@@ -410,8 +463,47 @@ pub fn steps(r: &Reader, q: &StepQuery) -> Result<Steps, StoreError> {
     }
     let resume = crate::convention::resume_nodes(r)?;
     let mut series = Vec::new();
+    let annotated: std::collections::BTreeSet<(String, u32)> =
+        grouped.keys().map(|k| (k.0.clone(), k.1)).collect();
     for ((n, p, t, source), raw) in grouped {
         series.push(one_series(r, q, &resume, &n, p, t, &source, raw)?);
+    }
+    // Processes that feed a GPU without annotated steps: steps from their cadence.
+    let feeders: Vec<(String, i64, i64, i64)> = r
+        .prepare_trusted(FEEDERS_SQL.as_str())?
+        .query_map(
+            duckdb::params![window.from_ns, window.until_ns, pid, node],
+            causeway_store::row,
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading the GPU-calling threads"))?;
+    let mut seen = std::collections::BTreeSet::new();
+    for (n, p, t, _) in feeders {
+        let key = (n.clone(), p as u32);
+        if annotated.contains(&key) || !seen.insert(key) {
+            continue;
+        }
+        if let Some((cad, raw)) = inferred(r, &n, p as u32, t as u32, window)? {
+            let mut s = one_series(r, q, &resume, &n, p as u32, t as u32, "inferred", raw)?;
+            let anchor = catalog::op_by_id(cad.anchor).map_or("?", |o| o.name);
+            notes.push(format!(
+                "{n} pid {p}: steps inferred from thread {t}'s cadence ({} calls per step, anchored on {anchor}, confidence {:.2}); not stored",
+                cad.calls_per_step, cad.confidence
+            ));
+            s.evidence_sql = format!(
+                "SELECT row_number() OVER (ORDER BY timestamp) AS k, timestamp, duration, timestamp - lag(timestamp) OVER (ORDER BY timestamp) AS since_previous_ns FROM events WHERE node = {} AND pid = {p} AND tid = {t} AND op = {} AND timestamp BETWEEN {} AND {} ORDER BY timestamp",
+                lit(&n),
+                lit(anchor),
+                window.from_ns,
+                window.until_ns
+            );
+            s.inferred = Some(Inferred {
+                anchor: anchor.to_string(),
+                calls_per_step: cad.calls_per_step,
+                confidence: cad.confidence,
+            });
+            series.push(s);
+        }
     }
     series.sort_by(|a, b| {
         b.count
@@ -421,14 +513,95 @@ pub fn steps(r: &Reader, q: &StepQuery) -> Result<Steps, StoreError> {
             .then(a.tid.cmp(&b.tid))
             .then(a.source.cmp(&b.source))
     });
+    if series.len() > MAX_SERIES {
+        notes.push(format!(
+            "{} more step series not shown: give a pid or node",
+            series.len() - MAX_SERIES
+        ));
+        series.truncate(MAX_SERIES);
+    }
+    let per = (LISTED_STEPS / series.len().max(1)).max(MIN_LISTED);
+    let slowest = if series.len() > 1 {
+        (q.slowest / series.len()).max(q.slowest.min(1))
+    } else {
+        q.slowest
+    };
+    for s in &mut series {
+        s.slowest.truncate(slowest);
+        let first = s.steps.first().map(|x| x.step);
+        if q.explain_slowest {
+            for x in &mut s.slowest {
+                x.finding = finding(r, &s.node, s.pid, &x.step, first == Some(x.step.step))?;
+            }
+        }
+        if s.steps.len() > per {
+            s.steps = evenly(std::mem::take(&mut s.steps), per);
+            s.listed = Some(per);
+        }
+    }
     if series.is_empty() {
-        notes.push("no steps in this window: the trace holds no ProfilerStep#N or NVTX step ranges (import a PyTorch profiler trace or an Nsight Systems export, or annotate steps)".into());
+        notes.push("no steps in this window: the trace holds no ProfilerStep#N or NVTX step ranges, and no GPU-calling thread's calls repeat with a step's cadence".into());
     }
     Ok(Steps {
         window,
         series,
         notes,
     })
+}
+
+/// Steps of one thread inferred from its calls' cadence in the window, as (index, start, end).
+#[allow(clippy::type_complexity)]
+pub fn inferred(
+    r: &Reader,
+    node: &str,
+    pid: u32,
+    tid: u32,
+    window: Window,
+) -> Result<Option<(crate::cadence::Cadence, Vec<(i64, i64, i64)>)>, StoreError> {
+    let calls: Vec<(i64, i64, i64)> = r
+        .prepare_trusted(THREAD_CALLS_SQL.as_str())?
+        .query_map(
+            duckdb::params![
+                node,
+                i64::from(pid),
+                i64::from(tid),
+                window.from_ns,
+                window.until_ns
+            ],
+            causeway_store::row,
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading a thread's GPU calls"))?;
+    let calls: Vec<crate::cadence::Call> = calls
+        .into_iter()
+        .map(|(s, e, o)| (s, e, o as u16))
+        .collect();
+    // In a sampled recording the stored calls of a sampled op are not the loop's: only the
+    // ops stored in full keep its order.
+    let sampled: Vec<i64> = r
+        .prepare_trusted(SAMPLED_OPS_SQL)?
+        .query_map(duckdb::params![node, i64::from(pid)], |row| row.get(0))
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading which ops were sampled"))?;
+    let found = if sampled.is_empty() {
+        crate::cadence::infer(&calls)
+    } else {
+        let full: Vec<crate::cadence::Call> = calls
+            .iter()
+            .copied()
+            .filter(|c| !sampled.contains(&i64::from(c.2)))
+            .collect();
+        crate::cadence::infer_complete(&full)
+    };
+    Ok(found.map(|c| {
+        let raw = c
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, &(s, e))| (i as i64, s, e))
+            .collect();
+        (c, raw)
+    }))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -571,13 +744,13 @@ fn one_series(
         slowest.push(SlowStep {
             over_median_ns: s.duration_ns - p50,
             grew: grew(&s.budget, &median_budget),
-            finding: finding(r, node, pid, s, i == 0)?,
+            finding: None,
             evidence_sql: step_evidence(node, pid, tid, s.start_ns, s.start_ns + s.duration_ns),
             step: s.clone(),
         });
     }
     let periodic = periodic(&steps, p50, noise)
-        .map(|p| name_periodic(r, node, pid, tid, source, &steps, p))
+        .map(|p| name_periodic(r, node, pid, &steps, p))
         .transpose()?;
 
     let comm: String = r
@@ -595,6 +768,7 @@ fn one_series(
         comm: causeway_store::sanitize::sanitize(&comm),
         rank,
         source: source.to_string(),
+        inferred: None,
         count,
         p50_ns: p50,
         p90_ns: nearest_rank(&d, 0.9),
@@ -610,6 +784,7 @@ fn one_series(
         slowest,
         periodic,
         steps,
+        listed: None,
         evidence_sql: format!(
             "SELECT step, start_ns, end_ns, end_ns - start_ns AS duration_ns FROM steps WHERE node = {} AND pid = {pid} AND tid = {tid} AND source = {} AND start_ns BETWEEN {} AND {} ORDER BY start_ns, step",
             lit(node),
@@ -618,6 +793,20 @@ fn one_series(
             until,
         ),
     })
+}
+
+/// `k` of `v`'s items, evenly spaced, the first and last among them.
+fn evenly<T>(v: Vec<T>, k: usize) -> Vec<T> {
+    let n = v.len();
+    if k >= n || k < 2 {
+        return v;
+    }
+    let keep: std::collections::BTreeSet<usize> = (0..k).map(|i| i * (n - 1) / (k - 1)).collect();
+    v.into_iter()
+        .enumerate()
+        .filter(|(i, _)| keep.contains(i))
+        .map(|(_, x)| x)
+        .collect()
 }
 
 /// Nearest-rank quantile of sorted values (0 when empty).
@@ -780,9 +969,7 @@ WHERE node = {n} AND pid = {pid} AND kind <> 'sync' AND start_ns < {until} AND e
 }
 
 /// Slow steps (past the median by [`SLOW_OVER_MEDIAN`] and [`SLOW_NOISE_LEVELS`] noise
-/// levels) at a fixed stride: every step at that stride from the first slow one to the last is
-/// slow, and (nearly) no other step is. The stride is the most common distance between
-/// consecutive slow steps' indices.
+/// levels) at a steady stride (see the chain below).
 fn periodic(steps: &[Step], p50: i64, noise: i64) -> Option<Periodic> {
     let limit = p50 as f64 + (p50 as f64 * SLOW_OVER_MEDIAN).max(noise as f64 * SLOW_NOISE_LEVELS);
     let slow: Vec<i64> = steps
@@ -793,30 +980,29 @@ fn periodic(steps: &[Step], p50: i64, noise: i64) -> Option<Periodic> {
     if slow.len() < PERIODIC_MIN || slow.len() * 2 > steps.len() {
         return None;
     }
-    let mut gaps: BTreeMap<i64, usize> = BTreeMap::new();
-    for w in slow.windows(2) {
-        *gaps.entry(w[1] - w[0]).or_default() += 1;
-    }
-    let (&every, _) = gaps.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
+    // The stride: the median distance between consecutive slow steps. The chain: the slow
+    // steps with another slow step one stride away (within a step, or a tenth of the stride: a
+    // checkpoint every 1.5 s of steps that vary falls every 9 or 10 steps); at most one slow
+    // step in five off it (warm-up, a checkpoint among logging steps), and nine in ten of the
+    // chain's own distances one stride.
+    let mut gaps: Vec<i64> = slow.windows(2).map(|w| w[1] - w[0]).collect();
+    gaps.sort_unstable();
+    let every = gaps[(gaps.len() - 1) / 2];
     if every < 2 {
         return None;
     }
-    let first = slow[0];
+    let tol = (every / 10).max(1);
+    let near = |d: i64| d.abs_diff(every) as i64 <= tol;
     let on_stride: Vec<i64> = slow
         .iter()
         .copied()
-        .filter(|s| (s - first) % every == 0)
+        .filter(|&a| slow.iter().any(|&b| near((a - b).abs())))
         .collect();
-    let last = *on_stride.last()?;
-    let expected = steps
-        .iter()
-        .filter(|s| s.step >= first && s.step <= last && (s.step - first) % every == 0)
-        .count();
-    // Every step at the stride is slow, and at most one slow step in ten is off it.
-    if on_stride.len() < PERIODIC_MIN
-        || on_stride.len() < expected
-        || (slow.len() - on_stride.len()) * 10 > slow.len()
-    {
+    if on_stride.len() < PERIODIC_MIN || (slow.len() - on_stride.len()) * 5 > slow.len() {
+        return None;
+    }
+    let chain: Vec<i64> = on_stride.windows(2).map(|w| w[1] - w[0]).collect();
+    if chain.iter().filter(|&&d| near(d)).count() * 10 < chain.len() * 9 {
         return None;
     }
     let in_slow = |s: &Step| on_stride.binary_search(&s.step).is_ok();
@@ -849,34 +1035,52 @@ fn periodic(steps: &[Step], p50: i64, noise: i64) -> Option<Periodic> {
 }
 
 /// Names periodic slow steps by what runs in (nearly) all of them and (almost) no other step:
-/// a range (any thread of the process, depth <= 2) or a host-side op (file I/O, syscalls).
+/// a range (any thread of the process, depth <= 2) or an op (a sync, file I/O, a syscall).
 fn name_periodic(
     r: &Reader,
     node: &str,
     pid: u32,
-    tid: u32,
-    source: &str,
     steps: &[Step],
     mut p: Periodic,
 ) -> Result<Periodic, StoreError> {
-    let (pid_i, tid_i) = (i64::from(pid), i64::from(tid));
-    let mut rows: Vec<(i64, String, i64)> = r
+    let pid_i = i64::from(pid);
+    let from = steps.first().map_or(0, |s| s.start_ns);
+    let until = steps
+        .iter()
+        .map(|s| s.start_ns + s.duration_ns)
+        .max()
+        .unwrap_or(0);
+    let mut marks: Vec<(i64, i64, String)> = r
         .prepare_trusted(MARKS_RANGES_SQL)?
         .query_map(
-            duckdb::params![node, pid_i, tid_i, source],
+            duckdb::params![node, pid_i, from, until],
             causeway_store::row,
         )
         .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading ranges by step"))?;
-    let ops: Vec<(i64, String, i64)> = r
+        .map_err(duck(r, "reading ranges in the steps"))?;
+    let ops: Vec<(i64, i64, String)> = r
         .prepare_trusted(MARKS_OPS_SQL.as_str())?
         .query_map(
-            duckdb::params![node, pid_i, tid_i, source],
+            duckdb::params![node, pid_i, from, until],
             causeway_store::row,
         )
         .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading host ops by step"))?;
-    rows.extend(ops);
+        .map_err(duck(r, "reading host ops in the steps"))?;
+    marks.extend(ops);
+    // (step, name) -> time in the step, each mark counted in the step it starts in.
+    let mut per: BTreeMap<(i64, String), i64> = BTreeMap::new();
+    for (s0, e0, name) in marks {
+        let k = steps.partition_point(|s| s.start_ns <= s0);
+        let Some(st) = k.checked_sub(1).map(|k| &steps[k]) else {
+            continue;
+        };
+        let end = st.start_ns + st.duration_ns;
+        if s0 >= end {
+            continue;
+        }
+        *per.entry((st.step, name)).or_default() += e0.min(end) - s0;
+    }
+    let rows: Vec<(i64, String, i64)> = per.into_iter().map(|((k, n), ns)| (k, n, ns)).collect();
     let others = steps.len().saturating_sub(p.steps.len()).max(1);
     // name -> (slow steps with it, other steps with it, time in slow steps)
     let mut by: BTreeMap<String, (usize, usize, Vec<i64>)> = BTreeMap::new();
@@ -990,6 +1194,21 @@ mod tests {
             .map(|i| step(i, if i % 10 == 3 && i != 23 { 300 } else { 100 }))
             .collect();
         assert!(periodic(&broken, 100_000_000, 0).is_none());
+        // A checkpoint every so many seconds of steps that vary: every 9 or 10 steps.
+        let timed: Vec<Step> = (0..50)
+            .map(|i| {
+                step(
+                    i,
+                    if [3, 12, 22, 31, 41].contains(&i) {
+                        300
+                    } else {
+                        100
+                    },
+                )
+            })
+            .collect();
+        let p = periodic(&timed, 100_000_000, 0).expect("about every 9-10 steps");
+        assert_eq!((p.every, p.steps.len()), (9, 5));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use causeway_analysis::{
     Budget, Chain, ChainQuery, FindingsQuery, ProcessStats, StatsQuery, TraceStats, Window,
 };
 use causeway_store::{QueryLimits, Reader};
-use causeway_tools::params::{StacksParams, StepsParams, WindowParams};
+use causeway_tools::params::{StacksParams, WindowParams};
 use causeway_tools::stacks::StacksResult;
 use causeway_tools::traces::TraceDescription;
 use serde::Serialize;
@@ -255,14 +255,19 @@ pub fn build(r: &Reader, q: &WindowParams) -> Result<ReportData, ReportError> {
     )?;
     let name = trace_name(r);
     let facts = causeway_tools::traces::describe_for(r, &name)?;
-    let steps = causeway_tools::steps::steps_for(
+    // The steps get_steps gives, less the explain run over each slowest step (one analysis
+    // each, too slow for a page that refreshes).
+    let steps = causeway_analysis::steps::steps(
         r,
-        &StepsParams {
-            window: q.clone(),
-            slowest: Some(SLOWEST_STEPS),
-            ..StepsParams::default()
+        &causeway_analysis::steps::StepQuery {
+            window: spec,
+            pid: q.pid,
+            node: q.node.clone(),
+            slowest: SLOWEST_STEPS as usize,
+            explain_slowest: false,
         },
-    )?;
+    )
+    .map_err(ReportError::read)?;
 
     let mut nodes = Vec::new();
     if stats.nodes.len() > 1 {

@@ -93,7 +93,7 @@ pub struct StepsParams {
     #[serde(flatten)]
     pub window: WindowParams,
     /// Slowest steps to explain (default 5).
-    #[schemars(range(min = 0, max = 20))]
+    #[schemars(range(min = 0, max = 10))]
     pub slowest: Option<u32>,
 }
 

@@ -18,6 +18,7 @@ pub fn steps_for(reader: &Reader, p: &StepsParams) -> Result<Steps, ToolError> {
         pid: p.window.pid,
         node: p.window.node.clone(),
         slowest: p.slowest.map_or(DEFAULT_SLOWEST, |n| n as usize),
+        explain_slowest: true,
     };
     Ok(steps(reader, &q)?)
 }

@@ -667,9 +667,20 @@ fn series(o: &mut String, s: &Series, aud: Audience) {
         s.steps.first().map_or(0, |x| x.step),
         s.steps.last().map_or(0, |x| x.step),
     );
+    if let Some(i) = &s.inferred {
+        let _ = writeln!(
+            o,
+            "  inferred from the thread's cadence: {} GPU calls per step, anchored on {}, confidence {:.2} (the period is the loop's; where a step starts within it is a guess: the longest idle gap)",
+            i.calls_per_step, i.anchor, i.confidence
+        );
+    }
+    let shown = match s.listed {
+        Some(n) => format!(", {n} evenly spaced steps of {}", s.count),
+        None => String::new(),
+    };
     let _ = writeln!(
         o,
-        "  over the run (steps {first}-{last}): {}",
+        "  over the run (steps {first}-{last}{shown}): {}",
         sparkline(&d, 60)
     );
     if let Some(p) = &s.periodic {

@@ -238,3 +238,86 @@ fn real_traces_steps_are_the_profilers_and_every_budget_closes() {
         );
     }
 }
+
+/// Steps inferred from the runtime calls alone (what a recording without annotations holds)
+/// against the profiler's `ProfilerStep#N` of the same trace: count and boundary error.
+#[test]
+fn inferred_steps_against_the_profilers() {
+    let dir = tempfile::tempdir().unwrap();
+    println!(
+        "trace | profiler steps | inferred | calls/step | confidence | worst start error (% of step) | median step"
+    );
+    let mut rows = Vec::new();
+    for src in kineto_traces() {
+        let db = dir.path().join("t.duckdb");
+        let _ = std::fs::remove_file(&db);
+        import(&src, &db);
+        let r = Reader::open(&db).unwrap();
+        let got = steps(&r, &StepQuery::default()).unwrap();
+        let s = &got.series[0];
+        let name = src.file_name().unwrap().to_string_lossy().to_string();
+        let w = causeway_analysis::Window {
+            from_ns: i64::MIN / 2,
+            until_ns: i64::MAX / 2,
+        };
+        let inf = causeway_analysis::steps::inferred(&r, &s.node, s.pid, s.tid, w).unwrap();
+        let Some((cad, raw)) = inf else {
+            println!("{name} | {} | none | - | - | -", s.count);
+            rows.push((name, s.count, 0, f64::NAN));
+            continue;
+        };
+        // Each inferred step's start against the nearest profiler step start.
+        let worst = raw
+            .iter()
+            .map(|&(_, st, _)| {
+                s.steps
+                    .iter()
+                    .map(|p| (st - p.start_ns).abs() as f64 * 100.0 / p.duration_ns as f64)
+                    .fold(f64::INFINITY, f64::min)
+            })
+            .fold(0.0, f64::max);
+        // The period is the profiler's step: the median inferred step is its median step.
+        let mut d: Vec<i64> = raw.iter().map(|&(_, a, b)| b - a).collect();
+        d.sort_unstable();
+        let med = d[(d.len() - 1) / 2];
+        let off = (med - s.p50_ns).abs() as f64 * 100.0 / s.p50_ns as f64;
+        println!(
+            "{name} | {} | {} | {} | {:.2} | {:.2} | median step {:.1} ms vs {:.1} ms ({off:.1}%)",
+            s.count,
+            raw.len(),
+            cad.calls_per_step,
+            cad.confidence,
+            worst,
+            med as f64 / 1e6,
+            s.p50_ns as f64 / 1e6
+        );
+        // The period is one profiler step's GPU calls: the median step's count of calls on
+        // the thread, counted here from the events.
+        let mut per: Vec<i64> = s
+            .steps
+            .iter()
+            .map(|p| {
+                let sql = format!(
+                    "SELECT count(*) FROM events WHERE tid = {} AND source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL') AND timestamp >= {} AND timestamp < {}",
+                    s.tid,
+                    p.start_ns,
+                    p.start_ns + p.duration_ns
+                );
+                let g = causeway_sqlguard::guard(&sql, r.policy(), None).unwrap();
+                let q = r.query(&g, &causeway_store::QueryLimits::default()).unwrap();
+                q.rows[0][0].as_i64().unwrap()
+            })
+            .collect();
+        per.sort_unstable();
+        let calls = per[(per.len() - 1) / 2] as f64;
+        assert!(
+            (cad.calls_per_step as f64 - calls).abs() <= calls * 0.05,
+            "{name}: {} calls per inferred step, {calls} per profiler step",
+            cad.calls_per_step
+        );
+        assert!(raw.len() + 1 >= s.count && raw.len() <= s.count, "{name}");
+        rows.push((name, s.count, raw.len(), worst));
+    }
+    // Steps are found where the trace holds three whole cycles of calls or more.
+    assert!(rows.iter().filter(|r| r.2 > 0).count() >= 3, "{rows:?}");
+}

@@ -15,8 +15,8 @@ pub struct StepsArgs {
     pub db: PathBuf,
     #[command(flatten)]
     pub window: crate::cmd::stats::WindowArgs,
-    /// Slowest steps to explain, each with its budget and finding (0-20).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=20))]
+    /// Slowest steps to explain, each with its budget and finding (0-10).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=10))]
     pub slowest: u32,
     /// Print JSON (the tool's structured result).
     #[arg(long)]

@@ -94,6 +94,9 @@ struct Outcome {
     checks: Vec<Checked>,
     /// Chains whose evidence SQL fails or returns no row (what the finding says must be there).
     evidence: Vec<String>,
+    /// `steps` on the recording: the steps it found (inferred from the cadence) against the
+    /// lab's step markers, and its every-Nth slow steps.
+    steps: String,
     error: Option<String>,
 }
 
@@ -189,6 +192,65 @@ fn run_checks(spec: &Value, db: &str) -> Vec<Checked> {
     out
 }
 
+/// `steps` on a recording: the inferred steps against the lab's step markers (one memset per
+/// step, recorded in full), and, where the variant names one (`steps_slowest`), a ground-truth
+/// check that the slowest step's finding is the one the design puts in it.
+fn steps_of(spec: &Value, db: &str, o: &mut Outcome) {
+    let markers = json_of(&[
+        "query",
+        "--db",
+        db,
+        "--json",
+        "SELECT count(*) FROM events WHERE op = 'cudaMemsetAsync'",
+    ])
+    .ok()
+    .and_then(|v| v["rows"][0][0].as_i64())
+    .unwrap_or(0);
+    let slowest = if spec["steps_slowest"].is_string() {
+        "1"
+    } else {
+        "0"
+    };
+    let found = json_of(&["steps", "--db", db, "--json", "--slowest", slowest]);
+    let series = found
+        .as_ref()
+        .ok()
+        .and_then(|v| v["series"].as_array().and_then(|a| a.first().cloned()));
+    let periodic = series
+        .as_ref()
+        .and_then(|s| s["periodic"]["what"].as_str().map(str::to_string));
+    o.steps = match (&found, &series) {
+        (Err(e), _) => format!("ERROR {e}"),
+        (Ok(_), None) => format!("none / {markers}"),
+        (Ok(_), Some(s)) => format!(
+            "{} {} / {markers}{}",
+            s["count"],
+            s["source"].as_str().unwrap_or("?"),
+            periodic.as_deref().map_or(String::new(), |w| format!(
+                "; every {}th slow: {w}",
+                s["periodic"]["every"]
+            ))
+        ),
+    };
+    if let Some(want) = spec["steps_slowest"].as_str() {
+        let got = series.as_ref().and_then(|s| {
+            s["slowest"][0]["finding"]["detector"]
+                .as_str()
+                .map(str::to_string)
+        });
+        let ok = got.as_deref() == Some(want);
+        o.checks.push(Checked {
+            what: format!(
+                "the slowest step is explained by {want} (causeway steps: {})",
+                got.as_deref().unwrap_or("no finding")
+            ),
+            value: Some(if ok { 1.0 } else { 0.0 }),
+            bound: "= 1".into(),
+            ok,
+        });
+    }
+}
+
 /// Records one variant and reads everything the table needs from the recording.
 fn run_variant(case: &Case, variant: &str, runs: &Path, build: &Path) -> Outcome {
     let spec = &case.spec["variants"][variant];
@@ -210,6 +272,7 @@ fn run_variant(case: &Case, variant: &str, runs: &Path, build: &Path) -> Outcome
     let db = out.join("trace.duckdb");
     let db = db.to_str().unwrap();
     o.checks = run_checks(spec, db);
+    steps_of(spec, db, &mut o);
     match json_of(&["explain", "--db", db, "--json"]) {
         Ok(explain) => {
             let chains = explain["chains"].as_array().cloned().unwrap_or_default();
@@ -378,8 +441,8 @@ fn table(outcomes: &[Outcome], wall: Duration) -> String {
             .count(),
         outcomes.len()
     );
-    s.push_str("| case | variant | expected | engine's top chain | match | ground truth | events | drops | overhead | wall |\n");
-    s.push_str("| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |\n");
+    s.push_str("| case | variant | expected | engine's top chain | match | ground truth | steps found / step markers | events | drops | overhead | wall |\n");
+    s.push_str("| --- | --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |\n");
     for o in outcomes {
         let top = o
             .top
@@ -406,7 +469,7 @@ fn table(outcomes: &[Outcome], wall: Duration) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s |",
             o.case,
             o.variant,
             o.expected.as_deref().unwrap_or("none"),
@@ -422,6 +485,7 @@ fn table(outcomes: &[Outcome], wall: Duration) -> String {
                 (false, false, false) => "NO",
             },
             truth,
+            o.steps,
             o.events,
             o.drops,
             o.overhead_pct.map_or("-".into(), |p| format!("{p:.2}%")),

@@ -526,3 +526,32 @@ fn stacks_show_python_frames_before_the_native_ones() {
     let two = call(&c, "get_stacks", json!({"max_frames": 2})).unwrap();
     assert_eq!(two.structured["stacks"][0]["more_frames"], 2);
 }
+
+/// Steps and comparisons of a long run fit the response budget: the demo's data-starvation
+/// scenario (a loop of hundreds of steps, no annotations: steps inferred from its cadence)
+/// listed in evenly spaced steps, its slowest with their findings, and compared with itself.
+#[test]
+fn steps_of_a_long_run_fit_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("starved.duckdb");
+    causeway_analysis::demo::write_scenario(
+        &db,
+        causeway_analysis::demo::Scenario::DataloaderStarvation,
+        false,
+    )
+    .unwrap();
+    let c = Context::new(db, vec![]);
+    let out = ok(&c, "get_steps", json!({"slowest": 10}));
+    let s = &out.structured["series"][0];
+    assert_eq!(s["source"], "inferred", "{s}");
+    assert!(s["count"].as_u64().unwrap() > 100, "{s}");
+    assert_eq!(s["listed"], 32);
+    assert_eq!(s["steps"].as_array().unwrap().len(), 32);
+    assert_eq!(s["slowest"].as_array().unwrap().len(), 10);
+    let d = ok(
+        &c,
+        "compare_traces",
+        json!({"base": "starved", "new": "starved"}),
+    );
+    assert_eq!(d.structured["difference_ns"], 0);
+}

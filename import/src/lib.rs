@@ -21,6 +21,11 @@ use causeway_store::{
 use rusqlite::{OpenFlags, types::ValueRef};
 use serde::Serialize;
 
+/// DuckDB's memory limit while importing. An import never reads back what it wrote, so the
+/// blocks DuckDB would keep cached (up to 80% of RAM by default) are only memory; below the
+/// limit, rows not yet in the file go to DuckDB's temporary directory.
+const IMPORT_MEMORY: &str = "64MB";
+
 /// What can go wrong importing one source file.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
@@ -242,6 +247,7 @@ pub fn import(
             tmp,
             WriterOptions {
                 node: first_node,
+                memory_limit: Some(IMPORT_MEMORY.into()),
                 ..WriterOptions::default()
             },
         )?;

@@ -1,7 +1,15 @@
 //! Writing what a profiler recorded beside the host's calls (schema version 13): the device's own
 //! timeline (`gpu_activity`), host ranges (`ranges`), training steps (`steps`) and the
-//! correlation ids of runtime calls (`correlations`), each appended in bulk.
+//! correlation ids of runtime calls (`correlations`), each appended in bulk (the large tables as
+//! Arrow batches: binding values row by row cost more than DuckDB's own append).
 
+use std::sync::Arc;
+
+use duckdb::arrow::array::{
+    ArrayRef, Int16Array, Int64Array, StringArray, UInt16Array, UInt32Array,
+};
+use duckdb::arrow::datatypes::{Field, Schema};
+use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::params;
 
 use crate::error::{DuckContext, Result};
@@ -110,51 +118,176 @@ pub struct Correlation {
 }
 
 impl Writer {
+    /// Opens one transaction for the rows the next `add_*` calls append (until
+    /// [`Writer::commit_bulk`]): DuckDB writes each full row group of a large transaction to the
+    /// file as it fills, where a commit per batch leaves partial row groups that every
+    /// checkpoint scans and writes again.
+    pub fn begin_bulk(&mut self) -> Result<()> {
+        self.conn()
+            .execute_batch("BEGIN TRANSACTION")
+            .ctx(self.path(), "starting a bulk transaction")
+    }
+
+    /// Commits the transaction [`Writer::begin_bulk`] opened; rolls it back if that fails.
+    pub fn commit_bulk(&mut self) -> Result<()> {
+        let committed = self
+            .conn()
+            .execute_batch("COMMIT")
+            .ctx(self.path(), "committing a bulk transaction");
+        if committed.is_err() {
+            let _ = self.conn().execute_batch("ROLLBACK");
+        }
+        committed
+    }
+
+    /// Rolls back the transaction [`Writer::begin_bulk`] opened (after a failed import).
+    pub fn rollback_bulk(&mut self) -> Result<()> {
+        self.conn()
+            .execute_batch("ROLLBACK")
+            .ctx(self.path(), "rolling back a bulk transaction")
+    }
+
     /// Appends rows of the device's timeline, stamped with the writer's node.
     pub fn add_gpu_activity(&mut self, rows: &[GpuActivity]) -> Result<()> {
-        let (conn, path, node) = (self.conn(), self.path(), self.node());
-        let mut app = conn
-            .appender("gpu_activity")
-            .ctx(path, "opening the gpu_activity appender")?;
-        for r in rows {
-            let g = |d: Option<[u32; 3]>, i: usize| d.map(|v| v[i]);
-            app.append_row(params![
-                node,
-                r.pid,
-                r.device,
-                r.stream,
-                r.kind.as_str(),
-                r.name,
-                r.raw_name,
-                r.start_ns,
-                r.end_ns,
-                r.bytes,
-                r.correlation,
-                g(r.grid, 0),
-                g(r.grid, 1),
-                g(r.grid, 2),
-                g(r.block, 0),
-                g(r.block, 1),
-                g(r.block, 2),
-            ])
-            .ctx(path, "writing device activity")?;
+        if rows.is_empty() {
+            return Ok(());
         }
-        app.flush().ctx(path, "flushing device activity")
+        let dim = |d: fn(&GpuActivity) -> Option<[u32; 3]>, i: usize| -> ArrayRef {
+            Arc::new(UInt32Array::from_iter(
+                rows.iter().map(|r| d(r).map(|v| v[i])),
+            ))
+        };
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            ("node", self.node_column(rows.len())),
+            (
+                "pid",
+                Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.pid))),
+            ),
+            (
+                "device",
+                Arc::new(Int16Array::from_iter_values(rows.iter().map(|r| r.device))),
+            ),
+            (
+                "stream",
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.stream))),
+            ),
+            (
+                "kind",
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| r.kind.as_str()),
+                )),
+            ),
+            (
+                "name",
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.name))),
+            ),
+            (
+                "raw_name",
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| &r.raw_name),
+                )),
+            ),
+            (
+                "start_ns",
+                Arc::new(Int64Array::from_iter_values(
+                    rows.iter().map(|r| r.start_ns),
+                )),
+            ),
+            (
+                "end_ns",
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.end_ns))),
+            ),
+            (
+                "bytes",
+                Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.bytes))),
+            ),
+            (
+                "correlation",
+                Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.correlation))),
+            ),
+            ("grid_x", dim(|r| r.grid, 0)),
+            ("grid_y", dim(|r| r.grid, 1)),
+            ("grid_z", dim(|r| r.grid, 2)),
+            ("block_x", dim(|r| r.block, 0)),
+            ("block_y", dim(|r| r.block, 1)),
+            ("block_z", dim(|r| r.block, 2)),
+        ];
+        self.append_batch("gpu_activity", columns, "writing device activity")
     }
 
     /// Appends host ranges, stamped with the writer's node.
     pub fn add_ranges(&mut self, rows: &[Range]) -> Result<()> {
-        let (conn, path, node) = (self.conn(), self.path(), self.node());
-        let mut app = conn
-            .appender("ranges")
-            .ctx(path, "opening the ranges appender")?;
-        for r in rows {
-            app.append_row(params![
-                node, r.pid, r.tid, r.name, r.kind, r.start_ns, r.end_ns, r.depth
-            ])
-            .ctx(path, "writing ranges")?;
+        if rows.is_empty() {
+            return Ok(());
         }
-        app.flush().ctx(path, "flushing ranges")
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            ("node", self.node_column(rows.len())),
+            (
+                "pid",
+                Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.pid))),
+            ),
+            (
+                "tid",
+                Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.tid))),
+            ),
+            (
+                "name",
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.name))),
+            ),
+            (
+                "kind",
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.kind))),
+            ),
+            (
+                "start_ns",
+                Arc::new(Int64Array::from_iter_values(
+                    rows.iter().map(|r| r.start_ns),
+                )),
+            ),
+            (
+                "end_ns",
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.end_ns))),
+            ),
+            (
+                "depth",
+                Arc::new(UInt16Array::from_iter_values(rows.iter().map(|r| r.depth))),
+            ),
+        ];
+        self.append_batch("ranges", columns, "writing ranges")
+    }
+
+    /// The writer's node, `n` times.
+    fn node_column(&self, n: usize) -> ArrayRef {
+        Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+            self.node(),
+            n,
+        )))
+    }
+
+    /// Appends one Arrow batch of `columns` (the table's, in order) to `table`.
+    fn append_batch(
+        &mut self,
+        table: &str,
+        columns: Vec<(&str, ArrayRef)>,
+        what: &'static str,
+    ) -> Result<()> {
+        let (conn, path) = (self.conn(), self.path());
+        let schema = Schema::new(
+            columns
+                .iter()
+                .map(|(name, a)| Field::new(*name, a.data_type().clone(), a.null_count() > 0))
+                .collect::<Vec<_>>(),
+        );
+        let arrays = columns.into_iter().map(|(_, a)| a).collect();
+        let batch = RecordBatch::try_new(Arc::new(schema), arrays).map_err(|e| {
+            crate::error::StoreError::Query {
+                message: format!("building a {table} batch: {e}"),
+                hint: "this is a bug in causeway; please report it".into(),
+            }
+        })?;
+        let mut app = conn.appender(table).ctx(path, "opening an appender")?;
+        app.append_record_batch(batch).ctx(path, what)?;
+        app.flush().ctx(path, what)
     }
 
     /// Appends training steps, stamped with the writer's node.

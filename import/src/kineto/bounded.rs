@@ -1,14 +1,12 @@
 //! The byte stream a Kineto trace is parsed from, with the limits that keep a hostile file from
-//! taking the machine: gzip undone (members concatenated, as `gzip` writes them), the
-//! decompressed size capped (gzip bomb), and one string's length and the nesting depth capped
-//! (JSON bomb) before the parser buffers or recurses into them.
-//!
-//! The string and depth caps are a small scanner in front of serde_json: serde_json buffers a
-//! whole string before handing it over and has no length cap, and its recursion limit cannot be
-//! named in a message; struson buffers strings too. The scanner only tracks string and escape
-//! state and bracket depth, so it costs a pass over bytes already in cache.
+//! taking the machine: gzip undone (members concatenated, as `gzip` writes them) and the
+//! decompressed size capped (gzip bomb). The caps on one string's length, the nesting depth and
+//! one value's size (JSON bomb) are enforced by the splitter ([`super::split`]), before it buffers
+//! or the parser recurses into them: serde_json buffers a whole string before handing it over and
+//! has no length cap, and its recursion limit cannot be named in a message.
 
 use std::io::{self, BufReader, Read};
+
 use std::path::Path;
 
 use flate2::read::MultiGzDecoder;
@@ -25,6 +23,9 @@ pub struct JsonLimits {
     pub max_string: u64,
     /// Deepest nesting of arrays and objects.
     pub max_depth: u32,
+    /// Largest trace event, or value of a top-level key, in bytes as written: the most the
+    /// import holds in memory at once.
+    pub max_value: u64,
 }
 
 impl Default for JsonLimits {
@@ -34,6 +35,7 @@ impl Default for JsonLimits {
             max_ratio: 200,
             max_string: 16 << 20,
             max_depth: 64,
+            max_value: 64 << 20,
         }
     }
 }
@@ -55,6 +57,14 @@ pub enum Breach {
         /// The cap.
         limit: u64,
         /// Offset of the string's start in the JSON.
+        at: u64,
+    },
+    /// One trace event, or the value of a top-level key, larger than `max_value`.
+    #[error("holds a trace event or top-level value larger than {limit} bytes at byte {at}")]
+    LongValue {
+        /// The cap.
+        limit: u64,
+        /// Offset of the value's start in the JSON.
         at: u64,
     },
     /// Arrays and objects nested deeper than `max_depth`.
@@ -88,17 +98,13 @@ pub fn sniff(head: &[u8]) -> Option<Container> {
     }
 }
 
-/// A JSON byte stream under `limits`: the scanner's state.
+/// A JSON byte stream under the size caps of `limits`.
 pub struct Bounded<R> {
     inner: R,
     limits: JsonLimits,
-    /// The cap on total bytes for this file (`max_bytes`, or less by the ratio).
+    /// The compressed size, for a gzip file.
     compressed: Option<u64>,
     read: u64,
-    in_string: bool,
-    escaped: bool,
-    string_start: u64,
-    depth: u32,
     /// A byte-order mark at the very start is dropped (serde_json refuses it).
     at_start: bool,
 }
@@ -110,58 +116,11 @@ impl<R: Read> Bounded<R> {
             limits,
             compressed,
             read: 0,
-            in_string: false,
-            escaped: false,
-            string_start: 0,
-            depth: 0,
             at_start: true,
         }
     }
 
-    fn scan(&mut self, buf: &[u8]) -> Result<(), Breach> {
-        let base = self.read;
-        for (i, &b) in buf.iter().enumerate() {
-            if self.in_string {
-                if self.escaped {
-                    self.escaped = false;
-                } else if b == b'\\' {
-                    self.escaped = true;
-                } else if b == b'"' {
-                    self.in_string = false;
-                    if base + i as u64 - self.string_start > self.limits.max_string + 1 {
-                        return Err(Breach::LongString {
-                            limit: self.limits.max_string,
-                            at: self.string_start,
-                        });
-                    }
-                }
-                continue;
-            }
-            match b {
-                b'"' => {
-                    self.in_string = true;
-                    self.string_start = base + i as u64;
-                }
-                b'[' | b'{' => {
-                    self.depth += 1;
-                    if self.depth > self.limits.max_depth {
-                        return Err(Breach::TooDeep {
-                            limit: self.limits.max_depth,
-                            at: base + i as u64,
-                        });
-                    }
-                }
-                b']' | b'}' => self.depth = self.depth.saturating_sub(1),
-                _ => {}
-            }
-        }
-        let end = base + buf.len() as u64;
-        if self.in_string && end - self.string_start > self.limits.max_string + 1 {
-            return Err(Breach::LongString {
-                limit: self.limits.max_string,
-                at: self.string_start,
-            });
-        }
+    fn check(&self, end: u64) -> Result<(), Breach> {
         if end > self.limits.max_bytes {
             return Err(Breach::TooLarge {
                 limit: self.limits.max_bytes,
@@ -191,29 +150,29 @@ impl<R: Read> Read for Bounded<R> {
                 n -= 3;
             }
         }
-        self.scan(&buf[..n]).map_err(io::Error::other)?;
         self.read += n as u64;
+        self.check(self.read).map_err(io::Error::other)?;
         Ok(n)
     }
 }
 
-/// Opens `path` (gzip or plain JSON, told by content) as a bounded, buffered JSON stream.
+/// Opens `path` (gzip or plain JSON, told by content) as a bounded JSON stream (unbuffered: the
+/// splitter reads it in large blocks).
 pub fn open(
     path: &Path,
     container: Container,
     limits: JsonLimits,
-) -> io::Result<BufReader<Bounded<Box<dyn Read>>>> {
+) -> io::Result<Bounded<Box<dyn Read>>> {
     let file = std::fs::File::open(path)?;
     let len = file.metadata()?.len();
-    let file = BufReader::with_capacity(1 << 16, file);
     let (inner, compressed): (Box<dyn Read>, _) = match container {
-        Container::Gzip => (Box::new(MultiGzDecoder::new(file)), Some(len)),
+        Container::Gzip => (
+            Box::new(MultiGzDecoder::new(BufReader::with_capacity(1 << 16, file))),
+            Some(len),
+        ),
         Container::Json => (Box::new(file), None),
     };
-    Ok(BufReader::with_capacity(
-        1 << 16,
-        Bounded::new(inner, limits, compressed),
-    ))
+    Ok(Bounded::new(inner, limits, compressed))
 }
 
 /// The limit breached, when an I/O error is one.
@@ -225,7 +184,7 @@ pub fn breach(e: &io::Error) -> Option<Breach> {
 mod tests {
     use super::*;
 
-    fn scan_all(json: &[u8], limits: JsonLimits) -> Result<Vec<u8>, Breach> {
+    fn read_all(json: &[u8], limits: JsonLimits) -> Result<Vec<u8>, Breach> {
         let mut r = Bounded::new(json, limits, None);
         let mut out = Vec::new();
         match r.read_to_end(&mut out) {
@@ -235,21 +194,13 @@ mod tests {
     }
 
     #[test]
-    fn strings_and_depth_are_capped_and_brackets_in_strings_do_not_count() {
+    fn the_size_is_capped() {
         let limits = JsonLimits {
-            max_string: 8,
-            max_depth: 3,
+            max_bytes: 4,
             ..JsonLimits::default()
         };
-        assert!(scan_all(br#"{"a":[["[[[[\"]]"]]}"#, limits).is_ok());
-        assert_eq!(
-            scan_all(br#"{"a":[[[1]]]}"#, limits),
-            Err(Breach::TooDeep { limit: 3, at: 7 })
-        );
-        assert_eq!(
-            scan_all(br#"{"abcdefghij":1}"#, limits),
-            Err(Breach::LongString { limit: 8, at: 1 })
-        );
+        assert!(read_all(b"[1,2]", limits).is_err());
+        assert!(read_all(b"[12]", limits).is_ok());
     }
 
     #[test]
@@ -257,7 +208,7 @@ mod tests {
         let json = b"\xEF\xBB\xBF {\"a\":1}";
         assert_eq!(sniff(json), Some(Container::Json));
         assert_eq!(
-            scan_all(json, JsonLimits::default()).unwrap(),
+            read_all(json, JsonLimits::default()).unwrap(),
             b" {\"a\":1}"
         );
         assert_eq!(sniff(b"SQLite format 3\0"), None);

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use causeway_store::{Correlation, Event, GpuActivity, GpuKind, Range, SessionInfo, Step, Writer};
 
 use super::map::{Depths, call_args, call_op, kernel_name, profiler_step};
-use super::parse::{EventSink, Header, Id, RawEvent, micros_to_ns};
+use super::parse::{Header, Id, RawEvent, micros_to_ns, parse_event};
+use super::split::{Parts, Scanned, Stop};
 use super::{KinetoReport, KinetoTrace};
 use crate::{ImportError, ImportOptions, Invalid, Progress, SourceReport};
 
@@ -135,7 +136,7 @@ impl Load<'_> {
         };
         self.seen(start, end);
         self.device_seen.get_or_insert(device);
-        let raw_name = ev.name.unwrap_or_default();
+        let raw_name = ev.name.map(String::from).unwrap_or_default();
         let name = if kind == GpuKind::Kernel {
             kernel_name(&raw_name)
         } else {
@@ -177,7 +178,7 @@ impl Load<'_> {
             return Ok(());
         };
         self.seen(start, end);
-        let name = ev.name.unwrap_or_default();
+        let name = ev.name.map(String::from).unwrap_or_default();
         if matches!(kind, "cpu_op" | "user_annotation")
             && let Some(step) = profiler_step(&name)
         {
@@ -259,8 +260,33 @@ impl Load<'_> {
     }
 }
 
-impl EventSink for Load<'_> {
-    fn event(&mut self, ev: RawEvent) -> Result<(), String> {
+impl Parts for Load<'_> {
+    const SCANNED: bool = false;
+
+    fn header(&mut self, key: &str, value: &[u8]) -> Result<(), Stop> {
+        // Read in the first pass; read again only to follow the document.
+        Ok(super::parse::header_value(
+            &mut Header::default(),
+            key,
+            value,
+        )?)
+    }
+
+    fn events_found(&mut self) {}
+
+    fn scanned(&mut self, _: &Scanned<'_>) -> Result<(), Stop> {
+        unreachable!("the second pass parses")
+    }
+
+    fn parse(&mut self, avail: &[u8]) -> Result<usize, Stop> {
+        let (ev, len) = parse_event(avail)?;
+        self.take(ev)?;
+        Ok(len)
+    }
+}
+
+impl Load<'_> {
+    fn take(&mut self, ev: RawEvent) -> Result<(), Stop> {
         self.index += 1;
         *self.done += 1;
         if (*self.done).is_multiple_of(4096) {
@@ -270,9 +296,8 @@ impl EventSink for Load<'_> {
             });
         }
         self.map(ev).map_err(|e| {
-            let msg = e.to_string();
             self.failed = Some(e);
-            msg
+            Stop::Sink
         })
     }
 }
@@ -326,18 +351,17 @@ impl KinetoTrace {
             index: 0,
             device_seen: None,
         };
-        let mut header = Header::default();
-        let result = super::read(
-            &self.path,
-            self.container,
-            self.limits,
-            &mut header,
-            &mut load,
-        );
-        if let Err(e) = result {
-            return Err(load.failed.take().unwrap_or(e));
+        // The side tables' rows in one transaction (Writer::begin_bulk), committed before the
+        // session and processes below read the file.
+        load.w.begin_bulk()?;
+        let loaded = super::read(&self.path, self.container, self.limits, &mut load)
+            .map_err(|e| load.failed.take().unwrap_or(e))
+            .and_then(|()| load.flush());
+        if let Err(e) = loaded {
+            let _ = load.w.rollback_bulk();
+            return Err(e);
         }
-        load.flush()?;
+        load.w.commit_bulk()?;
         let Load {
             w,
             skipped,

@@ -4,24 +4,26 @@
 //! `ranges`, `ProfilerStep#N` into `steps`, `distributedInfo` into the session's and events'
 //! rank. docs/import.md has the mapping.
 //!
-//! Each file is read twice, both times as a stream: a first pass reads the top-level keys (some
-//! profilers write `baseTimeNanoseconds`, which every timestamp needs, after the events), the
-//! thread names and the profiled process, and checks the whole file before anything is written;
-//! the second maps the events.
+//! Each file is read twice, both times as a stream of blocks split into events ([`split`]): a
+//! first pass scans it for the top-level keys (some profilers write `baseTimeNanoseconds`, which
+//! every timestamp needs, after the events), the thread names and the profiled process, and
+//! checks its structure and caps before anything is written; the second parses and maps every
+//! event.
 
 mod bounded;
 mod load;
 pub(crate) mod map;
 mod parse;
+mod split;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use serde::de::DeserializeSeed;
 
 pub use bounded::{Breach, Container, JsonLimits, sniff};
-use parse::{EventSink, Header, Id, RawEvent, Root};
+use parse::{Header, Id, Meta};
+use split::{Fault, Parts, Scanned, Splitter, Stop};
 
 use crate::ImportError;
 
@@ -146,23 +148,38 @@ pub struct KinetoTrace {
 /// Most thread and process names kept from metadata events.
 const MAX_NAMES: usize = 1 << 16;
 
-/// The first pass: names, the profiled process, and a count of the events.
+/// The first pass: the header, names, the profiled process, and a count of the events.
 #[derive(Default)]
 struct Scan {
+    header: Header,
     events: u64,
     calls_by_pid: HashMap<i64, (u64, u64)>,
     threads: HashMap<(i64, i64), String>,
     processes: HashMap<i64, String>,
 }
 
-impl EventSink for Scan {
-    fn event(&mut self, ev: RawEvent) -> Result<(), String> {
+impl Parts for Scan {
+    const SCANNED: bool = true;
+
+    fn header(&mut self, key: &str, value: &[u8]) -> Result<(), Stop> {
+        Ok(parse::header_value(&mut self.header, key, value)?)
+    }
+
+    fn events_found(&mut self) {
+        self.header.has_events = true;
+    }
+
+    fn parse(&mut self, _: &[u8]) -> Result<usize, Stop> {
+        unreachable!("the first pass scans")
+    }
+
+    fn scanned(&mut self, ev: &Scanned<'_>) -> Result<(), Stop> {
+        let ev = Meta::of(ev)?;
         self.events += 1;
         let pid = ev.pid.as_ref().and_then(Id::num);
         match (ev.ph.as_deref(), ev.cat.as_deref(), ev.name.as_deref()) {
             (Some("M"), _, Some(what @ ("thread_name" | "process_name"))) => {
-                let name = ev.args.and_then(|a| a.name);
-                let (Some(pid), Some(name)) = (pid, name) else {
+                let (Some(pid), Some(name)) = (pid, ev.args_name()) else {
                     return Ok(());
                 };
                 if what == "thread_name" {
@@ -198,9 +215,9 @@ impl KinetoTrace {
         container: Container,
         limits: JsonLimits,
     ) -> Result<KinetoTrace, ImportError> {
-        let mut header = Header::default();
         let mut scan = Scan::default();
-        read(path, container, limits, &mut header, &mut scan)?;
+        read(path, container, limits, &mut scan)?;
+        let header = std::mem::take(&mut scan.header);
         if !header.has_events {
             return Err(KinetoError::UnknownSchema {
                 path: path.to_path_buf(),
@@ -267,33 +284,33 @@ impl KinetoTrace {
     }
 }
 
-/// Parses the whole document at `path` into `header` and `sink`.
-fn read<S: EventSink>(
+/// Reads the whole document at `path` into `parts` (parts that stop the walk keep why: the
+/// error returned then only says that it stopped).
+fn read<P: Parts>(
     path: &Path,
     container: Container,
     limits: JsonLimits,
-    header: &mut Header,
-    sink: &mut S,
+    parts: &mut P,
 ) -> Result<(), ImportError> {
     let reader =
         bounded::open(path, container, limits).map_err(|source| ImportError::Unreadable {
             path: path.to_path_buf(),
             source,
         })?;
-    let mut de = serde_json::Deserializer::from_reader(reader);
-    let parsed = Root { header, sink }
-        .deserialize(&mut de)
-        .and_then(|()| de.end());
-    parsed.map_err(|e| classify(path, e))
+    Splitter::new(reader, limits)
+        .walk(parts)
+        .map_err(|fault| classify(path, fault))
 }
 
-/// The parser's error as what was wrong with the file.
-fn classify(path: &Path, e: serde_json::Error) -> ImportError {
+/// Why the walk stopped, as what was wrong with the file.
+fn classify(path: &Path, fault: Fault) -> ImportError {
     let path = path.to_path_buf();
-    let at = format!("line {}, column {}", e.line(), e.column());
-    let err = match e.classify() {
-        serde_json::error::Category::Io => {
-            let io = std::io::Error::from(e);
+    let err = match fault {
+        Fault::Stopped => KinetoError::UnknownSchema {
+            path,
+            why: "the import stopped".into(),
+        },
+        Fault::Io(io) => {
             if let Some(breach) = bounded::breach(&io) {
                 KinetoError::Limit { path, breach }
             } else if io.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -313,15 +330,10 @@ fn classify(path: &Path, e: serde_json::Error) -> ImportError {
                 return ImportError::Unreadable { path, source: io };
             }
         }
-        serde_json::error::Category::Eof => KinetoError::Truncated { path, detail: at },
-        serde_json::error::Category::Syntax => KinetoError::Malformed {
-            path,
-            detail: e.to_string(),
-        },
-        serde_json::error::Category::Data => KinetoError::UnknownSchema {
-            path,
-            why: e.to_string(),
-        },
+        Fault::Limit(breach) => KinetoError::Limit { path, breach },
+        Fault::Truncated(detail) => KinetoError::Truncated { path, detail },
+        Fault::Malformed(detail) => KinetoError::Malformed { path, detail },
+        Fault::Schema(why) => KinetoError::UnknownSchema { path, why },
     };
     err.into()
 }

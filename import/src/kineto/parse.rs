@@ -1,15 +1,18 @@
-//! Reading a Kineto (Chrome trace) JSON document as a stream: the top-level object's small keys
-//! are kept, and `traceEvents` is walked one event at a time into a sink, never held whole
-//! (serde's `DeserializeSeed` over the array). A document that is an array is read as the
-//! events themselves (Chrome's array format). Values of unexpected types in the fields read are
-//! taken as absent rather than failing the file.
+//! Parsing a Kineto (Chrome trace) JSON document's parts, which [`super::split`] hands over as
+//! byte slices: the top-level object's small keys are kept in a [`Header`], each element of
+//! `traceEvents` is parsed into a [`RawEvent`] (borrowing its strings from the slice) for a sink.
+//! A document that is an array is read as the events themselves (Chrome's array format). Values
+//! of unexpected types in the fields read are taken as absent rather than failing the file.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+
+use super::split::Scanned;
 
 /// The top-level keys the importer uses.
 #[derive(Debug, Default, Clone)]
@@ -53,16 +56,16 @@ impl Id {
 
 /// One trace event, with only the fields the importer maps.
 #[derive(Debug, Default, Deserialize)]
-pub struct RawEvent {
+pub struct RawEvent<'a> {
     /// Phase: X (complete), M (metadata), i, s/f (flows), ...
-    #[serde(default, deserialize_with = "lenient_string")]
-    pub ph: Option<String>,
+    #[serde(default, borrow, deserialize_with = "lenient_str")]
+    pub ph: Option<Cow<'a, str>>,
     /// Category: cpu_op, cuda_runtime, kernel, ...
-    #[serde(default, deserialize_with = "lenient_string")]
-    pub cat: Option<String>,
+    #[serde(default, borrow, deserialize_with = "lenient_str")]
+    pub cat: Option<Cow<'a, str>>,
     /// Name.
-    #[serde(default, deserialize_with = "lenient_string")]
-    pub name: Option<String>,
+    #[serde(default, borrow, deserialize_with = "lenient_str")]
+    pub name: Option<Cow<'a, str>>,
     /// Process (host pid, or the device for GPU rows).
     #[serde(default, deserialize_with = "lenient_id")]
     pub pid: Option<Id>,
@@ -70,40 +73,74 @@ pub struct RawEvent {
     #[serde(default, deserialize_with = "lenient_id")]
     pub tid: Option<Id>,
     /// Start, microseconds, as written (parsed exactly by [`micros_to_ns`]).
-    #[serde(default)]
-    pub ts: Option<Box<RawValue>>,
+    #[serde(default, borrow)]
+    pub ts: Option<&'a RawValue>,
     /// Duration, microseconds, as written.
-    #[serde(default)]
-    pub dur: Option<Box<RawValue>>,
-    /// Arguments.
-    #[serde(default)]
+    #[serde(default, borrow)]
+    pub dur: Option<&'a RawValue>,
+    /// Arguments (an `args` that is not an object reads as none).
+    #[serde(default, deserialize_with = "lenient_args")]
     pub args: Option<Args>,
 }
 
-/// The arguments the importer maps.
+/// What the first pass reads of an event whose keys it could not locate by scanning.
 #[derive(Debug, Default, Deserialize)]
+pub struct MetaEvent<'a> {
+    /// Phase.
+    #[serde(default, borrow, deserialize_with = "lenient_str")]
+    pub ph: Option<Cow<'a, str>>,
+    /// Category.
+    #[serde(default, borrow, deserialize_with = "lenient_str")]
+    pub cat: Option<Cow<'a, str>>,
+    /// Name.
+    #[serde(default, borrow, deserialize_with = "lenient_str")]
+    pub name: Option<Cow<'a, str>>,
+    /// Process.
+    #[serde(default, deserialize_with = "lenient_id")]
+    pub pid: Option<Id>,
+    /// Thread.
+    #[serde(default, deserialize_with = "lenient_id")]
+    pub tid: Option<Id>,
+    /// Arguments, read only for metadata events.
+    #[serde(default, borrow)]
+    pub args: Option<&'a RawValue>,
+}
+
+/// The arguments the importer maps.
+#[derive(Debug, Default)]
 pub struct Args {
     /// Correlation id tying a runtime call to its device work.
-    #[serde(default, deserialize_with = "lenient_int")]
     pub correlation: Option<i64>,
     /// CUDA device ordinal.
-    #[serde(default, deserialize_with = "lenient_int")]
     pub device: Option<i64>,
-    /// Stream id.
-    #[serde(default, deserialize_with = "lenient_int")]
+    /// Stream.
     pub stream: Option<i64>,
     /// Bytes copied or set.
-    #[serde(default, deserialize_with = "lenient_int")]
     pub bytes: Option<i64>,
     /// Kernel grid.
-    #[serde(default, deserialize_with = "lenient_dim3")]
     pub grid: Option<[u32; 3]>,
     /// Kernel block.
-    #[serde(default, deserialize_with = "lenient_dim3")]
     pub block: Option<[u32; 3]>,
     /// Metadata events' value (thread_name, process_name).
-    #[serde(default, deserialize_with = "lenient_string")]
     pub name: Option<String>,
+}
+
+impl Fields for Args {
+    fn field<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "correlation" => self.correlation = map.next_value_seed(Lenient)?,
+            "device" => self.device = map.next_value_seed(Lenient)?,
+            "stream" => self.stream = map.next_value_seed(Lenient)?,
+            "bytes" => self.bytes = map.next_value_seed(Lenient)?,
+            "grid" => self.grid = map.next_value_seed(LenientOf::<[u32; 3]>(PhantomData))?,
+            "block" => self.block = map.next_value_seed(LenientOf::<[u32; 3]>(PhantomData))?,
+            "name" => self.name = map.next_value_seed(LenientText)?,
+            _ => {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `text` (a JSON number of microseconds, as written) in ns, rounded to the nearest: exact for
@@ -157,101 +194,163 @@ pub fn micros_to_ns(text: &str) -> Option<i64> {
     Some(if neg { -v } else { v })
 }
 
-/// Where the events of a document go.
-pub trait EventSink {
-    /// One event of `traceEvents`; an error stops the parse (kept by the sink, named by
-    /// [`EventSink::failed`]).
-    fn event(&mut self, ev: RawEvent) -> Result<(), String>;
+/// Reads the value of the top-level key `key` into `h` (keys the importer does not use are
+/// only checked to be JSON).
+pub fn header_value(h: &mut Header, key: &str, value: &[u8]) -> Result<(), serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(value);
+    match key {
+        "traceEvents" => {
+            return Err(de::Error::custom(
+                "invalid type: traceEvents is not an array",
+            ));
+        }
+        "distributedInfo" => {
+            let d = Object::<Distributed>(PhantomData).deserialize(&mut de)?;
+            h.rank = d.rank;
+            h.world_size = d.world_size;
+        }
+        "baseTimeNanoseconds" => h.base_ns = Lenient.deserialize(&mut de)?,
+        "schemaVersion" => h.schema_version = Lenient.deserialize(&mut de)?,
+        "displayTimeUnit" => h.display_unit = LenientText.deserialize(&mut de)?,
+        "host_name" | "hostname" => h.host_name = LenientText.deserialize(&mut de)?,
+        "deviceProperties" => {
+            let devices = Devices.deserialize(&mut de)?;
+            h.devices = devices
+                .into_iter()
+                .filter_map(|d| Some((d.id?, d.name?)))
+                .collect();
+        }
+        _ => {
+            IgnoredAny::deserialize(&mut de)?;
+        }
+    }
+    de.end()
 }
 
-/// The document's root: its header is filled in, its events go to the sink.
-pub struct Root<'a, S> {
-    /// Filled while reading.
-    pub header: &'a mut Header,
-    /// Receives every event.
-    pub sink: &'a mut S,
+/// The error for an element of `traceEvents` that is not an object.
+pub fn not_an_object() -> serde_json::Error {
+    de::Error::custom("invalid type: a trace event that is not an object")
 }
 
-impl<'de, S: EventSink> DeserializeSeed<'de> for Root<'_, S> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
+/// Parses the event at the start of `avail` (which may go on past it), returning it and its
+/// length.
+pub fn parse_event(avail: &[u8]) -> Result<(RawEvent<'_>, usize), serde_json::Error> {
+    if avail.first() != Some(&b'{') {
+        return Err(not_an_object());
+    }
+    let mut stream = serde_json::Deserializer::from_slice(avail).into_iter::<RawEvent>();
+    match stream.next() {
+        Some(Ok(ev)) => Ok((ev, stream.byte_offset())),
+        Some(Err(e)) => Err(e),
+        None => Err(de::Error::custom("no event")),
     }
 }
 
-impl<'de, S: EventSink> Visitor<'de> for Root<'_, S> {
-    type Value = ();
+/// What the first pass reads of an event.
+#[derive(Debug, Default)]
+pub struct Meta<'a> {
+    /// Phase.
+    pub ph: Option<Cow<'a, str>>,
+    /// Category.
+    pub cat: Option<Cow<'a, str>>,
+    /// Name.
+    pub name: Option<Cow<'a, str>>,
+    /// Process.
+    pub pid: Option<Id>,
+    /// Thread.
+    pub tid: Option<Id>,
+    /// `args`, as written.
+    pub args: Option<&'a [u8]>,
+}
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a trace object with traceEvents, or an array of trace events")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
-        self.header.has_events = true;
-        Events { sink: self.sink }.visit_seq(seq)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<String>()? {
-            let h = &mut *self.header;
-            match key.as_str() {
-                "traceEvents" => {
-                    h.has_events = true;
-                    map.next_value_seed(Events {
-                        sink: &mut *self.sink,
-                    })?;
-                }
-                "distributedInfo" => {
-                    let d: Distributed = map.next_value_seed(Object(PhantomData))?;
-                    h.rank = d.rank;
-                    h.world_size = d.world_size;
-                }
-                "baseTimeNanoseconds" => h.base_ns = map.next_value_seed(Lenient)?,
-                "schemaVersion" => h.schema_version = map.next_value_seed(Lenient)?,
-                "displayTimeUnit" => h.display_unit = map.next_value_seed(LenientText)?,
-                "host_name" | "hostname" => h.host_name = map.next_value_seed(LenientText)?,
-                "deviceProperties" => {
-                    let devices = map.next_value_seed(Devices)?;
-                    h.devices = devices
-                        .into_iter()
-                        .filter_map(|d| Some((d.id?, d.name?)))
-                        .collect();
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+impl<'a> Meta<'a> {
+    /// The fields of a scanned event: plain strings and integers read in place, anything else
+    /// through serde_json (the whole event when a key has an escape, or on any error, so that
+    /// the error is serde_json's and placed in the event).
+    pub fn of(ev: &Scanned<'a>) -> Result<Meta<'a>, serde_json::Error> {
+        if ev.json.first() != Some(&b'{') {
+            return Err(not_an_object());
+        }
+        let fast = || -> Result<Meta<'a>, serde_json::Error> {
+            let value = |i: usize| ev.fields[i].map(|(a, b)| ev.json[a..b].trim_ascii());
+            Ok(Meta {
+                ph: value(0).map(text).transpose()?.flatten(),
+                cat: value(1).map(text).transpose()?.flatten(),
+                name: value(2).map(text).transpose()?.flatten(),
+                pid: value(3).map(id).transpose()?.flatten(),
+                tid: value(4).map(id).transpose()?.flatten(),
+                args: value(5),
+            })
+        };
+        match (ev.escaped_key, fast()) {
+            (false, Ok(m)) => Ok(m),
+            _ => {
+                let whole: MetaEvent<'a> = serde_json::from_slice(ev.json)?;
+                Ok(Meta {
+                    ph: whole.ph,
+                    cat: whole.cat,
+                    name: whole.name,
+                    pid: whole.pid,
+                    tid: whole.tid,
+                    args: whole.args.map(|r| r.get().as_bytes()),
+                })
             }
         }
-        Ok(())
+    }
+
+    /// `args.name` (a thread's or process's name in metadata events).
+    pub fn args_name(&self) -> Option<String> {
+        let mut de = serde_json::Deserializer::from_slice(self.args?);
+        Object::<Args>(PhantomData).deserialize(&mut de).ok()?.name
     }
 }
 
-/// The `traceEvents` array.
-struct Events<'a, S> {
-    sink: &'a mut S,
+/// A string value as written: borrowed when plain, else through serde_json (escapes; other
+/// types read as absent).
+fn text(v: &[u8]) -> Result<Option<Cow<'_, str>>, serde_json::Error> {
+    if let [b'"', inner @ .., b'"'] = v
+        && !inner.contains(&b'\\')
+        && let Ok(s) = std::str::from_utf8(inner)
+    {
+        return Ok(Some(Cow::Borrowed(s)));
+    }
+    let mut de = serde_json::Deserializer::from_slice(v);
+    let out = lenient_str(&mut de)?;
+    de.end()?;
+    Ok(out)
 }
 
-impl<'de, S: EventSink> DeserializeSeed<'de> for Events<'_, S> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
+/// A pid or tid as written: plain integers read in place, else through serde_json.
+fn id(v: &[u8]) -> Result<Option<Id>, serde_json::Error> {
+    if !v.is_empty() && v.len() <= 18 && v.iter().all(u8::is_ascii_digit) {
+        let n = v.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+        return Ok(Some(Id::Num(n)));
     }
+    let mut de = serde_json::Deserializer::from_slice(v);
+    let out = lenient_id(&mut de)?;
+    de.end()?;
+    Ok(out)
 }
 
-impl<'de, S: EventSink> Visitor<'de> for Events<'_, S> {
-    type Value = ();
+/// A key of an object, borrowed from the slice where it has no escapes.
+struct Key<'de>(Cow<'de, str>);
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("traceEvents as an array of events")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(ev) = seq.next_element::<RawEvent>()? {
-            self.sink.event(ev).map_err(de::Error::custom)?;
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_string())))
+            }
         }
-        Ok(())
+        d.deserialize_str(V)
     }
 }
 
@@ -280,7 +379,7 @@ impl<'de, T: Fields> Visitor<'de> for Object<T> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
         let mut t = T::default();
-        while let Some(key) = map.next_key::<String>()? {
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
             t.field(&key, &mut map)?;
         }
         Ok(t)
@@ -562,25 +661,75 @@ impl<'de> DeserializeSeed<'de> for LenientText {
     }
 }
 
-fn lenient_int<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-    LenientOf::<i64>(PhantomData).deserialize(d)
+/// A string, leniently, borrowed from the slice where it has no escapes.
+struct LenientStr;
+
+impl<'de> Visitor<'de> for LenientStr {
+    type Value = Option<Cow<'de, str>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Owned(v.to_string())))
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
 }
 
-fn lenient_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    LenientOf::<String>(PhantomData).deserialize(d)
+fn lenient_str<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    d.deserialize_any(LenientStr)
 }
 
 fn lenient_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Id>, D::Error> {
     LenientOf::<Id>(PhantomData).deserialize(d)
 }
 
-fn lenient_dim3<'de, D: Deserializer<'de>>(d: D) -> Result<Option<[u32; 3]>, D::Error> {
-    LenientOf::<[u32; 3]>(PhantomData).deserialize(d)
+fn lenient_args<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Args>, D::Error> {
+    Object::<Args>(PhantomData).deserialize(d).map(Some)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kineto::split::{Parts, Splitter, Stop};
 
     #[test]
     fn microseconds_become_ns_exactly() {
@@ -609,24 +758,102 @@ mod tests {
         assert_eq!(micros_to_ns("1e30"), None);
     }
 
-    fn parse(json: &str) -> (Header, Vec<RawEvent>) {
-        struct Keep(Vec<RawEvent>);
-        impl EventSink for Keep {
-            fn event(&mut self, ev: RawEvent) -> Result<(), String> {
-                self.0.push(ev);
-                Ok(())
+    /// The header and the events' JSON of a document, and each event's first-pass fields.
+    fn parse(json: &str) -> (Header, Vec<Vec<u8>>) {
+        #[derive(Default)]
+        struct Keep {
+            header: Header,
+            events: Vec<Vec<u8>>,
+        }
+        impl Parts for Keep {
+            const SCANNED: bool = false;
+            fn header(&mut self, key: &str, value: &[u8]) -> Result<(), Stop> {
+                Ok(header_value(&mut self.header, key, value)?)
+            }
+            fn events_found(&mut self) {
+                self.header.has_events = true;
+            }
+            fn scanned(&mut self, _: &Scanned<'_>) -> Result<(), Stop> {
+                unreachable!("parsed")
+            }
+            fn parse(&mut self, avail: &[u8]) -> Result<usize, Stop> {
+                let (_, n) = parse_event(avail)?;
+                self.events.push(avail[..n].to_vec());
+                Ok(n)
             }
         }
-        let mut header = Header::default();
-        let mut keep = Keep(Vec::new());
-        let mut de = serde_json::Deserializer::from_str(json);
-        Root {
-            header: &mut header,
-            sink: &mut keep,
+        let mut keep = Keep::default();
+        Splitter::new(json.as_bytes(), Default::default())
+            .walk(&mut keep)
+            .unwrap();
+        (keep.header, keep.events)
+    }
+
+    /// The first pass's fields of each event of a document.
+    fn metas(json: &str) -> Vec<String> {
+        #[derive(Default)]
+        struct Keep(Vec<String>);
+        impl Parts for Keep {
+            const SCANNED: bool = true;
+            fn header(&mut self, _: &str, _: &[u8]) -> Result<(), Stop> {
+                Ok(())
+            }
+            fn events_found(&mut self) {}
+            fn scanned(&mut self, ev: &Scanned<'_>) -> Result<(), Stop> {
+                let m = Meta::of(ev)?;
+                self.0.push(format!(
+                    "{:?} {:?} {:?} {:?} {:?} {:?}",
+                    m.ph,
+                    m.cat,
+                    m.name,
+                    m.pid,
+                    m.tid,
+                    m.args_name()
+                ));
+                Ok(())
+            }
+            fn parse(&mut self, _: &[u8]) -> Result<usize, Stop> {
+                unreachable!("scanned")
+            }
         }
-        .deserialize(&mut de)
-        .unwrap();
-        (header, keep.0)
+        let mut keep = Keep::default();
+        Splitter::new(json.as_bytes(), Default::default())
+            .walk(&mut keep)
+            .unwrap();
+        keep.0
+    }
+
+    #[test]
+    fn the_first_pass_reads_fields_as_the_second_does() {
+        let doc = r#"{"traceEvents": [
+            {"ph": "M", "name": "thread_name", "pid": 12, "tid": "7", "args": {"name": "py\"thon"}},
+            { "args" : {"x": {"ph": "no"}, "name": 3} , "name" : "a\u0062c", "cat":"kernel" ,"ph":7,
+              "pid": -1, "tid": 1.0},
+            {"p\u0068": "X", "pid": "Spans", "tid": [1], "cat": {"a": 1}},
+            {}
+        ]}"#;
+        assert_eq!(
+            metas(doc),
+            [
+                r#"Some("M") None Some("thread_name") Some(Num(12)) Some(Text("7")) Some("py\"thon")"#,
+                r#"None Some("kernel") Some("abc") Some(Num(-1)) Some(Num(1)) None"#,
+                r#"Some("X") None None Some(Text("Spans")) None None"#,
+                "None None None None None None",
+            ]
+        );
+        // The second pass reads the same.
+        let (_, evs) = parse(doc);
+        let ev: RawEvent = serde_json::from_slice(&evs[1]).unwrap();
+        assert_eq!(
+            (ev.ph, ev.cat.as_deref(), ev.name.as_deref(), ev.pid, ev.tid),
+            (
+                None,
+                Some("kernel"),
+                Some("abc"),
+                Some(Id::Num(-1)),
+                Some(Id::Num(1))
+            )
+        );
     }
 
     #[test]
@@ -643,7 +870,7 @@ mod tests {
             (Some(3), Some(8), Some(1000))
         );
         assert_eq!(h.devices, vec![(0, "A100".to_string())]);
-        let ev = &evs[0];
+        let ev: RawEvent = serde_json::from_slice(&evs[0]).unwrap();
         assert_eq!(ev.pid, Some(Id::Text("Spans".into())));
         assert_eq!(ev.tid, Some(Id::Num(7)));
         assert_eq!(ev.name, None);
@@ -653,6 +880,9 @@ mod tests {
             (args.grid, args.block, args.device),
             (Some([64, 1, 1]), None, None)
         );
+        let ev: RawEvent = serde_json::from_slice(br#"{"args": 7, "name": "a\"b"}"#).unwrap();
+        assert!(ev.args.is_some_and(|a| a.correlation.is_none()));
+        assert_eq!(ev.name.as_deref(), Some("a\"b"));
     }
 
     #[test]

@@ -46,6 +46,33 @@ pub struct Item {
     pub ns: i64,
 }
 
+/// One figure per step on both sides and its change.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PerStep {
+    /// Mean per step in the base run (ns).
+    pub base_ns: i64,
+    /// Mean per step in the new run (ns).
+    pub new_ns: i64,
+    /// new - base (ns).
+    pub delta_ns: i64,
+    /// Share of the base's mean step (percent).
+    pub base_pct: f64,
+    /// Share of the new run's mean step.
+    pub new_pct: f64,
+}
+
+impl PerStep {
+    fn of(base_ns: i64, new_ns: i64, base_mean: i64, new_mean: i64) -> PerStep {
+        PerStep {
+            base_ns,
+            new_ns,
+            delta_ns: new_ns - base_ns,
+            base_pct: pct(base_ns, base_mean),
+            new_pct: pct(new_ns, new_mean),
+        }
+    }
+}
+
 /// One bucket's part of the difference.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Part {
@@ -53,16 +80,9 @@ pub struct Part {
     pub bucket: String,
     /// What it means.
     pub meaning: String,
-    /// Mean per step in the base run (ns).
-    pub base_ns: i64,
-    /// Mean per step in the new run (ns).
-    pub new_ns: i64,
-    /// new - base (ns).
-    pub delta_ns: i64,
-    /// Share of the mean step, base and new (percent).
-    pub base_pct: f64,
-    /// Share of the mean step, new.
-    pub new_pct: f64,
+    /// Its mean per step on each side.
+    #[serde(flatten)]
+    pub per_step: PerStep,
 }
 
 /// A GPU call op, kernel or CPU op whose time per step changed.
@@ -74,20 +94,13 @@ pub struct Change {
     pub kind: String,
     /// Its name.
     pub name: String,
-    /// Per step in the base run: count and time (ns).
+    /// How many per step, base.
     pub base_count: f64,
-    /// Per step in the new run.
+    /// How many per step, new.
     pub new_count: f64,
-    /// Time per step, base (ns).
-    pub base_ns: i64,
-    /// Time per step, new (ns).
-    pub new_ns: i64,
-    /// new - base (ns).
-    pub delta_ns: i64,
-    /// Share of the mean step, base and new (percent).
-    pub base_pct: f64,
-    /// Share of the mean step, new.
-    pub new_pct: f64,
+    /// Its time per step on each side.
+    #[serde(flatten)]
+    pub per_step: PerStep,
 }
 
 /// One side as the answer describes it.
@@ -266,20 +279,20 @@ pub fn compare(base: &Side, new: &Side) -> Diff {
         .map(|(x, y)| Part {
             bucket: x.0.to_string(),
             meaning: bucket_meaning(x.0).to_string(),
-            base_ns: x.1,
-            new_ns: y.1,
-            delta_ns: y.1 - x.1,
-            base_pct: pct(x.1, b.mean_ns),
-            new_pct: pct(y.1, n.mean_ns),
+            per_step: PerStep::of(x.1, y.1, b.mean_ns, n.mean_ns),
         })
         .collect();
     parts.sort_by(|x, y| {
-        y.delta_ns.abs().cmp(&x.delta_ns.abs()).then(
-            BUCKETS
-                .iter()
-                .position(|k| *k == x.bucket)
-                .cmp(&BUCKETS.iter().position(|k| *k == y.bucket)),
-        )
+        y.per_step
+            .delta_ns
+            .abs()
+            .cmp(&x.per_step.delta_ns.abs())
+            .then(
+                BUCKETS
+                    .iter()
+                    .position(|k| *k == x.bucket)
+                    .cmp(&BUCKETS.iter().position(|k| *k == y.bucket)),
+            )
     });
 
     let (nb, nn) = (b.count.max(1) as f64, n.count.max(1) as f64);
@@ -296,19 +309,16 @@ pub fn compare(base: &Side, new: &Side) -> Diff {
                 name: k.1.clone(),
                 base_count: (x.count as f64 / nb * 10.0).round() / 10.0,
                 new_count: (y.count as f64 / nn * 10.0).round() / 10.0,
-                base_ns: bns,
-                new_ns: nns,
-                delta_ns: nns - bns,
-                base_pct: pct(bns, b.mean_ns),
-                new_pct: pct(nns, n.mean_ns),
+                per_step: PerStep::of(bns, nns, b.mean_ns, n.mean_ns),
             }
         })
-        .filter(|c| c.delta_ns != 0)
+        .filter(|c| c.per_step.delta_ns != 0)
         .collect();
     changed.sort_by(|x, y| {
-        y.delta_ns
+        y.per_step
+            .delta_ns
             .abs()
-            .cmp(&x.delta_ns.abs())
+            .cmp(&x.per_step.delta_ns.abs())
             .then(x.kind.cmp(&y.kind))
             .then(x.name.cmp(&y.name))
     });
@@ -383,21 +393,24 @@ fn summary(
     }
     let top: Vec<String> = parts
         .iter()
-        .filter(|p| p.delta_ns != 0 && p.delta_ns.abs() * 20 >= difference.abs())
+        .filter(|p| p.per_step.delta_ns != 0 && p.per_step.delta_ns.abs() * 20 >= difference.abs())
         .take(3)
         .map(|p| {
             // The changed item that best names the bucket's change, when one does.
             let named = changed
                 .iter()
-                .find(|c| names(&p.bucket, c) && c.delta_ns.signum() == p.delta_ns.signum())
+                .find(|c| {
+                    names(&p.bucket, c)
+                        && c.per_step.delta_ns.signum() == p.per_step.delta_ns.signum()
+                })
                 .map(|c| {
                     format!(
                         " ({} {:.0}% -> {:.0}% of the step)",
-                        c.name, c.base_pct, c.new_pct
+                        c.name, c.per_step.base_pct, c.per_step.new_pct
                     )
                 })
                 .unwrap_or_default();
-            format!("{} {}{named}", signed(p.delta_ns), p.bucket)
+            format!("{} {}{named}", signed(p.per_step.delta_ns), p.bucket)
         })
         .collect();
     format!(

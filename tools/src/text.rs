@@ -821,16 +821,20 @@ pub fn diff(d: &Diff, aud: Audience) -> String {
         o,
         "\nby bucket (mean per step; the changes sum to the difference):"
     );
-    for p in d.parts.iter().filter(|p| p.base_ns != 0 || p.new_ns != 0) {
+    for p in d
+        .parts
+        .iter()
+        .filter(|p| p.per_step.base_ns != 0 || p.per_step.new_ns != 0)
+    {
         let _ = writeln!(
             o,
             "  {:<10} {:>10} -> {:>10}  {:>11}  ({:.1}% -> {:.1}% of the step) {}",
             p.bucket,
-            dur(p.base_ns),
-            dur(p.new_ns),
-            signed(p.delta_ns),
-            p.base_pct,
-            p.new_pct,
+            dur(p.per_step.base_ns),
+            dur(p.per_step.new_ns),
+            signed(p.per_step.delta_ns),
+            p.per_step.base_pct,
+            p.per_step.new_pct,
             p.meaning
         );
     }
@@ -843,9 +847,9 @@ pub fn diff(d: &Diff, aud: Audience) -> String {
             "  {:<8} {} {} -> {} ({}; {:.1} -> {:.1} per step)",
             c.kind,
             q(&c.name),
-            dur(c.base_ns),
-            dur(c.new_ns),
-            signed(c.delta_ns),
+            dur(c.per_step.base_ns),
+            dur(c.per_step.new_ns),
+            signed(c.per_step.delta_ns),
             c.base_count,
             c.new_count
         );

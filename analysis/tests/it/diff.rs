@@ -38,13 +38,13 @@ fn a_slower_dataloader_is_the_whole_difference() {
     assert_eq!(d.difference_ns, 5000 * us);
     assert!(d.beyond_noise, "{}", d.summary);
     assert_eq!(d.parts[0].bucket, "input");
-    assert_eq!(d.parts[0].delta_ns, 5000 * us);
+    assert_eq!(d.parts[0].per_step.delta_ns, 5000 * us);
     assert!(
-        d.parts[1..].iter().all(|p| p.delta_ns == 0),
+        d.parts[1..].iter().all(|p| p.per_step.delta_ns == 0),
         "{:#?}",
         d.parts
     );
-    let sum: i64 = d.parts.iter().map(|p| p.delta_ns).sum();
+    let sum: i64 = d.parts.iter().map(|p| p.per_step.delta_ns).sum();
     assert_eq!(sum, d.difference_ns);
     assert_eq!(d.changed[0].kind, "cpu op");
     assert!(
@@ -53,7 +53,7 @@ fn a_slower_dataloader_is_the_whole_difference() {
         d.changed[0]
     );
     assert_eq!(
-        (d.changed[0].base_ns, d.changed[0].new_ns),
+        (d.changed[0].per_step.base_ns, d.changed[0].per_step.new_ns),
         (2000 * us, 7000 * us)
     );
     assert!(
@@ -80,7 +80,7 @@ fn a_run_against_itself_differs_by_nothing_and_real_pairs_parts_sum_to_the_diffe
         let d = compare(&s, &s);
         assert_eq!(d.difference_ns, 0, "{}", src.display());
         assert!(!d.beyond_noise, "{}", src.display());
-        assert!(d.parts.iter().all(|p| p.delta_ns == 0));
+        assert!(d.parts.iter().all(|p| p.per_step.delta_ns == 0));
         assert!(d.changed.is_empty());
         assert!(
             d.summary.starts_with("no difference beyond noise"),
@@ -93,7 +93,7 @@ fn a_run_against_itself_differs_by_nothing_and_real_pairs_parts_sum_to_the_diffe
     for (i, a) in sides.iter().enumerate() {
         for b in sides.iter().skip(i + 1) {
             let d = compare(a, b);
-            let sum: i64 = d.parts.iter().map(|p| p.delta_ns).sum();
+            let sum: i64 = d.parts.iter().map(|p| p.per_step.delta_ns).sum();
             // Each bucket's mean is rounded down to the ns: at most one ns apart per bucket.
             let tol = (d.difference_ns.abs() / 100).max(9);
             assert!(
@@ -110,7 +110,7 @@ fn a_run_against_itself_differs_by_nothing_and_real_pairs_parts_sum_to_the_diffe
                 d.difference_ns as f64 / 1e6,
                 sum as f64 / 1e6,
                 d.parts[0].bucket,
-                d.parts[0].delta_ns as f64 / 1e6
+                d.parts[0].per_step.delta_ns as f64 / 1e6
             );
         }
     }

@@ -21,6 +21,9 @@ const GAP_TOLERANCE: f64 = 0.05;
 const REGULAR: f64 = 0.8;
 /// Periods scoring within this of the best are as good: the shortest of them is the step.
 const SCORE_SLACK: f64 = 0.01;
+/// Steps between extra calls (a logged loss, an evaluation) that the cadence still sees
+/// through to the step.
+const MAX_EVERY: usize = 16;
 /// Calls compared when scoring a period.
 const SCORE_SAMPLE: usize = 50_000;
 /// A cadence is reported when the sequence matches itself shifted by the period this well.
@@ -115,7 +118,16 @@ fn infer_with(calls: &[Call], min_period: usize, min_calls: usize) -> Option<Cad
     if best < MIN_SCORE {
         return None;
     }
-    let (period, s) = *scored.iter().find(|s| s.1 >= best - SCORE_SLACK)?;
+    let (mut period, mut s) = *scored.iter().find(|s| s.1 >= best - SCORE_SLACK)?;
+    // A multiple of the step matches best where some steps add calls every k steps (a loss
+    // logged every 10th step): a shorter candidate that divides it k times at most and still
+    // matches well is the step (a layer's calls divide a step many more times).
+    while let Some(&(q, sq)) = scored.iter().find(|c| {
+        c.0 < period && period % c.0 == 0 && period / c.0 <= MAX_EVERY && c.1 >= MIN_SCORE
+    }) {
+        period = q;
+        s = sq;
+    }
     // The anchor of that period that recurs least often (an op that also runs in some steps'
     // extra work, such as a copy for a checkpoint or a logged `.item()`, recurs more), then most
     // steadily, then the lowest op id.

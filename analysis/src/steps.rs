@@ -344,10 +344,11 @@ const RANK_SQL: &str =
 const MARKS_RANGES_SQL: &str = "SELECT start_ns, end_ns, name FROM ranges \
 WHERE node = $1 AND pid = $2 AND depth <= 2 AND name NOT LIKE 'ProfilerStep#%' AND start_ns BETWEEN $3 AND $4";
 
-/// Ops of the process (GPU calls, I/O, syscalls, sockets; not the scheduler's) starting in
+/// Ops of the process (GPU calls, I/O, syscalls, sockets; not the scheduler's switches and
+/// wakeups, which every step has) starting in
 /// `[$3, $4]`.
 static MARKS_OPS_SQL: LazyLock<String> = LazyLock::new(|| {
-    let host = op_filter(|o| o.id != crate::switches::SWITCH_OP);
+    let host = op_filter(|o| !o.name.starts_with("sched_"));
     format!(
         "SELECT timestamp, timestamp + duration, op FROM events \
 WHERE node = $1 AND pid = $2 AND {host} AND timestamp BETWEEN $3 AND $4"

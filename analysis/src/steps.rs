@@ -374,8 +374,14 @@ WHERE node = $1 AND pid = $2 AND tid = $3 AND {GPU} AND timestamp BETWEEN $4 AND
     )
 });
 
-/// Ops of a process the recorder stored only a sample of.
-const SAMPLED_OPS_SQL: &str = "SELECT op_id::BIGINT FROM op_counts WHERE node = $1 AND pid = $2 GROUP BY op_id HAVING sum(stored) < sum(calls)";
+/// GPU ops of a process the recorder stored only a sample of (a host event counted but not
+/// stored, such as page allocations, says nothing about the GPU calls' order).
+static SAMPLED_OPS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT op_id::BIGINT FROM op_counts WHERE node = $1 AND pid = $2 AND {} GROUP BY op_id HAVING sum(stored) < sum(calls)",
+        gpu_ops()
+    )
+});
 
 fn gpu_ops() -> String {
     op_filter(|o| {
@@ -580,12 +586,23 @@ pub fn inferred(
     // In a sampled recording the stored calls of a sampled op are not the loop's: only the
     // ops stored in full keep its order.
     let sampled: Vec<i64> = r
-        .prepare_trusted(SAMPLED_OPS_SQL)?
+        .prepare_trusted(SAMPLED_OPS_SQL.as_str())?
         .query_map(duckdb::params![node, i64::from(pid)], |row| row.get(0))
         .and_then(|rows| rows.collect())
         .map_err(duck(r, "reading which ops were sampled"))?;
     let found = if sampled.is_empty() {
-        crate::cadence::infer(&calls)
+        // Launches vary from step to step in some loops (a checkpoint's burst): the calls
+        // around them (copies, syncs, the optimizer's memset) still keep the loop's order.
+        crate::cadence::infer(&calls).or_else(|| {
+            let landmarks: Vec<crate::cadence::Call> = calls
+                .iter()
+                .copied()
+                .filter(|c| {
+                    catalog::op_by_id(c.2).is_none_or(|o| !crate::opsets::is_launch(o.name))
+                })
+                .collect();
+            crate::cadence::infer_complete(&landmarks)
+        })
     } else {
         let full: Vec<crate::cadence::Call> = calls
             .iter()

@@ -591,18 +591,7 @@ pub fn inferred(
         .and_then(|rows| rows.collect())
         .map_err(duck(r, "reading which ops were sampled"))?;
     let found = if sampled.is_empty() {
-        // Launches vary from step to step in some loops (a checkpoint's burst): the calls
-        // around them (copies, syncs, the optimizer's memset) still keep the loop's order.
-        crate::cadence::infer(&calls).or_else(|| {
-            let landmarks: Vec<crate::cadence::Call> = calls
-                .iter()
-                .copied()
-                .filter(|c| {
-                    catalog::op_by_id(c.2).is_none_or(|o| !crate::opsets::is_launch(o.name))
-                })
-                .collect();
-            crate::cadence::infer_complete(&landmarks)
-        })
+        crate::cadence::infer(&calls)
     } else {
         let full: Vec<crate::cadence::Call> = calls
             .iter()

@@ -1,7 +1,7 @@
 //! Straggler detection on a synthetic synchronous 8-rank job written through the store writer:
 //! one rank 30% slower from T is found within 30 s of T (trace time) with its local cause, and
-//! the healthy job has no straggler. The same holds for ranks sharing a node (named by RANK),
-//! and for 1- and 2-rank jobs, which fall back to each rank's own baseline.
+//! the healthy job has no straggler. The same holds for ranks sharing a node (named by RANK; on
+//! one node, by the order they enter the collectives), and for 1- and 2-rank jobs, which fall back to each rank's own baseline.
 
 use causeway_analysis::demo::model::MS;
 use causeway_analysis::demo::sync_job::{SyncJob, write};
@@ -85,6 +85,35 @@ fn ranks_sharing_a_node_are_named_by_rank() {
     let c = found_within_30s(&job, t, "node-1");
     assert!(c.summary.starts_with("node-1 rank 6 "), "{}", c.summary);
     assert!(c.summary.contains("7 peers"), "{}", c.summary);
+}
+
+#[test]
+fn on_one_node_the_rank_entering_last_is_the_straggler() {
+    // One node, one clock: the rank entering the all-reduces last is late, and the healthy
+    // job's jitter does not make one.
+    let t = 40_000 * MS;
+    let job = SyncJob {
+        ranks: 4,
+        ranks_per_node: 4,
+        straggler: Some((2, t, 0.3)),
+        ..SyncJob::default()
+    };
+    let c = found_within_30s(&job, t, "node-0");
+    assert!(c.summary.starts_with("node-0 rank 2 "), "{}", c.summary);
+    assert!(
+        c.explanation.contains("enters the collective last"),
+        "{}",
+        c.explanation
+    );
+    let (chains, _) = chains(&SyncJob {
+        ranks: 4,
+        ranks_per_node: 4,
+        ..SyncJob::default()
+    });
+    assert!(
+        chains.iter().all(|c| c.detector != "straggler"),
+        "{chains:#?}"
+    );
 }
 
 #[test]

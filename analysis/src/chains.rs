@@ -88,6 +88,9 @@ pub struct Chain {
     /// The calls the finding is about, for its call sites (the engine's own; not serialised).
     #[serde(skip)]
     pub scope: Option<crate::sites::Scope>,
+    /// What the time lost costs in GPU-hours (and money, where a price is configured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::cost::Cost>,
 }
 
 fn is_zero(v: &i64) -> bool {
@@ -153,6 +156,8 @@ pub struct ChainQuery {
     pub node: Option<String>,
     /// At most this many, best first.
     pub top_n: Option<usize>,
+    /// Prices per GPU-hour for the findings' cost.
+    pub prices: crate::cost::Prices,
 }
 
 const STORED_SQL: &str = "
@@ -188,6 +193,7 @@ pub fn stored_chains(r: &Reader, q: &ChainQuery) -> Result<Vec<Chain>, StoreErro
                 detected_ns: row.get(12)?,
                 call_sites: None,
                 scope: None,
+                cost: None,
             })
         })
         .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())

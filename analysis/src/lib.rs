@@ -7,6 +7,7 @@ pub mod budget;
 pub mod cadence;
 pub mod chains;
 pub mod convention;
+pub mod cost;
 pub mod counts;
 pub mod coverage;
 pub mod cursor;

@@ -57,6 +57,9 @@ pub fn render_text(e: &Explain, with_sql: bool) -> String {
         );
         let _ = writeln!(o, "   root cause: {}", c.root_cause);
         let _ = writeln!(o, "   why: {}", c.explanation);
+        if let Some(k) = &c.cost {
+            let _ = writeln!(o, "   cost: {}", crate::cost::line(k));
+        }
         let _ = writeln!(o, "   timeline:");
         for t in &c.timeline {
             let d = if t.duration_ns > 0 {

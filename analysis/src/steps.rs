@@ -946,6 +946,7 @@ fn finding(
         pid: Some(pid),
         node: Some(node.to_string()),
         top_n: None,
+        prices: Default::default(),
     };
     let e = crate::engine::explain(r, &q)?;
     // cold_start reads the window's start as the thread's: true of a run's first step only.

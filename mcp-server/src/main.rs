@@ -4,6 +4,7 @@
 mod cmd;
 mod flags;
 mod output;
+mod prices;
 
 use std::io::Write;
 use std::process::ExitCode;

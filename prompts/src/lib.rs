@@ -214,7 +214,7 @@ pub fn investigate(a: &InvestigateArgs) -> String {
 2. get_causal_chains: read the ranked chains; for each HIGH chain, check its evidence_sql with run_sql. If the workload trains in steps, get_steps: the step time (p50/p99), where the slowest steps' time went and their findings, slow steps every Nth step.\n\
 3. get_stacks for the op(s) that dominate (op=..., and pid when one process matters): which code paths make the slow calls?\n\
 4. run_sql for targeted questions the tools above did not answer (see resource causeway://schema for tables and units; times are ns).\n\
-5. Write the answer: the root cause in one sentence, the causal chain from cause to symptom with the numbers, and recommendations.\n\n{RULES}",
+5. Write the answer: the root cause in one sentence, the causal chain from cause to symptom with the numbers, what it costs (the chain's cost: GPU-hours, and money where a price is configured), and recommendations.\n\n{RULES}",
         scope = scope(&a.trace, a.pid.as_deref())
     )
 }

@@ -100,6 +100,9 @@
         c.node ? " \u00b7 node " + c.node : "", " \u00b7 " + c.detector,
       ]));
       li.appendChild(el("p", null, [el("strong", { text: "Root cause: " }), c.root_cause]));
+      if (d.costs && d.costs[i]) {
+        li.appendChild(el("p", { cls: "cost" }, [el("strong", { text: "Cost: " }), d.costs[i]]));
+      }
       if (c.recommendations.length) {
         li.appendChild(el("p", null, [el("strong", { text: "Fix:" })]));
         li.appendChild(el("ul", null, c.recommendations.map(function (r) { return el("li", { text: r }); })));

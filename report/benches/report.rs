@@ -52,13 +52,13 @@ fn main() {
         let out = dir.path().join("report.html");
         for _ in 0..runs {
             let t = Instant::now();
-            let d = build(&r, &q).expect("build");
+            let d = build(&r, &q, &Default::default()).expect("build");
             let built = t.elapsed().as_secs_f64() * 1e3;
             let page = render(&d, Mode::File);
             let rendered = t.elapsed().as_secs_f64() * 1e3 - built;
             bytes = page.len();
             let t = Instant::now();
-            write_file(&r, &q, &out, true).expect("write");
+            write_file(&r, &q, &Default::default(), &out, true).expect("write");
             let written = t.elapsed().as_secs_f64() * 1e3;
             best_build = best_build.min(built);
             best_render = best_render.min(rendered);

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use causeway_analysis::cost::Prices;
 use causeway_analysis::{
     Budget, Chain, ChainQuery, FindingsQuery, ProcessStats, StatsQuery, TraceStats, Window,
 };
@@ -59,6 +60,8 @@ pub struct ReportData {
     pub findings: Vec<Chain>,
     /// The rows behind each finding (its evidence SQL, run through the guard).
     pub evidence: Vec<Evidence>,
+    /// What each finding costs, in the words `explain` prints ("" where it has no cost).
+    pub costs: Vec<String>,
     /// Time budgets of every GPU-feeding process and thread.
     pub budgets: Vec<Budget>,
     /// GPU time per device: measured on the device timeline where the trace has one, beside
@@ -197,8 +200,8 @@ fn trace_name(r: &Reader) -> String {
         .unwrap_or_else(|| r.path().display().to_string())
 }
 
-/// Builds the report of `q` (window, pid, node) on one trace.
-pub fn build(r: &Reader, q: &WindowParams) -> Result<ReportData, ReportError> {
+/// Builds the report of `q` (window, pid, node) on one trace, its findings priced at `prices`.
+pub fn build(r: &Reader, q: &WindowParams, prices: &Prices) -> Result<ReportData, ReportError> {
     let started = Instant::now();
     let spec = q.spec()?;
     let findings = causeway_tools::stats::findings_for(
@@ -209,6 +212,7 @@ pub fn build(r: &Reader, q: &WindowParams) -> Result<ReportData, ReportError> {
                 pid: q.pid,
                 node: q.node.clone(),
                 top_n: None,
+                prices: prices.clone(),
             },
             stored: false,
             per_process: true,
@@ -299,6 +303,14 @@ pub fn build(r: &Reader, q: &WindowParams) -> Result<ReportData, ReportError> {
         query: q.clone(),
         // stats' window: for a store of counters only (collect) it spans the counters.
         window: stats.window,
+        costs: chains
+            .iter()
+            .map(|c| {
+                c.cost
+                    .as_ref()
+                    .map_or(String::new(), causeway_analysis::cost::line)
+            })
+            .collect(),
         findings: chains,
         evidence,
         budgets: findings.explain.budgets,
@@ -328,7 +340,7 @@ mod tests {
         let path = dir.path().join("cpu.duckdb");
         write_scenario(&path, Scenario::CpuContention, false).unwrap();
         let r = Reader::open(&path).unwrap();
-        let d = build(&r, &WindowParams::default()).unwrap();
+        let d = build(&r, &WindowParams::default(), &Default::default()).unwrap();
         let c = d
             .findings
             .iter()

@@ -27,16 +27,17 @@ pub struct Written {
     pub build_ms: f64,
 }
 
-/// Builds the report of `q` on `reader` and writes it to `out` atomically (a temporary
+/// Builds the report of `q` on `reader` (findings priced at `prices`) and writes it to `out` atomically (a temporary
 /// sibling renamed into place); an existing `out` is replaced only with `force`.
 pub fn write_file(
     reader: &Reader,
     q: &WindowParams,
+    prices: &causeway_analysis::cost::Prices,
     out: &Path,
     force: bool,
 ) -> Result<Written, ReportError> {
     let started = Instant::now();
-    let page = render(&build(reader, q)?, Mode::File);
+    let page = render(&build(reader, q, prices)?, Mode::File);
     let build_ms = started.elapsed().as_secs_f64() * 1e3;
     causeway_store::write_atomically(out, force, |tmp| {
         std::fs::write(tmp, page.as_bytes()).map_err(|source| StoreError::Io {

@@ -96,7 +96,7 @@ async fn build(
                 }
             }
             let started = Instant::now();
-            let data = causeway_report::build(r, &q).map_err(|e| match e {
+            let data = causeway_report::build(r, &q, ctx.prices()).map_err(|e| match e {
                 causeway_report::ReportError::Build(t) => t,
                 other => ToolError::failed(other.to_string(), other.hint()),
             })?;

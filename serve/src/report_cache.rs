@@ -134,7 +134,7 @@ mod tests {
         let w = Writer::create(&path, WriterOptions::default()).unwrap();
         let live = w.live_reader().unwrap();
         let r = live.lock().unwrap();
-        let data = causeway_report::build(&r, &Default::default()).unwrap();
+        let data = causeway_report::build(&r, &Default::default(), &Default::default()).unwrap();
         Entry {
             version: version.into(),
             data: Arc::new(data),

@@ -22,15 +22,31 @@ pub fn tokens(s: &str) -> usize {
 
 /// Cuts a text rendering at a line boundary under [`TEXT_CHARS`], with a note saying so. The
 /// closing [`crate::DATA_NOTE`] of an agent's text stays: the cut never drops it.
-pub fn cap_text(mut s: String) -> String {
-    if s.len() <= TEXT_CHARS {
+pub fn cap_text(s: String) -> String {
+    cap_text_to(s, TEXT_CHARS)
+}
+
+/// The least text a response keeps, however large its structured content.
+pub const MIN_TEXT_CHARS: usize = 2_000;
+
+/// The text's share of a response whose structured content takes `structured` characters: what
+/// the response budget leaves, at most [`TEXT_CHARS`], at least [`MIN_TEXT_CHARS`].
+pub fn text_share(structured: usize) -> usize {
+    RESPONSE_CHARS
+        .saturating_sub(structured)
+        .clamp(MIN_TEXT_CHARS, TEXT_CHARS)
+}
+
+/// [`cap_text`] under `limit` characters.
+pub fn cap_text_to(mut s: String, limit: usize) -> String {
+    if s.len() <= limit {
         return s;
     }
     let keep = s
         .trim_end()
         .ends_with(crate::DATA_NOTE)
         .then_some(crate::DATA_NOTE);
-    let mut cut = TEXT_CHARS - 120 - keep.map_or(0, |n| n.len() + 1);
+    let mut cut = limit.saturating_sub(120 + keep.map_or(0, |n| n.len() + 1));
     while !s.is_char_boundary(cut) {
         cut -= 1;
     }
@@ -56,6 +72,15 @@ mod tests {
         assert!(out.ends_with("response budget; the structured result has every field]\n"));
         assert_eq!(cap_text("short\n".into()), "short\n");
         assert_eq!(tokens("abcdefgh"), 2);
+    }
+
+    #[test]
+    fn the_text_gets_what_the_structured_content_leaves() {
+        assert_eq!(text_share(0), TEXT_CHARS);
+        assert_eq!(text_share(RESPONSE_CHARS - 5_000), 5_000);
+        assert_eq!(text_share(RESPONSE_CHARS + 1), MIN_TEXT_CHARS);
+        let long = "line of text\n".repeat(2_000);
+        assert!(cap_text_to(long, 5_000).len() <= 5_000);
     }
 
     #[test]

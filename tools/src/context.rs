@@ -57,6 +57,7 @@ pub struct Context {
     pools: Mutex<HashMap<PathBuf, Arc<Pool>>>,
     sql_limits: QueryLimits,
     reader_options: ReaderOptions,
+    prices: causeway_analysis::cost::Prices,
 }
 
 impl std::fmt::Debug for Context {
@@ -88,7 +89,19 @@ impl Context {
                 threads: 1,
                 ..ReaderOptions::default()
             },
+            prices: causeway_analysis::cost::Prices::default(),
         }
+    }
+
+    /// Sets the prices per GPU-hour the findings' cost is priced at (`[cost]` of the config).
+    pub fn with_prices(mut self, prices: causeway_analysis::cost::Prices) -> Context {
+        self.prices = prices;
+        self
+    }
+
+    /// The prices per GPU-hour of the findings' cost.
+    pub fn prices(&self) -> &causeway_analysis::cost::Prices {
+        &self.prices
     }
 
     /// Sets the limits of SQL from outside (`run_sql`): time, result bytes, memory ceiling.

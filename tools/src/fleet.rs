@@ -199,8 +199,22 @@ pub fn merge_sql(answers: &[NodeAnswer]) -> (Vec<Value>, Vec<Vec<Value>>, bool) 
     (columns, rows, truncated)
 }
 
-/// Every node's chains ranked together by time lost (ties keep node order), each tagged with
-/// `reported_by`; at most `top` when given.
+/// What a chain costs for ranking across nodes: its money where every chain has a price in one
+/// currency (`all_priced`), else its GPU-hours (a chain without a cost, e.g. from an older node,
+/// counts one GPU).
+fn cost_key(c: &Value, all_priced: bool) -> f64 {
+    let k = &c["cost"];
+    if all_priced {
+        return k["amount"].as_f64().unwrap_or(0.0);
+    }
+    k["gpu_hours"]
+        .as_f64()
+        .unwrap_or_else(|| c["time_lost_ns"].as_f64().unwrap_or(0.0) / 3.6e12)
+}
+
+/// Every node's chains ranked together by what they cost (money where all are priced in one
+/// currency, else GPU-hours: time lost x the GPUs held), then time lost (ties keep node order),
+/// each tagged with `reported_by`; at most `top` when given.
 pub fn merge_chains(answers: &[NodeAnswer], top: Option<usize>) -> Vec<Value> {
     let mut chains: Vec<Value> = Vec::new();
     for a in answers.iter().filter(|a| a.ok) {
@@ -216,7 +230,31 @@ pub fn merge_chains(answers: &[NodeAnswer], top: Option<usize>) -> Vec<Value> {
             chains.push(c);
         }
     }
-    chains.sort_by_key(|c| std::cmp::Reverse(c["time_lost_ns"].as_i64().unwrap_or(0)));
+    let currencies: std::collections::BTreeSet<&str> = chains
+        .iter()
+        .map(|c| c["cost"]["currency"].as_str().unwrap_or(""))
+        .collect();
+    let all_priced = currencies.len() == 1
+        && chains
+            .iter()
+            .all(|c| c["cost"]["amount"].as_f64().is_some());
+    let keyed: Vec<(f64, i64)> = chains
+        .iter()
+        .map(|c| {
+            (
+                cost_key(c, all_priced),
+                c["time_lost_ns"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..chains.len()).collect();
+    order.sort_by(|&a, &b| {
+        keyed[b]
+            .0
+            .total_cmp(&keyed[a].0)
+            .then(keyed[b].1.cmp(&keyed[a].1))
+    });
+    let mut chains: Vec<Value> = order.into_iter().map(|i| chains[i].take()).collect();
     if let Some(n) = top {
         chains.truncate(n);
     }
@@ -572,6 +610,35 @@ mod tests {
         assert_eq!(cols[2]["name"], "timestamp_local");
         assert_eq!(rows[0], vec![json!("a"), json!(1_000), json!(700)]);
         assert_eq!(rows[1], vec![json!("b"), json!(1_000), json!(1_050)]);
+    }
+
+    #[test]
+    fn chains_rank_by_cost_across_nodes() {
+        // b's finding lost less time but on 8 GPUs: it costs more.
+        let a = json!({"id": "1", "time_lost_ns": 5_000_000_000i64,
+            "cost": {"gpus": 1, "gpu_hours": 5.0 / 3600.0, "currency": "USD", "amount": 0.01}});
+        let b = json!({"id": "2", "time_lost_ns": 2_000_000_000i64,
+            "cost": {"gpus": 8, "gpu_hours": 16.0 / 3600.0, "currency": "USD", "amount": 0.02}});
+        let old = json!({"id": "3", "time_lost_ns": 9_000_000_000i64});
+        let m = merge_chains(
+            &[
+                answer("a", json!({"chains": [a.clone()]})),
+                answer("b", json!({"chains": [b.clone()]})),
+            ],
+            None,
+        );
+        let ids: Vec<&str> = m.iter().map(|c| c["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["2", "1"], "by money");
+        // A node without costs: GPU-hours (9 s on one GPU = 2.5e-3 h < 16 s of GPU).
+        let m = merge_chains(
+            &[
+                answer("a", json!({"chains": [a, old]})),
+                answer("b", json!({"chains": [b]})),
+            ],
+            None,
+        );
+        let ids: Vec<&str> = m.iter().map(|c| c["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["2", "3", "1"], "by GPU-hours");
     }
 
     #[test]

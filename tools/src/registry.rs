@@ -398,9 +398,11 @@ fn out<R: Serialize>(r: &R, text: String) -> Result<ToolOutput, ToolError> {
         )
     })?;
     causeway_store::sanitize::sanitize_json(&mut structured);
+    // Structured content and text share one response budget.
+    let share = budget::text_share(structured.to_string().len());
     Ok(ToolOutput {
         structured,
-        text: budget::cap_text(causeway_store::sanitize::sanitize_text(&text)),
+        text: budget::cap_text_to(causeway_store::sanitize::sanitize_text(&text), share),
     })
 }
 

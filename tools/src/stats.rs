@@ -69,6 +69,7 @@ pub fn get_causal_chains(ctx: &Context, p: &ChainsParams) -> Result<ChainsResult
             pid: p.window.pid,
             node: p.window.node.clone(),
             top_n: None,
+            prices: ctx.prices().clone(),
         },
         stored: p.stored.unwrap_or(false),
         per_process: false,

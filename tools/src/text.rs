@@ -229,6 +229,9 @@ fn chain_lines(o: &mut String, chains: &[Chain]) {
         );
         let _ = writeln!(o, "root cause: {}", q(&c.root_cause));
         let _ = writeln!(o, "explanation: {}", q(&c.explanation));
+        if let Some(k) = &c.cost {
+            let _ = writeln!(o, "cost: {}", q(&causeway_analysis::cost::line(k)));
+        }
         for t in &c.timeline {
             let _ = writeln!(
                 o,

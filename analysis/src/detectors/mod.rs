@@ -149,6 +149,7 @@ impl Finding {
             origin: "engine".into(),
             call_sites: None,
             scope: None,
+            cost: None,
         }
     }
 }

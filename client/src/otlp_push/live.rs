@@ -77,7 +77,10 @@ pub fn spawn_pusher(
             let logs = ctx.with_reader(None, |r| {
                 Ok(causeway_export::otlp::logs_request(
                     r,
-                    &causeway_export::otlp::LogsOptions::default(),
+                    &causeway_export::otlp::LogsOptions {
+                        prices: ctx.prices().clone(),
+                        ..causeway_export::otlp::LogsOptions::default()
+                    },
                 )?)
             });
             let outcome = match logs {

@@ -13,7 +13,7 @@ use super::{CHAIN_EVENT, Resources, i, kv, ns, s, scope};
 use crate::duck;
 
 /// What the logs export reads besides the trace.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct LogsOptions {
     /// `observed_time_unix_nano` of every record: the export time.
     pub observed_ns: i64,
@@ -22,6 +22,8 @@ pub struct LogsOptions {
     /// Also export the chains stored in the file (imported from another tool, or received
     /// from nodes), labelled by their origin.
     pub stored: bool,
+    /// Prices per GPU-hour the engine's findings are priced at (`causeway.chain.cost.*`).
+    pub prices: causeway_analysis::cost::Prices,
 }
 
 impl Default for LogsOptions {
@@ -30,6 +32,7 @@ impl Default for LogsOptions {
             observed_ns: causeway_store::now_ns(),
             engine: true,
             stored: false,
+            prices: causeway_analysis::cost::Prices::default(),
         }
     }
 }
@@ -55,6 +58,8 @@ struct ChainRow {
     tail_ratio: Option<f64>,
     /// `engine` (causeway's finding) or where a stored chain came from.
     origin: String,
+    /// What the engine's finding costs.
+    cost: Option<causeway_analysis::cost::Cost>,
 }
 
 const CHAINS_SQL: &str = "SELECT chain_id, node, detector, detected_ns, severity, summary,
@@ -94,6 +99,7 @@ fn stored_chains(r: &Reader) -> Result<Vec<ChainRow>, StoreError> {
                 p99_ns: Some(row.get(14)?),
                 tail_ratio: Some(row.get(15)?),
                 origin: row.get(16)?,
+                cost: None,
             })
         })
         .and_then(|rows| rows.collect())
@@ -101,8 +107,19 @@ fn stored_chains(r: &Reader) -> Result<Vec<ChainRow>, StoreError> {
 }
 
 /// Causeway's findings (what `explain` prints), stamped with the end of the trace.
-fn engine_chains(r: &Reader, detected_ns: i64) -> Result<Vec<ChainRow>, StoreError> {
-    let found = causeway_analysis::findings(r, &causeway_analysis::FindingsQuery::default())?;
+fn engine_chains(
+    r: &Reader,
+    detected_ns: i64,
+    prices: &causeway_analysis::cost::Prices,
+) -> Result<Vec<ChainRow>, StoreError> {
+    let q = causeway_analysis::FindingsQuery {
+        chains: causeway_analysis::ChainQuery {
+            prices: prices.clone(),
+            ..causeway_analysis::ChainQuery::default()
+        },
+        ..causeway_analysis::FindingsQuery::default()
+    };
+    let found = causeway_analysis::findings(r, &q)?;
     Ok(found
         .explain
         .chains
@@ -121,6 +138,7 @@ fn engine_chains(r: &Reader, detected_ns: i64) -> Result<Vec<ChainRow>, StoreErr
             evidence_sql: c.evidence_sql,
             time_lost_ns: c.time_lost_ns,
             origin: c.origin,
+            cost: c.cost,
             ..ChainRow::default()
         })
         .collect())
@@ -172,6 +190,20 @@ fn record(c: ChainRow, observed_ns: i64) -> LogRecord {
                 .collect(),
         }),
     ));
+    if let Some(k) = &c.cost {
+        // GPU-hours always; money where a price applies (`causeway.chain.cost`, in the
+        // currency beside it).
+        a.push(i(&p("cost.gpus"), i64::from(k.gpus)));
+        a.push(kv(&p("cost.gpu_hours"), Value::DoubleValue(k.gpu_hours)));
+        a.push(kv(
+            &p("cost.gpu_hours_per_day_estimate"),
+            Value::DoubleValue(k.gpu_hours_per_day),
+        ));
+        if let Some(amount) = k.amount {
+            a.push(kv(&p("cost"), Value::DoubleValue(amount)));
+            a.push(s(&p("cost.currency"), &k.currency));
+        }
+    }
     a.push(s(&p("timeline"), &c.timeline));
     a.push(s(&p("evidence_sql"), &c.evidence_sql));
     LogRecord {
@@ -200,7 +232,7 @@ pub fn logs_request(
     let mut chains = Vec::new();
     if opts.engine {
         let end = facts_nodes.span.map_or(opts.observed_ns, |s| s.1);
-        chains = engine_chains(r, end)?;
+        chains = engine_chains(r, end, &opts.prices)?;
     }
     if opts.stored {
         chains.extend(stored_chains(r)?);

@@ -253,6 +253,7 @@ fn copies_chain() -> Chain {
         detected_ns: 0,
         call_sites: None,
         scope: None,
+        cost: None,
     }
 }
 

@@ -55,6 +55,10 @@ fn wire(r: &Reader, stored_only: bool) -> (ExportMetricsServiceRequest, ExportLo
             observed_ns: 1_800_000_000_000_000_000,
             engine: !stored_only,
             stored: stored_only,
+            prices: causeway_analysis::cost::Prices {
+                gpu_hour: Some(2.0),
+                ..Default::default()
+            },
         },
     )
     .unwrap();
@@ -495,6 +499,26 @@ fn engine_findings_are_exported_and_stored_chains_only_on_request() {
         let timeline = text(&rec.attributes, "causeway.chain.timeline").unwrap();
         let parsed: Vec<causeway_analysis::TimelineItem> = serde_json::from_str(&timeline).unwrap();
         assert_eq!(parsed, c.timeline);
+        // The cost: time lost x the GPUs (the demo records none: one per GPU-calling process)
+        // in GPU-hours, at the 2.0 per GPU-hour `wire` prices it at.
+        let k = c.cost.as_ref().expect("every engine chain has a cost");
+        assert_eq!(k.gpus_from, "assumed");
+        let gpu_hours = c.time_lost_ns as f64 * f64::from(k.gpus) / 3.6e12;
+        assert_eq!(
+            int(&rec.attributes, "causeway.chain.cost.gpus"),
+            Some(i64::from(k.gpus))
+        );
+        let num = |k: &str| match attr(&rec.attributes, k) {
+            Some(Value::DoubleValue(v)) => *v,
+            other => panic!("{k}: {other:?}"),
+        };
+        // Kept to 6 significant digits.
+        assert!((num("causeway.chain.cost.gpu_hours") - gpu_hours).abs() <= 1e-5 * gpu_hours);
+        assert!((num("causeway.chain.cost") - 2.0 * gpu_hours).abs() <= 2e-5 * gpu_hours);
+        assert_eq!(
+            text(&rec.attributes, "causeway.chain.cost.currency").as_deref(),
+            Some("USD")
+        );
     }
     let off = otlp::logs_request(
         &r,
@@ -502,6 +526,7 @@ fn engine_findings_are_exported_and_stored_chains_only_on_request() {
             observed_ns: 1,
             engine: false,
             stored: false,
+            prices: Default::default(),
         },
     )
     .unwrap();

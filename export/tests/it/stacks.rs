@@ -172,6 +172,7 @@ fn a_chain_slice_carries_its_call_sites() {
             }],
         }),
         scope: None,
+        cost: None,
     };
     let opts = PerfettoOptions {
         chains: vec![chain],

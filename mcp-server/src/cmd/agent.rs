@@ -52,6 +52,9 @@ pub struct AgentConfig {
     pub serve: Option<ServeConf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub otlp: Option<OtlpConf>,
+    /// `[cost]`: prices per GPU-hour for the findings' cost (else the user's config file's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<causeway_analysis::cost::Prices>,
 }
 
 /// `[segments]`: when the open segment closes.
@@ -267,6 +270,14 @@ pub fn parse(text: &str, path: &Path) -> Result<Agent> {
         ))
     })?;
     let c = &config;
+    if let Some(p) = &c.cost {
+        p.validate().map_err(|e| {
+            anyhow::anyhow!(Hinted::new(
+                format!("agent config {}: {e}", path.display()),
+                "e.g. [cost] gpu_hour = 2.50"
+            ))
+        })?;
+    }
     if c.data_dir.as_os_str().is_empty() || c.data_dir.is_relative() {
         return Err(bad(
             "data_dir",
@@ -480,7 +491,10 @@ pub fn run(args: &AgentArgs) -> Result<()> {
     }
     let policy = Arc::new(RwLock::new(agent.policy.clone()));
     watch_sighup(args.config.clone(), agent.config.clone(), policy.clone());
-    let mut ctx = context(&agent.trace.db, &[]);
+    let mut ctx = context(&agent.trace.db, &[])?;
+    if let Some(p) = &agent.config.cost {
+        ctx = ctx.with_prices(p.clone());
+    }
     let opts = match &agent.serve {
         Some((addr, http, query)) => {
             ctx = query.apply(ctx)?;

@@ -173,7 +173,7 @@ pub fn run(args: &CollectArgs) -> Result<()> {
             ))
         }
     })?;
-    let ctx = Arc::new(context(&args.db, &[]));
+    let ctx = Arc::new(context(&args.db, &[])?);
     ctx.insert_readers(store.live_readers()?);
     let ingest = Arc::new(
         Ingest::start(

@@ -73,6 +73,7 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
             pid: w.pid,
             node: w.node,
             top_n: None,
+            prices: crate::prices::load()?,
         },
         stored: args.stored,
         per_process: args.per_process,

@@ -226,6 +226,7 @@ fn run_otlp(args: &ExportArgs) -> Result<()> {
             &reader,
             &LogsOptions {
                 stored: args.stored_chains,
+                prices: crate::prices::load()?,
                 ..LogsOptions::default()
             },
         )?

@@ -197,14 +197,16 @@ pub fn http_options(addr: SocketAddr, flags: &HttpFlags) -> Result<mcp::http::Ht
 }
 
 /// The tool context of `mcp` (and of the CLI twins): the trace plus the traces directories,
-/// with the collector's machine inspection for `get_check`.
-pub fn context(db: &std::path::Path, traces_dirs: &[PathBuf]) -> Context {
+/// with the collector's machine inspection for `get_check` and the configured prices.
+pub fn context(db: &std::path::Path, traces_dirs: &[PathBuf]) -> anyhow::Result<Context> {
     let dirs = if traces_dirs.is_empty() {
         vec![PathBuf::from("investigations")]
     } else {
         traces_dirs.to_vec()
     };
-    Context::new(db.to_path_buf(), dirs).with_checker(super::check::checker())
+    Ok(Context::new(db.to_path_buf(), dirs)
+        .with_checker(super::check::checker())
+        .with_prices(crate::prices::load()?))
 }
 
 /// A multi-threaded runtime for the server (tool calls run on its blocking pool).
@@ -306,7 +308,7 @@ pub fn run(args: &McpArgs) -> Result<()> {
         .db
         .clone()
         .unwrap_or_else(|| PathBuf::from(NO_LOCAL_TRACE));
-    let mut ctx = args.query.apply(context(&db, &args.traces_dir))?;
+    let mut ctx = args.query.apply(context(&db, &args.traces_dir)?)?;
     if !args.fleet.nodes.is_empty() {
         let token = causeway_client::fleet::read_token(args.http_flags.token_file.as_deref())?;
         ctx = ctx.with_fleet(causeway_client::fleet::handle(args.fleet.fleet(token)?));
@@ -373,7 +375,7 @@ pub struct ServeArgs {
 /// over HTTP for a recorded trace, until Ctrl-C.
 pub fn run_serve(args: &ServeArgs) -> Result<()> {
     let opts = http_options(args.listen, &args.http_flags)?;
-    let ctx = Arc::new(args.query.apply(context(&args.db, &args.traces_dir))?);
+    let ctx = Arc::new(args.query.apply(context(&args.db, &args.traces_dir)?)?);
     ctx.with_reader(None, |_| Ok(()))
         .map_err(|e| anyhow::anyhow!(causeway_store::Hinted::new(e.message(), e.hint())))?;
     runtime()?.block_on(serve_http(ctx, opts, "serve", std::future::pending()))

@@ -31,9 +31,15 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let reader = Reader::open(&args.db)?;
     // Validates --since/--from/--until the way the other analysis commands do.
     args.window.to_query()?;
-    let written =
-        causeway_report::write_file(&reader, &args.window.to_params(), &args.output, args.force)
-            .map_err(|e| anyhow::anyhow!(causeway_store::Hinted::new(e.to_string(), e.hint())))?;
+    let prices = crate::prices::load()?;
+    let written = causeway_report::write_file(
+        &reader,
+        &args.window.to_params(),
+        &prices,
+        &args.output,
+        args.force,
+    )
+    .map_err(|e| anyhow::anyhow!(causeway_store::Hinted::new(e.to_string(), e.hint())))?;
     eprintln!(
         "wrote {} ({} KB, built in {:.0} ms); open it in a browser, it needs no network",
         args.output.display(),

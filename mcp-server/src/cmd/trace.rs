@@ -180,7 +180,7 @@ pub fn run(args: &TraceCmd) -> Result<()> {
         .serve
         .map(|a| http_options(a, &args.http))
         .transpose()?;
-    let ctx = context(&trace.db, &[]);
+    let ctx = context(&trace.db, &[])?;
     let summary = record(trace, ctx, opts, push, None, "trace")?;
     finish(args, &summary)
 }

@@ -68,7 +68,7 @@ pub fn run_traces(args: &TracesArgs) -> Result<()> {
         drop(causeway_store::Reader::open(db)?);
     }
     let db = args.db.clone().unwrap_or_default();
-    let ctx = super::mcp::context(&db, &args.traces_dir);
+    let ctx = super::mcp::context(&db, &args.traces_dir)?;
     let p = ListTracesParams {
         cursor: args.cursor.clone(),
     };
@@ -89,7 +89,7 @@ pub fn run_traces(args: &TracesArgs) -> Result<()> {
 
 /// Runs `describe`.
 pub fn run_describe(args: &DescribeArgs) -> Result<()> {
-    let ctx = super::mcp::context(&args.db, &[]);
+    let ctx = super::mcp::context(&args.db, &[])?;
     let r = causeway_tools::traces::describe_trace(&ctx, &DescribeParams::default())
         .map_err(tool_err)?;
     if args.json {
@@ -100,7 +100,7 @@ pub fn run_describe(args: &DescribeArgs) -> Result<()> {
 
 /// Runs `selftest`: every tool once on the trace; writes the report `get_test_report` reads.
 pub fn run_selftest(args: &SelftestArgs) -> Result<()> {
-    let mut ctx = super::mcp::context(&args.db, &[]);
+    let mut ctx = super::mcp::context(&args.db, &[])?;
     if let Some(p) = &args.report {
         ctx = ctx.with_test_report(p.clone());
     }

@@ -26,6 +26,9 @@ pub fn causeway(args: &[&str]) -> Output {
         .args(args)
         .env("NO_COLOR", "1")
         .env_remove("CAUSEWAY_LOG")
+        // Prices come from the user's config file: none here, unless a test names one.
+        .env_remove("CAUSEWAY_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/causeway-tests")
         .output()
         .expect("run causeway")
 }

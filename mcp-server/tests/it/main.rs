@@ -9,6 +9,7 @@ mod collect;
 mod collect_limits;
 mod collect_server;
 mod common;
+mod cost;
 mod deploy;
 mod files;
 mod fleet;

@@ -56,6 +56,7 @@ fn check_against_stats_and_findings(r: &Reader, q: &WindowParams, d: &ReportData
                 pid: q.pid,
                 node: q.node.clone(),
                 top_n: None,
+                prices: Default::default(),
             },
             ..FindingsQuery::default()
         },
@@ -155,7 +156,7 @@ fn vllm_report_matches_stats_and_explain() {
     let db = shared_store(dir.path(), VLLM);
     let r = Reader::open(&db).unwrap();
     let q = WindowParams::default();
-    let d = build(&r, &q).unwrap();
+    let d = build(&r, &q, &Default::default()).unwrap();
     assert!(!d.findings.is_empty(), "the vLLM trace has findings");
     assert!(!d.histograms.is_empty() && !d.budgets.is_empty());
     assert!(
@@ -175,7 +176,7 @@ fn vllm_report_matches_stats_and_explain() {
         pid: Some(pid),
         ..WindowParams::default()
     };
-    let d = build(&r, &q).unwrap();
+    let d = build(&r, &q, &Default::default()).unwrap();
     check_against_stats_and_findings(&r, &q, &d);
 }
 
@@ -186,7 +187,14 @@ fn report_file_is_self_contained_small_and_written_atomically() {
     let r = Reader::open(&db).unwrap();
     let out = dir.path().join("report.html");
     let started = Instant::now();
-    let w = write_file(&r, &WindowParams::default(), &out, false).unwrap();
+    let w = write_file(
+        &r,
+        &WindowParams::default(),
+        &Default::default(),
+        &out,
+        false,
+    )
+    .unwrap();
     let elapsed = started.elapsed();
     let page = std::fs::read_to_string(&out).unwrap();
     assert_eq!(page.len(), w.bytes);
@@ -224,9 +232,23 @@ fn report_file_is_self_contained_small_and_written_atomically() {
         .collect();
     assert_eq!(names, vec!["report.html".to_string()]);
     // An existing file is kept without force, replaced with it.
-    let again = write_file(&r, &WindowParams::default(), &out, false).unwrap_err();
+    let again = write_file(
+        &r,
+        &WindowParams::default(),
+        &Default::default(),
+        &out,
+        false,
+    )
+    .unwrap_err();
     assert!(again.hint().contains("--force"), "hint: {}", again.hint());
-    write_file(&r, &WindowParams::default(), &out, true).unwrap();
+    write_file(
+        &r,
+        &WindowParams::default(),
+        &Default::default(),
+        &out,
+        true,
+    )
+    .unwrap();
 }
 
 #[test]
@@ -238,7 +260,7 @@ fn unknown_process_is_an_error_with_a_hint() {
         pid: Some(4_000_000),
         ..WindowParams::default()
     };
-    let e = build(&r, &q).unwrap_err();
+    let e = build(&r, &q, &Default::default()).unwrap_err();
     assert!(e.to_string().contains("4000000"), "{e}");
     assert!(!e.hint().is_empty());
 }
@@ -248,7 +270,7 @@ fn multi_node_trace_has_a_row_per_node() {
     let dir = tempfile::tempdir().unwrap();
     let db = shared_store(dir.path(), "sample-cluster.db");
     let r = Reader::open(&db).unwrap();
-    let d = build(&r, &WindowParams::default()).unwrap();
+    let d = build(&r, &WindowParams::default(), &Default::default()).unwrap();
     assert!(d.stats.nodes.len() > 1, "sample-cluster has several nodes");
     assert_eq!(
         d.nodes.iter().map(|n| n.node.clone()).collect::<Vec<_>>(),

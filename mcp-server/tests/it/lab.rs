@@ -491,6 +491,59 @@ fn table(outcomes: &[Outcome], wall: Duration) -> String {
     s
 }
 
+/// `diff` of each case's healthy and problem recordings: the step time's difference and its
+/// largest part, beside the finding the design injects. Shown, not asserted: the twins' steps
+/// are inferred from their cadence, which the injected problem itself can change.
+fn twins(outcomes: &[Outcome], runs: &Path) -> String {
+    let mut s = String::from(
+        "\n| case | injected | diff healthy -> problem (per step) | largest part |\n| --- | --- | --- | --- |\n",
+    );
+    for o in outcomes.iter().filter(|o| o.variant == "problem") {
+        let db = |v: &str| runs.join(&o.case).join(v).join("trace.duckdb");
+        let (base, new) = (db("healthy"), db("problem"));
+        let got = json_of(&[
+            "diff",
+            base.to_str().unwrap_or_default(),
+            new.to_str().unwrap_or_default(),
+            "--json",
+        ]);
+        let (diff, part) = match got {
+            Err(e) => (
+                format!("none ({})", e.lines().next().unwrap_or_default()),
+                String::new(),
+            ),
+            Ok(d) => (
+                format!(
+                    "{:+.2} ms ({:+.1}%){}",
+                    d["difference_ns"].as_f64().unwrap_or(0.0) / 1e6,
+                    d["difference_pct"].as_f64().unwrap_or(0.0),
+                    if d["beyond_noise"] == true {
+                        ""
+                    } else {
+                        ", within noise"
+                    }
+                ),
+                d["parts"][0]["bucket"]
+                    .as_str()
+                    .map(|b| {
+                        format!(
+                            "{b} {:+.2} ms",
+                            d["parts"][0]["delta_ns"].as_f64().unwrap_or(0.0) / 1e6
+                        )
+                    })
+                    .unwrap_or_default(),
+            ),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {diff} | {part} |",
+            o.case,
+            o.expected.as_deref().unwrap_or("none")
+        );
+    }
+    s
+}
+
 #[test]
 fn lab_records_every_case_and_its_ground_truth_holds() {
     if !bpf_tests() {
@@ -550,7 +603,8 @@ fn lab_records_every_case_and_its_ground_truth_holds() {
     }
     let mut outcomes = outcomes.into_inner().unwrap();
     outcomes.sort_by(|a, b| a.case.cmp(&b.case).then(b.variant.cmp(&a.variant)));
-    let report = table(&outcomes, started.elapsed());
+    let mut report = table(&outcomes, started.elapsed());
+    report.push_str(&twins(&outcomes, &runs));
     eprintln!("{report}");
     std::fs::write(tmp.join("lab-report.md"), &report).unwrap();
 

@@ -9,7 +9,9 @@
 //! its calls: there only the sleeps an input worker's wakeup ended count (see waits).
 //! When the workers spend at least half their lives in socket calls, the finding is
 //! `network_wait` (slow remote input) instead; when they spend at least 4% reclaiming memory,
-//! `host_memory_pressure` (their cgroup or the host is at its memory limit).
+//! `host_memory_pressure` (their cgroup or the host is at its memory limit). When tasks outside
+//! the job (not the trainer, its workers or its other children) took at least half the time the
+//! workers were preempted, the cause is a busy machine, and the finding says who.
 //! Time lost: blocked time in gaps minus own socket and I/O waits. Severity: the common rule.
 //! Recommendation: more/persistent workers, pinned memory, prefetching, cheaper transforms.
 
@@ -21,6 +23,56 @@ use crate::chains::Chain;
 /// Share of the workers' lives spent reclaiming memory (percent) from which the starvation is
 /// memory pressure's: the lab's limited job spends 10-14%, its unlimited twin none.
 const RECLAIM_SHARE_PCT: i64 = 4;
+
+/// The tasks that ran while the workers were preempted, most time first: (tid, ns).
+const PREEMPTORS_SQL: &str = "
+SELECT arg0, sum(duration)::BIGINT AS ns FROM event_data
+WHERE op_id = 100 AND arg1 = 0 AND node = ? AND timestamp BETWEEN ? AND ?
+  AND list_contains(string_split(?, ',')::UINTEGER[], tid)
+GROUP BY arg0 ORDER BY ns DESC, arg0";
+
+/// Who took the workers' CPUs: the tasks outside the job (not the trainer, a worker or another
+/// child of the trainer) that ran while the workers were preempted, most time first (tid, ns),
+/// and the workers' preempted time in all.
+fn taken_by_outside(
+    inp: &Input<'_>,
+    node: &str,
+    trainer: u32,
+    workers: &[&crate::facts::ThreadFacts],
+) -> Result<(Vec<(i64, i64)>, i64), StoreError> {
+    let ctx = inp.ctx;
+    let tids = workers
+        .iter()
+        .map(|x| x.tid.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let rows: Vec<(i64, i64)> = ctx
+        .r
+        .prepare_trusted(PREEMPTORS_SQL)?
+        .query_map(
+            causeway_store::duckdb::params![node, ctx.window.from_ns, ctx.window.until_ns, tids],
+            causeway_store::row,
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(crate::facts::duck(
+            ctx.r,
+            "reading who preempted the input workers",
+        ))?;
+    let all = rows.iter().map(|r| r.1).fold(0, i64::saturating_add);
+    let job = |tid: i64| {
+        ctx.threads.iter().any(|t| {
+            t.node == node
+                && i64::from(t.tid) == tid
+                && (t.pid == trainer
+                    || workers.iter().any(|w| w.pid == t.pid)
+                    || is_child(ctx, node, t.pid, trainer))
+        })
+    };
+    Ok((
+        rows.into_iter().filter(|(tid, _)| !job(*tid)).collect(),
+        all,
+    ))
+}
 
 fn is_worker(comm: &str) -> bool {
     let c = comm.to_ascii_lowercase();
@@ -107,6 +159,19 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             ));
             continue;
         }
+        // Workers preempted mostly by tasks outside the job: the machine is busy, and more
+        // workers would only queue for the same CPUs.
+        let (outside, all_preempted) = taken_by_outside(inp, &w.node, w.pid, &workers)?;
+        let outside_ns = outside.iter().map(|o| o.1).fold(0, i64::saturating_add);
+        let busy = all_preempted > 0 && outside_ns * 2 >= all_preempted;
+        let busy_cause = outside.first().filter(|_| busy).map(|(tid, _)| {
+            format!(
+                "tasks outside the job took {} of the {} the workers were preempted (the task that ran instead most often: {} (tid {tid}))",
+                pct(outside_ns, all_preempted),
+                d(all_preempted),
+                ctx.name(&w.node, *tid as u32)
+            )
+        });
         out.push((
             w.pid,
             w.tid != w.pid,
@@ -116,7 +181,10 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 time_lost_ns: lost,
                 severity: severity(lost, ctx.node_span_ns(&w.node)),
                 summary: format!("{} (tid {}) slept {} waiting for input between steps ({} of its span)", t.comm, t.tid, d(lost), pct(lost, span)),
-                root_cause: "Input starvation: the DataLoader cannot produce batches as fast as the GPU consumes them".into(),
+                root_cause: match &busy_cause {
+                    Some(c) => format!("Input starvation from a busy machine: the DataLoader cannot produce batches as fast as the GPU consumes them because other tasks take its workers' CPUs; {c}"),
+                    None => "Input starvation: the DataLoader cannot produce batches as fast as the GPU consumes them".into(),
+                },
                 explanation: format!(
                     "{} (pid {}, tid {}) had {} gaps of 1 ms or more between GPU calls, {} in total, and slept for {} of them with no socket or disk wait of its own. Meanwhile {} worker processes made {} context switches ({} preempted while runnable: more busy workers than free cores), issued {} block reads, and the trainer forked {forks} processes (workers re-created instead of persistent).{}",
                     t.comm, t.pid, t.tid, w.gaps, d(w.gap_ns), d(lost), wpids.len(), switches, d(preempted), io,
@@ -127,11 +195,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     step("HOST", "sched_switch", format!("training thread asleep {} waiting for batches", d(lost)), lost),
                     step("GPU", "idle", "no work between steps".into(), lost),
                 ],
-                recommendations: vec![
+                recommendations: busy_cause.iter().map(|_| "Give the job its CPUs: move or renice the other tasks, or pin the workers to cores of their own (cpuset, taskset); more workers would queue for the same cores.".to_string()).chain([
                     "Set persistent_workers=True so workers are not re-forked every epoch, and prefetch_factor >= 2.".into(),
                     format!("Match num_workers to free cores ({} workers were preempted for {}); move heavy decoding/augmentation to the GPU (DALI, torchvision.transforms.v2 on CUDA).", wpids.len(), d(preempted)),
                     "Use pin_memory=True and .to(device, non_blocking=True) so the copy overlaps compute.".into(),
-                ],
+                ]).collect(),
                 // The thread's longest sleeps between GPU calls, each with the input wait's
                 // totals (the summary's figure is waiting_for_input_ns).
                 evidence_sql: format!(

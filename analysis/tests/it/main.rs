@@ -7,6 +7,7 @@
 mod corpus;
 mod device;
 mod diff;
+mod input;
 mod invariants;
 mod placement;
 mod segments;

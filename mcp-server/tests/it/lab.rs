@@ -81,8 +81,8 @@ struct Outcome {
     variant: String,
     expected: Option<String>,
     known_miss: Option<String>,
-    /// A healthy twin's chains all blame CPU contention (or a rank made late) by tasks the case
-    /// did not start, or a problem variant's expected finding ranks behind only such chains
+    /// A healthy twin's chains all blame CPU contention (or a rank made late, or starved input
+    /// workers) by tasks the case did not start, or a problem variant's expected finding ranks behind only such chains
     /// (the machine running the lab is busy): the engine is right about the machine.
     busy_machine: bool,
     top: Option<(String, String, f64)>,
@@ -375,8 +375,8 @@ fn contention_from_outside(chains: &[Value], db: &str) -> bool {
     all_from_outside(&serious, db)
 }
 
-/// Whether every chain of `chains` is CPU contention (or a rank made late) caused by tasks the
-/// case did not start.
+/// Whether every chain of `chains` is CPU contention (or a rank made late, or input workers
+/// starved) caused by tasks the case did not start.
 fn all_from_outside(chains: &[Value], db: &str) -> bool {
     let traced: Vec<i64> = json_of(&["query", "--db", db, "--json", "SELECT pid FROM processes"])
         .map(|v| {
@@ -390,9 +390,11 @@ fn all_from_outside(chains: &[Value], db: &str) -> bool {
         .unwrap_or_default();
     chains.iter().all(|c| {
         let cause = c["root_cause"].as_str().unwrap_or_default();
-        // A rank late because a task outside the case took its CPU: "... the task that ran
-        // instead most often: NAME (tid N))".
-        if c["detector"] == "straggler" {
+        // A rank late, or input workers starved, because a task outside the case took their
+        // CPUs: "... the task that ran instead most often: NAME (tid N))".
+        let busy_input = c["detector"] == "dataloader_starvation"
+            && cause.starts_with("Input starvation from a busy machine");
+        if c["detector"] == "straggler" || busy_input {
             return cause
                 .split("the task that ran instead most often: ")
                 .nth(1)

@@ -387,7 +387,7 @@ mod tests {
     #[test]
     fn three_significant_digits() {
         assert_eq!(sig3(0.002211), "0.00221");
-        assert_eq!(sig3(3.14159), "3.14");
+        assert_eq!(sig3(3.45678), "3.46");
         assert_eq!(sig3(123.4), "123");
         assert_eq!(sig3(12345.6), "12346");
     }

@@ -75,6 +75,14 @@ pub(super) fn attach_first(
     if !args.no_host {
         links.extend(attach_host(skel)?);
     }
+    // Before the command starts: its first NVTX call loads the library.
+    let nvtx = match ctx.mode {
+        Mode::Command(_) => crate::nvtx::prepare(skel).map(|(path, link)| {
+            links.push(link);
+            path
+        }),
+        _ => None,
+    };
     let mut map_hook = MapHookSummary::default();
     if let Some(link) = attach_map_hook(skel) {
         links.push(link);
@@ -99,6 +107,7 @@ pub(super) fn attach_first(
         objects_checked: HashSet::new(),
         holds,
         map_hook,
+        nvtx,
     };
     Ok((links, found))
 }
@@ -186,6 +195,7 @@ pub(super) fn start_stacks(ctx: &Context<'_, '_>) -> Result<Option<Stacks>, Coll
 pub(super) fn start_command(
     ctx: &Context<'_, '_>,
     libs: &[LibFile],
+    nvtx: Option<&std::path::Path>,
 ) -> Result<Option<Child>, CollectorError> {
     let Mode::Command(cmd) = ctx.mode else {
         return Ok(None);
@@ -198,7 +208,7 @@ pub(super) fn start_command(
             mark_seen(ctx.skel, &key);
         }
     }
-    let child = spawn(cmd, ctx.args.json, ctx.args.stdio_is_protocol)?;
+    let child = spawn(cmd, ctx.args.json, ctx.args.stdio_is_protocol, nvtx)?;
     let at = causeway_store::now_ns();
     let rows = libs
         .iter()

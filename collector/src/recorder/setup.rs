@@ -201,14 +201,26 @@ pub(super) fn start_command(
         return Ok(None);
     };
     // Looked at already (attached, or checked for a static runtime): mapping or exec'ing them
-    // holds no process.
+    // holds no process. The NVTX library too: it is ours, and a training loop's first NVTX
+    // call, which loads it, should not wait for a check.
     let exe = crate::discover::find_in_path(&cmd[0]);
-    for path in libs.iter().map(|l| l.path.clone()).chain(exe) {
+    let nvtx = nvtx.map(std::path::Path::to_path_buf);
+    for path in libs
+        .iter()
+        .map(|l| l.path.clone())
+        .chain(exe)
+        .chain(nvtx.clone())
+    {
         if let Some(key) = kernel_file_key(&path) {
             mark_seen(ctx.skel, &key);
         }
     }
-    let child = spawn(cmd, ctx.args.json, ctx.args.stdio_is_protocol, nvtx)?;
+    let child = spawn(
+        cmd,
+        ctx.args.json,
+        ctx.args.stdio_is_protocol,
+        nvtx.as_deref(),
+    )?;
     let at = causeway_store::now_ns();
     let rows = libs
         .iter()

@@ -18,6 +18,7 @@ mod lab;
 mod limits;
 mod live;
 mod mcp;
+mod nvtx;
 mod one_answer;
 mod otlp;
 mod python_sites;

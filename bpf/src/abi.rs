@@ -62,6 +62,14 @@ const KIND_CALL: u8 = 1;
 pub const BATCH_EVENTS: usize = 48;
 /// Slot of the `drops` array that counts lost stack records (`CW_DROP_STACK`).
 pub const DROP_STACK: u32 = 0;
+/// Slot of the `drops` array that counts lost NVTX range records (`CW_DROP_NVTX`).
+pub const DROP_NVTX: u32 = 254;
+/// Bytes of the name in a `struct cw_range_event`.
+pub const RANGE_NAME_LEN: usize = 256;
+/// Bytes of the domain in a `struct cw_range_event`.
+pub const RANGE_DOMAIN_LEN: usize = 64;
+/// Size in bytes of one `struct cw_range_event` ring-buffer record.
+pub const RANGE_EVENT_SIZE: usize = 32 + RANGE_NAME_LEN + RANGE_DOMAIN_LEN;
 
 /// What the kernel records for an op's calls (the `op_mode` map values, `CW_MODE_*`). Calls are
 /// counted at entry in every mode, so counts stay exact across switches between them. Whether
@@ -377,6 +385,67 @@ pub enum Record {
     Name(RawName),
     /// A task not traced that took a traced thread's CPU.
     Task(RawTask),
+    /// An NVTX range or mark that ended in a traced process.
+    Range(RawRange),
+}
+
+/// What kind of NVTX annotation a `struct cw_range_event` reports (`CW_RANGE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeKind {
+    /// nvtxRangePush/Pop: nested on its thread.
+    PushPop,
+    /// nvtxRangeStart/End: may end on another thread.
+    StartEnd,
+    /// nvtxMark: an instant.
+    Mark,
+}
+
+/// One decoded `struct cw_range_event`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRange {
+    /// The process.
+    pub pid: u32,
+    /// The thread that ended it.
+    pub tid: u32,
+    /// Push/pop, start/end or mark.
+    pub kind: RangeKind,
+    /// Ranges open around it on its thread (0 = outermost).
+    pub depth: u16,
+    /// CLOCK_MONOTONIC ns.
+    pub start_mono_ns: u64,
+    /// CLOCK_MONOTONIC ns (a mark: its start).
+    pub end_mono_ns: u64,
+    /// Its message (lossy UTF-8, cut at [`RANGE_NAME_LEN`] - 1 bytes).
+    pub name: String,
+    /// Its domain, empty for the default one.
+    pub domain: String,
+}
+
+fn c_string(raw: &[u8]) -> String {
+    let end = raw.iter().position(|&c| c == 0).unwrap_or(raw.len());
+    String::from_utf8_lossy(&raw[..end]).into_owned()
+}
+
+fn decode_range(b: &[u8]) -> Result<Record, DecodeError> {
+    if b.len() < RANGE_EVENT_SIZE {
+        return Err(DecodeError::Short(b.len()));
+    }
+    let kind = match b[1] {
+        1 => RangeKind::PushPop,
+        2 => RangeKind::StartEnd,
+        3 => RangeKind::Mark,
+        k => return Err(DecodeError::UnknownKind(k)),
+    };
+    Ok(Record::Range(RawRange {
+        pid: u32_at(b, 4),
+        tid: u32_at(b, 8),
+        kind,
+        depth: u16_at(b, 2),
+        start_mono_ns: u64_at(b, 16),
+        end_mono_ns: u64_at(b, 24),
+        name: c_string(&b[32..32 + RANGE_NAME_LEN]),
+        domain: c_string(&b[32 + RANGE_NAME_LEN..RANGE_EVENT_SIZE]),
+    }))
 }
 
 /// One decoded `struct cw_task_event`.
@@ -479,6 +548,7 @@ pub fn decode_record(b: &[u8]) -> Result<Record, DecodeError> {
         Some(&10) => decode_name(b),
         Some(&11) => decode_task(b),
         Some(&13) => decode_stack_bytes(b).map(Record::StackBytes),
+        Some(&14) => decode_range(b),
         _ => decode_event(b).map(Record::Event),
     }
 }
@@ -703,6 +773,18 @@ mod tests {
         assert_eq!(offset_of!(types::cw_name_event, pid), 4);
         assert_eq!(offset_of!(types::cw_name_event, handle), 8);
         assert_eq!(offset_of!(types::cw_name_event, name), 16);
+        assert_eq!(size_of::<types::cw_range_event>(), RANGE_EVENT_SIZE);
+        assert_eq!(offset_of!(types::cw_range_event, range), 1);
+        assert_eq!(offset_of!(types::cw_range_event, depth), 2);
+        assert_eq!(offset_of!(types::cw_range_event, pid), 4);
+        assert_eq!(offset_of!(types::cw_range_event, tid), 8);
+        assert_eq!(offset_of!(types::cw_range_event, start), 16);
+        assert_eq!(offset_of!(types::cw_range_event, end), 24);
+        assert_eq!(offset_of!(types::cw_range_event, name), 32);
+        assert_eq!(
+            offset_of!(types::cw_range_event, domain),
+            32 + RANGE_NAME_LEN
+        );
         assert_eq!(size_of::<types::cw_task_event>(), TASK_EVENT_SIZE);
         assert_eq!(offset_of!(types::cw_task_event, tid), 4);
         assert_eq!(offset_of!(types::cw_task_event, tgid), 8);
@@ -748,6 +830,36 @@ mod tests {
             }))
         );
         assert_eq!(decode_record(&b[..40]), Err(DecodeError::Short(40)));
+    }
+
+    #[test]
+    fn decodes_a_range_record() {
+        let mut b = vec![0u8; RANGE_EVENT_SIZE];
+        b[0] = 14;
+        b[1] = 1;
+        b[2..4].copy_from_slice(&2u16.to_le_bytes());
+        b[4..8].copy_from_slice(&77u32.to_le_bytes());
+        b[8..12].copy_from_slice(&78u32.to_le_bytes());
+        b[16..24].copy_from_slice(&100u64.to_le_bytes());
+        b[24..32].copy_from_slice(&250u64.to_le_bytes());
+        b[32..37].copy_from_slice(b"step1");
+        b[32 + RANGE_NAME_LEN..32 + RANGE_NAME_LEN + 5].copy_from_slice(b"train");
+        assert_eq!(
+            decode_record(&b),
+            Ok(Record::Range(RawRange {
+                pid: 77,
+                tid: 78,
+                kind: RangeKind::PushPop,
+                depth: 2,
+                start_mono_ns: 100,
+                end_mono_ns: 250,
+                name: "step1".into(),
+                domain: "train".into(),
+            }))
+        );
+        assert_eq!(decode_record(&b[..40]), Err(DecodeError::Short(40)));
+        b[1] = 9;
+        assert_eq!(decode_record(&b), Err(DecodeError::UnknownKind(9)));
     }
 
     #[test]

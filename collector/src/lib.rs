@@ -17,6 +17,7 @@ pub mod host;
 mod insitu;
 pub mod kernels;
 pub mod live;
+pub mod nvtx;
 pub mod overhead_control;
 mod places;
 mod poll;

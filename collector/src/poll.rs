@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use causeway_bpf::abi::{
-    DROP_STACK, MAX_OPS, OP_CALIBRATE, RawEvent, RawExec, RawLib, Record, Stat, StatKey, sum_percpu,
+    DROP_NVTX, DROP_STACK, MAX_OPS, OP_CALIBRATE, RawEvent, RawExec, RawLib, Record, Stat, StatKey,
+    sum_percpu,
 };
 use causeway_bpf::libbpf_rs::{MapCore, MapFlags};
 use causeway_bpf::skel::CausewaySkel;
@@ -177,6 +178,12 @@ pub struct PollState {
     /// All-process mode: program files exec'd by processes not traced yet, for the recording
     /// loop to check for a statically linked runtime (and mark seen in the kernel).
     pub programs: Vec<RawExec>,
+    /// NVTX ranges not sent to the writer yet.
+    ranges: Vec<causeway_store::Range>,
+    /// NVTX ranges and marks received.
+    pub nvtx_ranges: u64,
+    /// Outermost NVTX ranges, for the steps sent at the end ([`PollState::finish_nvtx`]).
+    nvtx_steps: crate::nvtx::StepFinder,
 }
 
 impl PollState {
@@ -219,6 +226,9 @@ impl PollState {
             mapped: Vec::new(),
             execs: Vec::new(),
             programs: Vec::new(),
+            ranges: Vec::new(),
+            nvtx_ranges: 0,
+            nvtx_steps: crate::nvtx::StepFinder::default(),
         }
     }
 
@@ -245,6 +255,16 @@ impl PollState {
             Record::StackBytes(b) if b.pid == self.self_pid => {}
             Record::Lib(l) if l.pid == self.self_pid => {}
             Record::Exec(x) if x.pid == self.self_pid => {}
+            Record::Range(r) if r.pid == self.self_pid => {}
+            Record::Range(r) => {
+                let row = crate::nvtx::range_row(&r, self.offset_ns);
+                self.nvtx_steps.push(&row, &r);
+                self.nvtx_ranges += 1;
+                self.ranges.push(row);
+                if self.ranges.len() >= BATCH {
+                    self.flush_ranges(sink);
+                }
+            }
             Record::Name(n) => {
                 if let Some(k) = self.kernels.as_mut() {
                     k.named_handle(n.pid, n.handle, n.name);
@@ -430,8 +450,26 @@ impl PollState {
         }
     }
 
+    /// Hands the NVTX ranges received to the writer.
+    fn flush_ranges(&mut self, sink: &Sink) {
+        if !self.ranges.is_empty() {
+            let rows = std::mem::take(&mut self.ranges);
+            let _ = sink.ctl.send(Ctl::Ranges(rows));
+        }
+    }
+
+    /// At the end of the recording: the last NVTX ranges, and the steps found among them.
+    pub fn finish_nvtx(&mut self, sink: &Sink) {
+        self.flush_ranges(sink);
+        let steps = self.nvtx_steps.steps();
+        if !steps.is_empty() {
+            let _ = sink.ctl.send(Ctl::Steps(steps));
+        }
+    }
+
     /// Hands the queued events to the writer; a full channel counts them as dropped.
     pub fn flush(&mut self, sink: &Sink) {
+        self.flush_ranges(sink);
         if self.batch.is_empty() {
             return;
         }
@@ -665,12 +703,15 @@ impl PollState {
                     "ring buffer full: records dropped (counted; statistics stay exact)"
                 );
                 let stack = op == DROP_STACK;
+                let nvtx = op == DROP_NVTX;
                 let _ = sink.ctl.send(Ctl::Drop {
                     kind: DropKind::RingbufFull,
-                    op: (!stack).then_some(op as u16),
+                    op: (!stack && !nvtx).then_some(op as u16),
                     count: delta,
                     detail: if stack {
                         "BPF ring buffer reservation failed: stack records (sent again on the next occurrence)".into()
+                    } else if nvtx {
+                        "BPF ring buffer reservation failed: NVTX ranges".into()
                     } else {
                         "BPF ring buffer reservation failed".into()
                     },

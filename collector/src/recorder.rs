@@ -245,6 +245,8 @@ struct Discovery {
     /// Processes of the command held while the files they map are attached (hold.rs).
     holds: Option<Holds>,
     map_hook: MapHookSummary,
+    /// The NVTX injection library the command is given (nvtx.rs), its probe in `links`.
+    nvtx: Option<std::path::PathBuf>,
 }
 
 /// One recording in progress.
@@ -289,7 +291,7 @@ impl<'a, 's> Recording<'a, 's> {
         if let Some(f) = on_ready {
             f();
         }
-        let child = start_command(&ctx, &libs)?;
+        let child = start_command(&ctx, &libs, found.nvtx.as_deref())?;
         let root_pid = child.as_ref().map(Child::id).or(ctx.args.pid);
         info!(probes = found.attached.probes(), files = found.attached.files(), pid = ?root_pid, "tracing");
         let kernels = Kernels::start(ctx.sink.ctl.clone())

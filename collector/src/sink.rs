@@ -89,6 +89,10 @@ pub enum Ctl {
     Kernels(Vec<KernelName>),
     /// Names of tasks that are not traced but took a traced thread's CPU.
     Tasks(Vec<TaskName>),
+    /// NVTX ranges of the traced command (nvtx.rs): never dropped, like the other messages.
+    Ranges(Vec<causeway_store::Range>),
+    /// Steps found among the NVTX ranges, at the end of the recording.
+    Steps(Vec<causeway_store::Step>),
 }
 
 /// Receives the readers of the live store as soon as it exists (live serving).
@@ -181,7 +185,9 @@ fn remember(r: &mut Replay, msg: &Ctl) {
         | Ctl::Counts(..)
         | Ctl::Overhead(_)
         | Ctl::Sampled(_)
-        | Ctl::InSitu(_) => {}
+        | Ctl::InSitu(_)
+        | Ctl::Ranges(_)
+        | Ctl::Steps(_) => {}
     }
 }
 
@@ -280,6 +286,8 @@ fn run(
                         Ctl::Attach(rows) => w.record_library_attach(&rows),
                         Ctl::Kernels(rows) => w.record_kernels(&rows),
                         Ctl::Tasks(rows) => w.record_tasks(&rows),
+                        Ctl::Ranges(rows) => w.add_ranges(&rows),
+                        Ctl::Steps(rows) => w.add_steps(&rows),
                     };
                     if let Err(e) = res {
                         warn!(error = %e, "writing trace metadata failed");

@@ -329,6 +329,8 @@ pub struct TraceSummary {
     pub map_hook: MapHookSummary,
     /// Kernels named from the launches' host stubs.
     pub kernels: crate::kernels::KernelSummary,
+    /// NVTX ranges and marks recorded (`ranges`, kind nvtx / nvtx_mark) from the command.
+    pub nvtx_ranges: u64,
     /// Rolling segments (the agent): `db` is their data directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub segments: Option<SegmentsSummary>,
@@ -419,9 +421,13 @@ pub(crate) fn spawn(
     cmd: &[String],
     json: bool,
     stdio_is_protocol: bool,
+    nvtx_injection: Option<&std::path::Path>,
 ) -> Result<Child, CollectorError> {
     let mut c = Command::new(&cmd[0]);
     c.args(&cmd[1..]);
+    if let Some(lib) = nvtx_injection {
+        c.env(crate::nvtx::INJECTION_VAR, lib);
+    }
     if stdio_is_protocol {
         c.stdin(Stdio::null());
     }

@@ -7,5 +7,6 @@
 #include "proc.h"
 #include "block.h"
 #include "net.h"
+#include "nvtx.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

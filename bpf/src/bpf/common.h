@@ -44,6 +44,7 @@ struct cw_stack_bytes cw_stack_bytes_abi = {};
 struct cw_lib_event cw_lib_event_abi = {};
 struct cw_name_event cw_name_event_abi = {};
 struct cw_task_event cw_task_event_abi = {};
+struct cw_range_event cw_range_event_abi = {};
 struct cw_py_frame cw_py_frame_abi = {};
 
 struct {

@@ -20,6 +20,7 @@
 #define CW_KIND_TASK 11 /* a task not traced that took the CPU from a traced thread (struct cw_task_event) */
 #define CW_KIND_MEM 12  /* memory reclaim a traced thread did itself */
 #define CW_KIND_STACK_BYTES 13 /* the stack memory under a new user stack (struct cw_stack_bytes) */
+#define CW_KIND_RANGE 14 /* an NVTX range or mark of a traced command ended (struct cw_range_event) */
 
 /* Libraries of a CW_KIND_LIB record (the file-name stems of bpf/src/probes.rs `Library`). */
 #define CW_LIB_CUDART 1 /* libcudart.so* */
@@ -91,6 +92,8 @@
 #define OP_CALIBRATE 255
 /* Drop-array slot counting stack records lost to a full ring buffer (op 0 is no op). */
 #define CW_DROP_STACK 0
+/* Drop-array slot counting NVTX range records lost to a full ring buffer (not an op id). */
+#define CW_DROP_NVTX 254
 
 /* Probe modes of an op (the op_mode map), chosen by the collector's overhead controller. Calls
  * are counted at entry in every mode, so counts stay exact across mode switches. */
@@ -200,6 +203,27 @@ struct cw_name_event {
 	__u32 pid;          /* process (tgid) */
 	__u64 handle;       /* the CUfunction / CUkernel returned */
 	char name[CW_NAME_LEN]; /* NUL-terminated, cut at CW_NAME_LEN - 1 bytes */
+};
+
+/* An NVTX range (or mark) that ended in a traced process, as causeway's injection library
+ * (collector/nvtx/inject.c) reported it: its name and domain are copied when it ends, from the
+ * library's own buffers. Times are CLOCK_MONOTONIC ns, read by the library. */
+#define CW_RANGE_NAME_LEN 256
+#define CW_RANGE_DOMAIN_LEN 64
+#define CW_RANGE_PUSH_POP 1  /* nvtxRangePush/Pop (depth: its nesting on the thread) */
+#define CW_RANGE_START_END 2 /* nvtxRangeStart/End (depth 0; may end on another thread) */
+#define CW_RANGE_MARK 3      /* nvtxMark: start == end, depth: the ranges open around it */
+struct cw_range_event {
+	__u8 kind;          /* CW_KIND_RANGE */
+	__u8 range;         /* CW_RANGE_* */
+	__u16 depth;        /* 0 = outermost range open on the thread */
+	__u32 pid;          /* process (tgid) */
+	__u32 tid;          /* thread that ended it */
+	__u32 pad;
+	__u64 start;        /* CLOCK_MONOTONIC ns */
+	__u64 end;
+	char name[CW_RANGE_NAME_LEN];     /* NUL-terminated, cut */
+	char domain[CW_RANGE_DOMAIN_LEN]; /* empty for the default domain */
 };
 
 /* A task that is not traced ran when a traced thread was switched out (a preemptor), sent the

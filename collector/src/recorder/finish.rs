@@ -92,6 +92,7 @@ impl Recording<'_, '_> {
             let _ = sink.ctl.send(Ctl::InSitu(in_situ));
         }
         st.close_processes(sink);
+        st.finish_nvtx(sink);
         let kernel_summary = st.kernels.take().map(Kernels::finish).unwrap_or_default();
         if let Some(p) = st.places.take() {
             p.finish();
@@ -155,6 +156,7 @@ impl Recording<'_, '_> {
             python,
             map_hook,
             kernels: kernel_summary,
+            nvtx_ranges: st.nvtx_ranges,
             segments: None,
         };
         Ok((summary, st.sent))

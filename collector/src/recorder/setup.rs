@@ -75,6 +75,14 @@ pub(super) fn attach_first(
     if !args.no_host {
         links.extend(attach_host(skel)?);
     }
+    // Before the command starts: its first NVTX call loads the library.
+    let nvtx = match ctx.mode {
+        Mode::Command(_) => crate::nvtx::prepare(skel).map(|(path, link)| {
+            links.push(link);
+            path
+        }),
+        _ => None,
+    };
     let mut map_hook = MapHookSummary::default();
     if let Some(link) = attach_map_hook(skel) {
         links.push(link);
@@ -99,6 +107,7 @@ pub(super) fn attach_first(
         objects_checked: HashSet::new(),
         holds,
         map_hook,
+        nvtx,
     };
     Ok((links, found))
 }
@@ -186,19 +195,32 @@ pub(super) fn start_stacks(ctx: &Context<'_, '_>) -> Result<Option<Stacks>, Coll
 pub(super) fn start_command(
     ctx: &Context<'_, '_>,
     libs: &[LibFile],
+    nvtx: Option<&std::path::Path>,
 ) -> Result<Option<Child>, CollectorError> {
     let Mode::Command(cmd) = ctx.mode else {
         return Ok(None);
     };
     // Looked at already (attached, or checked for a static runtime): mapping or exec'ing them
-    // holds no process.
+    // holds no process. The NVTX library too: it is ours, and a training loop's first NVTX
+    // call, which loads it, should not wait for a check.
     let exe = crate::discover::find_in_path(&cmd[0]);
-    for path in libs.iter().map(|l| l.path.clone()).chain(exe) {
+    let nvtx = nvtx.map(std::path::Path::to_path_buf);
+    for path in libs
+        .iter()
+        .map(|l| l.path.clone())
+        .chain(exe)
+        .chain(nvtx.clone())
+    {
         if let Some(key) = kernel_file_key(&path) {
             mark_seen(ctx.skel, &key);
         }
     }
-    let child = spawn(cmd, ctx.args.json, ctx.args.stdio_is_protocol)?;
+    let child = spawn(
+        cmd,
+        ctx.args.json,
+        ctx.args.stdio_is_protocol,
+        nvtx.as_deref(),
+    )?;
     let at = causeway_store::now_ns();
     let rows = libs
         .iter()

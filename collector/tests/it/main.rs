@@ -11,6 +11,7 @@ mod lifecycle;
 mod mapped;
 mod memory;
 mod net;
+mod nvtx;
 mod overhead;
 mod overrun;
 mod placement;

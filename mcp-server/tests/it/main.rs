@@ -19,6 +19,7 @@ mod lab;
 mod limits;
 mod live;
 mod mcp;
+mod nvtx;
 mod one_answer;
 mod otlp;
 mod python_sites;

@@ -91,6 +91,6 @@ mod tests {
         let e = parse("[cost]\ngpu_hours = 3.0\n", p)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("line 2"), "{e}");
+        assert!(e.contains("unknown field `gpu_hours`"), "{e}");
     }
 }

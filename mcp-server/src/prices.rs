@@ -45,23 +45,24 @@ pub fn load() -> Result<Prices> {
     }
 }
 
+/// A TOML error in one line: "WHAT PATH (line N): MESSAGE".
+pub fn toml_error(what: &str, path: &Path, text: &str, e: &toml::de::Error) -> String {
+    let line = e
+        .span()
+        .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+    let at = line.map_or(String::new(), |l| format!(" (line {l})"));
+    format!(
+        "{what} {}{at}: {}",
+        path.display(),
+        e.message().lines().next().unwrap_or("malformed")
+    )
+}
+
 /// `[cost]` of the config `text` (read from `path`, named in errors).
 pub fn parse(text: &str, path: &Path) -> Result<Prices> {
     let hint = "e.g. [cost] gpu_hour = 2.50, and per GPU model [cost.models] \"H100\" = 4.00 (docs/cli.md, Cost)";
-    let f: File = toml::from_str(text).map_err(|e| {
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
-        let at = line.map_or(String::new(), |l| format!(" (line {l})"));
-        anyhow::anyhow!(Hinted::new(
-            format!(
-                "config {}{at}: {}",
-                path.display(),
-                e.message().lines().next().unwrap_or("malformed")
-            ),
-            hint
-        ))
-    })?;
+    let f: File = toml::from_str(text)
+        .map_err(|e| anyhow::anyhow!(Hinted::new(toml_error("config", path, text, &e), hint)))?;
     let prices = f.cost.unwrap_or_default();
     prices.validate().map_err(|e| {
         anyhow::anyhow!(Hinted::new(format!("config {}: {e}", path.display()), hint))

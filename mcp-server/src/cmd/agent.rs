@@ -256,16 +256,8 @@ pub fn load(path: &Path) -> Result<Agent> {
 /// Checks the configuration `text` (read from `path`, named in errors).
 pub fn parse(text: &str, path: &Path) -> Result<Agent> {
     let config: AgentConfig = toml::from_str(text).map_err(|e| {
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
-        let at = line.map_or(String::new(), |l| format!(" (line {l})"));
         anyhow::anyhow!(Hinted::new(
-            format!(
-                "agent config {}{at}: {}",
-                path.display(),
-                e.message().lines().next().unwrap_or("malformed")
-            ),
+            crate::prices::toml_error("agent config", path, text, &e),
             "keys and sections are listed in docs/agent.md; check it with `causeway agent --check-config`"
         ))
     })?;

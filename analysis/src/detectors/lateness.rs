@@ -16,7 +16,10 @@
 //! With >= 3 members (peer-relative): per step, a member whose wait after the collective is a
 //! low outlier among the peers (robust z >= 3.5 by MAD and >= 25% under the median, or below
 //! every peer's wait by >= 25% of the median: with few ranks the MAD is the peers' own spread)
-//! is late.
+//! is late. On one node (one clock) the late member of a step is the one entering the
+//! collective last, by at least a quarter of the median member's time in the collective and the
+//! sync: its peers' own waits for a CPU after the release, on a busy machine, would otherwise
+//! make them look late too.
 //! The straggler is the member late most often; it is reported when, from some step on, it is
 //! late in >= 4 of the next 5 steps and in >= 60% of all later steps (or, where a busy machine
 //! makes every rank late now and then, in >= a third of them and at least twice as often as

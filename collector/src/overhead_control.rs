@@ -13,7 +13,10 @@
 //! decreasing duty (`DUTY_MAX` down to `DUTY_MIN`). Over budget an op takes the least step down
 //! that covers the excess (else the cheapest); under budget the op whose step up costs least
 //! climbs to the most detailed plan that fits, a sampled op that fits none doubling its duty.
-//! `--exact-counts` ends the ladder at entry_only; `--probe-mode` pins an op to one rung.
+//! `--exact-counts` ends the ladder at entry_only; `--probe-mode` pins an op to one rung. The
+//! host's waits for the GPU (syncs, copies) stop at aggregate, which keeps their durations in
+//! kernel histograms, while together they cost at most `WAIT_SHARE_OF_BUDGET` of the budget of
+//! the window's wall time (or CPU time, if more).
 //!
 //! The decisions are pure functions of the window's numbers (unit-tested below); reading /proc
 //! and applying a switch to the BPF maps and links is the caller's (recorder.rs) job.
@@ -22,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::ProbeMode;
 use causeway_bpf::abi::OP_CALIBRATE;
+use causeway_store::catalog::{self, Source};
 use causeway_store::{ModeSwitch, OverheadWindow};
 
 use crate::cost::{CostModel, FirstInsn};
@@ -29,7 +33,7 @@ use crate::estimate::SampledTime;
 use crate::tuning::{
     CHECK_AFTER_NS, CHECK_DUTY, CHECK_MAX_NS, CHECK_MIN_PROGRESS_PER_S, CHECK_SHARE_OF_BUDGET,
     DUTY_MAX, DUTY_MIN, EXEMPT_SHARE_OF_BUDGET, HOT_SHARE, MARGIN, MAX_FACTOR, MIN_DWELL_NS,
-    SIGNIFICANT_SHARE_OF_CORE, UPGRADE_BELOW,
+    SIGNIFICANT_SHARE_OF_CORE, UPGRADE_BELOW, WAIT_SHARE_OF_BUDGET,
 };
 use crate::windows::Windows;
 pub use crate::windows::{CpuReading, ProcessWindow};
@@ -37,6 +41,16 @@ pub use crate::windows::{CpuReading, ProcessWindow};
 /// Whether an op id is a probed library call (CUDA runtime/driver/graph or NCCL).
 pub fn is_call_op(op: u16) -> bool {
     op != OP_CALIBRATE && !(100..200).contains(&op)
+}
+
+/// Whether an op is one of the host's waits for the GPU whose durations the engine reads: a
+/// synchronisation, or a host/device copy (which waits for its stream).
+pub fn is_wait_op(op: u16) -> bool {
+    catalog::op_by_id(op).is_some_and(|o| {
+        matches!(o.source, Source::Cuda | Source::Driver)
+            && (o.name.ends_with("Synchronize")
+                || (o.name.contains("Memcpy") && !o.name.contains("Peer")))
+    })
 }
 
 /// How an op is probed: its mode and, in sampled mode, its duty (the share of the time its
@@ -304,7 +318,7 @@ impl Controller {
             .filter(|w| w.probe_ns >= SIGNIFICANT_SHARE_OF_CORE * span_ns)
             .collect();
         self.last_worst_pct = significant.iter().map(|w| w.pct()).fold(0.0, f64::max);
-        let mut decided = self.decide(&significant, now_ns);
+        let mut decided = self.decide(&significant, span_ns, now_ns);
         if decided.is_empty() {
             decided.extend(self.check(&significant, span_ns, now_ns));
         }
@@ -505,7 +519,7 @@ impl Controller {
         steps
     }
 
-    fn decide(&self, procs: &[&ProcessWindow], now_ns: i64) -> Vec<Switch> {
+    fn decide(&self, procs: &[&ProcessWindow], span_ns: f64, now_ns: i64) -> Vec<Switch> {
         let Some(worst) = procs.iter().max_by(|a, b| a.pct().total_cmp(&b.pct())) else {
             return self.upgrade(procs, now_ns).into_iter().collect();
         };
@@ -534,6 +548,26 @@ impl Controller {
             })
             .map(|(op, _)| *op)
             .collect();
+        // The waits that stay timed, the cheapest first, while they fit their share of the
+        // window's wall time: a process waiting for the GPU uses little CPU, and the probes on
+        // its waits delay it by their own time, against progress the GPU sets.
+        let wait_allowance = WAIT_SHARE_OF_BUDGET * self.budget_pct / 100.0 * cpu.max(span_ns);
+        let mut waits: Vec<(u16, f64)> = worst
+            .made
+            .iter()
+            .filter(|(op, _)| is_wait_op(**op) && !self.forced.contains(op))
+            .map(|(op, made)| (*op, made * self.cost(*op, ProbeMode::Aggregate)))
+            .collect();
+        waits.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let mut spent = 0.0;
+        let timed_waits: Vec<u16> = waits
+            .iter()
+            .take_while(|(_, c)| {
+                spent += c;
+                spent <= wait_allowance
+            })
+            .map(|(op, _)| *op)
+            .collect();
         let mut ops: Vec<(u16, f64)> = worst
             .calls
             .iter()
@@ -551,7 +585,10 @@ impl Controller {
                 break;
             }
             let now = self.unit_now(op);
-            let steps = self.steps_down(op, made, excess);
+            let mut steps = self.steps_down(op, made, excess);
+            if timed_waits.contains(&op) {
+                steps.retain(|s| s.mode == ProbeMode::Aggregate);
+            }
             let unit = |p: Plan| self.unit_cost(op, p);
             // The least reduction that covers the excess, else the cheapest step, the most
             // reduced of equally cheap ones: calibration noise can make entry-only cost what full
@@ -911,6 +948,42 @@ mod tests {
             t.switches.iter().map(Switch::row)
         );
         assert_eq!(t.switches[0].row().mode, "aggregate");
+    }
+
+    #[test]
+    fn waits_for_the_gpu_keep_their_histograms_while_they_fit_half_the_budget() {
+        // --exact-counts: 1000 launches (11 ms) and 450 stream syncs (4.95 ms) in 1 s of CPU
+        // against 1%: 7.95 ms must go. Launches go entry-only (6 ms saved); the syncs would
+        // cover the rest entry-only (2.7 ms), but their aggregate cost (4.73 ms) fits half
+        // the budget (5 ms): they go to aggregate and keep their histograms.
+        assert!(is_wait_op(5) && is_wait_op(7) && is_wait_op(53));
+        assert!(!is_wait_op(3) && !is_wait_op(12) && !is_wait_op(200));
+        let mut c = Job::new(1.0, model(COSTS), 0);
+        c.exact_counts();
+        c.tick(S, &[((7, 3), 1_000), ((7, 5), 450)], alive(S as u64));
+        assert_eq!(c.mode(3), ProbeMode::EntryOnly);
+        assert_eq!(c.mode(5), ProbeMode::Aggregate);
+        // Over again (1500 launches at 5 us, the syncs at 10.5 us: 12.2 ms), launches at
+        // their floor: aggregate is the syncs' floor.
+        let t = c.tick(
+            2 * S,
+            &[((7, 3), 2_500), ((7, 5), 900)],
+            alive(2 * S as u64),
+        );
+        assert!(c.last_worst_pct > 1.0, "{}", c.last_worst_pct);
+        assert_eq!(t.switches.iter().filter(|s| s.op == 5).count(), 0);
+        assert_eq!(c.mode(5), ProbeMode::Aggregate);
+        // A server waiting for the GPU: 300 syncs (3.3 ms) in a second where it ran 30 ms is
+        // 11% of its CPU, but in aggregate (3.15 ms) they fit half the budget of the second.
+        let mut c = Job::new(1.0, model(COSTS), 0);
+        let t = c.tick(S, &[((7, 5), 300)], alive(30_000_000));
+        assert_eq!(t.switches.len(), 1);
+        assert_eq!(c.mode(5), ProbeMode::Aggregate);
+        // 700 syncs cost 7.35 ms in aggregate, over the 5 ms share: they go lower, as any op.
+        let mut c = Job::new(1.0, model(COSTS), 0);
+        c.exact_counts();
+        c.tick(S, &[((7, 3), 1_000), ((7, 5), 700)], alive(S as u64));
+        assert_eq!(c.mode(5), ProbeMode::EntryOnly);
     }
 
     #[test]

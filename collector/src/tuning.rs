@@ -45,6 +45,12 @@ pub const HOT_SHARE: f64 = 0.05;
 /// their mode: reducing them could not bring the process back under it, and their exact counts
 /// are the progress the in-situ meter needs.
 pub const EXEMPT_SHARE_OF_BUDGET: f64 = 0.1;
+/// Over budget, the host's waits for the GPU (synchronisations and host/device copies) go no
+/// lower than aggregate, which keeps their kernel histograms, while together they cost at most
+/// this share of the budget, taken of the window's wall time where the process used less CPU
+/// (a process waiting for the GPU hardly runs): a long wait that no stored call covers is found
+/// from those histograms (gpu_bound), and an entry-only or sampled wait leaves the engine none.
+pub const WAIT_SHARE_OF_BUDGET: f64 = 0.5;
 /// Probe time below this share of one core (per window) is reported but never acted on: a
 /// process that hardly runs would otherwise lose the durations of its rare calls for nothing.
 pub const SIGNIFICANT_SHARE_OF_CORE: f64 = 0.001;

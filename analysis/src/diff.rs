@@ -7,6 +7,7 @@
 //! sources: a causeway recording against a profiler import of the same job.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use causeway_store::{Reader, StoreError, duckdb};
 use serde::Serialize;
@@ -14,7 +15,7 @@ use serde::Serialize;
 use crate::counts::lit;
 use crate::facts::duck;
 use crate::fmt::dur;
-use crate::steps::{BUCKETS, Series, StepQuery, bucket_meaning, steps};
+use crate::steps::{BUCKETS, Feeder, Series, StepQuery, bucket_meaning, steps};
 
 /// Changed ops, kernels and CPU ops reported.
 pub const CHANGED: usize = 10;
@@ -153,6 +154,9 @@ pub struct Diff {
     pub parts: Vec<Part>,
     /// The GPU calls, kernels and CPU ops whose time per step changed most.
     pub changed: Vec<Change>,
+    /// What the runs were compared per: `step`, or, for runs without steps, a window of the
+    /// busiest GPU-calling thread's time (`1.00 s window`), equal on both sides.
+    pub unit: String,
     /// One line: "+36.00 ms per step (+25.7%): +35.00 ms input (...), ...".
     pub summary: String,
     /// What the reader should know.
@@ -174,11 +178,12 @@ impl NoSteps {
     }
 }
 
+/// The steps of `$1..$4` starting in `[$5, $6]`, from the `steps` table.
+const STEPS_CTE: &str = "SELECT node, pid, tid, start_ns, end_ns FROM steps WHERE node = $1 AND pid = $2 AND tid = $3 AND source = $4 AND start_ns BETWEEN $5 AND $6";
+
 /// GPU calls on the step thread, device work of the process and CPU ops (depth <= 1) on the
-/// step thread, by the step they start in: kind, name, count, time overlapping the step.
-/// Parameters: node, pid, tid, source, from, until.
-const ITEMS_SQL: &str = "WITH s AS (SELECT node, pid, tid, start_ns, end_ns FROM steps WHERE node = $1 AND pid = $2 AND tid = $3 AND source = $4 AND start_ns BETWEEN $5 AND $6) \
-SELECT 'gpu call' AS kind, e.op AS name, count(*)::BIGINT AS n, sum(least(e.timestamp + e.duration, s.end_ns) - e.timestamp)::BIGINT AS ns \
+/// step thread, by the step (`s`) they start in: kind, name, count, time overlapping the step.
+const ITEMS_BODY: &str = "SELECT 'gpu call' AS kind, e.op AS name, count(*)::BIGINT AS n, sum(least(e.timestamp + e.duration, s.end_ns) - e.timestamp)::BIGINT AS ns \
 FROM s JOIN events e ON e.node = s.node AND e.pid = s.pid AND e.tid = s.tid AND e.timestamp >= s.start_ns AND e.timestamp < s.end_ns \
 WHERE e.source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL') GROUP BY ALL \
 UNION ALL SELECT 'kernel', g.name, count(*)::BIGINT, sum(least(g.end_ns, s.end_ns) - g.start_ns)::BIGINT \
@@ -187,6 +192,19 @@ WHERE g.kind <> 'sync' GROUP BY ALL \
 UNION ALL SELECT 'cpu op', r.name, count(*)::BIGINT, sum(least(r.end_ns, s.end_ns) - r.start_ns)::BIGINT \
 FROM s JOIN ranges r ON r.node = s.node AND r.pid = s.pid AND r.tid = s.tid AND r.start_ns >= s.start_ns AND r.start_ns < s.end_ns \
 WHERE r.depth <= 1 AND r.name NOT LIKE 'ProfilerStep#%' GROUP BY ALL";
+
+/// What ran in the stored steps: parameters node, pid, tid, source, from, until.
+static ITEMS_SQL: LazyLock<String> =
+    LazyLock::new(|| format!("WITH s AS ({STEPS_CTE}) {ITEMS_BODY}"));
+
+/// What ran in equal windows of `$7` ns from `$5` (the first window's start) to `$6` (the
+/// last's): the same parameters and the width.
+static WINDOW_ITEMS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH s AS (SELECT $1 AS node, $2 AS pid, $3 AS tid, $5 + i * $7 AS start_ns, $5 + (i + 1) * $7 AS end_ns \
+FROM range(0, ($6 - $5) // $7 + 1) t(i) WHERE $4 = 'window') {ITEMS_BODY}"
+    )
+});
 
 /// Reads one run: its step series with the most steps under `q`, and what ran in its steps.
 pub fn side(r: &Reader, trace: &str, q: &StepQuery) -> Result<Result<Side, NoSteps>, StoreError> {
@@ -200,42 +218,84 @@ pub fn side(r: &Reader, trace: &str, q: &StepQuery) -> Result<Result<Side, NoSte
             trace: trace.to_string(),
         }));
     };
+    with_items(r, trace, series, None).map(Ok)
+}
+
+/// Reads one run over equal windows of its busiest GPU-calling thread (`feeder`, `windows`):
+/// for runs without steps, both sides cut with the same width.
+pub fn window_side(r: &Reader, trace: &str, f: &Feeder, width_ns: i64) -> Result<Side, StoreError> {
+    let series = crate::steps::windows(r, f, width_ns)?;
+    with_items(r, trace, series, Some(width_ns))
+}
+
+/// The window width two runs without steps are compared over: a second where both threads
+/// ran at least five, else a fifth of the shorter span.
+pub fn window_width(a: &Feeder, b: &Feeder) -> i64 {
+    let span = (a.until_ns - a.from_ns).min(b.until_ns - b.from_ns).max(1);
+    if span >= 5 * WINDOW_NS {
+        WINDOW_NS
+    } else {
+        (span / 5).max(1)
+    }
+}
+
+/// The preferred window when runs without steps are compared (ns).
+const WINDOW_NS: i64 = 1_000_000_000;
+
+/// What ran in a series' steps, or in its windows of `width` ns.
+fn with_items(
+    r: &Reader,
+    trace: &str,
+    series: Series,
+    width: Option<i64>,
+) -> Result<Side, StoreError> {
     let from = series.steps.first().map_or(0, |s| s.start_ns);
     let until = series.steps.last().map_or(0, |s| s.start_ns);
-    let rows: Vec<(String, String, i64, i64)> = r
-        .prepare_trusted(ITEMS_SQL)?
-        .query_map(
-            duckdb::params![
-                series.node,
-                i64::from(series.pid),
-                i64::from(series.tid),
-                series.source,
-                from,
-                until
-            ],
+    let sql = if width.is_some() {
+        WINDOW_ITEMS_SQL.as_str()
+    } else {
+        ITEMS_SQL.as_str()
+    };
+    let (node, pid, tid) = (
+        series.node.clone(),
+        i64::from(series.pid),
+        i64::from(series.tid),
+    );
+    let mut stmt = r.prepare_trusted(sql)?;
+    let rows: Vec<(String, String, i64, i64)> = match width {
+        Some(w) => stmt.query_map(
+            duckdb::params![node, pid, tid, series.source, from, until, w],
             causeway_store::row,
-        )
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading what ran in the steps"))?;
+        ),
+        None => stmt.query_map(
+            duckdb::params![node, pid, tid, series.source, from, until],
+            causeway_store::row,
+        ),
+    }
+    .and_then(|rows| rows.collect())
+    .map_err(duck(r, "reading what ran in the steps"))?;
     let mut items = BTreeMap::new();
     for (kind, name, n, ns) in rows {
         let e: &mut Item = items.entry((kind, name)).or_default();
         e.count += n;
         e.ns += ns;
     }
-    let items_sql = ITEMS_SQL
+    // The guard takes `range` with literal bounds: the window count, written in.
+    let items_sql = sql
+        .replace("($6 - $5) // $7 + 1", &series.count.to_string())
         .replace("$1", &lit(&series.node))
         .replace("$2", &series.pid.to_string())
         .replace("$3", &series.tid.to_string())
         .replace("$4", &lit(&series.source))
         .replace("$5", &from.to_string())
-        .replace("$6", &until.to_string());
-    Ok(Ok(Side {
+        .replace("$6", &until.to_string())
+        .replace("$7", &width.unwrap_or(0).to_string());
+    Ok(Side {
         trace: trace.to_string(),
         series,
         items,
         items_sql,
-    }))
+    })
 }
 
 fn out(s: &Side) -> SideOut {
@@ -335,7 +395,31 @@ pub fn compare(base: &Side, new: &Side) -> Diff {
             "only one run has a device timeline: kernels are compared where both have one".into(),
         );
     }
-    let summary = summary(difference, b.mean_ns, se, beyond, &parts, &changed);
+    let windows = b.source == WINDOW && n.source == WINDOW;
+    let (unit, se, beyond) = if windows {
+        let (se, beyond) = window_noise(b, n, &parts);
+        notes.push(format!(
+            "compared per {} window of each run's busiest GPU-calling thread: the windows are equal, so the parts show where that thread's time moved; a part is beyond noise where it moved more than two standard errors of its window-to-window spread",
+            dur(b.mean_ns)
+        ));
+        (format!("{} window", dur(b.mean_ns)), se, beyond)
+    } else {
+        ("step".to_string(), se, beyond)
+    };
+    let summary = if windows {
+        window_summary(
+            &unit,
+            beyond,
+            &parts,
+            &changed,
+            &base.items,
+            &new.items,
+            b.count,
+            n.count,
+        )
+    } else {
+        summary(difference, b.mean_ns, se, beyond, &parts, &changed)
+    };
     changed.truncate(CHANGED);
     Diff {
         base: out(base),
@@ -346,9 +430,98 @@ pub fn compare(base: &Side, new: &Side) -> Diff {
         beyond_noise: beyond,
         parts,
         changed,
+        unit,
         summary,
         notes,
     }
+}
+
+/// The source of a step series cut into equal windows.
+const WINDOW: &str = "window";
+
+/// For windows: the largest standard error of a bucket's mean difference (from its
+/// window-to-window spread on both sides), and whether any part moved beyond two of its own.
+fn window_noise(b: &Series, n: &Series, parts: &[Part]) -> (f64, bool) {
+    let spread = |x: &Series, k: usize| -> f64 {
+        let v: Vec<f64> = x
+            .steps
+            .iter()
+            .map(|s| s.budget.parts()[k].1 as f64)
+            .collect();
+        let m = v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let var = v.iter().map(|y| (y - m).powi(2)).sum::<f64>() / (v.len().max(2) - 1) as f64;
+        var / v.len().max(1) as f64
+    };
+    let mut worst = 0.0f64;
+    let mut beyond = false;
+    for p in parts {
+        let Some(k) = BUCKETS.iter().position(|x| *x == p.bucket) else {
+            continue;
+        };
+        let se = (spread(b, k) + spread(n, k)).sqrt();
+        worst = worst.max(se);
+        beyond |=
+            (p.per_step.delta_ns.abs() as f64) > NOISE_LEVELS * se && p.per_step.delta_ns != 0;
+    }
+    (worst, beyond)
+}
+
+/// Kernel launches (and graph launches) per window: the runs' throughput where they have no
+/// steps.
+fn launches(items: &BTreeMap<(String, String), Item>, windows: usize) -> f64 {
+    let n: i64 = items
+        .iter()
+        .filter(|((kind, name), _)| kind == "gpu call" && crate::opsets::is_launch(name))
+        .map(|(_, i)| i.count)
+        .sum();
+    n as f64 / windows.max(1) as f64
+}
+
+#[allow(clippy::too_many_arguments)]
+fn window_summary(
+    unit: &str,
+    beyond: bool,
+    parts: &[Part],
+    changed: &[Change],
+    base: &BTreeMap<(String, String), Item>,
+    new: &BTreeMap<(String, String), Item>,
+    nb: usize,
+    nn: usize,
+) -> String {
+    let (lb, ln) = (launches(base, nb), launches(new, nn));
+    let rate = if lb > 0.0 {
+        format!(
+            "; kernel launches per window {lb:.1} -> {ln:.1} ({:+.1}%)",
+            (ln - lb) * 100.0 / lb
+        )
+    } else {
+        String::new()
+    };
+    if !beyond {
+        return format!("no steps to align: per {unit}, no part moved beyond noise{rate}");
+    }
+    let moved: Vec<String> = parts
+        .iter()
+        .filter(|p| p.per_step.delta_ns != 0)
+        .take(3)
+        .map(|p| {
+            let named = changed
+                .iter()
+                .find(|c| {
+                    names(&p.bucket, c)
+                        && c.per_step.delta_ns.signum() == p.per_step.delta_ns.signum()
+                })
+                .map(|c| {
+                    format!(
+                        " ({} {:.0}% -> {:.0}% of the window)",
+                        c.name, c.per_step.base_pct, c.per_step.new_pct
+                    )
+                })
+                .unwrap_or_default();
+            format!("{} {}{named}", signed(p.per_step.delta_ns), p.bucket)
+        })
+        .collect();
+    format!("no steps to align: per {unit}, {}{rate}", moved.join(", "))
 }
 
 /// Whether a changed item belongs to a bucket (the op or range whose time the bucket counts).

@@ -556,6 +556,89 @@ pub fn steps(r: &Reader, q: &StepQuery) -> Result<Steps, StoreError> {
     })
 }
 
+/// The GPU-calling thread with the most calls under `q`, and its active span: what two runs
+/// without steps are compared over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Feeder {
+    /// Node.
+    pub node: String,
+    /// Process.
+    pub pid: u32,
+    /// Thread.
+    pub tid: u32,
+    /// Its first GPU call (ns).
+    pub from_ns: i64,
+    /// The end of its last GPU call (ns).
+    pub until_ns: i64,
+}
+
+/// The busiest GPU-calling thread's span: [`Feeder`]. Parameters: node, pid, tid, from, until.
+static FEEDER_SPAN_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT min(timestamp)::BIGINT, max(timestamp + duration)::BIGINT FROM event_data \
+WHERE {GPU} AND node = $1 AND pid = $2 AND tid = $3 AND timestamp BETWEEN $4 AND $5",
+        GPU = gpu_ops()
+    )
+});
+
+/// The busiest GPU-calling thread under `q` (most GPU calls in its window), if any.
+pub fn feeder(r: &Reader, q: &StepQuery) -> Result<Option<Feeder>, StoreError> {
+    if r.schema_version() < DEVICE_SCHEMA {
+        return Ok(None);
+    }
+    let (_, first, last) = crate::window::trace_span(r)?;
+    let window = q.window.resolve(first, last);
+    let pid = q.pid.map_or(-1, i64::from);
+    let node = q.node.clone().unwrap_or_default();
+    let feeders: Vec<(String, i64, i64, i64)> = r
+        .prepare_trusted(FEEDERS_SQL.as_str())?
+        .query_map(
+            duckdb::params![window.from_ns, window.until_ns, pid, node],
+            causeway_store::row,
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading the GPU-calling threads"))?;
+    let Some((n, p, t, _)) = feeders
+        .into_iter()
+        .max_by(|a, b| a.3.cmp(&b.3).then(b.0.cmp(&a.0)).then(b.1.cmp(&a.1)))
+    else {
+        return Ok(None);
+    };
+    let (from, until): (Option<i64>, Option<i64>) = r
+        .prepare_trusted(FEEDER_SPAN_SQL.as_str())?
+        .query_row(
+            duckdb::params![n, p, t, window.from_ns, window.until_ns],
+            causeway_store::row,
+        )
+        .map_err(duck(r, "reading the GPU-calling thread's span"))?;
+    Ok(from.zip(until).map(|(from_ns, until_ns)| Feeder {
+        node: n,
+        pid: p as u32,
+        tid: t as u32,
+        from_ns,
+        until_ns,
+    }))
+}
+
+/// Equal windows of `width_ns` from the feeder's first call, as many as fit in its span (a
+/// trailing partial window is left out), read as a step series (source `window`): the steps'
+/// budget over fixed spans of the thread's time, for runs that have no steps.
+pub fn windows(r: &Reader, f: &Feeder, width_ns: i64) -> Result<Series, StoreError> {
+    let width = width_ns.max(1);
+    let n = ((f.until_ns - f.from_ns) / width).max(1);
+    let raw: Vec<(i64, i64, i64)> = (0..n)
+        .map(|i| (i, f.from_ns + i * width, f.from_ns + (i + 1) * width))
+        .collect();
+    let resume = crate::convention::resume_nodes(r)?;
+    let q = StepQuery::default();
+    let mut s = one_series(r, &q, &resume, &f.node, f.pid, f.tid, "window", raw)?;
+    s.evidence_sql = format!(
+        "SELECT i AS step, {from} + i * {width} AS start_ns, {from} + (i + 1) * {width} AS end_ns, {width} AS duration_ns FROM range(0, {n}) t(i) ORDER BY i",
+        from = f.from_ns
+    );
+    Ok(s)
+}
+
 /// Steps of one thread inferred from its calls' cadence in the window, as (index, start, end).
 #[allow(clippy::type_complexity)]
 pub fn inferred(

@@ -1,9 +1,10 @@
 //! `compare_traces` (CLI `causeway diff`): two runs compared step for step, the difference in
 //! step time split into the budget's buckets and the ops that changed
-//! (`causeway_analysis::diff`). Each side is read from its own trace, then compared.
+//! (`causeway_analysis::diff`). Each side is read from its own trace, then compared; runs
+//! without steps are compared over equal windows of their busiest GPU-calling thread.
 
-use causeway_analysis::diff::{Diff, Side, compare, side};
-use causeway_analysis::steps::StepQuery;
+use causeway_analysis::diff::{Diff, NoSteps, Side, compare, side, window_side, window_width};
+use causeway_analysis::steps::{Feeder, StepQuery, feeder};
 use causeway_store::Reader;
 
 use crate::context::Context;
@@ -20,24 +21,81 @@ fn name_of(r: &Reader) -> String {
         .unwrap_or_else(|| p.display().to_string())
 }
 
-/// One side of a comparison: the step series with the most steps (of `pid`, when given).
-pub fn side_for(reader: &Reader, pid: Option<u32>) -> Result<Side, ToolError> {
-    causeway_analysis::check_filter(reader, Default::default(), pid, None)?;
-    let q = StepQuery {
-        pid,
-        ..StepQuery::default()
-    };
-    side(reader, &name_of(reader), &q)?.map_err(|e| ToolError::failed(e.to_string(), e.hint()))
+/// Where one side's trace is read: an open reader (the CLI) or the server's pool (the tool).
+pub trait Open {
+    /// Runs `f` on the side's reader.
+    fn read<T>(&self, f: impl FnOnce(&Reader) -> Result<T, ToolError>) -> Result<T, ToolError>;
 }
 
-/// The comparison: what `causeway diff` and `compare_traces` both return.
-pub fn diff_of(base: &Side, new: &Side) -> Diff {
-    compare(base, new)
+impl Open for Reader {
+    fn read<T>(&self, f: impl FnOnce(&Reader) -> Result<T, ToolError>) -> Result<T, ToolError> {
+        f(self)
+    }
+}
+
+/// A trace of the server's context, by name.
+struct InContext<'a>(&'a Context, &'a str);
+
+impl Open for InContext<'_> {
+    fn read<T>(&self, f: impl FnOnce(&Reader) -> Result<T, ToolError>) -> Result<T, ToolError> {
+        self.0.with_reader(Some(self.1), f)
+    }
+}
+
+fn query(reader: &Reader, pid: Option<u32>) -> Result<StepQuery, ToolError> {
+    causeway_analysis::check_filter(reader, Default::default(), pid, None)?;
+    Ok(StepQuery {
+        pid,
+        ..StepQuery::default()
+    })
+}
+
+/// One side as found: its steps (the series with the most, of `pid` when given) or why it has
+/// none, and its busiest GPU-calling thread.
+fn found(
+    reader: &Reader,
+    pid: Option<u32>,
+) -> Result<(Result<Side, NoSteps>, Option<Feeder>), ToolError> {
+    let q = query(reader, pid)?;
+    let steps = side(reader, &name_of(reader), &q)?;
+    Ok((steps, feeder(reader, &q)?))
+}
+
+/// The comparison of two runs: what `causeway diff` and `compare_traces` both return. Step by
+/// step where both have steps; else both cut into equal windows of their busiest GPU-calling
+/// thread's time.
+pub fn compare_runs(
+    base: &impl Open,
+    base_pid: Option<u32>,
+    new: &impl Open,
+    new_pid: Option<u32>,
+) -> Result<Diff, ToolError> {
+    let (b, fb) = base.read(|r| found(r, base_pid))?;
+    let (n, fnew) = new.read(|r| found(r, new_pid))?;
+    let missing = match (b, n) {
+        (Ok(b), Ok(n)) => return Ok(compare(&b, &n)),
+        (Err(e), _) | (_, Err(e)) => e,
+    };
+    let (Some(fb), Some(fnew)) = (fb, fnew) else {
+        return Err(ToolError::failed(missing.to_string(), missing.hint()));
+    };
+    let width = window_width(&fb, &fnew);
+    let bw = base.read(|r| Ok(window_side(r, &name_of(r), &fb, width)?))?;
+    let nw = new.read(|r| Ok(window_side(r, &name_of(r), &fnew, width)?))?;
+    let mut d = compare(&bw, &nw);
+    d.notes.insert(
+        0,
+        format!("{missing} (no ProfilerStep#N, NVTX steps or repeating cadence of GPU calls): both runs compared per window instead"),
+    );
+    Ok(d)
 }
 
 /// `compare_traces`.
 pub fn compare_traces(ctx: &Context, p: &DiffParams) -> Result<Diff, ToolError> {
-    let base = ctx.with_reader(Some(&p.base), |r| side_for(r, p.base_pid))?;
-    let new = ctx.with_reader(Some(&p.new), |r| side_for(r, p.new_pid))?;
-    Ok(diff_of(&base, &new))
+    compare_runs(
+        &InContext(ctx, &p.base),
+        p.base_pid,
+        &InContext(ctx, &p.new),
+        p.new_pid,
+    )
 }

@@ -792,17 +792,22 @@ pub fn steps(r: &Steps, aud: Audience) -> String {
 /// `compare_traces` (CLI `causeway diff`).
 pub fn diff(d: &Diff, aud: Audience) -> String {
     let mut o = String::new();
+    // `step`, or the window runs without steps were cut into.
+    let unit = d.unit.as_str();
     let _ = writeln!(o, "{}", d.summary);
     for (label, s) in [("base", &d.base), ("new", &d.new)] {
         let _ = writeln!(
             o,
-            "{label}: {} ({} pid {} tid {}): {} {} steps, mean {}, p50 {}, noise {}",
+            "{label}: {} ({} pid {} tid {}): {}, mean {}, p50 {}, noise {}",
             q(&s.trace),
             q(&s.node),
             s.pid,
             s.tid,
-            s.steps,
-            s.source,
+            if unit == "step" {
+                format!("{} {} steps", s.steps, s.source)
+            } else {
+                format!("{} windows", s.steps)
+            },
             dur(s.mean_ns),
             dur(s.p50_ns),
             dur(s.noise_ns)
@@ -810,7 +815,7 @@ pub fn diff(d: &Diff, aud: Audience) -> String {
     }
     let _ = writeln!(
         o,
-        "difference {} per step ({:+.1}%), noise (standard error) {}: {}",
+        "difference {} per {unit} ({:+.1}%), noise (standard error) {}: {}",
         dur(d.difference_ns),
         d.difference_pct,
         dur(d.noise_ns),
@@ -822,7 +827,7 @@ pub fn diff(d: &Diff, aud: Audience) -> String {
     );
     let _ = writeln!(
         o,
-        "\nby bucket (mean per step; the changes sum to the difference):"
+        "\nby bucket (mean per {unit}; the changes sum to the difference):"
     );
     for p in d
         .parts
@@ -831,7 +836,7 @@ pub fn diff(d: &Diff, aud: Audience) -> String {
     {
         let _ = writeln!(
             o,
-            "  {:<10} {:>10} -> {:>10}  {:>11}  ({:.1}% -> {:.1}% of the step) {}",
+            "  {:<10} {:>10} -> {:>10}  {:>11}  ({:.1}% -> {:.1}% of the {unit}) {}",
             p.bucket,
             dur(p.per_step.base_ns),
             dur(p.per_step.new_ns),
@@ -842,12 +847,12 @@ pub fn diff(d: &Diff, aud: Audience) -> String {
         );
     }
     if !d.changed.is_empty() {
-        let _ = writeln!(o, "\nwhat changed most (time per step):");
+        let _ = writeln!(o, "\nwhat changed most (time per {unit}):");
     }
     for c in &d.changed {
         let _ = writeln!(
             o,
-            "  {:<8} {} {} -> {} ({}; {:.1} -> {:.1} per step)",
+            "  {:<8} {} {} -> {} ({}; {:.1} -> {:.1} per {unit})",
             c.kind,
             q(&c.name),
             dur(c.per_step.base_ns),

@@ -1,15 +1,16 @@
 //! Two runs compared step for step (issue 48): a pair of profiler traces written here that
 //! differ only in the DataLoader's time, so the difference and its one part are known from the
 //! design; every real Kineto trace against itself (no difference beyond noise); and real pairs,
-//! whose parts must sum to the difference.
+//! whose parts must sum to the difference; and two runs without steps, compared over equal
+//! windows of their GPU-calling thread, where the design fixes where the time moved.
 
 use std::path::{Path, PathBuf};
 
-use causeway_analysis::diff::{Side, compare, side};
-use causeway_analysis::steps::StepQuery;
+use causeway_analysis::diff::{Side, compare, side, window_side, window_width};
+use causeway_analysis::steps::{StepQuery, feeder};
 use causeway_store::Reader;
 
-use crate::device::{import, kineto_traces};
+use crate::device::{import, kineto_traces, x};
 use crate::steps::designed_with;
 
 fn side_of(db: &Path) -> Side {
@@ -114,4 +115,105 @@ fn a_run_against_itself_differs_by_nothing_and_real_pairs_parts_sum_to_the_diffe
             );
         }
     }
+}
+
+/// Ten seconds of one thread (pid 100, tid 1) without steps, in µs: a launch every 0.5 s
+/// ([k * 500000, +100], 20 launches, too few for a cadence) and, at the start of every second,
+/// the DataLoader for `loader` µs ([s + 1000, +loader]).
+fn no_steps(loader: i64) -> String {
+    let mut ev = Vec::new();
+    for k in 0..20i64 {
+        ev.push(x(
+            "cuda_runtime",
+            "cudaLaunchKernel",
+            100,
+            1,
+            k * 500_000,
+            100,
+            &format!(r#""correlation": {}"#, k + 1),
+        ));
+    }
+    for s in 0..10i64 {
+        ev.push(x(
+            "cpu_op",
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            100,
+            1,
+            s * 1_000_000 + 1000,
+            loader,
+            "",
+        ));
+    }
+    format!(
+        r#"{{"schemaVersion": 1, "distributedInfo": {{"rank": 0, "world_size": 1}}, "traceEvents": [{}]}}"#,
+        ev.join(",\n")
+    )
+}
+
+#[test]
+fn runs_without_steps_are_compared_over_equal_windows_of_their_feeding_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let (b, n) = (
+        store(dir.path(), "base", &no_steps(100_000)),
+        store(dir.path(), "new", &no_steps(400_000)),
+    );
+    let (rb, rn) = (Reader::open(&b).unwrap(), Reader::open(&n).unwrap());
+    let q = StepQuery::default();
+    assert!(
+        side(&rb, "base", &q).unwrap().is_err(),
+        "no steps by design"
+    );
+    let (fb, fnew) = (
+        feeder(&rb, &q).unwrap().unwrap(),
+        feeder(&rn, &q).unwrap().unwrap(),
+    );
+    assert_eq!((fb.pid, fb.tid), (100, 1));
+    // Its first call to its last call's end: 9.5001 s, so nine whole 1-s windows.
+    assert_eq!(fb.until_ns - fb.from_ns, 9_500_100_000);
+    let width = window_width(&fb, &fnew);
+    assert_eq!(width, 1_000_000_000);
+    let d = compare(
+        &window_side(&rb, "base", &fb, width).unwrap(),
+        &window_side(&rn, "new", &fnew, width).unwrap(),
+    );
+    let ms = 1_000_000;
+    assert_eq!((d.base.steps, d.new.steps), (9, 9));
+    assert_eq!(d.unit, "1.00 s window");
+    assert_eq!(d.difference_ns, 0, "equal windows");
+    // Per window: the DataLoader 100 -> 400 ms, taken from the thread's other host time.
+    assert_eq!(d.parts[0].bucket, "input");
+    assert_eq!(d.parts[0].per_step.delta_ns, 300 * ms);
+    assert_eq!(d.parts[1].bucket, "host");
+    assert_eq!(d.parts[1].per_step.delta_ns, -300 * ms);
+    assert!(d.parts[2..].iter().all(|p| p.per_step.delta_ns == 0));
+    assert!(d.beyond_noise, "{}", d.summary);
+    assert_eq!(
+        d.summary,
+        "no steps to align: per 1.00 s window, +300.00 ms input (enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__ 10% -> 40% of the window), -300.00 ms host; kernel launches per window 2.0 -> 2.0 (+0.0%)"
+    );
+    // The items' SQL gives the figures back: the DataLoader's time in the new run's windows.
+    // (prepare_trusted takes only 'static text: the test's own SQL is leaked for it.)
+    let sql: &'static str = Box::leak(
+        format!(
+            "SELECT sum(ns)::BIGINT FROM ({}) WHERE kind = 'cpu op'",
+            d.new.items_sql
+        )
+        .into_boxed_str(),
+    );
+    let total: i64 = rn
+        .prepare_trusted(sql)
+        .unwrap()
+        .query_row([], |r| r.get(0))
+        .unwrap();
+    assert_eq!(total, 9 * 400 * ms);
+    // A run against itself: nothing moved.
+    let s = window_side(&rb, "base", &fb, width).unwrap();
+    let same = compare(&s, &s);
+    assert!(!same.beyond_noise, "{}", same.summary);
+    assert!(
+        same.summary
+            .starts_with("no steps to align: per 1.00 s window, no part moved beyond noise"),
+        "{}",
+        same.summary
+    );
 }

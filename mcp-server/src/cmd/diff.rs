@@ -28,9 +28,12 @@ pub struct DiffArgs {
 
 /// Runs `diff`.
 pub fn run(args: &DiffArgs) -> Result<()> {
-    let base = causeway_tools::diff::side_for(&Reader::open(&args.base)?, args.base_pid)?;
-    let new = causeway_tools::diff::side_for(&Reader::open(&args.new)?, args.new_pid)?;
-    let d = causeway_tools::diff::diff_of(&base, &new);
+    let d = causeway_tools::diff::compare_runs(
+        &Reader::open(&args.base)?,
+        args.base_pid,
+        &Reader::open(&args.new)?,
+        args.new_pid,
+    )?;
     if args.json {
         return crate::print_json(&d);
     }

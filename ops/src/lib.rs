@@ -262,14 +262,10 @@ pub fn by_name(name: &str) -> Option<&'static Op> {
 /// The id of the op named `name`, at compile time (a `const` naming an op not in the table
 /// fails the build).
 pub const fn id(name: &str) -> u16 {
-    let mut i = 0;
-    while i < OPS.len() {
-        if str_eq(OPS[i].name, name) {
-            return OPS[i].id;
-        }
-        i += 1;
+    match find(name) {
+        Some(o) => o.id,
+        None => panic!("no op of that name in the op table"),
     }
-    panic!("no op of that name in the op table")
 }
 
 /// How many ops are of `class`.
@@ -299,56 +295,85 @@ pub const fn names<const N: usize>(class: Class) -> [&'static str; N] {
     out
 }
 
-/// Length of [`sql_bytes`] of `class`.
-pub const fn sql_len(class: Class) -> usize {
-    let (mut i, mut len, mut first) = (0, 0, true);
-    while i < OPS.len() {
-        if OPS[i].class as u8 == class as u8 {
-            len += OPS[i].name.len() + if first { 2 } else { 4 };
-            first = false;
+/// Whether `names` are exactly the ops of `class` (each once, in any order): sets kept as
+/// explicit lists, where their order shows in queries people read, are checked with it.
+pub const fn is_class(names: &[&str], class: Class) -> bool {
+    if names.len() != count(class) {
+        return false;
+    }
+    let mut i = 0;
+    while i < names.len() {
+        let mut j = 0;
+        while j < i {
+            if str_eq(names[i], names[j]) {
+                return false;
+            }
+            j += 1;
         }
+        if !matches!(find(names[i]), Some(o) if o.class as u8 == class as u8) {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Length of [`sql_bytes`] of `names`.
+pub const fn sql_len(names: &[&str]) -> usize {
+    let (mut i, mut len) = (0, 0);
+    while i < names.len() {
+        len += names[i].len() + if i == 0 { 2 } else { 4 };
         i += 1;
     }
     len
 }
 
-/// The names of the ops of `class` as an SQL list (`'a', 'b'`), in id order; see [`sql_list!`].
-pub const fn sql_bytes<const N: usize>(class: Class) -> [u8; N] {
+/// `names` as an SQL list (`'a', 'b'`); see [`sql_list!`].
+pub const fn sql_bytes<const N: usize>(names: &[&str]) -> [u8; N] {
     let mut out = [0u8; N];
     let (mut i, mut at) = (0, 0);
-    while i < OPS.len() {
-        if OPS[i].class as u8 == class as u8 {
-            let name = OPS[i].name.as_bytes();
-            if at > 0 {
-                out[at] = b',';
-                out[at + 1] = b' ';
-                at += 2;
-            }
-            out[at] = b'\'';
-            let mut j = 0;
-            while j < name.len() {
-                out[at + 1 + j] = name[j];
-                j += 1;
-            }
-            out[at + 1 + name.len()] = b'\'';
-            at += name.len() + 2;
+    while i < names.len() {
+        let name = names[i].as_bytes();
+        if i > 0 {
+            out[at] = b',';
+            out[at + 1] = b' ';
+            at += 2;
         }
+        out[at] = b'\'';
+        let mut j = 0;
+        while j < name.len() {
+            out[at + 1 + j] = name[j];
+            j += 1;
+        }
+        out[at + 1 + name.len()] = b'\'';
+        at += name.len() + 2;
         i += 1;
     }
     out
 }
 
-/// The names of the ops of a class as an SQL list (`'a', 'b'`), a `&'static str` usable in a
+/// A `const` array of op names as an SQL list (`'a', 'b'`), a `&'static str` usable in a
 /// `const` (queries are formatted with it where they are written).
 #[macro_export]
 macro_rules! sql_list {
-    ($class:expr) => {{
-        const BYTES: [u8; $crate::sql_len($class)] = $crate::sql_bytes($class);
+    ($names:expr) => {{
+        const BYTES: [u8; $crate::sql_len(&$names)] = $crate::sql_bytes(&$names);
         match ::core::str::from_utf8(&BYTES) {
             Ok(s) => s,
             Err(_) => panic!("op names are ASCII"),
         }
     }};
+}
+
+const fn find(name: &str) -> Option<&'static Op> {
+    let mut i = 0;
+    while i < OPS.len() {
+        if str_eq(OPS[i].name, name) {
+            return Some(&OPS[i]);
+        }
+        i += 1;
+    }
+    None
 }
 
 const fn str_eq(a: &str, b: &str) -> bool {
@@ -425,9 +450,30 @@ mod tests {
                 "cuStreamSynchronize"
             ]
         );
+        const COLLECTIVES: [&str; 5] = names(Class::Collective);
         assert_eq!(
-            sql_list!(Class::Collective),
+            sql_list!(COLLECTIVES),
             "'ncclAllReduce', 'ncclBroadcast', 'ncclReduce', 'ncclAllGather', 'ncclReduceScatter'"
         );
+        assert!(is_class(
+            &[
+                "cuCtxSynchronize",
+                "cudaStreamSynchronize",
+                "cudaDeviceSynchronize",
+                "cudaEventSynchronize",
+                "cuStreamSynchronize"
+            ],
+            Class::Sync
+        ));
+        assert!(!is_class(&SYNCS[..4], Class::Sync));
+        assert!(!is_class(
+            &[
+                "cudaMalloc",
+                "cudaMalloc",
+                "cuMemAlloc",
+                "cuMemAllocManaged"
+            ],
+            Class::Alloc
+        ));
     }
 }

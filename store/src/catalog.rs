@@ -9,10 +9,20 @@ pub use causeway_ops::{
 
 /// Collective calls whose completion every rank shares (the merge's clock alignment and the
 /// straggler detector pair them with the waits that observe it), as an SQL list.
-pub const COLLECTIVES_SQL: &str = causeway_ops::sql_list!(Class::Collective);
+pub const COLLECTIVES_SQL: &str = causeway_ops::sql_list!(COLLECTIVES);
+const COLLECTIVES: [&str; 5] = causeway_ops::names(Class::Collective);
 
 /// The waits that observe a collective's completion on the host, as an SQL list.
-pub const SYNCS_SQL: &str = causeway_ops::sql_list!(Class::Sync);
+pub const SYNCS_SQL: &str = causeway_ops::sql_list!(SYNCS);
+/// The sync class, in the order evidence queries have always shown it.
+const SYNCS: [&str; 5] = [
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+];
+const _: () = assert!(causeway_ops::is_class(&SYNCS, Class::Sync));
 
 #[cfg(test)]
 mod tests {
@@ -97,18 +107,16 @@ mod tests {
         assert_eq!(rows, old);
     }
 
-    /// The sets as they were written out before the op table (order aside).
+    /// The lists as they were written out before the op table.
     #[test]
     fn sql_lists_are_the_old_ones() {
-        let sorted = |s: &str| {
-            let mut v: Vec<String> = s.split(", ").map(str::to_string).collect();
-            v.sort();
-            v
-        };
-        let old_collectives =
-            "'ncclAllReduce', 'ncclBroadcast', 'ncclReduce', 'ncclAllGather', 'ncclReduceScatter'";
-        let old_syncs = "'cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize', 'cuStreamSynchronize', 'cuCtxSynchronize'";
-        assert_eq!(sorted(COLLECTIVES_SQL), sorted(old_collectives));
-        assert_eq!(sorted(SYNCS_SQL), sorted(old_syncs));
+        assert_eq!(
+            COLLECTIVES_SQL,
+            "'ncclAllReduce', 'ncclBroadcast', 'ncclReduce', 'ncclAllGather', 'ncclReduceScatter'"
+        );
+        assert_eq!(
+            SYNCS_SQL,
+            "'cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize', 'cuStreamSynchronize', 'cuCtxSynchronize'"
+        );
     }
 }

@@ -21,7 +21,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::ProbeMode;
-use causeway_bpf::abi::OP_CALIBRATE;
 use causeway_store::{ModeSwitch, OverheadWindow};
 
 use crate::cost::{CostModel, FirstInsn};
@@ -36,7 +35,7 @@ pub use crate::windows::{CpuReading, ProcessWindow};
 
 /// Whether an op id is a probed library call (CUDA runtime/driver/graph or NCCL).
 pub fn is_call_op(op: u16) -> bool {
-    op != OP_CALIBRATE && !(100..200).contains(&op)
+    causeway_ops::by_id(op).is_some_and(|o| o.is_call())
 }
 
 /// How an op is probed: its mode and, in sampled mode, its duty (the share of the time its
@@ -614,6 +613,7 @@ impl Controller {
 mod tests {
     use super::*;
     use crate::cost::Costs;
+    use causeway_bpf::abi::OP_CALIBRATE;
 
     const COSTS: Costs = Costs {
         bare_pair_ns: 10_000.0,

@@ -18,12 +18,11 @@ pub mod pass;
 use std::collections::{BTreeMap, HashMap};
 
 use causeway_store::StoreError;
-use causeway_store::catalog::{self, Source};
+use causeway_store::catalog::{self, Class, Source};
 use serde::Serialize;
 
 use crate::facts::Ctx;
 use crate::intervals::{Span, overlaps};
-use crate::opsets::{self, is_launch, is_sync};
 
 /// A stall is a gap of at least this long between two GPU calls of a feeding thread.
 pub const STALL_MIN_NS: i64 = 100_000_000;
@@ -70,34 +69,22 @@ impl CallClass {
         if o.source == Source::Nccl {
             return CallClass::Collective;
         }
-        if is_launch(o.name) {
-            return CallClass::Launch;
-        }
-        if is_sync(o.name) {
-            return CallClass::Sync;
-        }
-        let n = o.name;
-        if n.contains("Memcpy") {
-            if n.contains("Peer") {
-                return CallClass::CopyD2d;
-            }
-            return match dir {
+        match o.class {
+            Class::Launch => CallClass::Launch,
+            Class::Sync => CallClass::Sync,
+            // Peer copies carry the destination device in arg1, not a direction.
+            Class::Copy if o.name.contains("Peer") => CallClass::CopyD2d,
+            Class::Copy => match dir {
                 1 => CallClass::CopyH2d,
                 2 => CallClass::CopyD2h,
                 3 => CallClass::CopyD2d,
                 _ => CallClass::CopyOther,
-            };
+            },
+            Class::Memset => CallClass::CopyOther,
+            Class::Free => CallClass::Free,
+            Class::Alloc => CallClass::Alloc,
+            _ => CallClass::Other,
         }
-        if n.contains("Memset") {
-            return CallClass::CopyOther;
-        }
-        if n.contains("Free") {
-            return CallClass::Free;
-        }
-        if n.contains("Malloc") || n.contains("MemAlloc") {
-            return CallClass::Alloc;
-        }
-        CallClass::Other
     }
 
     /// Whether the class is a copy.
@@ -308,7 +295,7 @@ impl Budget {
 }
 
 fn gpu_op(o: &catalog::OpInfo) -> bool {
-    opsets::is_gpu_source(o.source.name())
+    o.source.is_call()
 }
 
 /// Budgets of every thread with GPU calls under the context's pid filter, then one per

@@ -38,7 +38,7 @@ fn keep(pid_filter: i64, pid: u32) -> bool {
 }
 
 /// process_exit (its duration is the lifetime).
-const EXIT_OP: u16 = 105;
+const EXIT_OP: u16 = causeway_ops::id("process_exit");
 
 /// Derives the per-thread facts, warm-up ends and GPU launch groups of `node`.
 pub fn derive(

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
-use causeway_store::catalog::{self, SYNCS_SQL, Source};
+use causeway_store::catalog::{self, Class, SYNCS_SQL, Source};
 use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 use serde::Serialize;
@@ -205,7 +205,7 @@ const BUCKETS: i64 = 4;
 pub static IDLE_SQL: LazyLock<String> = LazyLock::new(|| {
     let copies = catalog::OPS
         .iter()
-        .filter(|o| o.name.contains("Memcpy"))
+        .filter(|o| o.class == Class::Copy)
         .map(|o| lit(o.name))
         .collect::<Vec<_>>()
         .join(", ");

@@ -1,25 +1,30 @@
 //! Which ops the engine's queries select, as `op_id` lists for SQL built once from the op
-//! catalogue (ids are stable; every store's `ops` table is written from the same catalogue).
+//! table (causeway-ops: ids are stable; every store's `ops` table is written from it).
 //! Filtering on `op_id` literals lets DuckDB drop rows in the scan instead of probing a join
 //! with the `ops` table for every event.
 
 use std::sync::LazyLock;
 
+use causeway_ops::Class;
 use causeway_store::catalog::{self, OpInfo, Source};
 
 use crate::facts::SYNC_OPS;
 
-/// Kernel launches (the GPU-feeding calls).
+/// Kernel launches (the GPU-feeding calls): the launch class, in the order evidence queries
+/// have always shown it (snapshots pin it; the build checks the set).
 pub const LAUNCH_NAMES: [&str; 4] = [
     "cudaLaunchKernel",
     "cuLaunchKernel",
     "cuLaunchKernelEx",
     "cudaGraphLaunch",
 ];
+const _: () = assert!(causeway_ops::is_class(&LAUNCH_NAMES, Class::Launch));
 
-/// Whether an op comes from a GPU library (CUDA runtime, driver, graphs, NCCL).
+/// Whether an op comes from a GPU library (CUDA runtime, driver, graphs, NCCL), by source name.
 pub fn is_gpu_source(source: &str) -> bool {
-    matches!(source, "CUDA" | "DRIVER" | "GRAPH" | "NCCL")
+    Source::ALL
+        .into_iter()
+        .any(|s| s.is_call() && s.name() == source)
 }
 
 /// Whether an op is a synchronisation (its job is to wait).
@@ -33,10 +38,7 @@ pub fn is_launch(op: &str) -> bool {
 }
 
 fn gpu(o: &OpInfo) -> bool {
-    matches!(
-        o.source,
-        Source::Cuda | Source::Driver | Source::Graph | Source::Nccl
-    )
+    o.source.is_call()
 }
 
 /// A SQL predicate on `op_id` true exactly for the catalogue ops matching `keep`, written as
@@ -149,5 +151,30 @@ mod tests {
             assert!(catalog::op_by_name(s).is_some(), "{s}");
         }
         assert_eq!(tid_list([3, 4]), "3,4");
+    }
+
+    /// The few queries written with op ids as literals (constants, for DuckDB's scan) use the
+    /// op table's ids.
+    #[test]
+    fn op_id_literals_in_queries_are_the_tables() {
+        use crate::detectors::{cold_start, dataloader_starvation, lateness};
+        use causeway_ops::id;
+        let switch = format!("op_id = {}", id("sched_switch"));
+        for sql in [
+            crate::stats::OFF_CPU_SQL,
+            crate::scan::THREAD_OPS_SQL,
+            lateness::OFF_CPU_SQL,
+            dataloader_starvation::PREEMPTORS_SQL,
+        ] {
+            assert!(sql.contains(&switch), "{sql}");
+        }
+        let wakeup = format!("op_id = {}", id("sched_wakeup"));
+        assert!(lateness::RUN_QUEUE_SQL.contains(&wakeup));
+        let launches = format!(
+            "op_id IN ({}, {})",
+            id("cudaLaunchKernel"),
+            id("cuLaunchKernel")
+        );
+        assert!(cold_start::FIRST_USE_SQL.contains(&launches));
     }
 }

@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 use causeway_store::StoreError;
 use serde::Serialize;
 
-use crate::facts::{Ctx, LAUNCH_OP_NAMES};
+use crate::facts::Ctx;
+use crate::opsets::LAUNCH_NAMES;
 use crate::probe_overhead::{ModeSwitch, mode_switches};
 
 /// Launches per second of one thread.
@@ -55,7 +56,7 @@ pub fn launch_switches_away(
 ) -> Result<Vec<ModeSwitch>, StoreError> {
     Ok(mode_switches(ctx.r, until_ns, node)?
         .into_iter()
-        .filter(|m| LAUNCH_OP_NAMES.contains(&m.op.as_str()) && m.to != "full")
+        .filter(|m| LAUNCH_NAMES.contains(&m.op.as_str()) && m.to != "full")
         .collect())
 }
 

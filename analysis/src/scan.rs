@@ -58,7 +58,7 @@ const NODES_SQL: &str =
 
 // The last end saturates row by row (the same as saturating the exact maximum, and a third of
 // the scan's time cheaper than adding in 128 bits).
-const THREAD_OPS_SQL: &str = "
+pub(crate) const THREAD_OPS_SQL: &str = "
 SELECT pid, tid, op_id, gpu_id, comm,
        CASE WHEN op_id = 100 THEN (CASE arg1 WHEN 0 THEN 0 WHEN 1 THEN 1 ELSE 2 END) ELSE 0 END AS state,
        count(*)::BIGINT, (CASE WHEN sum(duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) END), min(timestamp), max(timestamp), max(CASE WHEN duration > 0 AND timestamp > 9223372036854775807 - duration THEN 9223372036854775807 WHEN duration < 0 AND timestamp < -9223372036854775808 - duration THEN -9223372036854775808 ELSE timestamp + duration END),

@@ -7,7 +7,7 @@
 //! left as they were.
 
 use causeway_sqlguard::guard;
-use causeway_store::catalog::{self, Source};
+use causeway_store::catalog::{self, Class};
 use causeway_store::sanitize::sanitize_with;
 use causeway_store::{QueryLimits, Reader, StoreError};
 use serde::{Deserialize, Serialize};
@@ -224,25 +224,19 @@ pub fn sentence(s: &CallSites, noun: &str) -> String {
 
 /// The scope's GPU calls as a predicate on `events`.
 fn op_predicate(classes: &[CallClass]) -> String {
-    let gpu = |s: Source| {
-        matches!(
-            s,
-            Source::Cuda | Source::Driver | Source::Graph | Source::Nccl
-        )
-    };
     if classes.is_empty() {
         return "source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL')".into();
     }
-    // A copy's class depends on its direction (arg1); every other op has one class.
-    let is_copy = |n: &str| n.contains("Memcpy") && !n.contains("Peer");
+    // A copy's class depends on its direction (arg1); every other op (peer copies too) has one.
+    let is_copy = |o: &catalog::OpInfo| o.class == Class::Copy && !o.name.contains("Peer");
     let names = |keep: &dyn Fn(&catalog::OpInfo) -> bool| -> Vec<String> {
         catalog::OPS
             .iter()
-            .filter(|o| gpu(o.source) && keep(o))
+            .filter(|o| o.source.is_call() && keep(o))
             .map(|o| lit(o.name))
             .collect()
     };
-    let plain = names(&|o| !is_copy(o.name) && classes.contains(&CallClass::of(o.id, 0)));
+    let plain = names(&|o| !is_copy(o) && classes.contains(&CallClass::of(o.id, 0)));
     let dirs: Vec<String> = classes
         .iter()
         .filter_map(|c| match c {
@@ -260,7 +254,7 @@ fn op_predicate(classes: &[CallClass]) -> String {
     if !dirs.is_empty() {
         parts.push(format!(
             "(op IN ({}) AND arg1 IN ({}))",
-            names(&|o| is_copy(o.name)).join(", "),
+            names(&|o| is_copy(o)).join(", "),
             dirs.join(", ")
         ));
     }

@@ -148,7 +148,7 @@ SELECT s.source_id, o.source, o.op, g.n, g.q[1], g.q[2], g.q[3], g.mx, g.mean, g
 FROM g JOIN ops o ON o.op_id = g.op_id JOIN sources s ON s.source = o.source
 ORDER BY s.source_id, g.n DESC, o.op";
 
-const OFF_CPU_SQL: &str = "
+pub(crate) const OFF_CPU_SQL: &str = "
 SELECT count(*)::BIGINT,
        coalesce((CASE WHEN sum(duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) END), 0)::BIGINT,
        coalesce((CASE WHEN sum(duration) FILTER (WHERE arg1 = 0) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) FILTER (WHERE arg1 = 0) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) FILTER (WHERE arg1 = 0) END), 0)::BIGINT,

@@ -45,7 +45,7 @@ static SWITCHES_SQL: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Op id of sched_switch.
-pub const SWITCH_OP: u16 = 100;
+pub const SWITCH_OP: u16 = causeway_ops::id("sched_switch");
 
 impl Switches {
     /// Reads the off-CPU intervals of `tids` on `node` around window `w`.

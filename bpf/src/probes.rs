@@ -2,7 +2,7 @@
 //!
 //! One generic entry/return program pair serves every function; the attach cookie built by
 //! [`cookie`] tells the BPF side the op id and, for the cuMemcpy* variants, the copy direction.
-//! Op ids are the store catalogue's (store/src/catalog.rs; the collector's tests check the names).
+//! Op ids are the op table's (ops/src/lib.rs; the collector's tests check the names).
 
 /// A library whose functions are probed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

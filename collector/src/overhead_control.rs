@@ -24,8 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::ProbeMode;
-use causeway_bpf::abi::OP_CALIBRATE;
-use causeway_store::catalog::{self, Source};
+use causeway_ops::Class;
 use causeway_store::{ModeSwitch, OverheadWindow};
 
 use crate::cost::{CostModel, FirstInsn};
@@ -40,16 +39,15 @@ pub use crate::windows::{CpuReading, ProcessWindow};
 
 /// Whether an op id is a probed library call (CUDA runtime/driver/graph or NCCL).
 pub fn is_call_op(op: u16) -> bool {
-    op != OP_CALIBRATE && !(100..200).contains(&op)
+    causeway_ops::by_id(op).is_some_and(|o| o.is_call())
 }
 
 /// Whether an op is one of the host's waits for the GPU whose durations the engine reads: a
 /// synchronisation, or a host/device copy (which waits for its stream).
 pub fn is_wait_op(op: u16) -> bool {
-    catalog::op_by_id(op).is_some_and(|o| {
-        matches!(o.source, Source::Cuda | Source::Driver)
-            && (o.name.ends_with("Synchronize")
-                || (o.name.contains("Memcpy") && !o.name.contains("Peer")))
+    // A peer copy is between two GPUs: the host does not wait on it for its own work.
+    causeway_ops::by_id(op).is_some_and(|o| {
+        o.class == Class::Sync || (o.class == Class::Copy && !o.name.contains("Peer"))
     })
 }
 
@@ -651,6 +649,7 @@ impl Controller {
 mod tests {
     use super::*;
     use crate::cost::Costs;
+    use causeway_bpf::abi::OP_CALIBRATE;
 
     const COSTS: Costs = Costs {
         bare_pair_ns: 10_000.0,

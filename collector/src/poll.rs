@@ -10,6 +10,7 @@ use causeway_bpf::abi::{
 };
 use causeway_bpf::libbpf_rs::{MapCore, MapFlags};
 use causeway_bpf::skel::CausewaySkel;
+use causeway_ops as ops;
 use causeway_store::{Event, HistogramBucket, OpCount, ProcessInfo, SampledWindow};
 use crossbeam_channel::TrySendError;
 use tracing::warn;
@@ -23,18 +24,18 @@ use crate::stacks::Stacks;
 use crate::tuning::HOLD_NS;
 
 /// cudaLaunchKernel: its arg0 is the kernel's host stub (or handle), named in kernels.rs.
-const OP_CUDA_LAUNCH_KERNEL: u16 = 3;
+const OP_CUDA_LAUNCH_KERNEL: u16 = ops::id("cudaLaunchKernel");
 /// cudaGetKernel: arg0 a host stub, arg1 the handle CUDA 13 stubs launch with.
-const OP_CUDA_GET_KERNEL: u16 = 15;
+const OP_CUDA_GET_KERNEL: u16 = ops::id("cudaGetKernel");
 /// Driver launches: arg0 the CUfunction.
-const OP_CU_LAUNCH_KERNEL: u16 = 50;
-const OP_CU_LAUNCH_KERNEL_EX: u16 = 56;
+const OP_CU_LAUNCH_KERNEL: u16 = ops::id("cuLaunchKernel");
+const OP_CU_LAUNCH_KERNEL_EX: u16 = ops::id("cuLaunchKernelEx");
 /// cuKernelGetFunction: arg0 the CUkernel, arg1 its CUfunction.
-const OP_CU_KERNEL_GET_FUNCTION: u16 = 61;
+const OP_CU_KERNEL_GET_FUNCTION: u16 = ops::id("cuKernelGetFunction");
 /// Process lifecycle ops whose events the poll thread also acts on.
-const OP_PROCESS_EXEC: u16 = 104;
-const OP_PROCESS_EXIT: u16 = 105;
-const OP_PROCESS_FORK: u16 = 106;
+const OP_PROCESS_EXEC: u16 = ops::id("process_exec");
+const OP_PROCESS_EXIT: u16 = ops::id("process_exit");
+const OP_PROCESS_FORK: u16 = ops::id("process_fork");
 
 /// Reads the kernel's statistics (the collector's own calibration entries left out): each
 /// (pid, op) key of `stat_slots` names its slot of the `stats` array.

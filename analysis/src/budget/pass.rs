@@ -16,14 +16,14 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::LazyLock;
 
-use causeway_store::catalog::{self, OpInfo, Source};
+use causeway_store::catalog::{self, Class, OpInfo, Source};
 use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 
 use crate::cursor::Call;
 use crate::derive::sat;
 use crate::intervals::Span;
-use crate::opsets::{self, is_gpu_source, is_launch, is_sync, tid_list};
+use crate::opsets::{self, tid_list};
 use crate::scan::{NodeRef, for_each_batch};
 use crate::switches::{MARGIN_NS, Off, Switches};
 use crate::window::Window;
@@ -81,14 +81,11 @@ pub struct NodeCalls {
     pub idle_long: HashMap<u32, i64>,
 }
 
-/// Calls that drain the GPU: synchronisations, synchronous copies, frees.
+/// Calls that drain the GPU: synchronisations, frees, and synchronous copies (named: the
+/// synchronous peer copy is not counted as one).
 pub fn is_drain(o: &OpInfo) -> bool {
-    is_gpu_source(o.source.name())
-        && (is_sync(o.name)
-            || matches!(
-                o.name,
-                "cudaMemcpy" | "cudaMemcpy2D" | "cuMemcpy" | "cudaFree" | "cuMemFree"
-            ))
+    matches!(o.class, Class::Sync | Class::Free)
+        || matches!(o.name, "cudaMemcpy" | "cudaMemcpy2D" | "cuMemcpy")
 }
 
 /// Calls that give the GPU work: launches, copies and memsets (a synchronous copy gives it
@@ -96,12 +93,7 @@ pub fn is_drain(o: &OpInfo) -> bool {
 /// through every synchronous host-to-device copy, 4 pp over the measured idle on a real nsys
 /// trace), collectives.
 pub fn is_work(o: &OpInfo) -> bool {
-    is_gpu_source(o.source.name())
-        && (is_launch(o.name)
-            || o.name.ends_with("Async")
-            || o.name.contains("Memcpy")
-            || o.name.contains("Memset")
-            || o.source == Source::Nccl)
+    matches!(o.class, Class::Launch | Class::Copy | Class::Memset) || o.source == Source::Nccl
 }
 
 /// Socket calls, block I/O requests and draining calls of the node (read before the pass).
@@ -209,7 +201,7 @@ impl<'a> CallPass<'a> {
         let mut kind = vec![0u8; usize::from(u16::MAX) + 1];
         for o in catalog::OPS.iter() {
             work[usize::from(o.id)] = is_work(o);
-            launch[usize::from(o.id)] = is_gpu_source(o.source.name()) && is_launch(o.name);
+            launch[usize::from(o.id)] = o.class == Class::Launch;
             kind[usize::from(o.id)] = if o.source == Source::Net {
                 1
             } else if o.source == Source::Io {

@@ -29,7 +29,7 @@ pub const MIN_FIRST_USE_NS: i64 = 50_000_000;
 /// Per process: first launches of each kernel against later launches.
 // One hash aggregation (no sort): each kernel's first launch, then per launch op of a process;
 // on the event rows by node id (names joined onto the few groups, not onto every launch).
-const FIRST_USE_SQL: &str = "
+pub(crate) const FIRST_USE_SQL: &str = "
 WITH k AS (
   SELECT node_id, pid, op_id, arg_min(duration, timestamp) AS first_d, count(*) AS n
   FROM event_rows
@@ -186,7 +186,7 @@ fn first_use(
     for (node, pid, op_id, kernels, first_p50, first_sum, later) in rows {
         let pid = pid as u32;
         // The op's median over all its launches: the first ones are few where it matters.
-        let op_name = if op_id == 3 {
+        let op_name = if op_id == i64::from(causeway_ops::id("cudaLaunchKernel")) {
             "cudaLaunchKernel"
         } else {
             "cuLaunchKernel"

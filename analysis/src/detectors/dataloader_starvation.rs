@@ -25,7 +25,7 @@ use crate::chains::Chain;
 const RECLAIM_SHARE_PCT: i64 = 4;
 
 /// The tasks that ran while the workers were preempted, most time first: (tid, ns).
-const PREEMPTORS_SQL: &str = "
+pub(crate) const PREEMPTORS_SQL: &str = "
 SELECT arg0, sum(duration)::BIGINT AS ns FROM event_data
 WHERE op_id = 100 AND arg1 = 0 AND node = ? AND timestamp BETWEEN ? AND ?
   AND list_contains(string_split(?, ',')::UINTEGER[], tid)

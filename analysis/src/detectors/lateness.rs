@@ -74,12 +74,12 @@ ORDER BY w.node, w.pid, w.t"
 
 /// Run-queue latencies after the wake-ups of one thread (the last part of a sleep, spent
 /// waiting for a CPU).
-const RUN_QUEUE_SQL: &str = "
+pub(crate) const RUN_QUEUE_SQL: &str = "
 SELECT timestamp, duration FROM event_data
 WHERE op_id = 101 AND duration > 0 AND node = ? AND tid = ? AND timestamp BETWEEN ? AND ?
 ORDER BY timestamp";
 
-const OFF_CPU_SQL: &str = "
+pub(crate) const OFF_CPU_SQL: &str = "
 SELECT coalesce((CASE WHEN sum(duration) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) END), 0)::BIGINT, coalesce((CASE WHEN sum(duration) FILTER (WHERE arg1 = 0) > 9223372036854775807 THEN 9223372036854775807 WHEN sum(duration) FILTER (WHERE arg1 = 0) < -9223372036854775808 THEN -9223372036854775808 ELSE sum(duration) FILTER (WHERE arg1 = 0) END), 0)::BIGINT,
        coalesce(mode(arg0), 0)::BIGINT
 FROM event_data WHERE op_id = 100 AND node = ? AND tid = ? AND timestamp BETWEEN ? AND ?";

@@ -23,12 +23,7 @@ use crate::fmt::bytes;
 use crate::opsets::named;
 
 /// GPU allocation calls.
-const ALLOC_OPS: [&str; 4] = [
-    "cudaMalloc",
-    "cuMemAlloc",
-    "cudaMallocManaged",
-    "cuMemAllocManaged",
-];
+const ALLOC_OPS: [&str; 4] = causeway_ops::names(causeway_ops::Class::Alloc);
 /// A process needs this many allocation calls to be examined.
 const MIN_ALLOCS: u64 = 20;
 

@@ -54,7 +54,7 @@ static IO_SQL: LazyLock<String> = LazyLock::new(|| {
 pub const SAMPLED_MIN_SLEEP_NS: i64 = 1_000_000;
 
 /// sched_wakeup's op id.
-const WAKEUP_OP: u16 = 101;
+const WAKEUP_OP: u16 = causeway_ops::id("sched_wakeup");
 
 static WAKES_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(

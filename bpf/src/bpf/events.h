@@ -1,7 +1,7 @@
 // The event ABI between the BPF programs and user space (mirrored by bpf/src/abi.rs).
 //
 // Every ring-buffer record is one `struct cw_event`: a leading kind tag, the catalogue op id
-// (store/src/catalog.rs), who, when, and two op-specific arguments whose meaning the catalogue
+// (ops/src/lib.rs), who, when, and two op-specific arguments whose meaning the catalogue
 // documents. Change this file and abi.rs together (a unit test checks the size and offsets).
 #ifndef CAUSEWAY_EVENTS_H
 #define CAUSEWAY_EVENTS_H
@@ -31,7 +31,7 @@
 #define CW_LIB_OBJECT 5 /* a file of any other name a traced process mapped executable (a Python
                          * extension module, say), to be checked for a CUDA runtime linked in */
 
-/* Catalogue op ids used in the kernel (must equal store/src/catalog.rs; abi.rs tests it). */
+/* Op ids used in the kernel: the op table's (ops/src/lib.rs); bpf/build.rs checks them. */
 #define OP_CUDA_MALLOC 1
 #define OP_CUDA_FREE 2
 #define OP_CUDA_LAUNCH_KERNEL 3

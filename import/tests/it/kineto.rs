@@ -575,7 +575,7 @@ fn import_designed(dir: &Path, profiler_step: bool) -> Reader {
     let src = dir.join(format!("designed-{profiler_step}.pt.trace.json"));
     std::fs::write(&src, designed(profiler_step)).unwrap();
     let out = src.with_extension("duckdb");
-    import(&[src], &out, false, &ImportOptions::default(), &mut |_| {}).unwrap();
+    crate::import_one(&src, &out);
     Reader::open(&out).unwrap()
 }
 

@@ -576,14 +576,7 @@ fn repeated_outermost_nvtx_ranges_of_an_export_are_steps() {
         ))
         .unwrap();
     let out = dir.path().join("out.duckdb");
-    let reports = import(
-        std::slice::from_ref(&src),
-        &out,
-        false,
-        &ImportOptions::default(),
-        &mut |_| {},
-    )
-    .unwrap();
+    let rep = crate::import_one(&src, &out);
     let r = Reader::open(&out).unwrap();
     assert_eq!(
         text(
@@ -592,7 +585,7 @@ fn repeated_outermost_nvtx_ranges_of_an_export_are_steps() {
         ),
         "7@4242:90-400:nvtx 0@4243:600-700:nvtx 1@4243:700-800:nvtx 2@4243:800-900:nvtx"
     );
-    assert_eq!(reports[0].nsys.as_ref().unwrap().steps, 4);
+    assert_eq!(rep.nsys.as_ref().unwrap().steps, 4);
 }
 
 /// Imports `src` expecting a failure: one line naming the file, a hint, and no output file.

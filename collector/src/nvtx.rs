@@ -9,7 +9,6 @@
 //! record per range. Only processes the collector starts get it: a running process's
 //! environment cannot be changed, and one that names its own injection library keeps it.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -17,7 +16,7 @@ use std::path::{Path, PathBuf};
 use causeway_bpf::abi::{RangeKind, RawRange};
 use causeway_bpf::libbpf_rs::{Link, UprobeOpts};
 use causeway_bpf::skel::CausewaySkel;
-use causeway_store::{Range, Step};
+use causeway_store::{Range, Step, steps};
 use tracing::{debug, info, warn};
 
 /// The environment variable NVTX's loader reads (64-bit processes).
@@ -157,83 +156,23 @@ pub fn range_row(r: &RawRange, offset_ns: i64) -> Range {
     }
 }
 
-/// The index a step-like name carries: `ProfilerStep#N` (what the importers recognise),
-/// `NAME#N`, `step N`, `step_N`, `Step N`.
-pub fn step_index(name: &str) -> Option<i64> {
-    if let Some((_, n)) = name.rsplit_once('#') {
-        return n.trim().parse().ok();
-    }
-    let lower = name.to_ascii_lowercase();
-    let rest = lower.strip_prefix("step")?;
-    let rest = rest.strip_prefix([' ', '_', '-']).unwrap_or(rest);
-    rest.trim().parse().ok()
-}
-
-/// An outermost range: its name without its domain, start and end (Unix ns).
-type Outermost = (String, i64, i64);
-
-/// Top-level NVTX ranges of each thread, kept until the recording ends to find its steps.
+/// Top-level NVTX push/pop ranges of each thread, kept until the recording ends to find its
+/// steps by the store's rule ([`causeway_store::steps`]), which the importers apply too.
 #[derive(Debug, Default)]
-pub struct StepFinder {
-    /// (pid, tid) -> the thread's outermost push/pop ranges.
-    threads: HashMap<(u32, u32), Vec<Outermost>>,
-    /// Ranges kept (bounded: a thread annotating millions of outermost ranges is not stepping).
-    kept: usize,
-}
-
-/// Most outermost ranges kept for step finding.
-const MAX_KEPT: usize = 1 << 20;
+pub struct StepFinder(steps::StepFinder);
 
 impl StepFinder {
     /// Notes one stored range.
     pub fn push(&mut self, r: &Range, raw: &RawRange) {
-        if raw.kind != RangeKind::PushPop || raw.depth != 0 || self.kept >= MAX_KEPT {
+        if raw.kind != RangeKind::PushPop || raw.depth != 0 {
             return;
         }
-        self.kept += 1;
-        self.threads.entry((r.pid, r.tid)).or_default().push((
-            raw.name.clone(),
-            r.start_ns,
-            r.end_ns,
-        ));
+        self.0.push(r.pid, r.tid, &raw.name, r.start_ns, r.end_ns);
     }
 
-    /// The steps: per thread, outermost ranges whose names carry an index (`ProfilerStep#N`,
-    /// `step N`), or else, where every outermost range of the thread has one name and it
-    /// repeats, those ranges numbered from 0.
+    /// The steps, source `nvtx`.
     pub fn steps(&self) -> Vec<Step> {
-        let mut out = Vec::new();
-        for (&(pid, tid), ranges) in &self.threads {
-            let step = |step, start_ns, end_ns| Step {
-                pid,
-                tid,
-                step,
-                start_ns,
-                end_ns,
-                source: "nvtx",
-            };
-            let indexed: Vec<Step> = ranges
-                .iter()
-                .filter_map(|(name, s, e)| Some(step(step_index(name)?, *s, *e)))
-                .collect();
-            if !indexed.is_empty() {
-                out.extend(indexed);
-                continue;
-            }
-            let one_name = ranges.windows(2).all(|w| w[0].0 == w[1].0);
-            if ranges.len() >= 2 && one_name {
-                let mut sorted: Vec<_> = ranges.iter().map(|(_, s, e)| (*s, *e)).collect();
-                sorted.sort_unstable();
-                out.extend(
-                    sorted
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, (s, e))| step(i as i64, s, e)),
-                );
-            }
-        }
-        out.sort_by_key(|s| (s.pid, s.tid, s.start_ns));
-        out
+        self.0.steps("nvtx")
     }
 }
 
@@ -252,17 +191,6 @@ mod tests {
             name: name.into(),
             domain: domain.into(),
         }
-    }
-
-    #[test]
-    fn step_names_give_their_index() {
-        assert_eq!(step_index("ProfilerStep#551"), Some(551));
-        assert_eq!(step_index("train#3"), Some(3));
-        assert_eq!(step_index("step 7"), Some(7));
-        assert_eq!(step_index("Step_8"), Some(8));
-        assert_eq!(step_index("step"), None);
-        assert_eq!(step_index("forward"), None);
-        assert_eq!(step_index("stepper 2"), None);
     }
 
     #[test]

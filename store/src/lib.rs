@@ -18,6 +18,7 @@ mod row;
 mod rows;
 pub mod sanitize;
 pub mod schema;
+pub mod steps;
 pub mod symbols;
 pub mod timeline;
 mod writer;

@@ -11,6 +11,8 @@
 //! counted.
 //! Severity (its own rule, on the measured idle share of the window, since the figure is
 //! measured, not estimated): HIGH >= 30%, MEDIUM >= 10%, LOW >= 5%; a busier device is healthy.
+//! Where the host waited in the input pipeline and the steps hold DataLoader ranges, the summary
+//! says the DataLoader's share of the mean step, from its own evidence row.
 //! Recommendation: by the largest reason (input pipeline: more DataLoader workers, pinned
 //! memory, prefetching; CPU ops: fewer, larger launches, CUDA graphs; sync: no host reads of
 //! device values in the loop; collectives: overlap and balance; dependencies: the stream or
@@ -20,7 +22,7 @@ use causeway_store::StoreError;
 
 use super::{Finding, Input, d, pct, step};
 use crate::chains::{Chain, Severity};
-use crate::device::{DeviceTime, IdleReason, idle_evidence};
+use crate::device::{DeviceTime, IdleReason, idle_evidence, input_share, input_share_evidence};
 
 /// Least measured idle share of the window that is a finding.
 pub const MIN_IDLE_SHARE: f64 = 0.05;
@@ -98,12 +100,33 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             .take(3)
             .map(|r| format!("{} {}", d(r.ns), words(r)))
             .collect();
-        let summary = format!(
+        let mut summary = format!(
             "{who} sat idle {} ({} of the window) on its own timeline: {}",
             d(idle),
             pct(idle, window),
             named.join(", ")
         );
+        let mut evidence_sql = idle_evidence(&dev.node, dev.pid, from, until);
+        // Waiting for input: how much of a step the DataLoader takes is what people tune
+        // (workers, prefetching) against; its row joins the evidence.
+        if dev
+            .idle
+            .iter()
+            .any(|r| r.waiting_for == "host" && r.reason == "input pipeline" && r.ns > 0)
+            && let Some(s) = input_share(ctx.r, &dev.node, dev.pid, from, until)?
+        {
+            summary.push_str(&format!(
+                "; {} took {} of the mean step, {} of {}",
+                s.name,
+                pct(s.input_ns, s.step_ns),
+                d(s.input_ns),
+                d(s.step_ns)
+            ));
+            evidence_sql = format!(
+                "SELECT * FROM ({evidence_sql}) AS idle UNION ALL SELECT * FROM ({}) AS input_share",
+                input_share_evidence(&dev.node, dev.pid, from, until)
+            );
+        }
         let root_cause = if host_ns >= dep_ns {
             format!(
                 "The device waited for its host: {} of idle passed before the next work was launched, most of it with the launching thread in {}{}.",
@@ -192,7 +215,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 explanation,
                 timeline,
                 recommendations,
-                evidence_sql: idle_evidence(&dev.node, dev.pid, from, until),
+                evidence_sql,
             }
             .into_chain(),
         );

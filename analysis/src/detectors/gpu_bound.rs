@@ -10,6 +10,8 @@
 //! lasts at least 100 ms (a stall, [`crate::budget::STALL_MIN_NS`]) and 10x the thread's median
 //! wait in that call (for a sleep, the largest median of its wait calls: the engine's "slow"
 //! rule).
+//! Not where the trace measures the device's own timeline and a device of the process sat idle
+//! for 30% of the window or more: the waits were for a dependency then (`device_idle`).
 //! Time lost: what those long waits took beyond the median wait: the time the thread, and the
 //! work queued behind it, was held. Severity: the common rule.
 //! What precedes them: the launches the thread queued since its previous wait, the largest grid
@@ -30,6 +32,22 @@ use crate::opsets::LAUNCH_NAMES;
 
 /// A long wait is at least this many times the thread's median wait in the same call.
 const SLOW_FACTOR: i64 = 10;
+
+/// Measured idle share of the window (percent) from which the device is not the bottleneck,
+/// whatever the host waited for (`device_idle`'s HIGH).
+const MEASURED_IDLE_PCT: f64 = 30.0;
+
+/// Whether the trace's device timeline shows a device of the process idle for at least
+/// [`MEASURED_IDLE_PCT`] of the window: the host's long waits were then for a dependency (a
+/// stream's event, a collective's peers), not for device work, and `device_idle` says which.
+fn measured_idle(inp: &Input<'_>, node: &str, pid: u32) -> bool {
+    inp.devices.iter().any(|d| {
+        d.node == node
+            && d.pid == pid
+            && d.gpu_idle_measured_pct
+                .is_some_and(|p| p >= MEASURED_IDLE_PCT)
+    })
+}
 
 /// Copy calls, as an SQL list (a device-to-host copy waits for its stream first).
 pub(crate) static COPIES_SQL: LazyLock<String> = LazyLock::new(|| {
@@ -127,7 +145,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
     for b in thread_budgets(inp) {
         let tid = b.tid.unwrap_or_default();
         let waiting = b.waiting_ns();
-        if waiting == 0 {
+        if waiting == 0 || measured_idle(inp, &b.node, b.pid) {
             continue;
         }
         // The waits' query is this detector's cost (half a second on 10M events): a thread

@@ -438,7 +438,8 @@ fn summary_figures(summary: &str) -> Vec<(f64, &'static str, String)> {
             None if ends(&summary[i..]) => ("", i),
             None => continue,
         };
-        if ["tid ", "pid ", "GPU ", "rank "]
+        // Ids, not figures; "thread N" is how Kineto names a thread (`thread 4515 (python3.8)`).
+        if ["tid ", "pid ", "GPU ", "rank ", "thread "]
             .iter()
             .any(|p| summary[..start].ends_with(p))
         {
@@ -535,8 +536,12 @@ mod figure_tests {
             vec![json!("a"), json!(4_722_496), json!(2)],
             vec![json!("b"), json!(1_000_000), json!(1)],
         ];
-        // 4.72 ms a cell, 5.72 ms the column's sum, 3 its sum, 2 a count of rows.
+        // 4.72 ms a cell, 5.72 ms the column's sum, 3 its sum, 2 a count of rows; a thread
+        // named by its id (an imported trace's thread name) is no figure.
         assert!(figures_not_in_rows("4.72 ms, 5.72 ms, 3 and 2", &rows).is_empty());
+        assert!(
+            figures_not_in_rows("thread 4515 (python3.8) (tid 4515) waited 3", &rows).is_empty()
+        );
         assert_eq!(
             figures_not_in_rows("4.80 ms and 7", &rows),
             ["4.80 ms", "7"]

@@ -392,3 +392,92 @@ fn device_idle_findings_come_back_from_their_evidence() {
     }
     assert!(seen >= 5, "{seen} device_idle findings");
 }
+
+/// Issue 52: where the device waits for the host in the DataLoader, the finding says the
+/// DataLoader's share of the mean step, and the figures come back from its evidence rows. Four
+/// steps of 1000 µs (pid 100, tid 1), each spending its first 400 µs in the DataLoader, then
+/// launching one kernel that runs [410, 990] of the step: 40% of the mean step.
+#[test]
+fn the_dataloaders_share_of_the_step_comes_back_from_the_evidence() {
+    let mut events = Vec::new();
+    for i in 0..4 {
+        let s = i * 1000;
+        events.push(x(
+            "user_annotation",
+            &format!("ProfilerStep#{i}"),
+            100,
+            1,
+            s,
+            1000,
+            "",
+        ));
+        events.push(x(
+            "user_annotation",
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            100,
+            1,
+            s,
+            400,
+            "",
+        ));
+        let corr = format!(r#""correlation": {}"#, i + 1);
+        events.push(x(
+            "cuda_runtime",
+            "cudaLaunchKernel",
+            100,
+            1,
+            s + 400,
+            5,
+            &corr,
+        ));
+        events.push(x(
+            "kernel",
+            "gemm",
+            0,
+            7,
+            s + 410,
+            580,
+            &format!(r#""device": 0, "stream": 7, {corr}"#),
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("input.pt.trace.json");
+    std::fs::write(
+        &src,
+        format!(
+            r#"{{"schemaVersion": 1, "traceEvents": [{}]}}"#,
+            events.join(",\n")
+        ),
+    )
+    .unwrap();
+    let db = dir.path().join("input.duckdb");
+    import(&src, &db);
+    let r = Reader::open(&db).unwrap();
+    let e = explain(&r, &ChainQuery::default()).unwrap();
+    let c = e
+        .chains
+        .iter()
+        .find(|c| c.detector == "device_idle")
+        .expect("a device_idle finding");
+    let d = causeway_analysis::detectors::d;
+    let want = format!(
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__ took 40.0% of the mean step, {} of {}",
+        d(400_000),
+        d(1_000_000)
+    );
+    assert!(c.summary.ends_with(&want), "{}", c.summary);
+    let g = causeway_sqlguard::guard(&c.evidence_sql, r.policy(), None)
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.evidence_sql));
+    let rows = r
+        .query(&g, &causeway_store::QueryLimits::default())
+        .unwrap();
+    let missing = causeway_analysis::detectors::figures_not_in_rows(&c.summary, &rows.rows);
+    assert!(missing.is_empty(), "{missing:?} {}", c.summary);
+    let share: Vec<_> = rows
+        .rows
+        .iter()
+        .filter(|row| row[2] == "step")
+        .map(|row| (row[5].as_i64(), row[6].as_i64(), row[7].as_i64()))
+        .collect();
+    assert_eq!(share, [(Some(4), Some(400_000), Some(1_000_000))]);
+}

@@ -1,11 +1,15 @@
 //! The second pass over a Kineto trace: each event mapped to its store rows and written in
 //! batches (events through the writer's own batching, the other tables every few thousand rows).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use causeway_store::{Correlation, Event, GpuActivity, GpuKind, Range, SessionInfo, Step, Writer};
+use causeway_store::{
+    Correlation, Event, GpuActivity, GpuKind, PythonStack, Range, SessionInfo, Step, Writer,
+};
 
-use super::map::{Depths, call_args, call_op, kernel_name, profiler_step};
+use super::map::{
+    AnnotationSteps, Depths, Launched, call_args, call_op, kernel_name, profiler_step,
+};
 use super::parse::{Header, Id, RawEvent, micros_to_ns, parse_event};
 use super::split::{Parts, Scanned, Stop};
 use super::{KinetoReport, KinetoTrace};
@@ -23,7 +27,11 @@ struct Load<'a> {
     gpu: Vec<GpuActivity>,
     settled: Vec<Range>,
     steps: Vec<Step>,
+    /// Steps marked by other annotations, used where the file has no `ProfilerStep#N`.
+    annotation_steps: AnnotationSteps,
     correlations: Vec<Correlation>,
+    /// The Python stacks of calls, by hash, written once the events are.
+    python_stacks: HashMap<i64, PythonStack>,
     depths: Depths,
     skipped: BTreeMap<String, u64>,
     invalid: Invalid,
@@ -87,7 +95,17 @@ impl Load<'_> {
         };
         self.seen(start, end);
         let args = ev.args.unwrap_or_default();
-        let (arg0, arg1) = call_args(op, args.bytes, args.stream);
+        let launched = Launched {
+            bytes: args.bytes,
+            stream: args.stream,
+            device: args.device,
+            // The device copy queued by the call says which way it went.
+            direction: args
+                .correlation
+                .and_then(|c| self.file.copy_directions.get(&c).copied()),
+            grid: None,
+        };
+        let (arg0, arg1) = call_args(op, &launched);
         let comm = self
             .file
             .threads
@@ -101,6 +119,13 @@ impl Load<'_> {
                 correlation,
             });
         }
+        let stack_hash = match self.file.python.stack(pid, tid, start, end) {
+            Some((hash, stack)) => {
+                self.python_stacks.entry(hash).or_insert(stack);
+                hash
+            }
+            None => 0,
+        };
         self.w.append(&Event {
             timestamp: start,
             duration: end - start,
@@ -112,7 +137,7 @@ impl Load<'_> {
             arg1,
             ret_code: 0,
             gpu_id: args.device.and_then(|d| i16::try_from(d).ok()).unwrap_or(0),
-            stack_hash: 0,
+            stack_hash,
             cgroup_id: 0,
             rank: self.rank,
         })?;
@@ -191,18 +216,19 @@ impl Load<'_> {
                 source: "profiler",
             });
         }
-        self.depths.push(
-            Range {
-                pid,
-                tid,
-                name,
-                kind,
-                start_ns: start,
-                end_ns: end,
-                depth: 0,
-            },
-            &mut self.settled,
-        );
+        let row = Range {
+            pid,
+            tid,
+            name,
+            kind,
+            start_ns: start,
+            end_ns: end,
+            depth: 0,
+        };
+        if kind == "user_annotation" {
+            self.annotation_steps.push(row.clone());
+        }
+        self.depths.push(row, &mut self.settled);
         if self.settled.len() >= BATCH {
             self.flush_ranges()?;
         }
@@ -223,6 +249,10 @@ impl Load<'_> {
         self.flush_ranges()?;
         self.w.add_gpu_activity(&self.gpu)?;
         self.gpu.clear();
+        // ProfilerStep#N, where the profiler's schedule marked steps, is what people index by.
+        if self.steps.is_empty() {
+            self.steps = std::mem::take(&mut self.annotation_steps).steps();
+        }
         self.report.steps += self.steps.len() as u64;
         self.w.add_steps(&self.steps)?;
         self.steps.clear();
@@ -331,7 +361,9 @@ impl KinetoTrace {
             gpu: Vec::new(),
             settled: Vec::new(),
             steps: Vec::new(),
+            annotation_steps: AnnotationSteps::default(),
             correlations: Vec::new(),
+            python_stacks: HashMap::new(),
             depths: Depths::default(),
             skipped: BTreeMap::new(),
             invalid: Invalid::default(),
@@ -364,6 +396,7 @@ impl KinetoTrace {
         load.w.commit_bulk()?;
         let Load {
             w,
+            python_stacks,
             skipped,
             invalid,
             mut report,
@@ -377,6 +410,9 @@ impl KinetoTrace {
             ..
         } = load;
         progress(Progress { done: *done, total });
+        for (hash, stack) in &python_stacks {
+            w.add_python_stack(*hash, stack)?;
+        }
         let mut out = SourceReport {
             path: self.path.clone(),
             reference_version: h

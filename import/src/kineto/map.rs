@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 
-use causeway_store::Range;
 use causeway_store::catalog::{OpInfo, Source, op_by_name};
+use causeway_store::steps::StepFinder;
+use causeway_store::{Range, Step};
 
 /// Suffixes of versioned and per-thread-stream entry points (`cudaMemcpyAsync_ptsz`,
 /// `cuMemAlloc_v2`): the call is the catalogue's op of the plain name.
@@ -57,20 +58,53 @@ fn is_call(op: &OpInfo) -> bool {
     matches!(op.source, Source::Cuda | Source::Driver | Source::Graph)
 }
 
-/// What a call's arguments in the trace give its `arg0` and `arg1`, by what the catalogue says
-/// they hold: bytes for copies, memsets and allocations, the stream for stream waits and graph
-/// launches; 0 where the trace does not say (the catalogue's "unread").
-pub fn call_args(op: &OpInfo, bytes: Option<i64>, stream: Option<i64>) -> (i64, i64) {
+/// What a trace says about one call, from the call itself or the device work it started.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Launched {
+    /// Bytes copied, set or allocated.
+    pub bytes: Option<i64>,
+    /// Stream.
+    pub stream: Option<i64>,
+    /// CUDA device ordinal.
+    pub device: Option<i64>,
+    /// A copy's direction, as the catalogue numbers it (`arg1` of copies).
+    pub direction: Option<i64>,
+    /// A launch's grid size (blocks).
+    pub grid: Option<i64>,
+}
+
+/// `arg0`/`arg1` of a call by what the catalogue says they hold: bytes for copies, memsets and
+/// allocations, the stream for stream waits and graph launches, the direction of copies, the
+/// grid of launches; 0 where the trace does not say (the catalogue's "unread").
+pub fn call_args(op: &OpInfo, l: &Launched) -> (i64, i64) {
     let pick = |meaning: &str| {
         if meaning.starts_with("bytes") {
-            bytes.unwrap_or(0)
+            l.bytes.unwrap_or(0)
         } else if meaning == "stream handle" {
-            stream.unwrap_or(0)
+            l.stream.unwrap_or(0)
+        } else if meaning.starts_with("grid size") {
+            l.grid.unwrap_or(0)
+        } else if meaning.starts_with("direction") {
+            l.direction.unwrap_or(0)
         } else {
             0
         }
     };
     (pick(op.arg0), pick(op.arg1))
+}
+
+/// The direction (the catalogue's, `arg1` of copies) of a device copy Kineto names by its CUPTI
+/// kind: `Memcpy HtoD (Pageable -> Device)` is 1, `DtoH` 2, `DtoD` (and arrays, peers) 3,
+/// `HtoH` 0.
+pub fn copy_direction(name: &str) -> Option<i64> {
+    let kind = name.strip_prefix("Memcpy ")?.split_whitespace().next()?;
+    Some(match kind {
+        "HtoH" => 0,
+        "HtoD" | "HtoA" => 1,
+        "DtoH" | "AtoH" => 2,
+        "DtoD" | "DtoA" | "AtoD" | "AtoA" | "PtoP" => 3,
+        _ => return None,
+    })
 }
 
 /// A kernel's name as people read it: demangled when mangled, without the return type and the
@@ -164,6 +198,39 @@ fn settle(t: &mut Thread, done: &mut Vec<Range>) {
     }
 }
 
+/// Steps marked by annotation ranges (`record_function`, NVTX) other than `ProfilerStep#N`: the
+/// outermost of each thread's annotation ranges, by the store's step rule, the collector's for
+/// NVTX. Only the annotations count towards outermost: a trace recorded with Python stacks or
+/// CPU ops has other ranges around and between them.
+#[derive(Default)]
+pub struct AnnotationSteps {
+    depths: Depths,
+    settled: Vec<Range>,
+    finder: StepFinder,
+}
+
+impl AnnotationSteps {
+    /// Notes one annotation range, `r.name` without its domain.
+    pub fn push(&mut self, r: Range) {
+        self.depths.push(r, &mut self.settled);
+        self.settle();
+    }
+
+    fn settle(&mut self) {
+        for r in self.settled.drain(..).filter(|r| r.depth == 0) {
+            self.finder
+                .push(r.pid, r.tid, &r.name, r.start_ns, r.end_ns);
+        }
+    }
+
+    /// The steps found, source `nvtx`.
+    pub fn steps(mut self) -> Vec<Step> {
+        self.depths.finish(&mut self.settled);
+        self.settle();
+        self.finder.steps("nvtx")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,10 +251,29 @@ mod tests {
         assert_eq!(name("INVALID"), None);
         // Host ops are not calls.
         assert_eq!(name("sched_switch"), None);
-        let copy = call_op("cudaMemcpyAsync").unwrap();
-        assert_eq!(call_args(copy, Some(4096), Some(7)), (4096, 0));
-        let sync = call_op("cudaStreamSynchronize").unwrap();
-        assert_eq!(call_args(sync, None, Some(7)), (7, 0));
+        let l = Launched {
+            bytes: Some(4096),
+            stream: Some(7),
+            direction: Some(2),
+            grid: Some(96),
+            ..Launched::default()
+        };
+        let args = |n: &str| call_args(call_op(n).unwrap(), &l);
+        assert_eq!(args("cudaMemcpyAsync"), (4096, 2));
+        assert_eq!(args("cudaStreamSynchronize"), (7, 0));
+        assert_eq!(args("cudaLaunchKernel"), (0, 96));
+        let unknown = call_args(call_op("cudaMemcpy").unwrap(), &Launched::default());
+        assert_eq!(unknown, (0, 0));
+    }
+
+    #[test]
+    fn copy_names_give_their_direction() {
+        assert_eq!(copy_direction("Memcpy HtoD (Pageable -> Device)"), Some(1));
+        assert_eq!(copy_direction("Memcpy DtoH (Device -> Pinned)"), Some(2));
+        assert_eq!(copy_direction("Memcpy DtoD (Device -> Device)"), Some(3));
+        assert_eq!(copy_direction("Memcpy HtoH (Pinned -> Pinned)"), Some(0));
+        assert_eq!(copy_direction("Memset (Device)"), None);
+        assert_eq!(copy_direction("Memcpy"), None);
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod bounded;
 mod load;
 pub(crate) mod map;
 mod parse;
+mod python;
 mod split;
 
 use std::collections::HashMap;
@@ -143,10 +144,17 @@ pub struct KinetoTrace {
     threads: HashMap<(i64, i64), String>,
     /// Process names from metadata events, by pid.
     processes: HashMap<i64, String>,
+    /// The direction of each device copy (`Memcpy HtoD ...`), by correlation id: the runtime
+    /// call that queued it does not say.
+    copy_directions: HashMap<i64, i64>,
+    /// The `python_function` ranges of each thread (traces recorded with Python stacks).
+    python: python::PythonRanges,
 }
 
 /// Most thread and process names kept from metadata events.
 const MAX_NAMES: usize = 1 << 16;
+/// Most copy directions kept (a copy past these is stored without its direction).
+const MAX_COPIES: usize = 1 << 21;
 
 /// The first pass: the header, names, the profiled process, and a count of the events.
 #[derive(Default)]
@@ -156,6 +164,31 @@ struct Scan {
     calls_by_pid: HashMap<i64, (u64, u64)>,
     threads: HashMap<(i64, i64), String>,
     processes: HashMap<i64, String>,
+    copy_directions: HashMap<i64, i64>,
+    python: python::PythonRanges,
+}
+
+impl Scan {
+    /// Keeps a `python_function` range (a frame of a trace recorded with Python stacks) for the
+    /// stacks of the calls made inside it; one without valid times or ids is left out.
+    fn python_range(&mut self, scanned: &Scanned<'_>) {
+        let Ok((ev, _)) = parse::parse_event(scanned.json) else {
+            return;
+        };
+        let id = |i: &Option<Id>| {
+            i.as_ref()
+                .and_then(Id::num)
+                .and_then(|v| u32::try_from(v).ok())
+        };
+        let start = ev.ts.and_then(|t| parse::micros_to_ns(t.get()));
+        let dur = ev.dur.and_then(|d| parse::micros_to_ns(d.get()));
+        if let (Some(pid), Some(tid), Some(name), Some(start), Some(dur)) =
+            (id(&ev.pid), id(&ev.tid), ev.name.as_deref(), start, dur)
+        {
+            self.python
+                .push(pid, tid, name, start, start.saturating_add(dur));
+        }
+    }
 }
 
 impl Parts for Scan {
@@ -173,8 +206,8 @@ impl Parts for Scan {
         unreachable!("the first pass scans")
     }
 
-    fn scanned(&mut self, ev: &Scanned<'_>) -> Result<(), Stop> {
-        let ev = Meta::of(ev)?;
+    fn scanned(&mut self, scanned: &Scanned<'_>) -> Result<(), Stop> {
+        let ev = Meta::of(scanned)?;
         self.events += 1;
         let pid = ev.pid.as_ref().and_then(Id::num);
         match (ev.ph.as_deref(), ev.cat.as_deref(), ev.name.as_deref()) {
@@ -191,14 +224,26 @@ impl Parts for Scan {
                     self.processes.insert(pid, name);
                 }
             }
+            (_, Some("gpu_memcpy"), Some(name)) => {
+                let direction = map::copy_direction(name);
+                let correlation = direction.and_then(|_| ev.args()?.correlation);
+                if let (Some(d), Some(c)) = (direction, correlation)
+                    && self.copy_directions.len() < MAX_COPIES
+                {
+                    self.copy_directions.insert(c, d);
+                }
+            }
             (_, Some("cuda_runtime" | "cuda_driver"), _) => {
                 if let Some(pid) = pid {
                     self.calls_by_pid.entry(pid).or_default().0 += 1;
                 }
             }
-            (_, Some("cpu_op" | "user_annotation" | "python_function"), _) => {
+            (ph, Some(cat @ ("cpu_op" | "user_annotation" | "python_function")), _) => {
                 if let Some(pid) = pid {
                     self.calls_by_pid.entry(pid).or_default().1 += 1;
+                }
+                if ph == Some("X") && cat == "python_function" {
+                    self.python_range(scanned);
                 }
             }
             _ => {}
@@ -218,6 +263,7 @@ impl KinetoTrace {
         let mut scan = Scan::default();
         read(path, container, limits, &mut scan)?;
         let header = std::mem::take(&mut scan.header);
+        scan.python.finish(header.base_ns.unwrap_or(0));
         if !header.has_events {
             return Err(KinetoError::UnknownSchema {
                 path: path.to_path_buf(),
@@ -240,6 +286,8 @@ impl KinetoTrace {
             pid,
             threads: scan.threads,
             processes: scan.processes,
+            copy_directions: scan.copy_directions,
+            python: scan.python,
         })
     }
 

@@ -298,10 +298,15 @@ impl<'a> Meta<'a> {
         }
     }
 
+    /// The arguments the importer maps, when `args` is an object.
+    pub fn args(&self) -> Option<Args> {
+        let mut de = serde_json::Deserializer::from_slice(self.args?);
+        Object::<Args>(PhantomData).deserialize(&mut de).ok()
+    }
+
     /// `args.name` (a thread's or process's name in metadata events).
     pub fn args_name(&self) -> Option<String> {
-        let mut de = serde_json::Deserializer::from_slice(self.args?);
-        Object::<Args>(PhantomData).deserialize(&mut de).ok()?.name
+        self.args()?.name
     }
 }
 

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use causeway_store::catalog::OpInfo;
-use causeway_store::{Correlation, Event, GpuActivity, GpuKind, Range, SessionInfo, Step, Writer};
+use causeway_store::{Correlation, Event, GpuActivity, GpuKind, Range, SessionInfo, Writer};
 use rusqlite::Row;
 
 use super::schema::{
@@ -13,7 +13,7 @@ use super::schema::{
     NVTX_START_END, NVTX_TYPES, SYNC_TYPES,
 };
 use super::{NsysReport, NsysTrace, global_pid, global_tid};
-use crate::kineto::map::{Depths, call_op, kernel_name};
+use crate::kineto::map::{AnnotationSteps, Depths, Launched, call_args, call_op, kernel_name};
 use crate::{ImportError, ImportOptions, Invalid, MAX_PID, Progress, SourceReport};
 
 /// Tables of runtime and driver calls.
@@ -39,35 +39,6 @@ fn without_version(name: &str) -> &str {
 /// The catalogue op of a call nsys names `name`, if it has one.
 fn nsys_call_op(name: &str) -> Option<&'static OpInfo> {
     call_op(without_version(name))
-}
-
-/// What the device rows of a call say about it (bytes, stream, device, copy kind, grid).
-#[derive(Default, Clone, Copy)]
-struct Launched {
-    bytes: Option<i64>,
-    stream: Option<i64>,
-    device: Option<i64>,
-    copy_kind: Option<i64>,
-    grid: Option<i64>,
-}
-
-/// `arg0`/`arg1` of a call by what the catalogue says they hold, from what its device rows
-/// say; 0 where the export does not say.
-fn call_args(op: &OpInfo, l: &Launched) -> (i64, i64) {
-    let pick = |meaning: &str| {
-        if meaning.starts_with("bytes") {
-            l.bytes.unwrap_or(0)
-        } else if meaning == "stream handle" {
-            l.stream.unwrap_or(0)
-        } else if meaning.starts_with("grid size") {
-            l.grid.unwrap_or(0)
-        } else if meaning.starts_with("direction") {
-            l.copy_kind.map(schema::copy_direction).unwrap_or(0)
-        } else {
-            0
-        }
-    };
-    (pick(op.arg0), pick(op.arg1))
 }
 
 struct Load<'a> {
@@ -279,11 +250,12 @@ impl Load<'_> {
             return Ok(());
         };
         self.seen(start, end);
+        let copy_kind: Option<i64> = self.sq(r.get(12))?;
         let launched = Launched {
             bytes: self.sq(r.get(9))?,
             stream: self.sq(r.get(10))?,
             device: self.sq(r.get(11))?,
-            copy_kind: self.sq(r.get(12))?,
+            direction: copy_kind.map(schema::copy_direction),
             grid: self.sq(r.get(13))?,
         };
         let (arg0, arg1) = call_args(op, &launched);
@@ -547,13 +519,14 @@ impl Load<'_> {
                 crate::tally(&mut self.report.not_imported, &key, n as u64);
             }
             parts.push(format!(
-                "SELECT 0 AS k, n.rowid, n.start, n.end, n.globalTid, {name}, {domain} FROM {from}
+                "SELECT 0 AS k, n.rowid, n.start, n.end, n.globalTid, {name}, {domain},
+                   n.eventType = {NVTX_PUSH_POP} FROM {from}
                  WHERE n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}) AND n.end IS NOT NULL"
             ));
         }
         if s.has("OSRT_API") {
             parts.push(
-                "SELECT 1 AS k, o.rowid, o.start, o.end, o.globalTid, x.value, NULL
+                "SELECT 1 AS k, o.rowid, o.start, o.end, o.globalTid, x.value, NULL, 0
                  FROM OSRT_API o LEFT JOIN StringIds x ON x.id = o.nameId"
                     .to_string(),
             );
@@ -566,7 +539,7 @@ impl Load<'_> {
         let mut rows = self.sq(st.query([]))?;
         let mut depths = Depths::default();
         let mut settled = Vec::new();
-        let mut steps = Vec::new();
+        let mut steps = AnnotationSteps::default();
         while let Some(r) = self.sq(rows.next())? {
             self.tick();
             let nvtx = self.sq(r.get::<_, i64>(0))? == 0;
@@ -589,26 +562,24 @@ impl Load<'_> {
             self.seen(start, end);
             let text: Option<String> = self.sq(r.get(5))?;
             let text = text.unwrap_or_default();
-            let step = nvtx
-                .then(|| crate::kineto::map::profiler_step(&text))
-                .flatten();
             let domain: Option<i64> = self.sq(r.get(6))?;
             let name = match domain.and_then(|d| domains.get(&d)) {
                 Some(d) => format!("{d}:{text}"),
-                None => text,
+                None => text.clone(),
             };
             if nvtx {
                 self.report.nvtx_ranges += 1;
-                // torch.profiler's step ranges, emitted as NVTX (and anyone's who names a
-                // step the same way): the steps people compare runs by.
-                if let Some(step) = step {
-                    steps.push(Step {
+                // Push/pop ranges nest on their thread, as the collector's NVTX steps do;
+                // torch.profiler's `ProfilerStep#N` emitted as NVTX is one of them.
+                if self.sq(r.get::<_, bool>(7))? {
+                    steps.push(Range {
                         pid,
                         tid,
-                        step,
+                        name: text,
+                        kind,
                         start_ns: start,
                         end_ns: end,
-                        source: "nvtx",
+                        depth: 0,
                     });
                 }
             } else {
@@ -633,6 +604,7 @@ impl Load<'_> {
         }
         depths.finish(&mut settled);
         self.w.add_ranges(&settled)?;
+        let steps = steps.steps();
         self.w.add_steps(&steps)?;
         self.report.steps = steps.len() as u64;
         self.report.ranges_out_of_order = depths.out_of_order;
@@ -793,7 +765,7 @@ mod tests {
         let l = Launched {
             bytes: Some(4096),
             stream: Some(7),
-            copy_kind: Some(2),
+            direction: Some(schema::copy_direction(2)),
             grid: Some(96),
             ..Launched::default()
         };

@@ -1,4 +1,5 @@
-//! Import of the real PyTorch profiler (Kineto) traces in ../shared/investigations/kineto: every
+//! Import of the real PyTorch profiler (Kineto) traces in ../shared/investigations/kineto, and of
+//! traces designed here (annotation steps, copy directions, Python stacks): every
 //! count the store holds is checked against the source file, counted by an independent reader
 //! (serde_json's `Value` over the decompressed file), and bad JSON is refused in one line with
 //! nothing left behind.
@@ -42,6 +43,9 @@ struct Counts {
     runtime: i64,
     kernels: i64,
     memcpys: i64,
+    /// Device copies host-to-device (`Memcpy HtoD (...)`) queued by a call in the file (one
+    /// trace has a copy whose call came before the profiling window).
+    htod: i64,
     memsets: i64,
     steps: i64,
     ranges: i64,
@@ -56,6 +60,8 @@ fn source_counts(path: &Path) -> Counts {
         .unwrap();
     let doc: Value = serde_json::from_slice(&text).unwrap();
     let mut c = Counts::default();
+    let mut htod = Vec::new();
+    let mut called = std::collections::HashSet::new();
     for e in doc["traceEvents"].as_array().unwrap() {
         if e["ph"] != "X" {
             continue;
@@ -65,9 +71,15 @@ fn source_counts(path: &Path) -> Counts {
             "cuda_runtime" | "cuda_driver" => {
                 c.runtime += 1;
                 *c.calls.entry(name.to_string()).or_default() += 1;
+                called.insert(e["args"]["correlation"].as_i64());
             }
             "kernel" => c.kernels += 1,
-            "gpu_memcpy" => c.memcpys += 1,
+            "gpu_memcpy" => {
+                c.memcpys += 1;
+                if name.starts_with("Memcpy HtoD ") {
+                    htod.push(e["args"]["correlation"].as_i64());
+                }
+            }
             "gpu_memset" => c.memsets += 1,
             cat @ ("cpu_op" | "user_annotation" | "python_function") => {
                 c.ranges += 1;
@@ -78,6 +90,7 @@ fn source_counts(path: &Path) -> Counts {
             _ => {}
         }
     }
+    c.htod = htod.iter().filter(|k| called.contains(k)).count() as i64;
     c
 }
 
@@ -92,12 +105,13 @@ fn count(r: &Reader, sql: &'static str) -> i64 {
 fn every_real_trace_imports_with_the_counts_of_its_source() {
     let dir = tempfile::tempdir().unwrap();
     let mut table = vec![format!(
-        "{:<40} {:>17} {:>15} {:>13} {:>13} {:>9} {:>15}",
+        "{:<40} {:>17} {:>15} {:>13} {:>13} {:>11} {:>9} {:>15}",
         "trace (source = store)",
         "runtime calls",
         "stored+skipped",
         "kernels",
         "memcpys",
+        "HtoD",
         "memsets",
         "ProfilerSteps"
     )];
@@ -135,6 +149,11 @@ fn every_real_trace_imports_with_the_counts_of_its_source() {
             memcpys: count(
                 &r,
                 "SELECT count(*) FROM gpu_activity WHERE kind = 'memcpy'",
+            ),
+            // Each copy call has the direction of its device copy (issue 52).
+            htod: count(
+                &r,
+                "SELECT count(*) FROM events WHERE op LIKE '%Memcpy%' AND op NOT LIKE '%Peer%' AND arg1 = 1",
             ),
             memsets: count(
                 &r,
@@ -198,7 +217,7 @@ fn every_real_trace_imports_with_the_counts_of_its_source() {
         );
         assert_eq!(ranks, events, "{name}");
         table.push(format!(
-            "{:<40} {:>8} = {:<6} {:>8}+{:<6} {:>6} = {:<5} {:>6} = {:<5} {:>4} = {:<3} {:>7} = {:<5}",
+            "{:<40} {:>8} = {:<6} {:>8}+{:<6} {:>6} = {:<5} {:>6} = {:<5} {:>5} = {:<4} {:>4} = {:<3} {:>7} = {:<5}",
             name.trim_end_matches(".pt.trace.json.gz"),
             want.runtime,
             got.runtime,
@@ -208,6 +227,8 @@ fn every_real_trace_imports_with_the_counts_of_its_source() {
             got.kernels,
             want.memcpys,
             got.memcpys,
+            want.htod,
+            got.htod,
             want.memsets,
             got.memsets,
             want.steps,
@@ -422,4 +443,243 @@ fn bad_json_is_refused_in_one_line_and_leaves_nothing() {
     std::fs::write(&damaged_path, damaged).unwrap();
     let msg = refused(&damaged_path, limits);
     assert!(msg.contains("gzip") || msg.contains("JSON"), "{msg}");
+}
+
+/// One complete event (µs on the profiler's clock, `baseTimeNanoseconds` 0).
+fn x(cat: &str, name: &str, tid: i64, ts: i64, dur: i64, args: &str) -> String {
+    let pid = if matches!(cat, "kernel" | "gpu_memcpy") {
+        0
+    } else {
+        100
+    };
+    format!(
+        r#"{{"ph": "X", "cat": "{cat}", "name": "{name}", "pid": {pid}, "tid": {tid}, "ts": {ts}, "dur": {dur}, "args": {{{args}}}}}"#
+    )
+}
+
+/// A training loop of pid 100 recorded with `with_stack=True`, in µs, and without
+/// `ProfilerStep#N` unless `profiler_step`:
+///
+/// - thread 1: `record_function("train_step")` three times, [0, 1000], [1000, 2000],
+///   [2000, 3000], each holding a `forward` annotation, all inside the Python frame
+///   `train.py(40): <module>` [0, 3000] (so the steps are outermost among the annotations, not
+///   among all ranges); `train.py(12): read_loss` [100, 200] holds a built-in method [140, 190]
+///   and a `cudaMemcpyAsync` at 150 whose device copy is `Memcpy DtoH (Device -> Pageable)`
+///   (written before the call); a `cudaLaunchKernel` at 300 with only `<module>` around it; a
+///   `cudaMemcpyAsync` at 1100 copying `HtoD (Pinned -> Device)`; a `cudaMemcpy` at 2100
+///   without a device copy in the trace;
+/// - thread 2: NVTX-style `step 12` [0, 500] and `step 13` [500, 900];
+/// - thread 3: `load` and `save` once each: no cadence, no steps.
+fn designed(profiler_step: bool) -> String {
+    let mut ev = vec![
+        x(
+            "python_function",
+            "train.py(40): <module>",
+            1,
+            0,
+            3000,
+            r#""Python id": 1"#,
+        ),
+        x(
+            "python_function",
+            "train.py(12): read_loss",
+            1,
+            100,
+            100,
+            r#""Python id": 2, "Python parent id": 1"#,
+        ),
+        x(
+            "python_function",
+            "<built-in method item of Tensor object at 0x7f00>",
+            1,
+            140,
+            50,
+            r#""Python id": 3, "Python parent id": 2"#,
+        ),
+        x(
+            "gpu_memcpy",
+            "Memcpy DtoH (Device -> Pageable)",
+            7,
+            170,
+            5,
+            r#""device": 0, "stream": 7, "correlation": 1, "bytes": 4096"#,
+        ),
+        x(
+            "cuda_runtime",
+            "cudaMemcpyAsync",
+            1,
+            150,
+            10,
+            r#""correlation": 1"#,
+        ),
+        x(
+            "cuda_runtime",
+            "cudaLaunchKernel",
+            1,
+            300,
+            5,
+            r#""correlation": 2"#,
+        ),
+        x(
+            "kernel",
+            "gemm",
+            7,
+            310,
+            50,
+            r#""device": 0, "stream": 7, "correlation": 2"#,
+        ),
+        x(
+            "cuda_runtime",
+            "cudaMemcpyAsync",
+            1,
+            1100,
+            10,
+            r#""correlation": 3"#,
+        ),
+        x(
+            "gpu_memcpy",
+            "Memcpy HtoD (Pinned -> Device)",
+            7,
+            1120,
+            5,
+            r#""device": 0, "stream": 7, "correlation": 3, "bytes": 8192"#,
+        ),
+        x(
+            "cuda_runtime",
+            "cudaMemcpy",
+            1,
+            2100,
+            10,
+            r#""correlation": 4"#,
+        ),
+        x("user_annotation", "step 12", 2, 0, 500, ""),
+        x("user_annotation", "step 13", 2, 500, 400, ""),
+        x("user_annotation", "load", 3, 0, 100, ""),
+        x("user_annotation", "save", 3, 200, 100, ""),
+    ];
+    for i in 0..3 {
+        ev.push(x("user_annotation", "train_step", 1, i * 1000, 1000, ""));
+        ev.push(x("user_annotation", "forward", 1, i * 1000 + 400, 300, ""));
+    }
+    if profiler_step {
+        ev.push(x("user_annotation", "ProfilerStep#5", 1, 0, 3000, ""));
+    }
+    format!(
+        r#"{{"schemaVersion": 1, "traceEvents": [{}]}}"#,
+        ev.join(",\n")
+    )
+}
+
+/// Imports `designed(profiler_step)`; the reader of the store.
+fn import_designed(dir: &Path, profiler_step: bool) -> Reader {
+    let src = dir.join(format!("designed-{profiler_step}.pt.trace.json"));
+    std::fs::write(&src, designed(profiler_step)).unwrap();
+    let out = src.with_extension("duckdb");
+    crate::import_one(&src, &out);
+    Reader::open(&out).unwrap()
+}
+
+fn text(r: &Reader, sql: &'static str) -> String {
+    r.prepare_trusted(sql)
+        .unwrap()
+        .query_row([], |row| row.get(0))
+        .unwrap()
+}
+
+/// Issue 52: annotation ranges other than `ProfilerStep#N` are steps by the collector's NVTX
+/// rule (per thread, outermost annotations with an index, else one name repeated); where the
+/// trace has `ProfilerStep#N`, those are its steps.
+#[test]
+fn annotation_ranges_are_steps_where_the_trace_has_no_profiler_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = import_designed(dir.path(), false);
+    assert_eq!(
+        text(
+            &r,
+            "SELECT string_agg(tid || '#' || step || '@' || start_ns // 1000 || '-' || end_ns // 1000 || ':' || source, ' ' ORDER BY tid, start_ns) FROM steps"
+        ),
+        "1#0@0-1000:nvtx 1#1@1000-2000:nvtx 1#2@2000-3000:nvtx 2#12@0-500:nvtx 2#13@500-900:nvtx"
+    );
+    let r = import_designed(dir.path(), true);
+    assert_eq!(
+        text(
+            &r,
+            "SELECT string_agg(tid || '#' || step || ':' || source, ' ') FROM steps"
+        ),
+        "1#5:profiler"
+    );
+}
+
+/// Issue 52: a copy call's direction (`arg1`) is the device copy's it is tied to by
+/// correlation id, wherever the copy is in the file; a call without one keeps 0.
+#[test]
+fn copy_calls_take_their_direction_from_the_device_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = import_designed(dir.path(), false);
+    assert_eq!(
+        text(
+            &r,
+            "SELECT string_agg(op || '/' || arg1, ' ' ORDER BY timestamp) FROM events WHERE op LIKE '%Memcpy%'"
+        ),
+        "cudaMemcpyAsync/2 cudaMemcpyAsync/1 cudaMemcpy/0"
+    );
+}
+
+/// Issue 52: in a trace recorded with `with_stack=True`, each call's Python stack is the chain
+/// of `python_function` frames open around it on its thread (built-in methods are not frames),
+/// stored as `trace --stacks` stores one, and a finding's call sites name it.
+#[test]
+fn calls_get_the_python_frames_around_them_and_sites_name_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = import_designed(dir.path(), false);
+    assert_eq!(
+        text(
+            &r,
+            "SELECT string_agg(e.op || ':' || f.depth || ':' || f.file || ':' || f.line || ' ' || f.function, ', ' ORDER BY e.timestamp, f.depth)
+             FROM events e JOIN python_frames f USING (stack_hash)"
+        ),
+        "cudaMemcpyAsync:0:train.py:12 read_loss, cudaMemcpyAsync:1:train.py:40 <module>, \
+         cudaLaunchKernel:0:train.py:40 <module>, cudaMemcpyAsync:0:train.py:40 <module>, \
+         cudaMemcpy:0:train.py:40 <module>"
+    );
+    assert_eq!(
+        count(&r, "SELECT count(*) FROM python_stacks WHERE status = 'ok'"),
+        2
+    );
+    // A finding about the thread's device-to-host copies names where they come from.
+    let scope = causeway_analysis::sites::Scope::thread(
+        "designed-false",
+        100,
+        1,
+        &[causeway_analysis::budget::CallClass::CopyD2h],
+        "copies",
+    );
+    let mut chains = [causeway_analysis::detectors::Finding {
+        detector: "slow_copies",
+        node: "designed-false".into(),
+        time_lost_ns: 0,
+        severity: causeway_analysis::chains::Severity::Low,
+        summary: String::new(),
+        root_cause: String::new(),
+        explanation: String::new(),
+        timeline: Vec::new(),
+        recommendations: Vec::new(),
+        evidence_sql: String::new(),
+    }
+    .into_chain()
+    .at(scope)];
+    let window = causeway_analysis::window::Window {
+        from_ns: 0,
+        until_ns: 3_000_000,
+    };
+    causeway_analysis::sites::cite(&r, &window, &mut chains).unwrap();
+    let sites = chains[0].call_sites.as_ref().unwrap();
+    assert_eq!((sites.calls, sites.calls_with_stack), (1, 1));
+    assert!(
+        chains[0]
+            .explanation
+            .contains("1 of 1 copies come from train.py:12 in read_loss"),
+        "{}",
+        chains[0].explanation
+    );
 }

@@ -6,7 +6,7 @@ mod import;
 mod kineto;
 mod nsys;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// `../shared/investigations` next to the repository, where the reference traces are.
 pub fn shared(name: &str) -> PathBuf {
@@ -18,4 +18,17 @@ pub fn shared(name: &str) -> PathBuf {
         p.display()
     );
     p
+}
+
+/// Imports `src` alone into a new store at `out` with the default options: its report.
+pub fn import_one(src: &Path, out: &Path) -> causeway_import::SourceReport {
+    let mut reports = causeway_import::import(
+        &[src.to_path_buf()],
+        out,
+        false,
+        &causeway_import::ImportOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    reports.remove(0)
 }

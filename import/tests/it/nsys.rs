@@ -554,6 +554,40 @@ fn an_export_built_to_the_documented_schema_imports_whole() {
     causeway_analysis::explain(&r, &causeway_analysis::ChainQuery::default()).unwrap();
 }
 
+/// Issue 52: an export's NVTX push/pop ranges are steps by the collector's rule: thread 4243's
+/// outermost `iteration` ranges, repeated, are steps 0-2 (its nested `fwd` and a start/end
+/// `iteration` are not), beside thread 4242's `ProfilerStep#7`.
+#[test]
+fn repeated_outermost_nvtx_ranges_of_an_export_are_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("steps.sqlite");
+    built_export(&src);
+    let t = "4242 * 16777216 + 4243";
+    Connection::open(&src)
+        .unwrap()
+        .execute_batch(&format!(
+            "INSERT INTO StringIds VALUES (40, 'iteration'), (41, 'fwd');
+             INSERT INTO NVTX_EVENTS VALUES
+                 (600, 700, 59, NULL, NULL, NULL, {t}, NULL, 40, NULL),
+                 (610, 650, 59, NULL, NULL, NULL, {t}, NULL, 41, NULL),
+                 (700, 800, 59, NULL, NULL, NULL, {t}, NULL, 40, NULL),
+                 (800, 900, 59, NULL, NULL, NULL, {t}, NULL, 40, NULL),
+                 (900, 950, 60, 2, NULL, NULL, {t}, {t}, 40, NULL);"
+        ))
+        .unwrap();
+    let out = dir.path().join("out.duckdb");
+    let rep = crate::import_one(&src, &out);
+    let r = Reader::open(&out).unwrap();
+    assert_eq!(
+        text(
+            &r,
+            "SELECT string_agg(step || '@' || tid || ':' || start_ns || '-' || end_ns || ':' || source, ' ' ORDER BY tid, start_ns) FROM steps"
+        ),
+        "7@4242:90-400:nvtx 0@4243:600-700:nvtx 1@4243:700-800:nvtx 2@4243:800-900:nvtx"
+    );
+    assert_eq!(rep.nsys.as_ref().unwrap().steps, 4);
+}
+
 /// Imports `src` expecting a failure: one line naming the file, a hint, and no output file.
 fn refused(src: &Path) -> String {
     let out = src.with_extension("duckdb");

@@ -242,10 +242,12 @@ fn steps_of(spec: &Value, db: &str, o: &mut Outcome) {
         (Ok(_), None) => format!("none / {markers}"),
         (Ok(_), Some(s)) => format!(
             "{count} / {markers}{}",
-            s["periodic"]["what"].as_str().map_or(String::new(), |w| format!(
-                "; every {}th slow: {w}",
-                s["periodic"]["every"]
-            ))
+            s["periodic"]["what"]
+                .as_str()
+                .map_or(String::new(), |w| format!(
+                    "; every {}th slow: {w}",
+                    s["periodic"]["every"]
+                ))
         ),
     };
     // Shown, not asserted: the slowest step's finding depends on what the recorder sampled.

@@ -183,6 +183,8 @@ const STEPS_CTE: &str = "SELECT node, pid, tid, start_ns, end_ns FROM steps WHER
 
 /// GPU calls on the step thread, device work of the process and CPU ops (depth <= 1) on the
 /// step thread, by the step (`s`) they start in: kind, name, count, time overlapping the step.
+/// The range that is the step itself (a profiler's `ProfilerStep#N`, an NVTX `step N`: a name
+/// per step) is not an op in it.
 const ITEMS_BODY: &str = "SELECT 'gpu call' AS kind, e.op AS name, count(*)::BIGINT AS n, sum(least(e.timestamp + e.duration, s.end_ns) - e.timestamp)::BIGINT AS ns \
 FROM s JOIN events e ON e.node = s.node AND e.pid = s.pid AND e.tid = s.tid AND e.timestamp >= s.start_ns AND e.timestamp < s.end_ns \
 WHERE e.source IN ('CUDA', 'DRIVER', 'GRAPH', 'NCCL') GROUP BY ALL \
@@ -191,7 +193,7 @@ FROM s JOIN gpu_activity g ON g.node = s.node AND g.pid = s.pid AND g.start_ns >
 WHERE g.kind <> 'sync' GROUP BY ALL \
 UNION ALL SELECT 'cpu op', r.name, count(*)::BIGINT, sum(least(r.end_ns, s.end_ns) - r.start_ns)::BIGINT \
 FROM s JOIN ranges r ON r.node = s.node AND r.pid = s.pid AND r.tid = s.tid AND r.start_ns >= s.start_ns AND r.start_ns < s.end_ns \
-WHERE r.depth <= 1 AND r.name NOT LIKE 'ProfilerStep#%' GROUP BY ALL";
+WHERE r.depth <= 1 AND r.name NOT LIKE 'ProfilerStep#%' AND NOT (r.start_ns = s.start_ns AND r.end_ns = s.end_ns) GROUP BY ALL";
 
 /// What ran in the stored steps: parameters node, pid, tid, source, from, until.
 static ITEMS_SQL: LazyLock<String> =

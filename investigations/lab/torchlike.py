@@ -6,12 +6,14 @@ a caching allocator (cudaMalloc once, reuse, cudaFree only in empty_cache()), ke
 through the kernels' host stubs (kernel<<<...>>>), .item() as a 4-byte cudaMemcpyAsync into
 pageable memory followed by cudaStreamSynchronize, pinned host buffers from cudaHostAlloc, a
 multiprocessing DataLoader whose worker processes decode real files and hand batches over in
-shared memory, a pin-memory thread, and NCCL process groups.
+shared memory, a pin-memory thread, NCCL process groups, and torch.cuda.nvtx's ranges (over
+the stand-in libnvToolsExt, whose calls are no-ops unless a tool injects NVTX handlers).
 
 Device time is chosen by the caller: a kernel of `us` microseconds is launched with a grid of
 `us` blocks (the model's 1 us per block, standin/device.h).
 """
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -29,6 +31,7 @@ import multiprocessing as mp
 _SITE = next(p for p in sys.path if p.endswith("site-packages") and os.path.isdir(os.path.join(p, "nvidia")))
 _RT_PATH = os.path.join(_SITE, "nvidia", "cuda_runtime", "lib", "libcudart.so.12")
 _NCCL_PATH = os.path.join(_SITE, "nvidia", "nccl", "lib", "libnccl.so.2")
+_NVTX_PATH = os.path.join(_SITE, "nvidia", "nvtx", "lib", "libnvToolsExt.so.1")
 
 
 class dim3(ctypes.Structure):
@@ -134,10 +137,50 @@ class _Allocator:
         self.cached = {}
 
 
+class _Nvtx:
+    """torch.cuda.nvtx: range_push/range_pop/mark and the range() context manager, through
+    nvtxRangePushA, nvtxRangePop and nvtxMarkA of libnvToolsExt (as torch._C._nvtx calls them).
+    Without an injection library (NVTX_INJECTION64_PATH) each call is a ctypes call into a no-op;
+    under `causeway trace` the ranges are recorded, and repeated outermost ones are the steps."""
+
+    def __init__(self):
+        self._lib = None
+
+    def _nvtx(self):
+        if self._lib is None:
+            lib = ctypes.CDLL(_NVTX_PATH)
+            lib.nvtxRangePushA.argtypes = [ctypes.c_char_p]
+            lib.nvtxMarkA.argtypes = [ctypes.c_char_p]
+            lib.nvtxMarkA.restype = None
+            self._lib = lib
+        return self._lib
+
+    def range_push(self, msg):
+        """Opens a range on the calling thread; its depth (0: outermost), or -1 when no tool listens."""
+        return self._nvtx().nvtxRangePushA(msg.encode())
+
+    def range_pop(self):
+        """Closes the calling thread's innermost range."""
+        return self._nvtx().nvtxRangePop()
+
+    def mark(self, msg):
+        self._nvtx().nvtxMarkA(msg.encode())
+
+    @contextlib.contextmanager
+    def range(self, msg):
+        """`with nvtx.range("step 3"):` a range around the block."""
+        self.range_push(msg)
+        try:
+            yield
+        finally:
+            self.range_pop()
+
+
 class _Cuda:
     def __init__(self):
         self.allocator = None
         self.device = 0
+        self.nvtx = _Nvtx()
 
     def init(self, device=0, ptx_only=False, warmup_s=0.3):
         """Loads the stack, creates the context (cudaFree(0)) and waits warmup_s so that a

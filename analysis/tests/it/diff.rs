@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use causeway_analysis::diff::{Side, compare, side, window_side, window_width};
 use causeway_analysis::steps::{StepQuery, feeder};
-use causeway_store::Reader;
+use causeway_store::{Range, Reader, Step, Writer, WriterOptions};
 
 use crate::device::{import, kineto_traces, x};
 use crate::steps::designed_with;
@@ -215,5 +215,63 @@ fn runs_without_steps_are_compared_over_equal_windows_of_their_feeding_thread() 
             .starts_with("no steps to align: per 1.00 s window, no part moved beyond noise"),
         "{}",
         same.summary
+    );
+}
+
+/// A recording whose NVTX steps are ranges named `step N` (as `torch.cuda.nvtx.range_push(f"step
+/// {i}")` makes them), each step `step_ms` long with a 2 ms `forward` range in it.
+fn nvtx_steps(dir: &Path, name: &str, step_ms: i64) -> PathBuf {
+    const T0: i64 = 1_700_000_000_000_000_000;
+    const MS: i64 = 1_000_000;
+    let db = dir.join(format!("{name}.duckdb"));
+    let mut w = Writer::create(&db, WriterOptions::default()).unwrap();
+    let (mut ranges, mut steps) = (Vec::new(), Vec::new());
+    for i in 0..20 {
+        let start = T0 + i * step_ms * MS;
+        let end = start + step_ms * MS;
+        let range = |name: String, start_ns, end_ns, depth| Range {
+            pid: 7,
+            tid: 7,
+            name,
+            kind: "nvtx",
+            start_ns,
+            end_ns,
+            depth,
+        };
+        ranges.push(range(format!("step {i}"), start, end, 0));
+        ranges.push(range("forward".into(), start + MS, start + 3 * MS, 1));
+        steps.push(Step {
+            pid: 7,
+            tid: 7,
+            step: i,
+            start_ns: start,
+            end_ns: end,
+            source: "nvtx",
+        });
+    }
+    w.add_ranges(&ranges).unwrap();
+    w.add_steps(&steps).unwrap();
+    w.finish().unwrap();
+    db
+}
+
+/// Regression (the lab's twins, issue 48): with NVTX steps named `step N`, every step's own
+/// range was listed as a CPU op in its step, so "what changed most" was a list of single steps.
+#[test]
+fn a_steps_own_nvtx_range_is_not_a_change_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = side_of(&nvtx_steps(dir.path(), "base", 10));
+    let new = side_of(&nvtx_steps(dir.path(), "new", 14));
+    let d = compare(&base, &new);
+    assert_eq!(d.difference_ns, 4_000_000);
+    let names: Vec<&str> = d.changed.iter().map(|c| c.name.as_str()).collect();
+    assert!(
+        names.iter().all(|n| !n.starts_with("step ")),
+        "the steps' own ranges are listed as changes: {names:?}"
+    );
+    // The ranges inside the steps still are what ran in them (unchanged here: 2 ms each).
+    assert!(
+        base.items.keys().any(|(_, name)| name == "forward"),
+        "forward is not an op of the base's steps"
     );
 }

@@ -2,7 +2,7 @@
 (RANK, LOCAL_RANK, WORLD_SIZE in their environment, each on its own device), each pinned to its
 CPUs; a rank prepares its batch on the host (CPU work), runs forward and backward, all-reduces
 its gradients in buckets over the stand-in NCCL and steps the optimizer, for a fixed number of
-steps (every rank makes the same collectives).
+steps (every rank makes the same collectives), each step an NVTX range ("step N").
 
 Prints one JSON line per rank on stderr at the end.
 """
@@ -42,17 +42,19 @@ def rank_main(a):
     buckets = [tl.Tensor(a.bucket_mib << 20) for _ in range(a.buckets)]
     t0 = time.monotonic()
     for step in range(a.steps):
-        tl.host_work(a.host_ms)  # collating and tokenizing the batch
-        x = tl.to_device(host, non_blocking=True)
-        loss, acts = model.forward(x)
-        model.backward(loss, acts)
-        for b in buckets:
-            pg.all_reduce(b)
-        model.optimizer_step()
-        if a.item_every and step % a.item_every == 0:
-            loss.item()
-        loss.free()
-        x.free()
+        # each rank's step as PyTorch code marks it (torch.cuda.nvtx.range)
+        with tl.cuda.nvtx.range(f"step {step}"):
+            tl.host_work(a.host_ms)  # collating and tokenizing the batch
+            x = tl.to_device(host, non_blocking=True)
+            loss, acts = model.forward(x)
+            model.backward(loss, acts)
+            for b in buckets:
+                pg.all_reduce(b)
+            model.optimizer_step()
+            if a.item_every and step % a.item_every == 0:
+                loss.item()
+            loss.free()
+            x.free()
     tl.cuda.synchronize()
     print(json.dumps({"workload": "ddp", "rank": rank, "steps": a.steps,
                       "seconds": round(time.monotonic() - t0, 3)}), file=sys.stderr)

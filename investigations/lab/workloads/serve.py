@@ -5,7 +5,8 @@
       first served) and decodes one token for every running request, then copies the sampled
       tokens to the host (a sync, as every decode step is); a request is answered after its
       output tokens. A prompt's prefill costs `prefill_us_per_token` of device time in one
-      kernel, so one huge prompt holds every other request until it is done.
+      kernel, so one huge prompt holds every other request until it is done. Each iteration
+      that has work is an engine step, an NVTX range ("step N").
   serve.py client --port P --users U --seconds S [--big-every S --big-tokens T]
       U concurrent users, each sending a request (128-512 prompt tokens, 16-48 output tokens)
       and waiting for its answer; optionally one more user sending an oversized prompt, 0.5 s
@@ -36,6 +37,7 @@ def server(a):
     sel.register(lsock, selectors.EVENT_READ)
     bufs = {}
     waiting, running = [], []
+    steps = 0
     stop = False
     while not stop:
         for key, _ in sel.select(timeout=0 if (waiting or running) else 0.05):
@@ -61,25 +63,29 @@ def server(a):
                     waiting.append({"conn": c, "id": parts[1], "prompt": int(parts[2]), "left": int(parts[3])})
         if not (waiting or running):
             continue
-        if waiting:
-            r = waiting.pop(0)
-            # prefill: the whole prompt in one kernel (no chunking)
-            tl.launch("gemm_attn", r["prompt"] * a.prefill_us_per_token, sampled.ptr, sampled.ptr)
-            running.append(r)
-        loss, acts = model.forward(sampled)  # one decode step for the batch
-        for act in acts:
-            act.free()
-        loss.free()
-        tl.launch("gemm_small", 100 * len(running), sampled.ptr, sampled.ptr)
-        sampled.item()  # the sampled tokens to the host
-        for r in list(running):
-            r["left"] -= 1
-            if r["left"] <= 0:
-                running.remove(r)
-                try:
-                    r["conn"].sendall(b"DONE " + r["id"] + b"\n")
-                except OSError:
-                    pass
+        # the engine's step (schedule, run the batch, answer finished requests) as an NVTX range,
+        # as vLLM marks its engine steps; taking new requests off the sockets is outside it
+        with tl.cuda.nvtx.range(f"step {steps}"):
+            if waiting:
+                r = waiting.pop(0)
+                # prefill: the whole prompt in one kernel (no chunking)
+                tl.launch("gemm_attn", r["prompt"] * a.prefill_us_per_token, sampled.ptr, sampled.ptr)
+                running.append(r)
+            loss, acts = model.forward(sampled)  # one decode step for the batch
+            for act in acts:
+                act.free()
+            loss.free()
+            tl.launch("gemm_small", 100 * len(running), sampled.ptr, sampled.ptr)
+            sampled.item()  # the sampled tokens to the host
+            for r in list(running):
+                r["left"] -= 1
+                if r["left"] <= 0:
+                    running.remove(r)
+                    try:
+                        r["conn"].sendall(b"DONE " + r["id"] + b"\n")
+                    except OSError:
+                        pass
+        steps += 1
     tl.cuda.synchronize()
 
 

@@ -1,6 +1,7 @@
 """The lab's training loop: a DataLoader over files (or a remote sample server), copies to the
-device, forward/backward/optimizer launches, periodic .item() logging and checkpoints. Every
-lab problem of a training job is one of its options (investigations/lab/*/run).
+device, forward/backward/optimizer launches, periodic .item() logging and checkpoints, each
+step an NVTX range ("step N", torch.cuda.nvtx.range_push). Every lab problem of a training job
+is one of its options (investigations/lab/*/run).
 
 Prints one JSON line on stderr at the end: steps, seconds, step-time percentiles.
 """
@@ -82,8 +83,11 @@ def main():
     t0 = time.monotonic()
     last_ckpt = t0
     step = 0
+    nvtx = tl.cuda.nvtx
     while time.monotonic() - t0 < a.seconds:
         ts = time.monotonic()
+        # the step as PyTorch code marks it for Nsight Systems (and for causeway): batch to end
+        nvtx.range_push(f"step {step}")
         if loader:
             batch, release = next(it)
         else:
@@ -114,6 +118,7 @@ def main():
             else:
                 checkpoint(path, ckpt_host, True)
             last_ckpt = time.monotonic()
+        nvtx.range_pop()
         step += 1
         step_times.append(time.monotonic() - ts)
     tl.cuda.synchronize()

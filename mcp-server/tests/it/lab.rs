@@ -4,7 +4,9 @@
 //! (it must return rows), and the accuracy table printed and written to
 //! $CARGO_TARGET_TMPDIR/lab-report.md. A failed recording, ground-truth check or evidence query
 //! fails the test, and so does a wrong answer from the engine unless the variant lists it as a
-//! known miss (`engine_known_miss`, with why), which the table shows.
+//! known miss (`engine_known_miss`, with why), which the table shows. The workloads mark their
+//! steps with NVTX (`torch.cuda.nvtx`-like, torchlike.py): on a training recording the NVTX
+//! steps must number exactly the step markers (one memset per step, recorded in full).
 //! Needs root like every BPF test (CI is root); CAUSEWAY_SKIP_BPF_TESTS=1 skips explicitly.
 //! CAUSEWAY_LAB_CASES=a,b runs only those cases.
 
@@ -94,9 +96,14 @@ struct Outcome {
     checks: Vec<Checked>,
     /// Chains whose evidence SQL fails or returns no row (what the finding says must be there).
     evidence: Vec<String>,
-    /// `steps` on the recording: the steps it found (inferred from the cadence) against the
-    /// lab's step markers, and its every-Nth slow steps.
+    /// `steps` on the recording: the steps it found (NVTX, or else inferred from the cadence)
+    /// against the lab's step markers, and its every-Nth slow steps.
     steps: String,
+    /// (NVTX steps over every series, step markers) of the recording.
+    step_counts: (i64, i64),
+    /// The step-budget buckets the design puts the problem's time in (`diff_part`): the twins'
+    /// diff should find its largest part in one of them.
+    diff_part: Vec<String>,
     error: Option<String>,
 }
 
@@ -192,9 +199,10 @@ fn run_checks(spec: &Value, db: &str) -> Vec<Checked> {
     out
 }
 
-/// `steps` on a recording: the inferred steps against the lab's step markers (one memset per
-/// step, recorded in full), and, where the variant names one (`steps_slowest`), the slowest
-/// step's finding beside the one the design puts in it.
+/// `steps` on a recording: the steps found (the workload's NVTX ranges, summed over its
+/// processes and threads; inferred where there are none) against the lab's step markers (one
+/// memset per step, recorded in full), and, where the variant names one (`steps_slowest`), the
+/// slowest step's finding beside the one the design puts in it.
 fn steps_of(spec: &Value, db: &str, o: &mut Outcome) {
     let markers = json_of(&[
         "query",
@@ -212,29 +220,39 @@ fn steps_of(spec: &Value, db: &str, o: &mut Outcome) {
         "0"
     };
     let found = json_of(&["steps", "--db", db, "--json", "--slowest", slowest]);
-    let series = found
+    let all: Vec<Value> = found
         .as_ref()
         .ok()
-        .and_then(|v| v["series"].as_array().and_then(|a| a.first().cloned()));
-    let periodic = series
-        .as_ref()
-        .and_then(|s| s["periodic"]["what"].as_str().map(str::to_string));
-    o.steps = match (&found, &series) {
+        .and_then(|v| v["series"].as_array().cloned())
+        .unwrap_or_default();
+    let nvtx: Vec<&Value> = all.iter().filter(|s| s["source"] == "nvtx").collect();
+    let nvtx_steps: i64 = nvtx.iter().filter_map(|s| s["count"].as_i64()).sum();
+    o.step_counts = (nvtx_steps, markers);
+    // The series shown: the first NVTX one where the workload marked its steps.
+    let series = nvtx.first().copied().or(all.first());
+    let count = if nvtx.is_empty() {
+        series.map_or(String::new(), |s| {
+            format!("{} {}", s["count"], s["source"].as_str().unwrap_or("?"))
+        })
+    } else {
+        format!("{nvtx_steps} nvtx ({} series)", nvtx.len())
+    };
+    o.steps = match (&found, series) {
         (Err(e), _) => format!("ERROR {e}"),
         (Ok(_), None) => format!("none / {markers}"),
         (Ok(_), Some(s)) => format!(
-            "{} {} / {markers}{}",
-            s["count"],
-            s["source"].as_str().unwrap_or("?"),
-            periodic.as_deref().map_or(String::new(), |w| format!(
-                "; every {}th slow: {w}",
-                s["periodic"]["every"]
-            ))
+            "{count} / {markers}{}",
+            s["periodic"]["what"]
+                .as_str()
+                .map_or(String::new(), |w| format!(
+                    "; every {}th slow: {w}",
+                    s["periodic"]["every"]
+                ))
         ),
     };
-    // Shown, not asserted: inferred steps depend on whether the recorder sampled the launches.
+    // Shown, not asserted: the slowest step's finding depends on what the recorder sampled.
     if let Some(want) = spec["steps_slowest"].as_str() {
-        let got = series.as_ref().and_then(|s| {
+        let got = series.and_then(|s| {
             s["slowest"][0]["finding"]["detector"]
                 .as_str()
                 .map(str::to_string)
@@ -255,6 +273,12 @@ fn run_variant(case: &Case, variant: &str, runs: &Path, build: &Path) -> Outcome
         variant: variant.to_string(),
         expected: spec["expected_detector"].as_str().map(str::to_string),
         known_miss: spec["engine_known_miss"].as_str().map(str::to_string),
+        diff_part: spec["diff_part"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|b| b.as_str().map(str::to_string))
+            .collect(),
         ..Outcome::default()
     };
     let out = runs.join(&case.name).join(variant);
@@ -494,12 +518,12 @@ fn table(outcomes: &[Outcome], wall: Duration) -> String {
 }
 
 /// `diff` of each case's healthy and problem recordings: the step time's difference and its
-/// largest part, beside the finding the design injects. Shown, not asserted: the twins' steps
-/// are inferred from their cadence, which the injected problem itself can change.
+/// largest part, beside the finding the design injects and whether the part is one of the
+/// buckets the design puts it in (`diff_part`). Shown, not asserted: a pair whose problem adds
+/// little per step (a checkpoint every 1.5 s) is within the noise of the healthy twin's.
 fn twins(outcomes: &[Outcome], runs: &Path) -> String {
-    let mut s = String::from(
-        "\n| case | injected | diff healthy -> problem (per step) | largest part |\n| --- | --- | --- | --- |\n",
-    );
+    let mut rows = String::new();
+    let (mut pairs, mut matching) = (0, 0);
     for o in outcomes.iter().filter(|o| o.variant == "problem") {
         let db = |v: &str| runs.join(&o.case).join(v).join("trace.duckdb");
         let (base, new) = (db("healthy"), db("problem"));
@@ -509,6 +533,13 @@ fn twins(outcomes: &[Outcome], runs: &Path) -> String {
             new.to_str().unwrap_or_default(),
             "--json",
         ]);
+        let largest = got
+            .as_ref()
+            .ok()
+            .and_then(|d| d["parts"][0]["bucket"].as_str().map(str::to_string));
+        let matches = largest.as_ref().is_some_and(|b| o.diff_part.contains(b));
+        pairs += 1;
+        matching += usize::from(matches);
         let (diff, part) = match got {
             Err(e) => (
                 format!("none ({})", e.lines().next().unwrap_or_default()),
@@ -537,13 +568,19 @@ fn twins(outcomes: &[Outcome], runs: &Path) -> String {
             ),
         };
         let _ = writeln!(
-            s,
-            "| {} | {} | {diff} | {part} |",
+            rows,
+            "| {} | {} | {diff} | {part} | {} ({}) |",
             o.case,
-            o.expected.as_deref().unwrap_or("none")
+            o.expected.as_deref().unwrap_or("none"),
+            if matches { "yes" } else { "NO" },
+            o.diff_part.join(" or ")
         );
     }
-    s
+    format!(
+        "\ntwins: the diff's largest part is where the design puts the problem on {matching} of {pairs} pairs\n\n\
+         | case | injected | diff healthy -> problem (per step) | largest part | as designed (bucket) |\n\
+         | --- | --- | --- | --- | --- |\n{rows}"
+    )
 }
 
 #[test]
@@ -633,6 +670,17 @@ fn lab_records_every_case_and_its_ground_truth_holds() {
                     .iter()
                     .map(|e| format!("{}/{}: {e}", o.case, o.variant)),
             );
+            // A training recording (it has step markers): its NVTX steps are the loop's steps.
+            let (nvtx, markers) = o.step_counts;
+            if o.error.is_none() && markers > 0 && nvtx != markers {
+                f.push(format!(
+                    "{}/{}: {nvtx} NVTX steps, but the workload made {markers} steps (step markers); steps: {} (the recording: {})",
+                    o.case,
+                    o.variant,
+                    o.steps,
+                    runs.join(&o.case).join(&o.variant).display()
+                ));
+            }
             f.extend(o.checks.iter().filter(|c| !c.ok).map(|c| {
                 format!(
                     "{}/{}: ground truth not reproduced: {} = {:?}, expected {} (the recording: {})",

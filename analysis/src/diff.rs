@@ -506,24 +506,27 @@ fn window_summary(
         .iter()
         .filter(|p| p.per_step.delta_ns != 0)
         .take(3)
-        .map(|p| {
-            let named = changed
-                .iter()
-                .find(|c| {
-                    names(&p.bucket, c)
-                        && c.per_step.delta_ns.signum() == p.per_step.delta_ns.signum()
-                })
-                .map(|c| {
-                    format!(
-                        " ({} {:.0}% -> {:.0}% of the window)",
-                        c.name, c.per_step.base_pct, c.per_step.new_pct
-                    )
-                })
-                .unwrap_or_default();
-            format!("{} {}{named}", signed(p.per_step.delta_ns), p.bucket)
-        })
+        .map(|p| part_line(p, changed, "window"))
         .collect();
     format!("no steps to align: per {unit}, {}{rate}", moved.join(", "))
+}
+
+/// "+5.00 ms input (enumerate(DataLoader)... 16% -> 40% of the step)": a part, named by the
+/// changed item that best names the bucket's change, when one does.
+fn part_line(p: &Part, changed: &[Change], of: &str) -> String {
+    let named = changed
+        .iter()
+        .find(|c| {
+            names(&p.bucket, c) && c.per_step.delta_ns.signum() == p.per_step.delta_ns.signum()
+        })
+        .map(|c| {
+            format!(
+                " ({} {:.0}% -> {:.0}% of the {of})",
+                c.name, c.per_step.base_pct, c.per_step.new_pct
+            )
+        })
+        .unwrap_or_default();
+    format!("{} {}{named}", signed(p.per_step.delta_ns), p.bucket)
 }
 
 /// Whether a changed item belongs to a bucket (the op or range whose time the bucket counts).
@@ -570,23 +573,7 @@ fn summary(
         .iter()
         .filter(|p| p.per_step.delta_ns != 0 && p.per_step.delta_ns.abs() * 20 >= difference.abs())
         .take(3)
-        .map(|p| {
-            // The changed item that best names the bucket's change, when one does.
-            let named = changed
-                .iter()
-                .find(|c| {
-                    names(&p.bucket, c)
-                        && c.per_step.delta_ns.signum() == p.per_step.delta_ns.signum()
-                })
-                .map(|c| {
-                    format!(
-                        " ({} {:.0}% -> {:.0}% of the step)",
-                        c.name, c.per_step.base_pct, c.per_step.new_pct
-                    )
-                })
-                .unwrap_or_default();
-            format!("{} {}{named}", signed(p.per_step.delta_ns), p.bucket)
-        })
+        .map(|p| part_line(p, changed, "step"))
         .collect();
     format!(
         "{} per step ({:+.1}%): {}",

@@ -476,14 +476,7 @@ pub fn steps(r: &Reader, q: &StepQuery) -> Result<Steps, StoreError> {
         series.push(one_series(r, q, &resume, &n, p, t, &source, raw)?);
     }
     // Processes that feed a GPU without annotated steps: steps from their cadence.
-    let feeders: Vec<(String, i64, i64, i64)> = r
-        .prepare_trusted(FEEDERS_SQL.as_str())?
-        .query_map(
-            duckdb::params![window.from_ns, window.until_ns, pid, node],
-            causeway_store::row,
-        )
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading the GPU-calling threads"))?;
+    let feeders = gpu_threads(r, window, pid, &node)?;
     let mut seen = std::collections::BTreeSet::new();
     for (n, p, t, _) in feeders {
         let key = (n.clone(), p as u32);
@@ -590,14 +583,7 @@ pub fn feeder(r: &Reader, q: &StepQuery) -> Result<Option<Feeder>, StoreError> {
     let window = q.window.resolve(first, last);
     let pid = q.pid.map_or(-1, i64::from);
     let node = q.node.clone().unwrap_or_default();
-    let feeders: Vec<(String, i64, i64, i64)> = r
-        .prepare_trusted(FEEDERS_SQL.as_str())?
-        .query_map(
-            duckdb::params![window.from_ns, window.until_ns, pid, node],
-            causeway_store::row,
-        )
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading the GPU-calling threads"))?;
+    let feeders = gpu_threads(r, window, pid, &node)?;
     let Some((n, p, t, _)) = feeders
         .into_iter()
         .max_by(|a, b| a.3.cmp(&b.3).then(b.0.cmp(&a.0)).then(b.1.cmp(&a.1)))
@@ -637,6 +623,23 @@ pub fn windows(r: &Reader, f: &Feeder, width_ns: i64) -> Result<Series, StoreErr
         from = f.from_ns
     );
     Ok(s)
+}
+
+/// [`FEEDERS_SQL`]'s rows: node, pid, tid and GPU calls of every GPU-calling thread in `window`
+/// (of `pid` where >= 0, of `node` where not empty).
+fn gpu_threads(
+    r: &Reader,
+    window: Window,
+    pid: i64,
+    node: &str,
+) -> Result<Vec<(String, i64, i64, i64)>, StoreError> {
+    r.prepare_trusted(FEEDERS_SQL.as_str())?
+        .query_map(
+            duckdb::params![window.from_ns, window.until_ns, pid, node],
+            causeway_store::row,
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading the GPU-calling threads"))
 }
 
 /// Steps of one thread inferred from its calls' cadence in the window, as (index, start, end).

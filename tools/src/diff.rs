@@ -50,15 +50,16 @@ fn query(reader: &Reader, pid: Option<u32>) -> Result<StepQuery, ToolError> {
     })
 }
 
-/// One side as found: its steps (the series with the most, of `pid` when given) or why it has
-/// none, and its busiest GPU-calling thread.
-fn found(
-    reader: &Reader,
-    pid: Option<u32>,
-) -> Result<(Result<Side, NoSteps>, Option<Feeder>), ToolError> {
+/// One side's steps: the series with the most (of `pid` when given), or why it has none.
+fn stepped(reader: &Reader, pid: Option<u32>) -> Result<Result<Side, NoSteps>, ToolError> {
     let q = query(reader, pid)?;
-    let steps = side(reader, &name_of(reader), &q)?;
-    Ok((steps, feeder(reader, &q)?))
+    Ok(side(reader, &name_of(reader), &q)?)
+}
+
+/// One side's busiest GPU-calling thread, read only where the runs cannot be aligned by step.
+fn busiest(reader: &Reader, pid: Option<u32>) -> Result<Option<Feeder>, ToolError> {
+    let q = query(reader, pid)?;
+    Ok(feeder(reader, &q)?)
 }
 
 /// The comparison of two runs: what `causeway diff` and `compare_traces` both return. Step by
@@ -70,12 +71,14 @@ pub fn compare_runs(
     new: &impl Open,
     new_pid: Option<u32>,
 ) -> Result<Diff, ToolError> {
-    let (b, fb) = base.read(|r| found(r, base_pid))?;
-    let (n, fnew) = new.read(|r| found(r, new_pid))?;
+    let b = base.read(|r| stepped(r, base_pid))?;
+    let n = new.read(|r| stepped(r, new_pid))?;
     let missing = match (b, n) {
         (Ok(b), Ok(n)) => return Ok(compare(&b, &n)),
         (Err(e), _) | (_, Err(e)) => e,
     };
+    let fb = base.read(|r| busiest(r, base_pid))?;
+    let fnew = new.read(|r| busiest(r, new_pid))?;
     let (Some(fb), Some(fnew)) = (fb, fnew) else {
         return Err(ToolError::failed(missing.to_string(), missing.hint()));
     };

@@ -8,10 +8,12 @@
 //! Where a waiting GPU op (a sync, a copy) was sampled, a sleep in a gap may be inside one of
 //! its calls: there only the sleeps an input worker's wakeup ended count (see waits).
 //! When the workers spend at least half their lives in socket calls, the finding is
-//! `network_wait` (slow remote input) instead; when they spend at least 4% reclaiming memory,
+//! `network_wait` (slow remote input) instead; when they spend at least 4% reclaiming memory, or
+//! free in their memory cgroup at its limit at least half of what they read from disk,
 //! `host_memory_pressure` (their cgroup or the host is at its memory limit). When tasks outside
 //! the job (not the trainer, its workers or its other children) took at least half the time the
-//! workers were preempted, the cause is a busy machine, and the finding says who.
+//! workers were preempted, and that preemption is at least a tenth of the trainer's wait, the
+//! cause is a busy machine, and the finding says who.
 //! Time lost: blocked time in gaps minus own socket and I/O waits. Severity: the common rule.
 //! Recommendation: more/persistent workers, pinned memory, prefetching, cheaper transforms.
 
@@ -23,6 +25,10 @@ use crate::chains::Chain;
 /// Share of the workers' lives spent reclaiming memory (percent) from which the starvation is
 /// memory pressure's: the lab's limited job spends 10-14%, its unlimited twin none.
 const RECLAIM_SHARE_PCT: i64 = 4;
+
+/// Share of the trainer's input wait (percent) the workers must have spent preempted before
+/// a busy machine is named: 11 ms of preemption does not explain 5.7 s of waiting.
+const BUSY_PREEMPTED_PCT: i64 = 10;
 
 /// The tasks that ran while the workers were preempted, most time first: (tid, ns).
 pub(crate) const PREEMPTORS_SQL: &str = "
@@ -151,7 +157,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         // Workers that must free memory before they can allocate: their cgroup (or the host)
         // is at its limit, and the page cache cannot keep what they read.
         let rec = super::host_memory_pressure::reclaim_of(inp.reclaims, &w.node, &wpids);
-        if life > 0 && rec.ns.saturating_mul(100) >= RECLAIM_SHARE_PCT * life {
+        let (_, read_bytes, _) = super::host_memory_pressure::disk_reads(ctx, &w.node, &wpids);
+        if life > 0
+            && (rec.ns.saturating_mul(100) >= RECLAIM_SHARE_PCT * life
+                || super::host_memory_pressure::revolving(&rec, read_bytes))
+        {
             out.push((
                 w.pid,
                 w.tid != w.pid,
@@ -163,7 +173,10 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         // workers would only queue for the same CPUs.
         let (outside, all_preempted) = taken_by_outside(inp, &w.node, w.pid, &workers)?;
         let outside_ns = outside.iter().map(|o| o.1).fold(0, i64::saturating_add);
-        let busy = all_preempted > 0 && outside_ns * 2 >= all_preempted;
+        // A busy machine explains the wait only where the workers lost real time to it.
+        let busy = all_preempted > 0
+            && outside_ns * 2 >= all_preempted
+            && all_preempted.saturating_mul(100) >= BUSY_PREEMPTED_PCT * lost;
         let busy_cause = outside.first().filter(|_| busy).map(|(tid, _)| {
             format!(
                 "tasks outside the job took {} of the {} the workers were preempted (the task that ran instead most often: {} (tid {tid}))",

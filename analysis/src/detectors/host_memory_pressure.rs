@@ -165,6 +165,37 @@ pub fn reclaim_of(all: &[Reclaim], node: &str, pids: &std::collections::BTreeSet
     sum
 }
 
+/// Block reads of `pids` on `node`: (requests, bytes, ns in flight).
+pub fn disk_reads(
+    ctx: &crate::facts::Ctx<'_>,
+    node: &str,
+    pids: &std::collections::BTreeSet<u32>,
+) -> (u64, i64, i64) {
+    ctx.ops
+        .iter()
+        .filter(|o| o.node == node && o.op == "block_read" && pids.contains(&o.pid))
+        .fold((0, 0, 0), |a, o| {
+            (
+                a.0 + o.count,
+                a.1.saturating_add(o.arg0_sum),
+                a.2.saturating_add(o.total_ns),
+            )
+        })
+}
+
+/// Disk reads from which a page cache that frees as much as it takes in cannot be chance.
+const REVOLVING_MIN_READ_BYTES: i64 = 32 << 20;
+
+/// The page cache is a revolving door: threads at their memory cgroup's limit freed at least
+/// half of what they read from disk (`read_bytes`, at least 32 MiB), so what they read does
+/// not stay for the next epoch. Unlike a share of their time, this holds however slow the
+/// disk is: there the reads, not the reclaim, take the workers' time.
+pub fn revolving(rec: &Reclaim, read_bytes: i64) -> bool {
+    rec.memcg > 0
+        && read_bytes >= REVOLVING_MIN_READ_BYTES
+        && rec.bytes.saturating_mul(2) >= read_bytes
+}
+
 /// The starvation's cause is memory: the input workers reclaim pages before they can allocate,
 /// so the page cache cannot keep what they read (`dataloader_starvation` hands over).
 pub fn starved_input(inp: &Input<'_>, s: &Starved<'_>, rec: &Reclaim) -> Chain {
@@ -178,18 +209,7 @@ pub fn starved_input(inp: &Input<'_>, s: &Starved<'_>, rec: &Reclaim) -> Chain {
         life,
     } = *s;
     let pids = s.pids();
-    let reads: Vec<_> = ctx
-        .ops
-        .iter()
-        .filter(|o| o.node == w.node && o.op == "block_read" && wpids.contains(&o.pid))
-        .collect();
-    let (nreads, read_bytes, read_ns) = reads.iter().fold((0u64, 0i64, 0i64), |a, o| {
-        (
-            a.0 + o.count,
-            a.1.saturating_add(o.arg0_sum),
-            a.2.saturating_add(o.total_ns),
-        )
-    });
+    let (nreads, read_bytes, read_ns) = disk_reads(ctx, &w.node, wpids);
     let mut job = wpids.clone();
     job.insert(w.pid);
     let limit = limit_words(ctx, &w.node, &job).unwrap_or_else(|e| {
@@ -210,15 +230,28 @@ pub fn starved_input(inp: &Input<'_>, s: &Starved<'_>, rec: &Reclaim) -> Chain {
         node: w.node.clone(),
         time_lost_ns: lost,
         severity: severity(lost, ctx.node_span_ns(&w.node)),
-        summary: format!(
-            "{} (tid {}) slept {} waiting for input ({} of its span) while its {} input workers spent {} of their time reclaiming memory",
-            t.comm,
-            t.tid,
-            d(lost),
-            pct(lost, span),
-            wpids.len(),
-            pct(rec.ns, life)
-        ),
+        summary: if revolving(rec, read_bytes) {
+            format!(
+                "{} (tid {}) slept {} waiting for input ({} of its span) while its {} input workers, at their memory limit, freed {} to read {} from disk",
+                t.comm,
+                t.tid,
+                d(lost),
+                pct(lost, span),
+                wpids.len(),
+                bytes(rec.bytes),
+                bytes(read_bytes)
+            )
+        } else {
+            format!(
+                "{} (tid {}) slept {} waiting for input ({} of its span) while its {} input workers spent {} of their time reclaiming memory",
+                t.comm,
+                t.tid,
+                d(lost),
+                pct(lost, span),
+                wpids.len(),
+                pct(rec.ns, life)
+            )
+        },
         root_cause: "Memory pressure on the input pipeline: the job is at its memory limit (its cgroup's, or the host's), so the DataLoader workers free pages before each allocation and the page cache cannot keep the dataset; evicted samples are read from disk again".into(),
         explanation: format!(
             "{} (pid {}, tid {}) had {} gaps of 1 ms or more between GPU calls and slept {} in them with no socket or disk wait of its own. Its input workers (pids {pids}) reclaimed memory {} times {}, {} in all ({} of their {}), freeing {}, and issued {} block reads ({}, {} in flight).{reread}",
@@ -397,10 +430,15 @@ mod tests {
 
     const MS: i64 = 1_000_000;
 
-    /// Explains `s` with a reclaim of `reclaim_ns` (memory cgroup) ending 100 us before each
-    /// block read of its input workers, and `trainer` (every, duration) reclaims by the
-    /// trainer's main thread.
-    fn explained(s: Scenario, reclaim_ns: i64, trainer: Option<(i64, i64)>) -> Vec<Chain> {
+    /// Explains `s` with a reclaim of `reclaim_ns` (memory cgroup) freeing `freed` bytes,
+    /// ending 100 us before each block read (1 MiB) of its input workers, and `trainer`
+    /// (every, duration) reclaims by the trainer's main thread.
+    fn explained(
+        s: Scenario,
+        reclaim_ns: i64,
+        freed: i64,
+        trainer: Option<(i64, i64)>,
+    ) -> Vec<Chain> {
         let mut nodes = crate::demo::build(s, false);
         let g = &mut nodes[0].trace;
         let read = op("block_read");
@@ -416,7 +454,7 @@ mod tests {
                 ts - reclaim_ns - 100_000,
                 reclaim_ns,
                 "mm_reclaim",
-                1 << 20,
+                freed,
                 1,
             );
         }
@@ -452,13 +490,13 @@ mod tests {
 
     #[test]
     fn starved_input_whose_workers_reclaim_is_memory_pressure() {
-        let plain = explained(Scenario::DataloaderStarvation, 0, None);
+        let plain = explained(Scenario::DataloaderStarvation, 0, 0, None);
         let starved = plain
             .iter()
             .find(|c| c.detector == "dataloader_starvation")
             .expect("the scenario starves");
         // 0.5 ms before each 5 ms read of a worker that also works 2 ms: about 7% of its life.
-        let c = explained(Scenario::DataloaderStarvation, MS / 2, None);
+        let c = explained(Scenario::DataloaderStarvation, MS / 2, 64 << 10, None);
         assert_eq!(c[0].detector, "host_memory_pressure", "{c:#?}");
         assert!(
             c.iter().all(|c| c.detector != "dataloader_starvation"),
@@ -481,19 +519,31 @@ mod tests {
             "{:#?}",
             c[0].timeline
         );
-        // A little reclaim (0.1 ms a read, about 1.5%) leaves the starvation the workers'.
-        let c = explained(Scenario::DataloaderStarvation, MS / 10, None);
+        // A little reclaim (0.1 ms a read, about 1.5%) freeing 64 KiB a 1-MiB read leaves the
+        // starvation the workers'.
+        let c = explained(Scenario::DataloaderStarvation, MS / 10, 64 << 10, None);
         assert_eq!(c[0].detector, "dataloader_starvation", "{c:#?}");
         assert!(
             c.iter().all(|c| c.detector != "host_memory_pressure"),
             "{c:#?}"
+        );
+        // The same short reclaims freeing what each read brings in (a slow disk: the reads, not
+        // the reclaim, take the workers' time): the page cache keeps nothing, memory pressure.
+        let c = explained(Scenario::DataloaderStarvation, MS / 10, 1 << 20, None);
+        assert_eq!(c[0].detector, "host_memory_pressure", "{c:#?}");
+        assert_eq!(c[0].time_lost_ns, starved.time_lost_ns);
+        assert!(
+            c[0].summary.contains("at their memory limit, freed ")
+                && c[0].summary.contains(" to read "),
+            "{}",
+            c[0].summary
         );
     }
 
     #[test]
     fn a_trainer_that_reclaims_loses_that_time() {
         // 2 ms every 50 ms: 4% of its span, all of it time the trainer could not feed the GPU.
-        let c: Vec<_> = explained(Scenario::Healthy, 0, Some((50 * MS, 2 * MS)))
+        let c: Vec<_> = explained(Scenario::Healthy, 0, 0, Some((50 * MS, 2 * MS)))
             .into_iter()
             .filter(|c| c.detector == "host_memory_pressure")
             .collect();
@@ -514,7 +564,7 @@ mod tests {
             c[0].explanation
         );
         // 1 ms every 100 ms (1%) is not a finding.
-        let c = explained(Scenario::Healthy, 0, Some((100 * MS, MS)));
+        let c = explained(Scenario::Healthy, 0, 0, Some((100 * MS, MS)));
         assert!(
             c.iter().all(|c| c.detector != "host_memory_pressure"),
             "{c:#?}"

@@ -113,6 +113,8 @@ const LATER_SHARE: f64 = 0.6;
 /// later steps, at least [`DOMINANCE`] times as many as any other member's late steps (a
 /// starved rank of 4 was late in 44% of 600 steps on a loaded 2-core machine, its peers in 4-19%;
 /// on the healthy twin every rank was late in 12-20%).
+/// That weaker share counts only over at least half the job's steps: a healthy 4-rank lab job,
+/// three ranks sharing a core, once had one of them late in 56 of its last 164 steps of 600.
 const BUSY_SHARE: f64 = 1.0 / 3.0;
 const DOMINANCE: usize = 2;
 /// Late steps from the onset on, at least: fewer are a hiccup or a job's last steps (a healthy
@@ -148,7 +150,9 @@ fn onset(late: &[Option<usize>], members: usize) -> Option<(usize, usize)> {
         let share = later as f64 / (late.len() - k0) as f64;
         let others = (0..members).filter(|&i| i != cand).map(|i| after[i]);
         let dominant = others.max().unwrap_or(0) * DOMINANCE <= later;
-        (later >= MIN_LATE_STEPS && (share >= LATER_SHARE || (share >= BUSY_SHARE && dominant)))
+        let most_of_the_run = (late.len() - k0) * 2 >= late.len();
+        (later >= MIN_LATE_STEPS
+            && (share >= LATER_SHARE || (share >= BUSY_SHARE && dominant && most_of_the_run)))
             .then_some((cand, k0))
     })
 }

@@ -8,6 +8,7 @@ Prints one JSON line on stderr at the end: steps, seconds, step-time percentiles
 
 import argparse
 import json
+import math
 import os
 import sys
 import threading
@@ -20,6 +21,9 @@ import torchlike as tl  # noqa: E402
 def parse():
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=8)
+    p.add_argument("--min-epochs", type=float, default=0,
+                   help="go on past --seconds until the loader has served this many passes over the dataset")
+    p.add_argument("--max-seconds", type=float, default=60, help="stop here whatever --min-epochs asks")
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--ptx-only", action="store_true", help="load the PTX-only kernel module (JIT on first use)")
     p.add_argument("--layers", type=int, default=4)
@@ -84,7 +88,14 @@ def main():
     last_ckpt = t0
     step = 0
     nvtx = tl.cuda.nvtx
-    while time.monotonic() - t0 < a.seconds:
+    # a workload defined by its passes over the data holds on a slow disk too
+    min_steps = math.ceil(a.min_epochs * len(ds) / a.batch_size) if loader else 0
+
+    def more():
+        t = time.monotonic() - t0
+        return t < a.seconds or (step < min_steps and t < a.max_seconds)
+
+    while more():
         ts = time.monotonic()
         # the step as PyTorch code marks it for Nsight Systems (and for causeway): batch to end
         nvtx.range_push(f"step {step}")

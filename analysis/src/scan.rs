@@ -12,6 +12,9 @@ use causeway_store::{Reader, StoreError};
 use crate::facts::duck;
 use crate::window::Window;
 
+// Op ids written into this file's SQL as literals.
+causeway_ops::sql_id!("sched_switch", 100);
+
 /// One group of the per-node scan: events of one (pid, tid, op, gpu, comm, run state).
 #[derive(Debug, Clone)]
 pub struct ThreadOpRow {

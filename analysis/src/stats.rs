@@ -11,6 +11,9 @@ use serde::Serialize;
 use crate::probe_overhead::{Overhead, modes_in_window, overhead};
 use crate::window::{Window, WindowSpec};
 
+// Op ids written into this file's SQL as literals.
+causeway_ops::sql_id!("sched_switch", 100);
+
 /// What to compute statistics over.
 #[derive(Debug, Clone, Default)]
 pub struct StatsQuery {

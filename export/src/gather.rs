@@ -10,6 +10,9 @@ use causeway_store::{Reader, StoreError};
 
 use crate::duck;
 
+// Op ids written into this file's SQL as literals.
+causeway_ops::sql_id!("sched_switch", 100);
+
 /// Upper bounds of the Prometheus latency buckets in ns: 1 us x 4^k, 1 us .. about 16.8 s
 /// (`le` semantics: a call of exactly the bound is in the bucket).
 pub const PROM_BUCKETS_NS: [i64; 13] = [

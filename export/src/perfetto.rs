@@ -18,6 +18,9 @@ use serde_json::{Value, json};
 
 use crate::ExportError;
 
+// Op ids written into this file's SQL as literals.
+causeway_ops::sql_id!("sched_switch", 100);
+
 /// What to put in the file.
 #[derive(Debug, Clone)]
 pub struct PerfettoOptions {

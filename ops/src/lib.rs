@@ -365,6 +365,25 @@ macro_rules! sql_list {
     }};
 }
 
+/// Checks at compile time that an op id written as a literal into SQL (`op_id = 100`, kept
+/// literal where a query is read as written) is the op table's id of `name`: a renumbered op
+/// fails the build there. `tests/sql_ids.rs` finds literal ids without such a check.
+#[macro_export]
+macro_rules! sql_id {
+    ($name:literal, $id:literal) => {
+        const _: () = assert!(
+            $crate::id($name) == $id,
+            concat!(
+                "SQL here says ",
+                $name,
+                " is op ",
+                stringify!($id),
+                "; the op table says otherwise"
+            )
+        );
+    };
+}
+
 const fn find(name: &str) -> Option<&'static Op> {
     let mut i = 0;
     while i < OPS.len() {

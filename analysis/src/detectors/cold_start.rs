@@ -22,6 +22,10 @@ use super::{Finding, Input, d, lit, pct, severity, step};
 use crate::chains::Chain;
 use crate::facts::duck;
 
+// Op ids written into this file's SQL as literals.
+causeway_ops::sql_id!("cudaLaunchKernel", 3);
+causeway_ops::sql_id!("cuLaunchKernel", 50);
+
 /// Least excess of first launches over later ones for the first-use trigger (a module with
 /// code for the device loads in well under a millisecond per kernel).
 pub const MIN_FIRST_USE_NS: i64 = 50_000_000;

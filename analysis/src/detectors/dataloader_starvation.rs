@@ -22,6 +22,9 @@ use causeway_store::StoreError;
 use super::{Finding, Input, d, lit, pct, severity, step};
 use crate::chains::Chain;
 
+// Op ids written into this file's SQL as literals.
+causeway_ops::sql_id!("sched_switch", 100);
+
 /// Share of the workers' lives spent reclaiming memory (percent) from which the starvation is
 /// memory pressure's: the lab's limited job spends 10-14%, its unlimited twin none.
 const RECLAIM_SHARE_PCT: i64 = 4;

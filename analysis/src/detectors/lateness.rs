@@ -49,6 +49,10 @@ use crate::facts::duck;
 use crate::intervals::{Span, overlaps};
 use crate::switches::MARGIN_NS;
 
+// Op ids written into this file's SQL as literals.
+causeway_ops::sql_id!("sched_switch", 100);
+causeway_ops::sql_id!("sched_wakeup", 101);
+
 static WAITS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "

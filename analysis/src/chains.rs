@@ -91,6 +91,9 @@ pub struct Chain {
     /// What the time lost costs in GPU-hours (and money, where a price is configured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<crate::cost::Cost>,
+    /// The time lost per training step, where the process recorded its steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_step: Option<crate::step_cost::PerStep>,
 }
 
 fn is_zero(v: &i64) -> bool {
@@ -194,6 +197,7 @@ pub fn stored_chains(r: &Reader, q: &ChainQuery) -> Result<Vec<Chain>, StoreErro
                 call_sites: None,
                 scope: None,
                 cost: None,
+                per_step: None,
             })
         })
         .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())

@@ -128,6 +128,7 @@ pub fn explain_with(
     }
     crate::sites::cite(r, &ctx.window, &mut chains)?;
     crate::cost::price(r, &ctx, &mut chains, &q.prices)?;
+    crate::step_cost::attach(r, &ctx.window, &mut chains)?;
     let mut notes = crate::coverage::notes(r, &ctx.window, q.pid, q.node.as_deref())?;
     notes.extend(detectors::feeding_stall::startup_notes(&ctx, &budgets));
     for n in &ctx.nodes {

@@ -31,6 +31,7 @@ pub mod report;
 pub mod scan;
 pub mod sites;
 pub mod stats;
+pub mod step_cost;
 pub mod steps;
 pub mod switches;
 pub mod timeline;

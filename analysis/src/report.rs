@@ -60,6 +60,9 @@ pub fn render_text(e: &Explain, with_sql: bool) -> String {
         if let Some(k) = &c.cost {
             let _ = writeln!(o, "   cost: {}", crate::cost::line(k));
         }
+        if let Some(p) = &c.per_step {
+            let _ = writeln!(o, "   per step: {}", crate::step_cost::line(p));
+        }
         let _ = writeln!(o, "   timeline:");
         for t in &c.timeline {
             let d = if t.duration_ns > 0 {

@@ -103,6 +103,9 @@
       if (d.costs && d.costs[i]) {
         li.appendChild(el("p", { cls: "cost" }, [el("strong", { text: "Cost: " }), d.costs[i]]));
       }
+      if (d.per_steps && d.per_steps[i]) {
+        li.appendChild(el("p", { cls: "cost" }, [el("strong", { text: "Per step: " }), d.per_steps[i]]));
+      }
       if (c.recommendations.length) {
         li.appendChild(el("p", null, [el("strong", { text: "Fix:" })]));
         li.appendChild(el("ul", null, c.recommendations.map(function (r) { return el("li", { text: r }); })));

@@ -62,6 +62,9 @@ pub struct ReportData {
     pub evidence: Vec<Evidence>,
     /// What each finding costs, in the words `explain` prints ("" where it has no cost).
     pub costs: Vec<String>,
+    /// What each finding costs per training step, in the words `explain` prints ("" where the
+    /// process recorded no steps).
+    pub per_steps: Vec<String>,
     /// Time budgets of every GPU-feeding process and thread.
     pub budgets: Vec<Budget>,
     /// GPU time per device: measured on the device timeline where the trace has one, beside
@@ -309,6 +312,14 @@ pub fn build(r: &Reader, q: &WindowParams, prices: &Prices) -> Result<ReportData
                 c.cost
                     .as_ref()
                     .map_or(String::new(), causeway_analysis::cost::line)
+            })
+            .collect(),
+        per_steps: chains
+            .iter()
+            .map(|c| {
+                c.per_step
+                    .as_ref()
+                    .map_or(String::new(), causeway_analysis::step_cost::line)
             })
             .collect(),
         findings: chains,

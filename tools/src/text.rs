@@ -232,6 +232,9 @@ fn chain_lines(o: &mut String, chains: &[Chain]) {
         if let Some(k) = &c.cost {
             let _ = writeln!(o, "cost: {}", q(&causeway_analysis::cost::line(k)));
         }
+        if let Some(p) = &c.per_step {
+            let _ = writeln!(o, "per step: {}", q(&causeway_analysis::step_cost::line(p)));
+        }
         for t in &c.timeline {
             let _ = writeln!(
                 o,

@@ -150,6 +150,7 @@ impl Finding {
             call_sites: None,
             scope: None,
             cost: None,
+            per_step: None,
         }
     }
 }

@@ -321,3 +321,66 @@ fn inferred_steps_against_the_profilers() {
     // Steps are found where the trace holds three whole cycles of calls or more.
     assert!(rows.iter().filter(|r| r.2 > 0).count() >= 3, "{rows:?}");
 }
+
+/// The findings' cost per step (issue 48): on the designed steps with a 20-ms DataLoader, a
+/// finding about the training process is spread over its 12 `ProfilerStep`s, whose time is the
+/// design's: 12 x 28 ms + 3 checkpoints x 10 ms = 366 ms, an average of 30.5 ms, a median of 28.
+/// The engine's window runs from the first GPU call (20.1 ms, after the first DataLoader) to
+/// the last event: the steps' time inside it is the design's less what lies outside.
+#[test]
+fn findings_say_what_they_cost_per_step_of_the_design() {
+    use causeway_analysis::chains::ChainQuery;
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("loader.pt.trace.json");
+    std::fs::write(&src, designed_with(20_000)).unwrap();
+    let db = dir.path().join("loader.duckdb");
+    import(&src, &db);
+    let r = Reader::open(&db).unwrap();
+    let e = causeway_analysis::engine::explain(&r, &ChainQuery::default()).unwrap();
+    let with: Vec<_> = e.chains.iter().filter(|c| c.per_step.is_some()).collect();
+    assert!(
+        !with.is_empty(),
+        "no finding has a cost per step: {:#?}",
+        e.chains
+    );
+    for c in with {
+        let p = c.per_step.as_ref().unwrap();
+        assert_eq!(p.steps, 12, "{p:?}");
+        assert_eq!(p.source, "profiler");
+        assert_eq!(p.step_ns, 366_000_000, "{p:?}");
+        assert_eq!(p.median_step_ns, 28_000_000, "{p:?}");
+        // from 20.1 ms on; the last step ends at 366 ms, after the window's end
+        let lo = 366_000_000 - 20_100_000 - 40_000_000;
+        assert!(
+            (lo..=366_000_000 - 20_100_000).contains(&p.in_window_ns),
+            "{p:?}"
+        );
+        assert!(c.time_lost_ns <= p.in_window_ns);
+        let want = c.time_lost_ns as f64 / p.in_window_ns as f64 * 30_500_000.0;
+        assert!(
+            (p.lost_per_step_ns as f64 - want).abs() <= 1.0,
+            "{p:?} {want}"
+        );
+        let line = causeway_analysis::step_cost::line(p);
+        assert!(
+            line.contains("of the average 30.50 ms step (12 profiler steps, median 28.00 ms)"),
+            "{line}"
+        );
+        // the evidence gives the figures back
+        let g = causeway_sqlguard::guard(&p.evidence_sql, r.policy(), None)
+            .unwrap_or_else(|e| panic!("{e}\n{}", p.evidence_sql));
+        let rows = r
+            .query(&g, &causeway_store::QueryLimits::default())
+            .unwrap();
+        let got: Vec<_> = rows.rows[0].iter().map(|v| v.as_i64()).collect();
+        assert_eq!(
+            got,
+            [
+                Some(12),
+                Some(28_000_000),
+                Some(366_000_000),
+                Some(p.in_window_ns)
+            ]
+        );
+    }
+}

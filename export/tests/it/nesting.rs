@@ -254,6 +254,7 @@ fn copies_chain() -> Chain {
         call_sites: None,
         scope: None,
         cost: None,
+        per_step: None,
     }
 }
 

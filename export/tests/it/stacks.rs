@@ -173,6 +173,7 @@ fn a_chain_slice_carries_its_call_sites() {
         }),
         scope: None,
         cost: None,
+        per_step: None,
     };
     let opts = PerfettoOptions {
         chains: vec![chain],

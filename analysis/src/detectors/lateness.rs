@@ -677,4 +677,25 @@ mod tests {
             "40 late steps are a straggler"
         );
     }
+
+    #[test]
+    fn a_third_of_the_last_steps_is_no_straggler_but_a_third_of_the_run_is() {
+        // The healthy lab twin that flaked: rank 2 of three sharing a core late in 56 of the
+        // last 164 steps of 600 (in runs of 4 of 5 at the onset, then 1 in 3), its peers never.
+        let mut late = vec![None; 600];
+        let tail = |late: &mut Vec<Option<usize>>, from: usize| {
+            for (i, l) in late.iter_mut().enumerate().skip(from) {
+                let k = i - from;
+                *l = (k < 5 && k != 3 || k >= 5 && k % 3 == 0).then_some(2);
+            }
+        };
+        tail(&mut late, 436);
+        let n = late.iter().flatten().count();
+        assert!((56..=58).contains(&n), "{n}");
+        assert_eq!(onset(&late, 4), None);
+        // The same pattern over the last 300 steps (half the run): a busy machine's straggler.
+        let mut late = vec![None; 600];
+        tail(&mut late, 300);
+        assert_eq!(onset(&late, 4), Some((2, 300)));
+    }
 }

@@ -686,7 +686,7 @@ mod tests {
         let tail = |late: &mut Vec<Option<usize>>, from: usize| {
             for (i, l) in late.iter_mut().enumerate().skip(from) {
                 let k = i - from;
-                *l = (k < 5 && k != 3 || k >= 5 && k % 3 == 0).then_some(2);
+                *l = (k < 5 && k != 3 || k >= 5 && k.is_multiple_of(3)).then_some(2);
             }
         };
         tail(&mut late, 436);

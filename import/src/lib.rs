@@ -1352,10 +1352,11 @@ impl Invalid {
 
 fn normalise_reference_args(ev: &mut Event) {
     match catalog::op_by_id(ev.op_id).map(|o| o.name) {
-        // Reference: arg1 = the switched task's pid, no next task, no run state.
+        // Reference: arg1 = the switched task's pid, no next task, no run state, no I/O wait.
         Some("sched_switch") => {
             ev.arg0 = 0;
             ev.arg1 = 2;
+            ev.ret_code = 0;
         }
         // Reference: arg1 = child pid.
         Some("process_fork") => {

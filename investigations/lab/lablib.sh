@@ -58,7 +58,10 @@ lab_cleanup() {
 trap lab_cleanup EXIT
 
 # lab_dataset NAME FILES SAMPLE_KIB [LEVEL]: the directory of a dataset written by the lab
-# (once per build directory and shape; cases reading the same one share it).
+# (once per build directory and shape; cases reading the same one share it), read once so that
+# it is in the page cache: a disk restored lazily (a VM's, from a snapshot) read 17 MB/s on
+# first touch here and 1 GB/s after, which made input-starvation's healthy twin starve on one
+# 1.3-s read. Cases that want it on the disk evict it (lab_data.py evict).
 lab_dataset() {
 	local dir=$LAB_BUILD/data/$1-$2x$3k-z${4:-1}
 	if [[ ! -e $dir/READY ]]; then
@@ -68,7 +71,41 @@ lab_dataset() {
 				--level "${4:-1}"
 		) 9>"$LAB_BUILD/data-$1.lock"
 	fi
+	cat "$dir"/* >/dev/null
 	echo "$dir"
+}
+
+# lab_read_limit BYTES_PER_S DIR: puts in LAB_IO_CGROUP a new cgroup (cgroup v2 io.max, or v1
+# blkio throttling) whose processes read the disk holding DIR at most BYTES_PER_S (for
+# launch.py --cgroup), removed at exit. Not in $(...): the cleanup is this shell's.
+lab_read_limit() {
+	local src parent disk dev cg
+	src=$(findmnt -no SOURCE --target "$2")
+	disk=$src
+	parent=$(lsblk -no PKNAME "$src" 2>/dev/null | head -1 | tr -d ' ')
+	[[ -n $parent ]] && disk=/dev/$parent
+	dev=$(lsblk -dno MAJ:MIN "$disk" 2>/dev/null | tr -d ' ')
+	if [[ -z $dev ]]; then
+		echo "$CASE: no block device under $2 ($src)" >&2
+		return 1
+	fi
+	if grep -qw io /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+		grep -qw io /sys/fs/cgroup/cgroup.subtree_control ||
+			echo +io >/sys/fs/cgroup/cgroup.subtree_control
+		cg=/sys/fs/cgroup/lab-io-$$
+		mkdir "$cg"
+		lab_on_exit "rmdir '$cg'"
+		echo "$dev rbps=$1" >"$cg/io.max"
+	elif [[ -d /sys/fs/cgroup/blkio ]]; then
+		cg=/sys/fs/cgroup/blkio/lab-io-$$
+		mkdir "$cg"
+		lab_on_exit "rmdir '$cg'"
+		echo "$dev $1" >"$cg/blkio.throttle.read_bps_device"
+	else
+		echo "$CASE: no block I/O cgroup controller (neither cgroup v2 io nor v1 blkio)" >&2
+		return 1
+	fi
+	LAB_IO_CGROUP=$cg
 }
 
 # A free TCP port on the loopback interface.

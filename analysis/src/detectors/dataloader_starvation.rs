@@ -10,7 +10,9 @@
 //! When the workers spend at least half their lives in socket calls, the finding is
 //! `network_wait` (slow remote input) instead; when they spend at least 4% reclaiming memory, or
 //! free in their memory cgroup at its limit at least half of what they read from disk,
-//! `host_memory_pressure` (their cgroup or the host is at its memory limit). When tasks outside
+//! `host_memory_pressure` (their cgroup or the host is at its memory limit); when they slept on
+//! their own disk reads for at least half the trainer's wait, the storage (the finding stays
+//! `dataloader_starvation`, its root cause and fixes the storage's). When tasks outside
 //! the job (not the trainer, its workers or its other children) took at least half the time the
 //! workers were preempted, and that preemption is at least a tenth of the trainer's wait, the
 //! cause is a busy machine, and the finding says who.
@@ -21,6 +23,7 @@ use causeway_store::StoreError;
 
 use super::{Finding, Input, d, lit, pct, severity, step};
 use crate::chains::Chain;
+use crate::fmt::{bytes, thousands};
 
 // Op ids written into this file's SQL as literals.
 causeway_ops::sql_id!("sched_switch", 100);
@@ -32,6 +35,11 @@ const RECLAIM_SHARE_PCT: i64 = 4;
 /// Share of the trainer's input wait (percent) the workers must have spent preempted before
 /// a busy machine is named: 11 ms of preemption does not explain 5.7 s of waiting.
 const BUSY_PREEMPTED_PCT: i64 = 10;
+
+/// Share of the trainer's input wait (percent) the workers must have slept on their own disk
+/// reads for the starvation to be the storage's: a cold dataset's first epoch, or a lab run
+/// whose disk read 17 MB/s on first touch, against none where the dataset is in the page cache.
+const STORAGE_SHARE_PCT: i64 = 50;
 
 /// The tasks that ran while the workers were preempted, most time first: (tid, ns).
 pub(crate) const PREEMPTORS_SQL: &str = "
@@ -172,6 +180,26 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
             ));
             continue;
         }
+        // The worker that delivered each awaited batch was asleep on its own disk reads for
+        // at least half the trainer's wait: the storage, not the workers' CPU, sets the pace
+        // (a cold dataset, a lazily restored volume).
+        let sql = storage_sql(ctx, w, &starved);
+        let rows = on_disk_rows(ctx, &sql);
+        let all = rows.iter().fold(OnDisk::default(), |a, r| OnDisk {
+            reads: a.reads + r.reads,
+            read_bytes: a.read_bytes.saturating_add(r.read_bytes),
+            slowest_read_ns: a.slowest_read_ns.max(r.slowest_read_ns),
+            on_disk_ns: a.on_disk_ns.saturating_add(r.on_disk_ns),
+            device_ns: a.device_ns.saturating_add(r.device_ns),
+        });
+        if all.on_disk_ns > 0 && all.on_disk_ns.saturating_mul(100) >= STORAGE_SHARE_PCT * lost {
+            out.push((
+                w.pid,
+                w.tid != w.pid,
+                storage_input(inp, &starved, all, sql),
+            ));
+            continue;
+        }
         // Workers preempted mostly by tasks outside the job: the machine is busy, and more
         // workers would only queue for the same CPUs.
         let (outside, all_preempted) = taken_by_outside(inp, &w.node, w.pid, &workers)?;
@@ -206,11 +234,10 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     t.comm, t.pid, t.tid, w.gaps, d(w.gap_ns), d(lost), wpids.len(), switches, d(preempted), io,
                     memcpy.map(|m| format!(" Each step also copies the batch synchronously from pageable memory: {} cudaMemcpy calls, p50 {}.", m.count, d(m.p50_ns))).unwrap_or_default()
                 ),
-                timeline: vec![
-                    step("HOST", "pt_data_worker", format!("{} workers, {} preempted, {} reads", wpids.len(), d(preempted), io), preempted),
-                    step("HOST", "sched_switch", format!("training thread asleep {} waiting for batches", d(lost)), lost),
-                    step("GPU", "idle", "no work between steps".into(), lost),
-                ],
+                timeline: super::dataloader_starvation::with_the_wait(
+vec![step("HOST", "pt_data_worker", format!("{} workers, {} preempted, {} reads", wpids.len(), d(preempted), io), preempted),],
+                    lost,
+                ),
                 recommendations: busy_cause.iter().map(|_| "Give the job its CPUs: move or renice the other tasks, or pin the workers to cores of their own (cpuset, taskset); more workers would queue for the same cores.".to_string()).chain([
                     "Set persistent_workers=True so workers are not re-forked every epoch, and prefetch_factor >= 2.".into(),
                     format!("Match num_workers to free cores ({} workers were preempted for {}); move heavy decoding/augmentation to the GPU (DALI, torchvision.transforms.v2 on CUDA).", wpids.len(), d(preempted)),
@@ -273,11 +300,10 @@ fn remote_input(inp: &Input<'_>, s: &Starved<'_>, net: i64) -> Chain {
             d(net),
             d(life)
         ),
-        timeline: vec![
-            step("NET", "socket", format!("input workers waiting on the network {}", d(net)), net),
-            step("HOST", "sched_switch", format!("training thread asleep {} waiting for batches", d(lost)), lost),
-            step("GPU", "idle", "no work between steps".into(), lost),
-        ],
+        timeline: super::dataloader_starvation::with_the_wait(
+vec![step("NET", "socket", format!("input workers waiting on the network {}", d(net)), net),],
+            lost,
+        ),
         recommendations: vec![
             "Cache the dataset on local disk or in memory (or stage shards ahead of the epoch) instead of fetching every sample remotely.".into(),
             "Fetch in larger objects (sharded archives such as WebDataset/tar shards) and with more concurrent requests per worker; raise num_workers or prefetch_factor: waiting workers do not need CPU.".into(),
@@ -293,6 +319,189 @@ fn remote_input(inp: &Input<'_>, s: &Starved<'_>, net: i64) -> Chain {
     }
     .into_chain()
     .at(s.resumed(ctx))
+}
+
+/// The CTEs and query that measure what a storage finding says, one row per input worker
+/// process: its block reads (count, bytes, slowest), how much of the trainer's wait for input
+/// ended with a wakeup from one of its threads (the batch it delivered: `trainer_waited_ns`),
+/// and for how much of that wait the worker was asleep on the disk
+/// (`on_disk_while_awaited_ns`; `all_workers_on_disk_ns` sums it: the finding's figure). The
+/// trainer's wait is its sleeps inside gaps between GPU calls (as `input_wait_ctes` cuts them),
+/// a worker's time on the disk its sleeps in the kernel's I/O wait (sched_switch `ret_code` 1:
+/// also a read held by cgroup I/O throttling, before any block request exists) together with
+/// its requests in flight overlapped with its off-CPU time.
+fn storage_sql(
+    ctx: &crate::facts::Ctx<'_>,
+    w: &super::waits::ThreadWaits,
+    s: &Starved<'_>,
+) -> String {
+    let node = lit(&w.node);
+    let tid = w.tid;
+    let pids = s.pids();
+    let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
+    format!(
+        "WITH {}, \
+         tw AS (SELECT sl.a sa, sl.b sb, greatest(sl.a, gaps.a) a, least(sl.b, gaps.b) b FROM gaps JOIN sl ON sl.tid={tid} AND sl.arg1=1 AND sl.a<gaps.b AND sl.b>gaps.a), \
+         th AS (SELECT DISTINCT tid, pid FROM events WHERE node={node} AND pid IN ({pids})), \
+         twk AS (SELECT tw.a, tw.b, arg_max(u.arg0, u.timestamp) waker FROM tw JOIN events u ON u.node={node} AND u.tid={tid} AND u.op='sched_wakeup' AND u.timestamp BETWEEN tw.sa AND tw.sb GROUP BY tw.a, tw.b), \
+         awaited AS (SELECT twk.a, twk.b, th.pid FROM twk JOIN th ON th.tid=twk.waker), \
+         wr AS (SELECT pid, tid, timestamp a, timestamp+duration b, max(timestamp+duration) OVER (PARTITION BY tid ORDER BY timestamp, duration ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) r FROM events WHERE node={node} AND pid IN ({pids}) AND source='IO' AND timestamp BETWEEN {from} AND {until}), \
+         wru AS (SELECT any_value(pid) pid, tid, min(a) a, max(b) b FROM (SELECT pid, tid, a, b, sum((r IS NULL OR a>r)::INT) OVER (PARTITION BY tid ORDER BY a, b ROWS UNBOUNDED PRECEDING) k FROM wr) GROUP BY tid, k), \
+         wsl AS (SELECT pid, tid, {st} a, {st}+duration b, ret_code iowait FROM events WHERE node={node} AND pid IN ({pids}) AND op='sched_switch'), \
+         rs AS (SELECT pid, a, b FROM wsl WHERE iowait=1 UNION ALL SELECT wru.pid, greatest(wsl.a, wru.a) a, least(wsl.b, wru.b) b FROM wru JOIN wsl ON wsl.tid=wru.tid AND wsl.a<wru.b AND wsl.b>wru.a), \
+         rsm AS (SELECT pid, a, b, max(b) OVER (PARTITION BY pid ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) r FROM rs), \
+         rsu AS (SELECT pid, min(a) a, max(b) b FROM (SELECT pid, a, b, sum((r IS NULL OR a>r)::INT) OVER (PARTITION BY pid ORDER BY a, b ROWS UNBOUNDED PRECEDING) k FROM rsm) GROUP BY pid, k), \
+         hit AS (SELECT awaited.pid, sum(least(rsu.b, awaited.b)-greatest(rsu.a, awaited.a))::BIGINT ns FROM awaited JOIN rsu ON rsu.pid=awaited.pid AND rsu.a<awaited.b AND rsu.b>awaited.a GROUP BY awaited.pid), \
+         waited AS (SELECT pid, sum(b-a)::BIGINT ns FROM awaited GROUP BY pid), \
+         rd AS (SELECT pid, count(*) reads, coalesce(sum(arg0), 0)::BIGINT read_bytes, max(duration) slowest_read_ns, sum(duration)::BIGINT read_device_ns FROM events WHERE node={node} AND pid IN ({pids}) AND op='block_read' AND timestamp BETWEEN {from} AND {until} GROUP BY pid), \
+         wp AS (SELECT DISTINCT pid FROM th) \
+         SELECT wp.pid::BIGINT pid, coalesce(rd.reads, 0)::BIGINT reads, coalesce(rd.read_bytes, 0)::BIGINT read_bytes, rd.slowest_read_ns, coalesce(waited.ns, 0) trainer_waited_ns, coalesce(hit.ns, 0) on_disk_while_awaited_ns, sum(coalesce(hit.ns, 0)) OVER ()::BIGINT all_workers_on_disk_ns, (SELECT waiting_for_input_ns FROM input_wait) trainer_waiting_for_input_ns, coalesce(rd.read_device_ns, 0)::BIGINT read_device_ns \
+         FROM wp LEFT JOIN rd USING (pid) LEFT JOIN waited USING (pid) LEFT JOIN hit USING (pid) ORDER BY on_disk_while_awaited_ns DESC, pid",
+        input_wait_ctes(ctx, w),
+        st = super::off_start(ctx, &w.node)
+    )
+}
+
+/// One input worker's row of [`storage_sql`].
+#[derive(Debug, Clone, Copy, Default)]
+struct OnDisk {
+    reads: i64,
+    read_bytes: i64,
+    slowest_read_ns: i64,
+    /// Its time on the disk inside the trainer's waits it ended.
+    on_disk_ns: i64,
+    /// The device's time on its reads (issue to completion), summed.
+    device_ns: i64,
+}
+
+/// The rows of [`storage_sql`] through the guard, as an agent runs the evidence; none where the
+/// query does not run (a reader under a memory or time limit).
+fn on_disk_rows(ctx: &crate::facts::Ctx<'_>, sql: &str) -> Vec<OnDisk> {
+    let g = match causeway_sqlguard::guard(sql, ctx.r.policy(), None) {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::warn!(error = %e.reason, "dataloader_starvation: the storage query was refused");
+            return Vec::new();
+        }
+    };
+    match ctx.r.query(&g, &causeway_store::QueryLimits::default()) {
+        Ok(res) => res
+            .rows
+            .iter()
+            .map(|r| {
+                let i = |k: usize| r.get(k).and_then(serde_json::Value::as_i64).unwrap_or(0);
+                OnDisk {
+                    reads: i(1),
+                    read_bytes: i(2),
+                    slowest_read_ns: i(3),
+                    on_disk_ns: i(5),
+                    device_ns: i(8),
+                }
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "dataloader_starvation: the workers' disk waits could not be measured");
+            Vec::new()
+        }
+    }
+}
+
+/// The starvation's cause is the storage: while the trainer waited, the workers that delivered
+/// its batches were waiting for the disk for at least half the wait (`all`: the workers' rows
+/// of `sql`, summed).
+fn storage_input(inp: &Input<'_>, s: &Starved<'_>, all: OnDisk, sql: String) -> Chain {
+    let ctx = inp.ctx;
+    let Starved {
+        w,
+        t,
+        lost,
+        span,
+        wpids,
+        ..
+    } = *s;
+    let OnDisk {
+        reads,
+        read_bytes,
+        slowest_read_ns: slowest,
+        on_disk_ns: on_disk,
+        device_ns,
+    } = all;
+    // Most of the wait before the requests reached the device: held above it.
+    let held = if device_ns.saturating_mul(2) < on_disk {
+        format!(
+            " The device itself took {} over all their reads: most of the wait came before the requests reached it (an I/O limit on the job's cgroup, such as io.max or blkio throttling, or a queue above the device).",
+            d(device_ns)
+        )
+    } else {
+        String::new()
+    };
+    let pids = s.pids();
+    Finding {
+        detector: "dataloader_starvation",
+        node: w.node.clone(),
+        time_lost_ns: lost,
+        severity: severity(lost, ctx.node_span_ns(&w.node)),
+        summary: format!(
+            "{} (tid {}) slept {} waiting for input between steps ({} of its span); for {} of it the worker with the next batch was waiting for the disk",
+            t.comm,
+            t.tid,
+            d(lost),
+            pct(lost, span),
+            d(on_disk)
+        ),
+        root_cause: "Input starvation on storage: the DataLoader workers wait for their disk reads, so batches come slower than the GPU consumes them; faster CPUs or cheaper transforms would not help".into(),
+        explanation: format!(
+            "{} (pid {}, tid {}) had {} gaps of 1 ms or more between GPU calls, {} in total, and slept for {} of them with no socket or disk wait of its own. Its {} (pids {pids}) issued {} block reads ({}, the slowest request {} on the device); for {} of the trainer's wait, the worker whose wakeup ended it (the one delivering the batch) was asleep waiting for the disk.{held}",
+            t.comm,
+            t.pid,
+            t.tid,
+            w.gaps,
+            d(w.gap_ns),
+            d(lost),
+            if wpids.len() == 1 { "input worker".to_string() } else { format!("{} input workers", wpids.len()) },
+            thousands(reads as u64),
+            bytes(read_bytes),
+            d(slowest),
+            d(on_disk)
+        ),
+        timeline: super::dataloader_starvation::with_the_wait(
+vec![step("IO", "block_read", format!("input workers waiting for the disk {} of the wait ({} block reads, the device's slowest {})", d(on_disk), thousands(reads as u64), d(slowest)), on_disk)],
+            lost,
+        ),
+        recommendations: (!held.is_empty())
+            .then(|| "Raise or lift the I/O limit on the job's cgroup (cgroup v2 io.max, v1 blkio.throttle.read_bps_device, systemd IOReadBandwidthMax, docker --device-read-bps) or that of its volume; the device served the reads quickly.".to_string())
+            .into_iter()
+            .chain([
+            "Put the dataset where reads are fast: local NVMe, or memory (/dev/shm, the page cache warmed before training) when it fits; a volume restored from a snapshot (cloud block storage, a lazily loaded VM disk) reads slowly until every block was read once.".into(),
+            "Read fewer, larger objects (sharded archives such as WebDataset tar shards, or one memory-mapped array) instead of a small file per sample; raise num_workers or prefetch_factor so reads overlap: workers that wait for the disk need no CPU.".into(),
+            "Check the device while training runs: iostat -x (r_await, %util) against what the disk is rated for, and the block_read latencies in `causeway stats`.".into(),
+        ])
+        .collect(),
+        // One row per worker: its reads, the trainer's wait it ended, its time on the disk
+        // inside that wait (all_workers_on_disk_ns is the summary's second figure,
+        // trainer_waiting_for_input_ns the first) and the device's time on its reads.
+        evidence_sql: sql,
+    }
+    .into_chain()
+    .at(s.resumed(ctx))
+}
+
+/// A starvation finding's timeline: what the workers did (`first`), then the training thread
+/// asleep waiting for batches and the GPU idle for `lost`.
+pub fn with_the_wait(
+    mut first: Vec<crate::chains::TimelineItem>,
+    lost: i64,
+) -> Vec<crate::chains::TimelineItem> {
+    first.extend([
+        step(
+            "HOST",
+            "sched_switch",
+            format!("training thread asleep {} waiting for batches", d(lost)),
+            lost,
+        ),
+        step("GPU", "idle", "no work between steps".into(), lost),
+    ]);
+    first
 }
 
 /// A training thread that starves for input, and its input workers: what a finding that names
@@ -533,10 +742,15 @@ mod tests {
             .expect("probe_modes");
         }
         let r = Reader::open(&p).expect("reader");
-        let chains = crate::engine::explain(&r, &crate::chains::ChainQuery::default())
+        explained(&r)
+    }
+
+    /// The trace's chains, each input-starvation chain's evidence checked: it gives back the
+    /// summary's figures and the time lost.
+    fn explained(r: &causeway_store::Reader) -> Vec<crate::chains::Chain> {
+        let chains = crate::engine::explain(r, &crate::chains::ChainQuery::default())
             .expect("explain")
             .chains;
-        // The evidence gives back the summary's figures and the time lost.
         for c in chains
             .iter()
             .filter(|c| c.detector == "dataloader_starvation")
@@ -585,6 +799,88 @@ mod tests {
         );
         // A thread of a process that is not a child of the trainer does not count.
         assert!(of(copies_untimed(Some(4242 + 1))).is_empty());
+    }
+
+    /// The starvation scenario with two more input workers (pids 4300 and 4301, children of the
+    /// trainer) asleep through each of the trainer's sleeps, 4300 in the kernel's I/O wait where
+    /// `iowait`, and a wakeup from `waker` ending each of the trainer's sleeps: its
+    /// dataloader_starvation chains, their evidence checked.
+    fn one_slow_worker(iowait: bool, waker: u32) -> Vec<crate::chains::Chain> {
+        use crate::demo::model::Thread;
+        use causeway_store::Reader;
+        let s = Scenario::DataloaderStarvation;
+        let mut nodes = crate::demo::build(s, false);
+        let g = &mut nodes[0].trace;
+        let switch = crate::demo::model::op("sched_switch");
+        let main = Thread::new(4242, 4242, "python3", 0);
+        let slow = Thread::new(4300, 4300, "pt_data_worker", -1);
+        let idle = Thread::new(4301, 4301, "pt_data_worker", -1);
+        g.process(4300, 4242, "pt_data_worker", "python3 train.py");
+        g.process(4301, 4242, "pt_data_worker", "python3 train.py");
+        let sleeps: Vec<(i64, i64)> = g
+            .events
+            .iter()
+            .filter(|e| e.tid == 4242 && e.op_id == switch && e.arg1 == 1)
+            .map(|e| (e.timestamp, e.duration))
+            .collect();
+        assert!(sleeps.len() > 100, "{} sleeps", sleeps.len());
+        let mut at = sleeps[0].0 - 10_000_000;
+        for (ts, off) in sleeps {
+            // The workers work 100 us before each of the trainer's sleeps and sleep through it.
+            for w in [&slow, &idle] {
+                if ts - 100_000 > at {
+                    g.switch(w, at, ts - 100_000 - at, 0, 1);
+                }
+                g.switch(w, ts - 50_000, off + 40_000, 0, 1);
+                if w.pid == slow.pid {
+                    g.events.last_mut().unwrap().ret_code = i32::from(iowait);
+                }
+            }
+            g.ev(
+                &main,
+                ts + off - 20_000,
+                20_000,
+                "sched_wakeup",
+                i64::from(waker),
+                0,
+            );
+            at = ts + off;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t.duckdb");
+        crate::demo::write_nodes(&p, s, nodes).expect("demo trace");
+        let r = Reader::open(&p).expect("reader");
+        explained(&r)
+            .into_iter()
+            .filter(|c| c.detector == "dataloader_starvation")
+            .collect()
+    }
+
+    #[test]
+    fn the_storage_is_the_cause_where_the_worker_delivering_the_batch_waited_for_the_disk() {
+        // The worker that woke the trainer slept in I/O wait through every wait: storage.
+        let c = one_slow_worker(true, 4300);
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert!(
+            c[0].root_cause.contains("on storage"),
+            "{}",
+            c[0].root_cause
+        );
+        assert!(
+            c[0].summary
+                .contains("the worker with the next batch was waiting for the disk"),
+            "{}",
+            c[0].summary
+        );
+        // The same sleeps not in I/O wait (a worker waiting for its next index): not storage.
+        let c = one_slow_worker(false, 4300);
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert!(!c[0].root_cause.contains("storage"), "{}", c[0].root_cause);
+        // In I/O wait, but another worker (asleep, not on the disk) delivered the batches: the
+        // first one's wait is not the one the trainer waited for.
+        let c = one_slow_worker(true, 4301);
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert!(!c[0].root_cause.contains("storage"), "{}", c[0].root_cause);
     }
 
     #[test]

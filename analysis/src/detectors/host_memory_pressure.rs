@@ -270,12 +270,11 @@ pub fn starved_input(inp: &Input<'_>, s: &Starved<'_>, rec: &Reclaim) -> Chain {
             bytes(read_bytes),
             d(read_ns),
         ),
-        timeline: vec![
-            step("HOST", "mm_reclaim", format!("input workers reclaiming memory {} ({} times, {} freed)", d(rec.ns), thousands(rec.count), bytes(rec.bytes)), rec.ns),
-            step("IO", "block_read", format!("{} block reads, {}", thousands(nreads), bytes(read_bytes)), read_ns),
-            step("HOST", "sched_switch", format!("training thread asleep {} waiting for batches", d(lost)), lost),
-            step("GPU", "idle", "no work between steps".into(), lost),
-        ],
+        timeline: super::dataloader_starvation::with_the_wait(
+vec![step("HOST", "mm_reclaim", format!("input workers reclaiming memory {} ({} times, {} freed)", d(rec.ns), thousands(rec.count), bytes(rec.bytes)), rec.ns),
+            step("IO", "block_read", format!("{} block reads, {}", thousands(nreads), bytes(read_bytes)), read_ns),],
+            lost,
+        ),
         recommendations: vec![
             format!("Raise the job's memory limit ({}the cgroup's memory.max, a pod's resources.limits.memory) above what it holds (pinned buffers, model, workers) plus the dataset's working set, or run where the host has that much free.", if limit.is_empty() { String::new() } else { format!("{limit} now: ") }),
             "Hold less inside the limit: fewer DataLoader workers or a smaller prefetch_factor, a smaller pinned-memory pool, no per-worker copies of the dataset.".into(),

@@ -3,7 +3,10 @@
 // At switch-out of a traced thread (current == prev) we remember when, which task ran next, the
 // state class, the comm and the cgroup; at its switch-in we emit one sched_switch event
 // (timestamp = switch-out, duration = off-CPU time, arg0 = next task's pid (kernel pid = thread
-// id), arg1 = 0 preempted while runnable / 1 blocked / 2 other) and, when a wakeup was seen, one
+// id), arg1 = 0 preempted while runnable / 1 blocked / 2 other, ret = 1 when the thread slept in
+// the kernel's I/O wait (io_schedule: a disk read, a page cache fill, a write-back throttle; set
+// before any block request exists, so a read held by cgroup I/O throttling counts too), else 0)
+// and, when a wakeup was seen, one
 // sched_wakeup event (timestamp = wakeup, duration = run-queue latency, arg0 = waker thread id,
 // 0 when an interrupt woke it, arg1 = target CPU).
 #ifndef CAUSEWAY_SCHED_H
@@ -17,6 +20,7 @@ struct offcpu {
 	__u64 cgroup_id;
 	__u32 next_pid;
 	__u32 state;
+	__u32 iowait;
 	char comm[16];
 };
 
@@ -85,6 +89,7 @@ int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct tas
 		o.ts = now;
 		o.next_pid = next->pid;
 		o.state = (preempt || prev_state == 0) ? 0 : ((prev_state & 3) ? 1 : 2);
+		o.iowait = o.state ? BPF_CORE_READ_BITFIELD(prev, in_iowait) : 0;
 		o.cgroup_id = bpf_get_current_cgroup_id();
 		bpf_get_current_comm(o.comm, sizeof(o.comm));
 		bpf_map_update_elem(&offcpu, &ptid, &o, BPF_ANY);
@@ -112,7 +117,7 @@ int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct tas
 				e->op = OP_SCHED_SWITCH;
 				e->pid = ntgid;
 				e->tid = ntid;
-				e->ret = 0;
+				e->ret = o.iowait;
 				e->ts = o.ts;
 				e->duration = dur;
 				e->arg0 = o.next_pid;

@@ -141,6 +141,7 @@ struct task_struct {
 	char comm[16];
 	struct files_struct *files;
 	struct css_set *cgroups;
+	unsigned int in_iowait: 1; /* read with BPF_CORE_READ_BITFIELD: relocated by name */
 };
 
 struct block_device {

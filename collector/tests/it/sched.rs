@@ -215,3 +215,37 @@ os.waitpid(spinner, 0)
         "the spinner the timer interrupted did not wake the child"
     );
 }
+
+/// A thread asleep in the kernel's I/O wait (dd reading with O_DIRECT: each read waits for the
+/// device) has `ret_code` 1 on its blocked switches; one asleep in nanosleep (sleep) has 0.
+#[test]
+fn a_sleep_in_the_kernels_io_wait_is_marked() {
+    let Some(_g) = bpf_test() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_path(&dir);
+    let data = dir.path().join("data.bin");
+    std::fs::write(&data, vec![7u8; 4 << 20]).unwrap();
+    let script = format!(
+        "dd if={} of=/dev/null bs=4k count=1024 iflag=direct status=none && sleep 0.3",
+        data.display()
+    );
+    trace(&args(&db, &["sh", "-c", &script]));
+    let count = |sql: &str| {
+        q(
+            &db,
+            &format!("SELECT count(*) FROM events WHERE op = 'sched_switch' AND {sql}"),
+        )
+    };
+    let dd_io = count("comm = 'dd' AND arg1 = 1 AND ret_code = 1");
+    assert!(
+        dd_io >= 100,
+        "{dd_io} of dd's switches in I/O wait, for 1,024 direct reads"
+    );
+    assert_eq!(count("comm = 'sleep' AND ret_code = 1"), 0);
+    assert!(
+        count("comm = 'sleep' AND arg1 = 1 AND ret_code = 0 AND duration >= 200000000") >= 1,
+        "the 0.3-s nanosleep not recorded as a plain sleep"
+    );
+    // Only blocked switches carry it: a preempted thread is not waiting for anything.
+    assert_eq!(count("arg1 = 0 AND ret_code <> 0"), 0);
+}

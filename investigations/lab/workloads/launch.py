@@ -3,10 +3,10 @@
 stops the background ones and waits for them too, so that every process of the case, culprit
 included, starts and exits inside the recording (its exit carries its CPU time).
 
-  launch.py [--cgroup DIR] [--bg 'CPUS;COMMAND']... --main 'CPUS;COMMAND' [--main ...]
+  launch.py [--cgroup DIR]... [--bg 'CPUS;COMMAND']... --main 'CPUS;COMMAND' [--main ...]
 
 --cgroup moves the launcher into the cgroup DIR first (its cgroup.procs), so that every process
-of the case is in it. CPUS is a CPU list (0,1) or '-' for no pinning. Background processes read /dev/zero and write
+of the case is in it (repeated: one directory per cgroup v1 hierarchy, e.g. memory and blkio). CPUS is a CPU list (0,1) or '-' for no pinning. Background processes read /dev/zero and write
 to /dev/null (`gzip -1` is then a busy compressor). Exit status: the first failing main's.
 """
 
@@ -43,11 +43,12 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bg", action="append", default=[], type=spec)
     p.add_argument("--main", action="append", default=[], type=spec, required=True)
-    p.add_argument("--cgroup", help="cgroup directory to join before starting anything")
+    p.add_argument("--cgroup", action="append", default=[],
+                   help="cgroup directory to join before starting anything (repeatable)")
     p.add_argument("--settle", type=float, default=0.3, help="seconds between the background and the mains")
     a = p.parse_args()
-    if a.cgroup:
-        with open(os.path.join(a.cgroup, "cgroup.procs"), "w") as f:
+    for cg in a.cgroup:
+        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))
     zero = open("/dev/zero", "rb")
     null = open(os.devnull, "wb")

@@ -68,7 +68,11 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     d(free.blocked_ns),
                     d(alloc_ns),
                     d(b.span_ns),
-                    if sampled { " (counts from the kernel, times scaled from the stored calls: the probes were sampled)" } else { "" },
+                    match (sampled, b.time_bound) {
+                        (true, Some(_)) => " (counts from the kernel, times scaled from the stored calls and bounded by the span: the probes were sampled, and the sampled calls were the slower ones)",
+                        (true, None) => " (counts from the kernel, times scaled from the stored calls: the probes were sampled)",
+                        _ => "",
+                    },
                     d(b.gpu_idle_estimate_ns)
                 ),
                 timeline: vec![
@@ -87,7 +91,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                     &b.node,
                     b.pid,
                     tid,
-                    b.scaled(),
+                    b.scaling(),
                     "(g.op LIKE '%Free%' OR g.op LIKE '%Malloc%' OR g.op LIKE '%MemAlloc%')",
                 ),
             }

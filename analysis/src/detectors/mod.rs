@@ -161,14 +161,29 @@ pub use crate::counts::lit;
 /// `r`, each op's scale (the process's counted / stored calls where its probes were sampled),
 /// and `g`, the thread's GPU calls with `nested` set for those inside an earlier call (a runtime
 /// call's own driver call: left out, as the budget leaves them out).
-pub fn budget_calls_cte(ctx: &Ctx<'_>, node: &str, pid: u32, tid: u32, scaled: bool) -> String {
+pub fn budget_calls_cte(
+    ctx: &Ctx<'_>,
+    node: &str,
+    pid: u32,
+    tid: u32,
+    scaling: crate::budget::Scaling,
+) -> String {
+    use crate::budget::Scaling;
     let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
-    let r = if scaled {
-        let cov = crate::counts::coverage_ctes(from, until, Some(node), Some(pid));
-        format!("{cov}, r AS (SELECT o.op, c.scale FROM coverage c JOIN ops o USING (op_id))")
-    } else {
+    let cov = || crate::counts::coverage_ctes(from, until, Some(node), Some(pid));
+    // `scale` scales counts (and bytes), `time_scale` times: the unstored calls' time bounded
+    // by the budget's factor where the counted calls would overfill the span.
+    let r = match scaling {
+        Scaling::Full => format!(
+            "{}, r AS (SELECT o.op, c.scale, c.scale AS time_scale FROM coverage c JOIN ops o USING (op_id))",
+            cov()
+        ),
+        Scaling::Bounded(f) => format!(
+            "{}, r AS (SELECT o.op, c.scale, 1 + (c.scale - 1) * {f} AS time_scale FROM coverage c JOIN ops o USING (op_id))",
+            cov()
+        ),
         // No op of the thread is scaled (every call stored, or the estimate refused).
-        "r AS (SELECT op, 1.0 AS scale FROM ops)".to_string()
+        Scaling::None => "r AS (SELECT op, 1.0 AS scale, 1.0 AS time_scale FROM ops)".to_string(),
     };
     let node = lit(node);
     format!(
@@ -184,12 +199,12 @@ pub fn scaled_calls_sql(
     node: &str,
     pid: u32,
     tid: u32,
-    scaled: bool,
+    scaling: crate::budget::Scaling,
     which: &str,
 ) -> String {
     format!(
-        "{} SELECT g.op, CASE WHEN g.op LIKE '%Memcpy%' THEN g.arg1 END AS direction, count(*) AS stored_calls, round(count(*) * any_value(coalesce(r.scale, 1)))::BIGINT AS calls, sum(g.duration) AS stored_ns, round(sum(g.duration) * any_value(coalesce(r.scale, 1)))::BIGINT AS scaled_ns, median(g.duration) AS p50_ns FROM g LEFT JOIN r ON r.op = g.op WHERE NOT g.nested AND {which} GROUP BY ALL ORDER BY scaled_ns DESC",
-        budget_calls_cte(ctx, node, pid, tid, scaled)
+        "{} SELECT g.op, CASE WHEN g.op LIKE '%Memcpy%' THEN g.arg1 END AS direction, count(*) AS stored_calls, round(count(*) * any_value(coalesce(r.scale, 1)))::BIGINT AS calls, sum(g.duration) AS stored_ns, round(sum(g.duration) * any_value(coalesce(r.time_scale, 1)))::BIGINT AS scaled_ns, median(g.duration) AS p50_ns FROM g LEFT JOIN r ON r.op = g.op WHERE NOT g.nested AND {which} GROUP BY ALL ORDER BY scaled_ns DESC",
+        budget_calls_cte(ctx, node, pid, tid, scaling)
     )
 }
 

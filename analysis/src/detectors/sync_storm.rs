@@ -47,7 +47,14 @@ fn idle_floor(waited: i64, span: i64) -> f64 {
 
 /// The thread's waits per op (and copy direction), as its budget scales them: the summary's
 /// wait time is the sum of `scaled_ns`. With `reads`, its device-to-host copies too.
-fn waits_sql(ctx: &Ctx<'_>, node: &str, pid: u32, tid: u32, scaled: bool, reads: bool) -> String {
+fn waits_sql(
+    ctx: &Ctx<'_>,
+    node: &str,
+    pid: u32,
+    tid: u32,
+    scaled: crate::budget::Scaling,
+    reads: bool,
+) -> String {
     let syncs = SYNC_OPS.map(|o| format!("'{o}'")).join(", ");
     let which = if reads {
         format!(
@@ -67,7 +74,13 @@ fn waits_sql(ctx: &Ctx<'_>, node: &str, pid: u32, tid: u32, scaled: bool, reads:
 }
 
 /// The thread's kernel launches per op, scaled as its budget counts them.
-fn launches_sql(ctx: &Ctx<'_>, node: &str, pid: u32, tid: u32, scaled: bool) -> String {
+fn launches_sql(
+    ctx: &Ctx<'_>,
+    node: &str,
+    pid: u32,
+    tid: u32,
+    scaled: crate::budget::Scaling,
+) -> String {
     let launches = crate::opsets::LAUNCH_NAMES.map(super::lit).join(", ");
     super::scaled_calls_sql(
         ctx,
@@ -119,6 +132,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
         // Where the probes were sampled the stored calls are a part: the thread's budget scales
         // its classes by the kernel's counts.
         let budget = thread_budgets(inp).find(|b| b.node == t.node && b.tid == Some(t.tid));
+        let scaling = budget.map_or(crate::budget::Scaling::None, Budget::scaling);
         let scaled = budget.is_some_and(Budget::scaled);
         let approx = if scaled { "~" } else { "" };
         let est = |c: CallClass| {
@@ -173,8 +187,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 // the time lost beyond one sync per 20 launches (lost_ns).
                 evidence_sql: format!(
                     "WITH l AS (SELECT sum(calls) AS n FROM ({})) SELECT q.*, (SELECT n FROM l) AS launches, round(sum(q.scaled_ns) OVER () * greatest((sum(q.calls) OVER () - (SELECT n FROM l) / 20) / sum(q.calls) OVER (), 0))::BIGINT AS lost_ns FROM ({}) q ORDER BY q.scaled_ns DESC",
-                    launches_sql(ctx, &t.node, t.pid, t.tid, scaled),
-                    waits_sql(ctx, &t.node, t.pid, t.tid, scaled, false)
+                    launches_sql(ctx, &t.node, t.pid, t.tid, scaling),
+                    waits_sql(ctx, &t.node, t.pid, t.tid, scaling, false)
                 ),
             }
             .into_chain()
@@ -248,7 +262,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
                 evidence_sql: format!(
                     "WITH {} SELECT q.*, gpu_idle.idle_ns AS gpu_idle_ns, round(gpu_idle.idle_ns * greatest(sum(q.scaled_ns) OVER () / sum(q.stored_ns) OVER (), 1))::BIGINT AS gpu_idle_scaled_ns FROM ({}) q CROSS JOIN gpu_idle ORDER BY q.scaled_ns DESC",
                     super::gpu_idle_ctes(ctx, &b.node, b.pid),
-                    waits_sql(ctx, &b.node, b.pid, tid, b.scaled(), true)
+                    waits_sql(ctx, &b.node, b.pid, tid, b.scaling(), true)
                 ),
             }
             .into_chain()

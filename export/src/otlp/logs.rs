@@ -60,6 +60,8 @@ struct ChainRow {
     origin: String,
     /// What the engine's finding costs.
     cost: Option<causeway_analysis::cost::Cost>,
+    /// What it costs per step, where the process recorded steps.
+    per_step: Option<causeway_analysis::step_cost::PerStep>,
 }
 
 const CHAINS_SQL: &str = "SELECT chain_id, node, detector, detected_ns, severity, summary,
@@ -100,6 +102,7 @@ fn stored_chains(r: &Reader) -> Result<Vec<ChainRow>, StoreError> {
                 tail_ratio: Some(row.get(15)?),
                 origin: row.get(16)?,
                 cost: None,
+                per_step: None,
             })
         })
         .and_then(|rows| rows.collect())
@@ -139,6 +142,7 @@ fn engine_chains(
             time_lost_ns: c.time_lost_ns,
             origin: c.origin,
             cost: c.cost,
+            per_step: c.per_step,
             ..ChainRow::default()
         })
         .collect())
@@ -203,6 +207,18 @@ fn record(c: ChainRow, observed_ns: i64) -> LogRecord {
             a.push(kv(&p("cost"), Value::DoubleValue(amount)));
             a.push(s(&p("cost.currency"), &k.currency));
         }
+    }
+    if let Some(k) = &c.per_step {
+        // The finding's time per step of the process (docs/cli.md, Per step).
+        a.push(i(&p("per_step.lost_per_step_ns"), k.lost_per_step_ns));
+        a.push(i(
+            &p("per_step.steps"),
+            i64::try_from(k.steps).unwrap_or(i64::MAX),
+        ));
+        a.push(s(&p("per_step.source"), &k.source));
+        a.push(i(&p("per_step.step_ns"), k.step_ns));
+        a.push(i(&p("per_step.median_step_ns"), k.median_step_ns));
+        a.push(i(&p("per_step.in_window_ns"), k.in_window_ns));
     }
     a.push(s(&p("timeline"), &c.timeline));
     a.push(s(&p("evidence_sql"), &c.evidence_sql));

@@ -533,6 +533,78 @@ fn engine_findings_are_exported_and_stored_chains_only_on_request() {
     assert!(off.resource_logs.is_empty());
 }
 
+/// A finding about a process that recorded steps carries what it costs per step, as `explain`
+/// says it: the starvation demo with 40 NVTX steps of 500 ms added to the trainer (pid 4242).
+#[test]
+fn a_findings_cost_per_step_is_exported() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("starved.duckdb");
+    write_scenario(&p, Scenario::DataloaderStarvation, false).unwrap();
+    {
+        let c = causeway_store::duckdb::Connection::open(&p).unwrap();
+        let t0 = causeway_analysis::demo::model::T0;
+        for k in 0..40i64 {
+            c.execute(
+                "INSERT INTO steps VALUES ('demo-node', 4242, 4242, ?, ?, ?, 'nvtx')",
+                causeway_store::duckdb::params![
+                    k,
+                    t0 + k * 500_000_000,
+                    t0 + (k + 1) * 500_000_000
+                ],
+            )
+            .unwrap();
+        }
+    }
+    let r = Reader::open(&p).unwrap();
+    let (_, l) = wire(&r, false);
+    let found = causeway_analysis::explain(&r, &causeway_analysis::ChainQuery::default())
+        .unwrap()
+        .chains;
+    let with: Vec<_> = found.iter().filter(|c| c.per_step.is_some()).collect();
+    assert!(!with.is_empty(), "{found:#?}");
+    let recs: Vec<_> = l
+        .resource_logs
+        .iter()
+        .flat_map(|rl| &rl.scope_logs)
+        .flat_map(|sl| &sl.log_records)
+        .collect();
+    for c in &found {
+        let rec = recs
+            .iter()
+            .find(|r| text(&r.attributes, "causeway.chain.id").as_deref() == Some(c.id.as_str()))
+            .expect("every engine chain is a record");
+        let a = &rec.attributes;
+        match &c.per_step {
+            None => assert_eq!(int(a, "causeway.chain.per_step.lost_per_step_ns"), None),
+            Some(k) => {
+                assert_eq!(k.steps, 40);
+                assert_eq!(
+                    int(a, "causeway.chain.per_step.lost_per_step_ns"),
+                    Some(k.lost_per_step_ns)
+                );
+                assert_eq!(int(a, "causeway.chain.per_step.steps"), Some(40));
+                assert_eq!(
+                    text(a, "causeway.chain.per_step.source").as_deref(),
+                    Some("nvtx")
+                );
+                assert_eq!(
+                    int(a, "causeway.chain.per_step.step_ns"),
+                    Some(20_000_000_000)
+                );
+                assert_eq!(
+                    int(a, "causeway.chain.per_step.median_step_ns"),
+                    Some(500_000_000)
+                );
+                assert_eq!(
+                    int(a, "causeway.chain.per_step.in_window_ns"),
+                    Some(k.in_window_ns)
+                );
+                assert!(k.lost_per_step_ns > 0 && k.lost_per_step_ns <= 500_000_000);
+            }
+        }
+    }
+}
+
 fn show(v: &Value) -> String {
     match v {
         Value::StringValue(s) => format!("{s:?}"),

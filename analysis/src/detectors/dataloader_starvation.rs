@@ -883,6 +883,50 @@ mod tests {
         assert!(!c[0].root_cause.contains("storage"), "{}", c[0].root_cause);
     }
 
+    /// The starvation scenario with its workers' preemptions (6 x about 4.1 s) taken by a task
+    /// outside the job (tid 5151), of which only every `keep`-th is kept.
+    fn preempted_from_outside(keep: usize) -> Vec<crate::chains::Chain> {
+        use causeway_store::Reader;
+        let s = Scenario::DataloaderStarvation;
+        let mut nodes = crate::demo::build(s, false);
+        let g = &mut nodes[0].trace;
+        let switch = crate::demo::model::op("sched_switch");
+        let mut n = 0usize;
+        g.events.retain_mut(|e| {
+            if e.op_id != switch || e.arg1 != 0 || !(4250..4256).contains(&e.pid) {
+                return true;
+            }
+            e.arg0 = 5151;
+            n += 1;
+            n % keep == 0
+        });
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t.duckdb");
+        crate::demo::write_nodes(&p, s, nodes).expect("demo trace");
+        let r = Reader::open(&p).expect("reader");
+        explained(&r)
+            .into_iter()
+            .filter(|c| c.detector == "dataloader_starvation")
+            .collect()
+    }
+
+    #[test]
+    fn a_busy_machine_is_named_only_where_the_workers_lost_real_time_to_it() {
+        // Every preemption by the outside task: 24 s against the trainer's 11-s wait.
+        let c = preempted_from_outside(1);
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert!(
+            c[0].root_cause.contains("busy machine"),
+            "{}",
+            c[0].root_cause
+        );
+        assert!(c[0].root_cause.contains("tid 5151"), "{}", c[0].root_cause);
+        // One in 200 kept: about 0.12 s, under a tenth of the wait.
+        let c = preempted_from_outside(200);
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert!(!c[0].root_cause.contains("busy"), "{}", c[0].root_cause);
+    }
+
     #[test]
     fn quiet_when_workers_keep_up_or_the_thread_is_busy() {
         assert!(

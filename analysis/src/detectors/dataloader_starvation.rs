@@ -898,7 +898,7 @@ mod tests {
             }
             e.arg0 = 5151;
             n += 1;
-            n % keep == 0
+            n.is_multiple_of(keep)
         });
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("t.duckdb");

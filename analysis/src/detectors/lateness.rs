@@ -118,7 +118,9 @@ const LATER_SHARE: f64 = 0.6;
 /// starved rank of 4 was late in 44% of 600 steps on a loaded 2-core machine, its peers in 4-19%;
 /// on the healthy twin every rank was late in 12-20%).
 /// That weaker share counts only over at least half the job's steps: a healthy 4-rank lab job,
-/// three ranks sharing a core, once had one of them late in 56 of its last 164 steps of 600.
+/// three ranks sharing a core, once had one of them late in 56 of its last 164 steps of 600;
+/// and only for a rank preempted mostly by tasks other than its peers (another time, 154 of
+/// its last 412 steps, preempted by two peers on its core: the placement's turn-taking).
 const BUSY_SHARE: f64 = 1.0 / 3.0;
 const DOMINANCE: usize = 2;
 /// Late steps from the onset on, at least: fewer are a hiccup or a job's last steps (a healthy
@@ -334,6 +336,41 @@ fn cpu_waits(
     Ok(out)
 }
 
+/// Whether `m`'s collective-calling thread, from `since` on, was preempted more by the threads
+/// of its peers on its node than by any other task.
+fn preempted_by_peers(
+    ctx: &crate::facts::Ctx<'_>,
+    m: &Member,
+    members: &[Member],
+    since: i64,
+    until: i64,
+) -> bool {
+    let peers: std::collections::HashSet<i64> = ctx
+        .threads
+        .iter()
+        .filter(|t| {
+            t.node == m.node
+                && t.pid != m.pid
+                && members.iter().any(|x| x.node == m.node && x.pid == t.pid)
+        })
+        .map(|t| i64::from(t.tid))
+        .collect();
+    let (mut by_peers, mut all) = (0i64, 0i64);
+    for o in ctx
+        .switches
+        .of(&m.node, m.tid)
+        .iter()
+        .filter(|o| o.data.state == 0 && o.start >= since && o.start < until)
+    {
+        let ns = o.end - o.start;
+        all += ns;
+        if peers.contains(&o.data.ran) {
+            by_peers += ns;
+        }
+    }
+    by_peers * 2 > all
+}
+
 /// The peer-relative finding's evidence, the detector's steps redone in SQL: per rank, its
 /// collectives paired with the sync after each (the k-th of every rank is step k), each step's
 /// wait for the peers (both calls, less the thread's waits for a CPU in them), and per step the
@@ -455,6 +492,16 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
     };
     let m = &members[l.who];
     let (node, tid) = (m.node.clone(), m.tid);
+    // Late in only the busy machine's share of the steps, and preempted mostly by its own
+    // peers: ranks sharing a CPU by the job's placement, one of which is last in turn (a
+    // healthy lab twin, three ranks on one core: 404 ms of rank 2's 446 ms preempted by
+    // ranks 0 and 1), not a rank slowed by something of its own.
+    if l.baseline.is_none()
+        && (l.late_steps as f64) < LATER_SHARE * l.steps_after as f64
+        && preempted_by_peers(ctx, m, &members, l.since, until)
+    {
+        return Ok(None);
+    }
     // Several ranks on its node: name the rank.
     let label = if members.iter().filter(|x| x.node == m.node).count() > 1 {
         match m.rank {

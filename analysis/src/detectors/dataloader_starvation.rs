@@ -745,6 +745,19 @@ mod tests {
         explained(&r)
     }
 
+    /// The starvation scenario's `nodes`, as changed by a test, written and explained: its
+    /// dataloader_starvation chains, their evidence checked.
+    fn starvation_of(nodes: Vec<crate::demo::scenarios::NodeTrace>) -> Vec<crate::chains::Chain> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t.duckdb");
+        crate::demo::write_nodes(&p, Scenario::DataloaderStarvation, nodes).expect("demo trace");
+        let r = causeway_store::Reader::open(&p).expect("reader");
+        explained(&r)
+            .into_iter()
+            .filter(|c| c.detector == "dataloader_starvation")
+            .collect()
+    }
+
     /// The trace's chains, each input-starvation chain's evidence checked: it gives back the
     /// summary's figures and the time lost.
     fn explained(r: &causeway_store::Reader) -> Vec<crate::chains::Chain> {
@@ -807,7 +820,6 @@ mod tests {
     /// dataloader_starvation chains, their evidence checked.
     fn one_slow_worker(iowait: bool, waker: u32) -> Vec<crate::chains::Chain> {
         use crate::demo::model::Thread;
-        use causeway_store::Reader;
         let s = Scenario::DataloaderStarvation;
         let mut nodes = crate::demo::build(s, false);
         let g = &mut nodes[0].trace;
@@ -846,14 +858,7 @@ mod tests {
             );
             at = ts + off;
         }
-        let dir = tempfile::tempdir().expect("tempdir");
-        let p = dir.path().join("t.duckdb");
-        crate::demo::write_nodes(&p, s, nodes).expect("demo trace");
-        let r = Reader::open(&p).expect("reader");
-        explained(&r)
-            .into_iter()
-            .filter(|c| c.detector == "dataloader_starvation")
-            .collect()
+        starvation_of(nodes)
     }
 
     #[test]
@@ -886,7 +891,6 @@ mod tests {
     /// The starvation scenario with its workers' preemptions (6 x about 4.1 s) taken by a task
     /// outside the job (tid 5151), of which only every `keep`-th is kept.
     fn preempted_from_outside(keep: usize) -> Vec<crate::chains::Chain> {
-        use causeway_store::Reader;
         let s = Scenario::DataloaderStarvation;
         let mut nodes = crate::demo::build(s, false);
         let g = &mut nodes[0].trace;
@@ -900,14 +904,7 @@ mod tests {
             n += 1;
             n.is_multiple_of(keep)
         });
-        let dir = tempfile::tempdir().expect("tempdir");
-        let p = dir.path().join("t.duckdb");
-        crate::demo::write_nodes(&p, s, nodes).expect("demo trace");
-        let r = Reader::open(&p).expect("reader");
-        explained(&r)
-            .into_iter()
-            .filter(|c| c.detector == "dataloader_starvation")
-            .collect()
+        starvation_of(nodes)
     }
 
     #[test]

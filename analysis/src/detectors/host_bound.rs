@@ -277,24 +277,15 @@ fn host_ctes(
 /// the query does not run (a reader under a memory or time limit).
 fn measured_host(ctx: &crate::facts::Ctx<'_>, ctes: &str) -> Result<Option<i64>, StoreError> {
     let sql = format!("WITH {ctes} SELECT host_ns FROM hb");
-    let g = match causeway_sqlguard::guard(&sql, ctx.r.policy(), Some(1)) {
-        Ok(g) => g,
-        Err(e) => {
-            tracing::warn!(error = %e.reason, "host_bound: the host-work query was refused");
-            return Ok(None);
-        }
-    };
-    match ctx.r.query(&g, &causeway_store::QueryLimits::default()) {
-        Ok(res) => Ok(res
-            .rows
-            .first()
-            .and_then(|r| r.first())
-            .and_then(serde_json::Value::as_i64)),
-        Err(e) => {
-            tracing::warn!(error = %e, "host_bound: the host work could not be measured");
-            Ok(None)
-        }
-    }
+    Ok(
+        super::guarded_rows(ctx, &sql, Some(1), "host_bound: measuring the host work").and_then(
+            |rows| {
+                rows.first()
+                    .and_then(|r| r.first())
+                    .and_then(serde_json::Value::as_i64)
+            },
+        ),
+    )
 }
 
 /// The union of start-up (`startup` ns from `first`) and the long gaps, sorted and disjoint.

@@ -271,8 +271,8 @@ pub fn starved_input(inp: &Input<'_>, s: &Starved<'_>, rec: &Reclaim) -> Chain {
             d(read_ns),
         ),
         timeline: super::dataloader_starvation::with_the_wait(
-vec![step("HOST", "mm_reclaim", format!("input workers reclaiming memory {} ({} times, {} freed)", d(rec.ns), thousands(rec.count), bytes(rec.bytes)), rec.ns),
-            step("IO", "block_read", format!("{} block reads, {}", thousands(nreads), bytes(read_bytes)), read_ns),],
+            vec![step("HOST", "mm_reclaim", format!("input workers reclaiming memory {} ({} times, {} freed)", d(rec.ns), thousands(rec.count), bytes(rec.bytes)), rec.ns),
+            step("IO", "block_read", format!("{} block reads, {}", thousands(nreads), bytes(read_bytes)), read_ns)],
             lost,
         ),
         recommendations: vec![

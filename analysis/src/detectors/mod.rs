@@ -245,6 +245,32 @@ pub fn gpu_idle_ctes(ctx: &Ctx<'_>, node: &str, pid: u32) -> String {
     )
 }
 
+/// The rows of a detector's own evidence-shaped query (`sql`, at most `max_rows`), run through
+/// the guard as an agent runs the evidence, so that the figures it gives are the evidence's;
+/// None, with a warning naming `what`, when the query is refused or does not run (a reader
+/// under a memory or time limit).
+pub fn guarded_rows(
+    ctx: &Ctx<'_>,
+    sql: &str,
+    max_rows: Option<u64>,
+    what: &str,
+) -> Option<Vec<Vec<serde_json::Value>>> {
+    let g = match causeway_sqlguard::guard(sql, ctx.r.policy(), max_rows) {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::warn!(error = %e.reason, "{what}: the query was refused");
+            return None;
+        }
+    };
+    match ctx.r.query(&g, &causeway_store::QueryLimits::default()) {
+        Ok(res) => Some(res.rows),
+        Err(e) => {
+            tracing::warn!(error = %e, "{what}: the query did not run");
+            None
+        }
+    }
+}
+
 /// Where a sched_switch row's off-CPU interval starts, in evidence SQL: at its timestamp, or,
 /// on an imported node whose rows are stamped at switch-in ([`crate::convention`]), its
 /// timestamp less its duration.

@@ -376,12 +376,7 @@ fn device_idle_findings_come_back_from_their_evidence() {
         }
         for c in e.chains.iter().filter(|c| c.detector == "device_idle") {
             seen += 1;
-            let g = causeway_sqlguard::guard(&c.evidence_sql, r.policy(), None)
-                .unwrap_or_else(|e| panic!("{}: {e}\n{}", c.id, c.evidence_sql));
-            let rows = r
-                .query(&g, &causeway_store::QueryLimits::default())
-                .unwrap();
-            let missing = causeway_analysis::detectors::figures_not_in_rows(&c.summary, &rows.rows);
+            let missing = crate::figures_missing(&r, c);
             assert!(
                 missing.is_empty(),
                 "{}: {missing:?} {}",

@@ -295,11 +295,7 @@ fn churn(factor_tenths: u64) -> (causeway_analysis::Chain, i64) {
         .find(|c| c.detector == "allocator_churn")
         .unwrap_or_else(|| panic!("{:#?}", e.chains))
         .clone();
-    let g = causeway_sqlguard::guard(&c.evidence_sql, r.policy(), None).unwrap();
-    let rows = r
-        .query(&g, &causeway_store::QueryLimits::default())
-        .unwrap();
-    let missing = causeway_analysis::detectors::figures_not_in_rows(&c.summary, &rows.rows);
+    let missing = crate::figures_missing(&r, &c);
     assert!(
         missing.is_empty(),
         "{missing:?} {}\n{}",

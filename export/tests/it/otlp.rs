@@ -14,6 +14,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, HistogramDataPoint, Metric, NumberDataPoint, metric::Data,
     number_data_point,
@@ -466,6 +467,23 @@ fn stored_chains_become_log_records_with_the_severity_mapping() {
     assert_eq!(total as i64, events);
 }
 
+/// Every log record of a request.
+fn records(l: &ExportLogsServiceRequest) -> Vec<&LogRecord> {
+    l.resource_logs
+        .iter()
+        .flat_map(|rl| &rl.scope_logs)
+        .flat_map(|sl| &sl.log_records)
+        .collect()
+}
+
+/// The record of the chain `id`: every engine chain is one.
+fn record_of<'a>(recs: &[&'a LogRecord], id: &str) -> &'a LogRecord {
+    recs.iter()
+        .find(|r| text(&r.attributes, "causeway.chain.id").as_deref() == Some(id))
+        .copied()
+        .unwrap_or_else(|| panic!("no record for chain {id}"))
+}
+
 #[test]
 fn engine_findings_are_exported_and_stored_chains_only_on_request() {
     let dir = tempfile::tempdir().unwrap();
@@ -477,18 +495,10 @@ fn engine_findings_are_exported_and_stored_chains_only_on_request() {
         .unwrap()
         .chains;
     assert!(!found.is_empty());
-    let recs: Vec<_> = l
-        .resource_logs
-        .iter()
-        .flat_map(|rl| &rl.scope_logs)
-        .flat_map(|sl| &sl.log_records)
-        .collect();
+    let recs = records(&l);
     assert_eq!(recs.len(), found.len());
     for c in &found {
-        let rec = recs
-            .iter()
-            .find(|r| text(&r.attributes, "causeway.chain.id").as_deref() == Some(c.id.as_str()))
-            .expect("every engine chain is a record");
+        let rec = record_of(&recs, &c.id);
         assert_eq!(rec.severity_text, c.severity.as_str());
         assert_eq!(body(&rec.body), c.summary);
         assert_eq!(
@@ -562,17 +572,9 @@ fn a_findings_cost_per_step_is_exported() {
         .chains;
     let with: Vec<_> = found.iter().filter(|c| c.per_step.is_some()).collect();
     assert!(!with.is_empty(), "{found:#?}");
-    let recs: Vec<_> = l
-        .resource_logs
-        .iter()
-        .flat_map(|rl| &rl.scope_logs)
-        .flat_map(|sl| &sl.log_records)
-        .collect();
+    let recs = records(&l);
     for c in &found {
-        let rec = recs
-            .iter()
-            .find(|r| text(&r.attributes, "causeway.chain.id").as_deref() == Some(c.id.as_str()))
-            .expect("every engine chain is a record");
+        let rec = record_of(&recs, &c.id);
         let a = &rec.attributes;
         match &c.per_step {
             None => assert_eq!(int(a, "causeway.chain.per_step.lost_per_step_ns"), None),

@@ -39,6 +39,23 @@ lab_build() {
 mkdir -p "$LAB_BUILD"
 lab_build
 
+# The interpreter, its standard library and the shared libraries it loads, read once before
+# the recording: on a disk restored lazily (a VM's, from a snapshot) the first read of a block
+# is remote, and a module the workload imports late (multiprocessing's, at exit) once took
+# 1.43 s for 8 KiB, an I/O stall the healthy memory-pressure twin never had by design.
+lab_warm() {
+	local exe lib
+	exe=$(readlink -f "$PY")
+	lib=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
+	{
+		echo "$exe"
+		ldd "$exe" | awk '$3 ~ /^\// {print $3}'
+		find "$lib" \( -name test -o -name tests -o -name idlelib -o -name site-packages -o -name dist-packages \) -prune \
+			-o -type f \( -name '*.py' -o -name '*.pyc' -o -name '*.so' \) -print
+	} | xargs -r -d '\n' -P 32 -n 16 cat >/dev/null 2>&1 || true
+}
+lab_warm
+
 mkdir -p "$OUT"
 rm -rf "$OUT/trace.duckdb" "$OUT/trace.duckdb.wal" "$OUT/trace.duckdb.tmp"
 # This case's devices: processes of one case share a device by using the same name; cases
@@ -57,6 +74,12 @@ lab_cleanup() {
 }
 trap lab_cleanup EXIT
 
+# lab_read_all DIR: reads every file under DIR, 32 at a time: a block the VM never read comes
+# from a remote store, a request at a time when read one file after another: on a fresh
+# machine slow-storage's run spent 148 s before its recording began, most of it reading its
+# 1,024 files (a case's run had 150 s).
+lab_read_all() { find "$1" -type f -print0 | xargs -0 -r -P 32 -n 16 cat >/dev/null; }
+
 # lab_dataset NAME FILES SAMPLE_KIB [LEVEL]: the directory of a dataset written by the lab
 # (once per build directory and shape; cases reading the same one share it), read once so that
 # it is in the page cache: a disk restored lazily (a VM's, from a snapshot) read 17 MB/s on
@@ -71,22 +94,23 @@ lab_dataset() {
 				--level "${4:-1}"
 		) 9>"$LAB_BUILD/data-$1.lock"
 	fi
-	cat "$dir"/* >/dev/null
+	lab_read_all "$dir"
 	echo "$dir"
 }
 
-# lab_read_limit BYTES_PER_S DIR: puts in LAB_IO_CGROUP a new cgroup (cgroup v2 io.max, or v1
-# blkio throttling) whose processes read the disk holding DIR at most BYTES_PER_S (for
-# launch.py --cgroup), removed at exit. Not in $(...): the cleanup is this shell's.
-lab_read_limit() {
-	local src parent disk dev cg
-	src=$(findmnt -no SOURCE --target "$2")
+# lab_io_limit rbps|wbps BYTES_PER_S DIR: puts in LAB_IO_CGROUP a new cgroup (cgroup v2 io.max,
+# or v1 blkio throttling) whose processes read (rbps) or write (wbps) the disk holding DIR at
+# most BYTES_PER_S (for launch.py --cgroup), removed at exit. Not in $(...): the cleanup is this
+# shell's.
+lab_io_limit() {
+	local kind=$1 rate=$2 src parent disk dev cg
+	src=$(findmnt -no SOURCE --target "$3")
 	disk=$src
 	parent=$(lsblk -no PKNAME "$src" 2>/dev/null | head -1 | tr -d ' ')
 	[[ -n $parent ]] && disk=/dev/$parent
 	dev=$(lsblk -dno MAJ:MIN "$disk" 2>/dev/null | tr -d ' ')
 	if [[ -z $dev ]]; then
-		echo "$CASE: no block device under $2 ($src)" >&2
+		echo "$CASE: no block device under $3 ($src)" >&2
 		return 1
 	fi
 	if grep -qw io /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
@@ -95,17 +119,39 @@ lab_read_limit() {
 		cg=/sys/fs/cgroup/lab-io-$$
 		mkdir "$cg"
 		lab_on_exit "rmdir '$cg'"
-		echo "$dev rbps=$1" >"$cg/io.max"
+		echo "$dev $kind=$rate" >"$cg/io.max"
 	elif [[ -d /sys/fs/cgroup/blkio ]]; then
 		cg=/sys/fs/cgroup/blkio/lab-io-$$
 		mkdir "$cg"
 		lab_on_exit "rmdir '$cg'"
-		echo "$dev $1" >"$cg/blkio.throttle.read_bps_device"
+		local f=read
+		[[ $kind == wbps ]] && f=write
+		echo "$dev $rate" >"$cg/blkio.throttle.${f}_bps_device"
 	else
 		echo "$CASE: no block I/O cgroup controller (neither cgroup v2 io nor v1 blkio)" >&2
 		return 1
 	fi
 	LAB_IO_CGROUP=$cg
+}
+
+# lab_volume DIR: mounts on DIR a new ext4 file system on a loop device (direct I/O) over a
+# sparse file beside DIR, unmounted and removed at exit. Its requests are the writer's own
+# (issued from the thread that calls fsync, as on a real disk), while the loop device's writes
+# to the disk below are charged to that thread's cgroup: a write limit there (lab_io_limit on
+# the disk holding DIR) makes a slow volume whose slowness the recording sees as the volume's.
+lab_volume() {
+	local dir=$1 img=$1.img dev
+	mkdir -p "$dir"
+	truncate -s 3G "$img"
+	lab_on_exit "rm -f '$img'"
+	if ! dev=$(losetup --direct-io=on -f --show "$img"); then
+		echo "$CASE: no loop device for $img (losetup failed)" >&2
+		return 1
+	fi
+	lab_on_exit "losetup -d '$dev'"
+	mkfs.ext4 -q -E lazy_itable_init=1,lazy_journal_init=1 "$dev"
+	mount "$dev" "$dir"
+	lab_on_exit "umount '$dir'"
 }
 
 # A free TCP port on the loopback interface.

@@ -171,12 +171,16 @@ pub struct NoSteps {
     pub trace: String,
 }
 
-impl NoSteps {
+impl causeway_hint::Hint for NoSteps {
     /// What to do about it.
-    pub fn hint(&self) -> &'static str {
-        "diff compares runs step by step: give it PyTorch profiler traces or Nsight Systems exports with ProfilerStep ranges (causeway import), or recordings with NVTX step ranges; `causeway steps --db T` shows a trace's steps"
+    fn hint(&self) -> Option<String> {
+        Some({
+            "diff compares runs step by step: give it PyTorch profiler traces or Nsight Systems exports with ProfilerStep ranges (causeway import), or recordings with NVTX step ranges; `causeway steps --db T` shows a trace's steps"
+        }.to_string())
     }
 }
+
+causeway_hint::register!(NoSteps);
 
 /// The steps of `$1..$4` starting in `[$5, $6]`, from the `steps` table.
 const STEPS_CTE: &str = "SELECT node, pid, tid, start_ns, end_ns FROM steps WHERE node = $1 AND pid = $2 AND tid = $3 AND source = $4 AND start_ns BETWEEN $5 AND $6";

@@ -32,11 +32,6 @@ const DURATION_HINT: &str =
     "use a duration such as 30s, 5m, 1h30m or 250ms (since: that much of the trace's end)";
 
 impl TimeError {
-    /// The forms that are understood.
-    pub fn hint(&self) -> &'static str {
-        self.hint
-    }
-
     fn time(input: &str, why: String) -> TimeError {
         TimeError {
             what: "time",
@@ -46,6 +41,15 @@ impl TimeError {
         }
     }
 }
+
+impl causeway_hint::Hint for TimeError {
+    /// The forms that are understood.
+    fn hint(&self) -> Option<String> {
+        Some({ self.hint }.to_string())
+    }
+}
+
+causeway_hint::register!(TimeError);
 
 fn parse_duration(s: &str) -> Result<i64, String> {
     humantime::parse_duration(s.trim())
@@ -249,7 +253,8 @@ mod tests {
         );
         let e = "yesterday".parse::<TimeRef>().unwrap_err();
         assert!(
-            e.to_string().contains("cannot read time 'yesterday'") && e.hint().contains("-5m"),
+            e.to_string().contains("cannot read time 'yesterday'")
+                && causeway_hint::Hint::hint(&e).is_some_and(|h| h.contains("-5m")),
             "{e}"
         );
     }

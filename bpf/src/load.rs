@@ -120,9 +120,9 @@ pub enum LoadError {
     Load(#[source] libbpf_rs::Error),
 }
 
-impl LoadError {
+impl causeway_hint::Hint for LoadError {
     /// What to do about it, when there is a fix.
-    pub fn hint(&self) -> Option<String> {
+    fn hint(&self) -> Option<String> {
         match self {
             Self::RingSize(..) => Some("use e.g. 4096, 65536 or 8388608".to_string()),
             Self::Load(..) => Some("run as root (or with CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE) on a kernel >= 5.15 with BTF (/sys/kernel/btf/vmlinux); `causeway check` says what is missing".to_string()),
@@ -130,6 +130,8 @@ impl LoadError {
         }
     }
 }
+
+causeway_hint::register!(LoadError);
 
 /// Opens the object, applies `cfg` and loads it into the kernel. `storage` must outlive the skeleton.
 pub fn open_and_load<'obj>(

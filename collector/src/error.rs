@@ -88,9 +88,9 @@ pub enum CollectorError {
     WriterPanicked,
 }
 
-impl CollectorError {
+impl causeway_hint::Hint for CollectorError {
     /// What to do about it, when there is a fix.
-    pub fn hint(&self) -> Option<String> {
+    fn hint(&self) -> Option<String> {
         match self {
             Self::NotPrivileged { .. } => Some("run `sudo causeway trace ...`, or grant the capabilities: `sudo setcap cap_bpf,cap_perfmon,cap_sys_resource+ep $(command -v causeway)`".to_string()),
             Self::NoBtf => Some("use a kernel built with CONFIG_DEBUG_INFO_BTF=y (most distribution kernels >= 5.8 are)".to_string()),
@@ -104,3 +104,5 @@ impl CollectorError {
         }
     }
 }
+
+causeway_hint::register!(CollectorError);

@@ -22,15 +22,17 @@ pub enum ExportError {
     Write(String),
 }
 
-impl ExportError {
+impl causeway_hint::Hint for ExportError {
     /// What to do about it, when there is a fix.
-    pub fn hint(&self) -> Option<String> {
+    fn hint(&self) -> Option<String> {
         match self {
             Self::Write(..) => Some("check the output path and free space".to_string()),
             Self::Store(e) => e.hint(),
         }
     }
 }
+
+causeway_hint::register!(ExportError);
 
 /// Maps a DuckDB error of a compiled-in query to the store's error, naming the file and action.
 pub(crate) fn duck<'r>(

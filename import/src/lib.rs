@@ -109,9 +109,9 @@ pub enum ImportError {
     Store(#[from] StoreError),
 }
 
-impl ImportError {
+impl causeway_hint::Hint for ImportError {
     /// What to do about it, when there is a fix.
-    pub fn hint(&self) -> Option<String> {
+    fn hint(&self) -> Option<String> {
         match self {
             Self::SameTrace { .. } => Some("import each trace once".to_string()),
             Self::Unreadable { .. } => Some("check the path and its permissions".to_string()),
@@ -127,6 +127,8 @@ impl ImportError {
         }
     }
 }
+
+causeway_hint::register!(ImportError);
 
 /// Options of one import run.
 #[derive(Debug, Clone, Default)]

@@ -120,35 +120,6 @@ fn remove_unfinished_on_signals() {
     });
 }
 
-/// The hint of the outermost error in `e`'s chain that carries one: hints are data on the
-/// error types (and on `Hinted`, for errors built in place), never parsed out of messages.
-fn hint_of(e: &anyhow::Error) -> Option<String> {
-    // A context (`.context(Hinted::new(..))`) is reached through the anyhow error itself.
-    if let Some(h) = e.downcast_ref::<causeway_store::Hinted>() {
-        return Some(h.hint.clone());
-    }
-    e.chain().find_map(|c| {
-        if let Some(h) = c.downcast_ref::<causeway_store::Hinted>() {
-            Some(h.hint.clone())
-        } else if let Some(s) = c.downcast_ref::<causeway_store::StoreError>() {
-            s.hint()
-        } else if let Some(i) = c.downcast_ref::<causeway_import::ImportError>() {
-            i.hint()
-        } else if let Some(t) = c.downcast_ref::<causeway_tools::ToolError>() {
-            Some(t.hint().to_string())
-        } else if let Some(t) = c.downcast_ref::<causeway_analysis::TimeError>() {
-            Some(t.hint().to_string())
-        } else if let Some(r) = c.downcast_ref::<causeway_sqlguard::Rejection>() {
-            Some(r.hint.clone())
-        } else if let Some(x) = c.downcast_ref::<causeway_collector::CollectorError>() {
-            x.hint()
-        } else {
-            c.downcast_ref::<causeway_export::ExportError>()
-                .and_then(|x| x.hint())
-        }
-    })
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
@@ -199,7 +170,9 @@ fn main() -> ExitCode {
                 }
             }
             eprintln!("error: {}", causeway_store::sanitize::sanitize_text(&msg));
-            if let Some(h) = hint_of(&e) {
+            // Hints are data on the error types (and on `Hinted`, for errors built in place),
+            // never parsed out of messages.
+            if let Some(h) = causeway_hint::of(&e) {
                 eprintln!("hint: {}", causeway_store::sanitize::sanitize_text(&h));
             }
             ExitCode::FAILURE

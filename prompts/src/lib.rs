@@ -47,9 +47,9 @@ pub enum PromptError {
     },
 }
 
-impl PromptError {
+impl causeway_hint::Hint for PromptError {
     /// What to do about it, when there is a fix.
-    pub fn hint(&self) -> Option<String> {
+    fn hint(&self) -> Option<String> {
         match self {
             Self::Unknown(..) => Some(
                 "prompts/list shows investigate, compare_windows and straggler_hunt".to_string(),
@@ -58,6 +58,8 @@ impl PromptError {
         }
     }
 }
+
+causeway_hint::register!(PromptError);
 
 /// Arguments of `investigate`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]

@@ -19,14 +19,18 @@ impl ReportError {
     pub(crate) fn read(e: StoreError) -> Self {
         ReportError::Build(ToolError::from(e))
     }
+}
 
+impl causeway_hint::Hint for ReportError {
     /// What to do about it.
-    pub fn hint(&self) -> String {
+    fn hint(&self) -> Option<String> {
         match self {
-            ReportError::Build(e) => e.hint().to_string(),
-            ReportError::Write(e) => e.hint().unwrap_or_else(|| {
+            ReportError::Build(e) => e.hint(),
+            ReportError::Write(e) => Some(e.hint().unwrap_or_else(|| {
                 "write to a directory you can write to, e.g. -o ./report.html".into()
-            }),
+            })),
         }
     }
 }
+
+causeway_hint::register!(ReportError);

@@ -4,6 +4,7 @@
 //! returns the server's clock for offset estimation. Bearer token (checked before), Host check
 //! and body limit as for MCP.
 
+use causeway_hint::Hint as _;
 use std::sync::Arc;
 
 use causeway_tools::{Context, ToolError};

@@ -3,6 +3,7 @@
 //! `isError` results with a hint, prompts, resources and a resource template). Tool handlers
 //! are blocking DuckDB work and run on the blocking pool.
 
+use causeway_hint::Hint as _;
 use std::sync::Arc;
 
 use causeway_tools::{Context, ToolError, ToolSpec, resources};
@@ -64,7 +65,7 @@ pub fn error_result(e: &ToolError) -> CallToolResult {
     let mut r = CallToolResult::error(vec![ContentBlock::text(format!(
         "error: {}\nhint: {}",
         e.message(),
-        e.hint()
+        e.hint().unwrap_or_default()
     ))]);
     r.structured_content = None;
     r
@@ -290,7 +291,7 @@ impl ServerHandler for CausewayServer {
             ])
             .into()),
             Err(e) => Err(McpError::resource_not_found(
-                format!("{}; hint: {}", e.message(), e.hint()),
+                format!("{}; hint: {}", e.message(), e.hint().unwrap_or_default()),
                 Some(
                     serde_json::json!({ "uri": causeway_store::sanitize::sanitize_with(&request.uri, 200) }),
                 ),

@@ -4,6 +4,7 @@
 //! Both take the window and filters as query parameters: `?since=5m&pid=42&node=n1`, and both
 //! are answered from `report_cache` while the store is unchanged.
 
+use causeway_hint::Hint as _;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -98,7 +99,7 @@ async fn build(
             let started = Instant::now();
             let data = causeway_report::build(r, &q, ctx.prices()).map_err(|e| match e {
                 causeway_report::ReportError::Build(t) => t,
-                other => ToolError::failed(other.to_string(), other.hint()),
+                other => ToolError::failed(other.to_string(), other.hint().unwrap_or_default()),
             })?;
             Ok(Outcome::Built(Entry {
                 version,

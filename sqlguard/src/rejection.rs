@@ -16,6 +16,14 @@ pub struct Rejection {
     pub hint: String,
 }
 
+impl causeway_hint::Hint for Rejection {
+    fn hint(&self) -> Option<String> {
+        Some(self.hint.clone())
+    }
+}
+
+causeway_hint::register!(Rejection);
+
 /// The hint for anything that is not a single read-only query.
 pub(crate) const QUERY_HINT: &str = "send exactly one read-only query: SELECT, WITH ... SELECT, \
      FROM-first (FROM events SELECT ...), VALUES, a set operation (UNION ALL, ...), or EXPLAIN \

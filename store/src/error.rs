@@ -164,9 +164,9 @@ pub enum StoreError {
     },
 }
 
-impl StoreError {
+impl causeway_hint::Hint for StoreError {
     /// What to do about it, when there is a fix.
-    pub fn hint(&self) -> Option<String> {
+    fn hint(&self) -> Option<String> {
         match self {
             Self::Closed { .. } => Some("the file holds everything committed before that: open it again with `causeway query --db` or restart the server".to_string()),
             Self::NotAStore { .. } => Some("create one with `causeway import` or `causeway trace`, or pass the right --db".to_string()),
@@ -201,26 +201,9 @@ impl StoreError {
     }
 }
 
-/// An error built where it happens, with what to do about it: the hint travels as data (the
-/// CLI prints it on its own `hint:` line, tools return it in their `hint` field).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct Hinted {
-    /// What failed.
-    pub message: String,
-    /// What to do about it.
-    pub hint: String,
-}
+causeway_hint::register!(StoreError);
 
-impl Hinted {
-    /// An error with this message and hint.
-    pub fn new(message: impl Into<String>, hint: impl Into<String>) -> Hinted {
-        Hinted {
-            message: message.into(),
-            hint: hint.into(),
-        }
-    }
-}
+pub use causeway_hint::Hinted;
 
 /// Shorthand used across the store.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -2,6 +2,7 @@
 //! writer into a real DuckDB file, then runs the same statistics and engine an agent gets from
 //! `get_trace_stats` and `get_causal_chains`. One function serves the tool and the command.
 
+use causeway_hint::Hint as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

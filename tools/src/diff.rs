@@ -5,6 +5,7 @@
 
 use causeway_analysis::diff::{Diff, NoSteps, Side, compare, side, window_side, window_width};
 use causeway_analysis::steps::{Feeder, StepQuery, feeder};
+use causeway_hint::Hint as _;
 use causeway_store::Reader;
 
 use crate::context::Context;
@@ -80,7 +81,10 @@ pub fn compare_runs(
     let fb = base.read(|r| busiest(r, base_pid))?;
     let fnew = new.read(|r| busiest(r, new_pid))?;
     let (Some(fb), Some(fnew)) = (fb, fnew) else {
-        return Err(ToolError::failed(missing.to_string(), missing.hint()));
+        return Err(ToolError::failed(
+            missing.to_string(),
+            missing.hint().unwrap_or_default(),
+        ));
     };
     let width = window_width(&fb, &fnew);
     let bw = base.read(|r| Ok(window_side(r, &name_of(r), &fb, width)?))?;

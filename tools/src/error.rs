@@ -1,5 +1,7 @@
 //! The error every tool returns: what failed, and a `hint` an agent or a person can act on.
 
+use causeway_hint::Hint as _;
+
 /// Why a tool call failed. MCP returns these as tool errors (`isError`), the CLI prints them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToolError {
@@ -63,14 +65,6 @@ impl ToolError {
         }
     }
 
-    /// What to do about it.
-    pub fn hint(&self) -> &str {
-        match self {
-            ToolError::InvalidArgument { hint, .. } | ToolError::Failed { hint, .. } => hint,
-            ToolError::UnknownTool(_) => "call tools/list for the tool names",
-        }
-    }
-
     /// The structured form sent to agents: `{error, hint, field?}`.
     pub fn to_json(&self) -> serde_json::Value {
         let mut v = serde_json::json!({ "error": self.message(), "hint": self.hint() });
@@ -81,6 +75,25 @@ impl ToolError {
         v
     }
 }
+
+impl causeway_hint::Hint for ToolError {
+    /// What to do about it.
+    fn hint(&self) -> Option<String> {
+        Some(
+            {
+                match self {
+                    ToolError::InvalidArgument { hint, .. } | ToolError::Failed { hint, .. } => {
+                        hint
+                    }
+                    ToolError::UnknownTool(_) => "call tools/list for the tool names",
+                }
+            }
+            .to_string(),
+        )
+    }
+}
+
+causeway_hint::register!(ToolError);
 
 impl From<causeway_store::StoreError> for ToolError {
     fn from(e: causeway_store::StoreError) -> Self {
@@ -99,6 +112,6 @@ impl From<causeway_sqlguard::Rejection> for ToolError {
 
 impl From<causeway_analysis::TimeError> for ToolError {
     fn from(e: causeway_analysis::TimeError) -> Self {
-        ToolError::failed(e.to_string(), e.hint())
+        ToolError::failed(e.to_string(), e.hint().unwrap_or_default())
     }
 }

@@ -510,6 +510,7 @@ pub fn none_answered(answers: &[NodeAnswer]) -> ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use causeway_hint::Hint as _;
 
     fn answer(node: &str, result: Value) -> NodeAnswer {
         NodeAnswer {
@@ -589,13 +590,18 @@ mod tests {
             e.message(),
             "every node (2) refused the request; a:1: process 4242 is not in this trace"
         );
-        assert!(e.hint().starts_with("list its processes"), "{e}");
+        assert!(
+            e.hint()
+                .unwrap_or_default()
+                .starts_with("list its processes"),
+            "{e}"
+        );
         let mut down = refused("b:1");
         down.warning = Some("unreachable: connection refused".into());
         down.refusal = None;
         let e = none_answered(&[refused("a:1"), down]);
         assert!(e.message().starts_with("no node of 2 answered"), "{e}");
-        assert!(e.hint().contains("token"), "{e}");
+        assert!(e.hint().unwrap_or_default().contains("token"), "{e}");
     }
 
     #[test]

@@ -79,9 +79,9 @@ pub enum KinetoError {
     },
 }
 
-impl KinetoError {
+impl causeway_hint::Hint for KinetoError {
     /// What to do about it.
-    pub fn hint(&self) -> Option<String> {
+    fn hint(&self) -> Option<String> {
         Some(
             match self {
                 Self::Truncated { .. } => "copy the file again, or export the trace again: torch.profiler writes it when the profiling window closes",
@@ -96,6 +96,8 @@ impl KinetoError {
         )
     }
 }
+
+causeway_hint::register!(KinetoError);
 
 /// What the Kineto importer found in one file, beside [`crate::SourceReport`]'s counts.
 #[derive(Debug, Clone, Default, Serialize)]

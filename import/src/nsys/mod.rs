@@ -48,9 +48,9 @@ pub enum NsysError {
     },
 }
 
-impl NsysError {
+impl causeway_hint::Hint for NsysError {
     /// What to do about it.
-    pub fn hint(&self) -> Option<String> {
+    fn hint(&self) -> Option<String> {
         Some(
             match self {
                 Self::MissingTable { .. } | Self::MissingColumn { .. } => {
@@ -64,6 +64,8 @@ impl NsysError {
         )
     }
 }
+
+causeway_hint::register!(NsysError);
 
 /// What the nsys importer found in one export, beside [`crate::SourceReport`]'s counts.
 #[derive(Debug, Clone, Default, Serialize)]

@@ -2,6 +2,7 @@
 //! published figures, and the importer's handling of bad input.
 
 use causeway_analysis::{StatsQuery, trace_stats};
+use causeway_hint::Hint as _;
 use causeway_import::{ImportError, ImportOptions, import};
 use causeway_store::Reader;
 

@@ -4,6 +4,7 @@
 //! (serde_json's `Value` over the decompressed file), and bad JSON is refused in one line with
 //! nothing left behind.
 
+use causeway_hint::Hint as _;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

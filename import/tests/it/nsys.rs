@@ -4,6 +4,7 @@
 //! schema for what those two lack (start/end and nested ranges, memsets, driver calls, no
 //! session start); bad files refused in one line with nothing left behind.
 
+use causeway_hint::Hint as _;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -4,6 +4,7 @@
 //! /metrics over that store while it grows. Ctrl-C commits what is queued and leaves a
 //! complete file.
 
+use causeway_hint::Hint as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -6,6 +6,7 @@ use anyhow::Result;
 use causeway_analysis::ExplainOptions;
 use causeway_analysis::demo::Scenario;
 use causeway_analysis::report::render_text;
+use causeway_hint::Hint as _;
 use causeway_tools::demo::{generate, scenario};
 
 /// Arguments of `causeway demo`.
@@ -46,7 +47,10 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let scenario = scenario(&args.scenario).map_err(|e| {
         anyhow::anyhow!(causeway_store::Hinted::new(
             e.message(),
-            format!("{}; `causeway demo --list` describes them", e.hint())
+            format!(
+                "{}; `causeway demo --list` describes them",
+                e.hint().unwrap_or_default()
+            )
         ))
     })?;
     let kept = args.out.path("demo");

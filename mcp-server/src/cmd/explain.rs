@@ -1,6 +1,7 @@
 //! `causeway explain`: the incident report (ranked causal chains with timeline, root cause and
 //! fix), the CLI twin of `get_causal_chains`.
 
+use causeway_hint::Hint as _;
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -79,8 +80,12 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
         per_process: args.per_process,
     };
     // The function get_causal_chains calls.
-    let mut f = causeway_tools::stats::findings_for(&reader, &q)
-        .map_err(|e| anyhow::anyhow!(causeway_store::Hinted::new(e.message(), e.hint())))?;
+    let mut f = causeway_tools::stats::findings_for(&reader, &q).map_err(|e| {
+        anyhow::anyhow!(causeway_store::Hinted::new(
+            e.message(),
+            e.hint().unwrap_or_default()
+        ))
+    })?;
     if let Some(n) = args.evidence {
         let suffix = format!("-{n}");
         let Some(c) = f.explain.chains.iter().find(|c| c.id.ends_with(&suffix)) else {
@@ -100,7 +105,7 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
         let offset = causeway_tools::params::parse_cursor(&args.cursor).map_err(|e| {
             anyhow::anyhow!(causeway_store::Hinted::new(
                 format!("--cursor: {}", e.message()),
-                e.hint()
+                e.hint().unwrap_or_default()
             ))
         })?;
         let all = std::mem::take(&mut f.explain.chains);
@@ -188,7 +193,10 @@ fn run_fleet(args: &ExplainArgs) -> Result<()> {
     }
     if answers.iter().all(|a| !a.ok) {
         let e = causeway_tools::fleet::none_answered(&answers);
-        anyhow::bail!(causeway_store::Hinted::new(e.message(), e.hint()));
+        anyhow::bail!(causeway_store::Hinted::new(
+            e.message(),
+            e.hint().unwrap_or_default()
+        ));
     }
     Ok(())
 }

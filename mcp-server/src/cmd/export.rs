@@ -3,6 +3,7 @@
 //! thread, off-CPU spans, causal chains as flow events); `--format otlp` pushes OTLP metrics
 //! and logs to a receiver (`--endpoint`) or writes them as protobuf files (`-o`, docs/otlp.md).
 
+use causeway_hint::Hint as _;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
@@ -115,8 +116,12 @@ pub fn run(args: &ExportArgs) -> Result<()> {
             stored: args.stored_chains,
             ..Default::default()
         };
-        let f = causeway_tools::stats::findings_for(&reader, &q)
-            .map_err(|e| anyhow!(causeway_store::Hinted::new(e.message(), e.hint())))?;
+        let f = causeway_tools::stats::findings_for(&reader, &q).map_err(|e| {
+            anyhow!(causeway_store::Hinted::new(
+                e.message(),
+                e.hint().unwrap_or_default()
+            ))
+        })?;
         let mut chains = f.explain.chains;
         chains.extend(f.stored_chains.unwrap_or_default());
         chains

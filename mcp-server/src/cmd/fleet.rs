@@ -1,6 +1,7 @@
 //! `causeway fleet`: the CLI twin of the `query_fleet` MCP tool (the same function, through the
 //! same registry): one question to every serving node, answers merged with a node column.
 
+use causeway_hint::Hint as _;
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -72,8 +73,12 @@ pub fn run(args: &FleetCmdArgs) -> Result<()> {
         params["limit"] = serde_json::json!(l);
     }
     let aud = causeway_tools::text::Audience::Person;
-    let out = causeway_tools::call_for(&ctx, "query_fleet", params, aud)
-        .map_err(|e| anyhow::anyhow!(causeway_store::Hinted::new(e.message(), e.hint())))?;
+    let out = causeway_tools::call_for(&ctx, "query_fleet", params, aud).map_err(|e| {
+        anyhow::anyhow!(causeway_store::Hinted::new(
+            e.message(),
+            e.hint().unwrap_or_default()
+        ))
+    })?;
     if args.json {
         return crate::print_json(&out.structured);
     }

@@ -2,6 +2,7 @@
 //! HTTP (`--listen ADDR`), with a bearer token required off loopback and optional TLS; with
 //! `--live`, records a new trace in the same process and serves it while it grows.
 
+use causeway_hint::Hint as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -328,8 +329,12 @@ pub fn run(args: &McpArgs) -> Result<()> {
     } else {
         // Open the trace now: a wrong --db fails before a client connects, and the first tool
         // call does not pay for opening DuckDB.
-        ctx.with_reader(None, |_| Ok(()))
-            .map_err(|e| anyhow::anyhow!(causeway_store::Hinted::new(e.message(), e.hint())))?;
+        ctx.with_reader(None, |_| Ok(())).map_err(|e| {
+            anyhow::anyhow!(causeway_store::Hinted::new(
+                e.message(),
+                e.hint().unwrap_or_default()
+            ))
+        })?;
         None
     };
     let runtime = runtime()?;
@@ -376,7 +381,11 @@ pub struct ServeArgs {
 pub fn run_serve(args: &ServeArgs) -> Result<()> {
     let opts = http_options(args.listen, &args.http_flags)?;
     let ctx = Arc::new(args.query.apply(context(&args.db, &args.traces_dir)?)?);
-    ctx.with_reader(None, |_| Ok(()))
-        .map_err(|e| anyhow::anyhow!(causeway_store::Hinted::new(e.message(), e.hint())))?;
+    ctx.with_reader(None, |_| Ok(())).map_err(|e| {
+        anyhow::anyhow!(causeway_store::Hinted::new(
+            e.message(),
+            e.hint().unwrap_or_default()
+        ))
+    })?;
     runtime()?.block_on(serve_http(ctx, opts, "serve", std::future::pending()))
 }

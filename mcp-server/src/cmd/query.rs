@@ -1,5 +1,6 @@
 //! `causeway query`: read-only SQL through the guard and a locked-down connection.
 
+use causeway_hint::Hint as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -177,7 +178,10 @@ fn run_fleet(args: &QueryArgs) -> Result<()> {
     }
     if answers.iter().all(|a| !a.ok) {
         let e = causeway_tools::fleet::none_answered(&answers);
-        anyhow::bail!(causeway_store::Hinted::new(e.message(), e.hint()));
+        anyhow::bail!(causeway_store::Hinted::new(
+            e.message(),
+            e.hint().unwrap_or_default()
+        ));
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! `causeway report`: the self-contained HTML report of a trace (causeway-report), the same
 //! page `serve` shows live at `/`.
 
+use causeway_hint::Hint as _;
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -39,7 +40,12 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         &args.output,
         args.force,
     )
-    .map_err(|e| anyhow::anyhow!(causeway_store::Hinted::new(e.to_string(), e.hint())))?;
+    .map_err(|e| {
+        anyhow::anyhow!(causeway_store::Hinted::new(
+            e.to_string(),
+            e.hint().unwrap_or_default()
+        ))
+    })?;
     eprintln!(
         "wrote {} ({} KB, built in {:.0} ms); open it in a browser, it needs no network",
         args.output.display(),

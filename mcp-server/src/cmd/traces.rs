@@ -1,6 +1,7 @@
 //! `causeway traces`, `causeway describe` and `causeway selftest`: the CLI twins of the MCP
 //! tools `list_traces`, `describe_trace` and `get_test_report` (whose report `selftest` writes).
 
+use causeway_hint::Hint as _;
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
@@ -50,7 +51,10 @@ pub struct SelftestArgs {
 }
 
 fn tool_err(e: causeway_tools::ToolError) -> anyhow::Error {
-    anyhow::anyhow!(causeway_store::Hinted::new(e.message(), e.hint()))
+    anyhow::anyhow!(causeway_store::Hinted::new(
+        e.message(),
+        e.hint().unwrap_or_default()
+    ))
 }
 
 /// Runs `traces`.

@@ -338,3 +338,52 @@ fn cli_tables_of_the_vllm_trace() {
         insta::assert_snapshot!(name, ok(&args));
     }
 }
+
+/// Every error type gives its hint through the one registry `main` asks (`causeway_hint::of`),
+/// bare or under context: the report's errors were missing from the hand-kept list it replaced.
+#[test]
+fn every_error_gives_its_hint_through_one_registry() {
+    use causeway_hint::Hint;
+    fn through_main(e: anyhow::Error, own: Option<String>, what: &str) {
+        assert!(own.is_some(), "{what}: no hint of its own");
+        assert_eq!(causeway_hint::of(&e), own, "{what}");
+        let wrapped = e.context("while answering");
+        assert_eq!(causeway_hint::of(&wrapped), own, "{what}, under a context");
+    }
+    let Err(store) = causeway_store::Reader::open(std::path::Path::new("/nonexistent/t.duckdb"))
+    else {
+        panic!("a store that does not exist opened");
+    };
+    let exists = || causeway_store::StoreError::Exists {
+        path: "/tmp/r.html".into(),
+    };
+    let own = causeway_report::ReportError::Write(exists()).hint();
+    through_main(
+        anyhow::Error::new(causeway_report::ReportError::Write(exists())),
+        own,
+        "ReportError",
+    );
+    let own = store.hint();
+    through_main(anyhow::Error::new(store), own, "StoreError");
+    let time = "yesterday"
+        .parse::<causeway_analysis::TimeRef>()
+        .unwrap_err();
+    let own = time.hint();
+    through_main(anyhow::Error::new(time), own, "TimeError");
+    let tool = causeway_tools::ToolError::UnknownTool("drop_everything".into());
+    let own = tool.hint();
+    through_main(anyhow::Error::new(tool), own, "ToolError");
+    let refused = causeway_sqlguard::guard(
+        "DROP TABLE events",
+        &causeway_sqlguard::Policy::new(["events"]),
+        None,
+    )
+    .unwrap_err();
+    let own = refused.hint();
+    through_main(anyhow::Error::new(refused), own, "Rejection");
+    let no_steps = causeway_analysis::diff::NoSteps {
+        trace: "base".into(),
+    };
+    let own = no_steps.hint();
+    through_main(anyhow::Error::new(no_steps), own, "NoSteps");
+}

@@ -3,6 +3,7 @@
 //! reference tool's node traces merge to what its own cluster file holds, and bad input is
 //! refused without leaving a file behind.
 
+use causeway_hint::Hint as _;
 use std::path::{Path, PathBuf};
 
 use causeway_import::{ImportOptions, import};

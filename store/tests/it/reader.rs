@@ -1,6 +1,7 @@
 //! The locked-down reader: guarded SQL only, read-only file, no external access, locked
 //! configuration, timeout, row and byte caps, sanitised strings.
 
+use causeway_hint::Hint as _;
 use std::time::{Duration, Instant};
 
 use causeway_sqlguard::guard;

@@ -3,6 +3,7 @@
 //! the open one as one trace (repeated rows once), a directory of segments opens as one trace,
 //! and a killed writer's file is sealed.
 
+use causeway_hint::Hint as _;
 use std::path::{Path, PathBuf};
 
 use causeway_store::{

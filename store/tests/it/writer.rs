@@ -2,6 +2,7 @@
 //! thread names interned across nodes and appends, and a store that is readable after the
 //! writer is dropped without `finish`, and a writer that reopens its database to free memory.
 
+use causeway_hint::Hint as _;
 use std::time::Duration;
 
 use causeway_store::{Event, Frame, ProcessInfo, Reader, Writer, WriterOptions};

@@ -1,6 +1,7 @@
 //! The registry as agents see it: listing order, annotations, the tools/list token budget, a
 //! golden snapshot of every schema, and argument validation before handlers run.
 
+use causeway_hint::Hint as _;
 use causeway_tools::budget::{TOOLS_LIST_TOKENS, tokens};
 use causeway_tools::{ToolError, call, tool_specs};
 use serde_json::json;
@@ -148,7 +149,11 @@ fn query_fleet_without_a_fleet_says_how_to_configure_one() {
         "query_fleet",
         json!({"action": "overview"}),
     ) {
-        Err(e) => assert!(e.hint().contains("--nodes"), "{}", e.hint()),
+        Err(e) => assert!(
+            e.hint().unwrap_or_default().contains("--nodes"),
+            "{:?}",
+            e.hint()
+        ),
         Ok(_) => panic!("no fleet is configured"),
     }
 }
@@ -195,15 +200,16 @@ fn unknown_tools_and_cursors_are_tool_errors_with_hints() {
     let c = ctx(dir.path());
     let e = call(&c, "drop_everything", json!({})).unwrap_err();
     assert!(matches!(e, ToolError::UnknownTool(_)));
-    assert!(e.hint().contains("tools/list"));
+    assert!(e.hint().unwrap_or_default().contains("tools/list"));
     let e = call(&c, "get_causal_chains", json!({"cursor": "not-a-cursor"})).unwrap_err();
     assert!(
-        e.message().contains("/cursor") && e.hint().contains("next_cursor"),
+        e.message().contains("/cursor") && e.hint().unwrap_or_default().contains("next_cursor"),
         "{e}"
     );
     let e = call(&c, "get_trace_stats", json!({"trace": "nope"})).unwrap_err();
     assert!(
-        e.message().contains("no trace named 'nope'") && e.hint().contains("list_traces"),
+        e.message().contains("no trace named 'nope'")
+            && e.hint().unwrap_or_default().contains("list_traces"),
         "{e}"
     );
     let e = call(&c, "get_trace_stats", json!({"since": "yesterday"})).unwrap_err();

@@ -1,6 +1,7 @@
 //! Tool results on the vLLM trace: they match their output schemas, fit the response budget,
 //! agree with the CLI's functions, page with cursors, and carry sanitised strings.
 
+use causeway_hint::Hint as _;
 use causeway_store::{Event, Frame, ProcessInfo, Writer, WriterOptions};
 use causeway_tools::budget::RESPONSE_CHARS;
 use causeway_tools::registry::find;
@@ -147,7 +148,7 @@ fn stacks_have_resolved_frames_for_an_op() {
     )
     .unwrap_err();
     assert!(
-        e.message().contains("unknown op") && e.hint().contains("FROM ops"),
+        e.message().contains("unknown op") && e.hint().unwrap_or_default().contains("FROM ops"),
         "{e}"
     );
 }
@@ -158,7 +159,7 @@ fn run_sql_is_guarded_capped_and_marks_data() {
     let c = ctx(dir.path());
     let e = call(&c, "run_sql", json!({"sql": "DROP TABLE event_data"})).unwrap_err();
     assert!(e.message().starts_with("query refused"), "{e}");
-    assert!(!e.hint().is_empty());
+    assert!(e.hint().is_some_and(|h| !h.is_empty()));
     let e = call(
         &c,
         "run_sql",
@@ -206,7 +207,10 @@ fn get_check_without_an_inspector_says_where_to_run_it() {
     let dir = tempfile::tempdir().unwrap();
     let e = call(&ctx(dir.path()), "get_check", json!({})).unwrap_err();
     assert!(e.message().contains("no machine inspection"), "{e}");
-    assert!(e.hint().contains("causeway check"), "{e}");
+    assert!(
+        e.hint().unwrap_or_default().contains("causeway check"),
+        "{e}"
+    );
 }
 
 #[test]

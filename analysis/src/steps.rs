@@ -368,7 +368,7 @@ GROUP BY ALL ORDER BY 1, 2, 4 DESC, 3",
 /// One thread's GPU calls in `[$4, $5]`, in order: start, end, op id.
 static THREAD_CALLS_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT timestamp, timestamp + duration, op_id::BIGINT FROM event_data \
+        "SELECT timestamp, timestamp + duration, op_id::BIGINT, arg1 FROM event_data \
 WHERE node = $1 AND pid = $2 AND tid = $3 AND {GPU} AND timestamp BETWEEN $4 AND $5 ORDER BY timestamp, seq",
         GPU = gpu_ops()
     )
@@ -651,7 +651,7 @@ pub fn inferred(
     tid: u32,
     window: Window,
 ) -> Result<Option<(crate::cadence::Cadence, Vec<(i64, i64, i64)>)>, StoreError> {
-    let calls: Vec<(i64, i64, i64)> = r
+    let calls: Vec<(i64, i64, i64, i64)> = r
         .prepare_trusted(THREAD_CALLS_SQL.as_str())?
         .query_map(
             duckdb::params![
@@ -667,7 +667,10 @@ pub fn inferred(
         .map_err(duck(r, "reading a thread's GPU calls"))?;
     let calls: Vec<crate::cadence::Call> = calls
         .into_iter()
-        .map(|(s, e, o)| (s, e, o as u16))
+        .map(|(s, e, o, dir)| {
+            let op = o as u16;
+            (s, e, op, CallClass::of(op, dir) == CallClass::CopyH2d)
+        })
         .collect();
     // In a sampled recording the stored calls of a sampled op are not the loop's: only the
     // ops stored in full keep its order.

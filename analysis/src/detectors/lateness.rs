@@ -23,7 +23,7 @@
 //! The straggler is the member late most often; it is reported when, from some step on, it is
 //! late in >= 4 of the next 5 steps and in >= 60% of all later steps (or, where a busy machine
 //! makes every rank late now and then, in >= a third of them and at least twice as often as
-//! any other member, where tasks outside the job preempted it for a quarter of the time lost).
+//! any other member, where tasks outside the job, not its peers, preempted it).
 //! "Since" is that step's
 //! completion time. Time lost: the sum over its late steps of how much later it arrived than
 //! the median rank (every peer idles that long).
@@ -337,15 +337,16 @@ fn cpu_waits(
     Ok(out)
 }
 
-/// How long tasks outside the job preempted `m`'s collective-calling thread from `since` on:
-/// not the threads of its peers on its node, not the idle task.
-fn preempted_by_outside(
+/// Whether tasks outside the job kept `m`'s collective-calling thread from its CPU from `since`
+/// on ([`from_outside`] over its preemptions), against the time its peers lost (`lost`).
+fn kept_by_outside(
     ctx: &crate::facts::Ctx<'_>,
     m: &Member,
     members: &[Member],
     since: i64,
     until: i64,
-) -> i64 {
+    lost: i64,
+) -> bool {
     let peers: std::collections::HashSet<i64> = ctx
         .threads
         .iter()
@@ -356,26 +357,38 @@ fn preempted_by_outside(
         })
         .map(|t| i64::from(t.tid))
         .collect();
-    outside_ns(
+    from_outside(
         ctx.switches
             .of(&m.node, m.tid)
             .iter()
             .filter(|o| o.data.state == 0 && o.start >= since && o.start < until)
             .map(|o| (o.data.ran, o.end - o.start)),
         &peers,
+        lost,
     )
 }
 
-/// The preemptions `(ran, ns)` by tasks other than `peers` and the idle task (a runnable thread
-/// switched out for idle was moved, not kept from a CPU).
-fn outside_ns(
+/// Whether the preemptions `(ran, ns)` were mostly by tasks other than `peers`, and at least 1%
+/// of `lost`: the idle task counts for neither (a runnable thread switched out for idle was
+/// moved, not kept from a CPU). Under outside load a starved rank's waits for a CPU are mostly
+/// run-queue latency, which names no task, so its preemptions are a sample of who ran instead
+/// (one loaded run: 114 ms preempted against 1.68 s lost).
+fn from_outside(
     preempted: impl Iterator<Item = (i64, i64)>,
     peers: &std::collections::HashSet<i64>,
-) -> i64 {
-    preempted
-        .filter(|(ran, _)| *ran != 0 && !peers.contains(ran))
-        .map(|(_, ns)| ns)
-        .fold(0, i64::saturating_add)
+    lost: i64,
+) -> bool {
+    let (by_peers, outside) =
+        preempted
+            .filter(|(ran, _)| *ran != 0)
+            .fold((0i64, 0i64), |(p, o), (ran, ns)| {
+                if peers.contains(&ran) {
+                    (p.saturating_add(ns), o)
+                } else {
+                    (p, o.saturating_add(ns))
+                }
+            });
+    outside > by_peers && outside.saturating_mul(100) >= lost
 }
 
 /// The peer-relative finding's evidence, the detector's steps redone in SQL: per rank, its
@@ -500,13 +513,13 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
     let m = &members[l.who];
     let (node, tid) = (m.node.clone(), m.tid);
     // Late in only the busy machine's share of the steps, but not kept from its CPU by tasks
-    // outside the job for a quarter of what its peers lost: ranks sharing a CPU by the job's
-    // placement, one of which is last in turn (healthy lab twins, three ranks on one core:
-    // 404 ms of rank 2's 446 ms preempted by ranks 0 and 1; another time 170 us preempted in
-    // all, against 649 ms lost), not a rank slowed by something else.
+    // outside the job: ranks sharing a CPU by the job's placement, one of which is last in
+    // turn (healthy lab twins, three ranks on one core: 404 ms of rank 2's 446 ms preempted by
+    // ranks 0 and 1; another time 170 us preempted in all, mostly for the idle task, against
+    // 649 ms lost), not a rank slowed by something else.
     if l.baseline.is_none()
         && (l.late_steps as f64) < LATER_SHARE * l.steps_after as f64
-        && preempted_by_outside(ctx, m, &members, l.since, until).saturating_mul(4) < l.lost
+        && !kept_by_outside(ctx, m, &members, l.since, until, l.lost)
     {
         return Ok(None);
     }
@@ -654,7 +667,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use super::{below_all, onset, outside_ns};
+    use super::{below_all, from_outside, onset};
 
     #[test]
     fn one_rank_below_every_peer_is_late() {
@@ -736,8 +749,8 @@ mod tests {
     #[test]
     fn preempted_by_its_peers_or_for_the_idle_task_is_not_from_outside() {
         // The healthy twin's rank 2 (its recording): 276 ms by rank 0, 128 ms by rank 1, 42 ms
-        // by others; the problem twin's rank 3 under gzip: gzip most of the time; another
-        // healthy twin's rank 3: switched out for the idle task, 170 us in all.
+        // by others, 190 ms lost; another healthy twin's rank 3: switched out for the idle task,
+        // 170 us in all, 649 ms lost.
         let peers: std::collections::HashSet<i64> = [16573, 16574, 16576].into();
         let healthy = [
             (16573, 275_729_056),
@@ -745,16 +758,23 @@ mod tests {
             (15, 23_968_906),
             (11478, 17_869_200),
         ];
-        assert_eq!(outside_ns(healthy.into_iter(), &peers), 41_838_106);
+        assert!(!from_outside(healthy.into_iter(), &peers, 190_000_000));
+        let migrated = [(0, 150_000), (16574, 19_800)];
+        assert!(!from_outside(migrated.into_iter(), &peers, 649_000_000));
+        assert!(
+            !from_outside(std::iter::empty(), &peers, 1),
+            "never preempted: not from outside"
+        );
+        // The problem twin's rank 3 under gzip; and under gzip and two busy loops, where its
+        // waits for a CPU were mostly run-queue latency: 114 ms preempted against 1.68 s lost.
         let starved = [
             (9801, 900_000_000),
             (16573, 40_000_000),
             (16574, 30_000_000),
         ];
-        assert_eq!(outside_ns(starved.into_iter(), &peers), 900_000_000);
-        let migrated = [(0, 150_000), (16574, 19_800)];
-        assert_eq!(outside_ns(migrated.into_iter(), &peers), 0);
-        assert_eq!(outside_ns(std::iter::empty(), &peers), 0);
+        assert!(from_outside(starved.into_iter(), &peers, 2_000_000_000));
+        let loaded = [(9801, 60_000_000), (31337, 44_000_000), (16574, 10_000_000)];
+        assert!(from_outside(loaded.into_iter(), &peers, 1_678_000_000));
     }
 
     #[test]

@@ -226,7 +226,7 @@ pub static IDLE_SQL: LazyLock<String> = LazyLock::new(|| {
 o AS (SELECT pid, device, s, e, correlation, cls, coalesce(max(e) OVER (PARTITION BY pid, device ORDER BY s, e, correlation NULLS FIRST, stream, cls ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), $2) AS prev FROM a), \
 lc AS (SELECT c.pid, c.correlation, min(ev.timestamp) AS ls, arg_min(ev.tid, ev.timestamp) AS tid, arg_min(ev.op, ev.timestamp) AS op FROM correlations c JOIN events ev ON ev.node = c.node AND ev.seq = c.seq WHERE c.node = $1 AND ($4 < 0 OR c.pid = $4) GROUP BY ALL), \
 h AS (SELECT o.pid, o.device, o.prev AS gs, o.s AS ge, o.cls, lc.tid, lc.ls, lc.op, CASE WHEN lc.ls > o.prev THEN least(o.s, lc.ls) ELSE o.prev END AS he FROM o LEFT JOIN lc ON lc.pid = o.pid AND lc.correlation = o.correlation WHERE o.s > o.prev), \
-st AS (SELECT DISTINCT tid FROM steps WHERE node = $1 AND ($4 < 0 OR pid = $4)), \
+st AS (SELECT DISTINCT tid FROM steps WHERE node = $1 AND ($4 < 0 OR pid = $4) AND source <> 'inferred'), \
 hw0 AS (SELECT pid, device, gs, he, tid, gs // {B} AS b0, he // {B} AS b1 FROM h WHERE h.he > h.gs), \
 r0 AS (SELECT pid, tid, name, start_ns, end_ns, start_ns // {B} AS b0, end_ns // {B} AS b1, \
 CASE WHEN name LIKE 'enumerate(DataLoader)%' THEN 'input' WHEN name LIKE 'nccl:%' OR name LIKE 'c10d::%' OR name = 'record_param_comms' THEN 'collective' \
@@ -528,7 +528,7 @@ fn evidence(sql: &str, node: &str, pid: u32, from: i64, until: i64) -> String {
 /// [`IDLE_SQL`]'s (so that it stands among them in an evidence query): the steps (`gaps`), the
 /// mean time per step inside `enumerate(DataLoader)` ranges on the step's thread (`ns`) and
 /// the mean step (`window_ns`). No row where no step holds a DataLoader range.
-pub const INPUT_SHARE_SQL: &str = "WITH s AS (SELECT DISTINCT tid, start_ns, end_ns FROM steps WHERE node = $1 AND pid = $4 AND start_ns < $3 AND end_ns > $2), \
+pub const INPUT_SHARE_SQL: &str = "WITH s AS (SELECT DISTINCT tid, start_ns, end_ns FROM steps WHERE node = $1 AND pid = $4 AND start_ns < $3 AND end_ns > $2 AND source <> 'inferred'), \
 dl AS (SELECT s.tid, s.start_ns, sum(least(r.end_ns, s.end_ns) - greatest(r.start_ns, s.start_ns)) AS ns, min(r.name) AS name FROM s JOIN ranges r \
 ON r.node = $1 AND r.pid = $4 AND r.tid = s.tid AND r.start_ns < s.end_ns AND r.end_ns > s.start_ns AND r.name LIKE 'enumerate(DataLoader)%' GROUP BY ALL) \
 SELECT $4::BIGINT AS pid, NULL::BIGINT AS device, 'step' AS waiting_for, 'input pipeline per step' AS reason, min(dl.name) AS detail, count(*)::BIGINT AS gaps, \

@@ -37,11 +37,13 @@ pub struct PerStep {
 /// Fewer steps are no "per step".
 const MIN_STEPS: u64 = 3;
 
-/// Per series of recorded steps (not the inferred: they are not stored) inside a range.
+/// Per series of annotated steps (profiler, NVTX) inside a range: not the inferred ones a
+/// recording or an import stores, whose boundaries are the cadence's guess (within 1% of a
+/// step where the loop copies a batch, half a step off where it does not).
 const SERIES_SQL: &str = "SELECT pid::UBIGINT, tid::UBIGINT, source, count(*)::UBIGINT AS n,
   median(end_ns - start_ns)::BIGINT, sum(end_ns - start_ns)::BIGINT,
   sum(least(end_ns, $2) - greatest(start_ns, $1))::BIGINT
-FROM steps WHERE node = $3 AND end_ns > $1 AND start_ns < $2 AND end_ns > start_ns
+FROM steps WHERE node = $3 AND end_ns > $1 AND start_ns < $2 AND end_ns > start_ns AND source <> 'inferred'
 GROUP BY pid, tid, source ORDER BY n DESC, 1, 2, 3";
 
 /// One series: (pid, tid, source, steps, median ns, total ns, ns inside the range).

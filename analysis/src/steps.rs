@@ -462,7 +462,14 @@ pub fn steps(r: &Reader, q: &StepQuery) -> Result<Steps, StoreError> {
         .and_then(|rows| rows.collect())
         .map_err(duck(r, "reading steps"))?;
     let mut grouped: BTreeMap<SeriesKey, Vec<(i64, i64, i64)>> = BTreeMap::new();
+    // Inferred steps a recording or an import stored are inferred again here, from the same
+    // calls, with what fixed them (anchor, period, confidence).
+    let mut stored_inferred = std::collections::BTreeSet::new();
     for (n, p, t, source, step, s, e) in rows {
+        if source == "inferred" {
+            stored_inferred.insert((n, p as u32));
+            continue;
+        }
         grouped
             .entry((n, p as u32, t as u32, source))
             .or_default()
@@ -486,8 +493,13 @@ pub fn steps(r: &Reader, q: &StepQuery) -> Result<Steps, StoreError> {
         if let Some((cad, raw)) = inferred(r, &n, p as u32, t as u32, window)? {
             let mut s = one_series(r, q, &resume, &n, p as u32, t as u32, "inferred", raw)?;
             let anchor = catalog::op_by_id(cad.anchor).map_or("?", |o| o.name);
+            let stored = if stored_inferred.contains(&(n.clone(), p as u32)) {
+                "stored in `steps` with source 'inferred'"
+            } else {
+                "not stored"
+            };
             notes.push(format!(
-                "{n} pid {p}: steps inferred from thread {t}'s cadence ({} calls per step, anchored on {anchor}, confidence {:.2}); not stored",
+                "{n} pid {p}: steps inferred from thread {t}'s cadence ({} calls per step, anchored on {anchor}, confidence {:.2}); {stored}",
                 cad.calls_per_step, cad.confidence
             ));
             s.evidence_sql = format!(

@@ -57,6 +57,7 @@ pub fn run(args: &ImportArgs) -> Result<()> {
         bar.set_position(p.done);
     })?;
     bar.finish_and_clear();
+    crate::cmd::trace::store_inferred_steps(&db);
     tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, db = %db.display(), "import finished");
     if args.json {
         crate::print_json(&serde_json::json!({

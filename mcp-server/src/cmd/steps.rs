@@ -40,3 +40,58 @@ pub fn run(args: &StepsArgs) -> Result<()> {
         causeway_tools::text::Audience::Person,
     ))
 }
+
+/// Stores in `db`'s `steps` table (source `inferred`) the steps `causeway steps` infers from the
+/// cadence of every process that fed a GPU without annotated steps, after a recording or an
+/// import: SQL over `steps` then finds them as it finds NVTX and profiler steps, and `steps`
+/// answers the same (it infers them again from the same calls). Returns how many were stored.
+pub fn store_inferred(db: &std::path::Path) -> Result<usize> {
+    let mut found: Vec<(String, Vec<causeway_store::Step>)> = Vec::new();
+    {
+        let reader = Reader::open(db)?;
+        let all = causeway_analysis::steps::steps(
+            &reader,
+            &causeway_analysis::steps::StepQuery::default(),
+        )?;
+        // A series lists a sample of its steps: every step comes from the inference itself.
+        for s in all.series.iter().filter(|s| s.source == "inferred") {
+            let Some((_, raw)) =
+                causeway_analysis::steps::inferred(&reader, &s.node, s.pid, s.tid, all.window)?
+            else {
+                continue;
+            };
+            let rows = raw
+                .into_iter()
+                .map(|(step, start_ns, end_ns)| causeway_store::Step {
+                    pid: s.pid,
+                    tid: s.tid,
+                    step,
+                    start_ns,
+                    end_ns,
+                    source: "inferred",
+                })
+                .collect();
+            found.push((s.node.clone(), rows));
+        }
+    }
+    let Some((first, _)) = found.first() else {
+        return Ok(0);
+    };
+    let mut w = causeway_store::Writer::open_append(
+        db,
+        causeway_store::WriterOptions {
+            node: first.clone(),
+            ..causeway_store::WriterOptions::default()
+        },
+    )?;
+    let mut stored = 0;
+    for (node, rows) in &found {
+        if w.node() != node {
+            w.set_node(node, "recorded", "")?;
+        }
+        w.add_steps(rows)?;
+        stored += rows.len();
+    }
+    w.finish()?;
+    Ok(stored)
+}

@@ -172,6 +172,15 @@ fn finish(args: &TraceCmd, summary: &causeway_collector::TraceSummary) -> Result
     }
 }
 
+/// Stores the steps inferred for processes without NVTX steps (`causeway steps` infers the
+/// same); the recording stands without them where that fails.
+pub(crate) fn store_inferred_steps(db: &std::path::Path) {
+    match crate::cmd::steps::store_inferred(db) {
+        Ok(n) => tracing::info!(steps = n, db = %db.display(), "inferred steps stored"),
+        Err(e) => tracing::warn!(error = %e, db = %db.display(), "inferred steps not stored"),
+    }
+}
+
 /// Runs `trace`: the summary goes to stdout as JSON unless events stream there (`--json`).
 pub fn run(args: &TraceCmd) -> Result<()> {
     let push = args.otlp.target()?.map(|t| (t, args.otlp.otlp_interval));
@@ -181,7 +190,9 @@ pub fn run(args: &TraceCmd) -> Result<()> {
         .map(|a| http_options(a, &args.http))
         .transpose()?;
     let ctx = context(&trace.db, &[])?;
+    let db = trace.db.clone();
     let summary = record(trace, ctx, opts, push, None, "trace")?;
+    store_inferred_steps(&db);
     finish(args, &summary)
 }
 

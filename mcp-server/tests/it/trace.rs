@@ -317,3 +317,59 @@ fn check_reports_the_kernel_as_json() {
             .any(|i| i["name"] == "btf")
     );
 }
+
+/// A recording of a loop without step annotations (the stand-in's `steps` mode: 60 steps of 20
+/// launches and 2 ms of CPU work, each ended by a stream sync) stores the steps inferred from
+/// its cadence in `steps` (source `inferred`): SQL finds the ones `causeway steps` reports.
+#[test]
+fn steps_inferred_from_a_recordings_cadence_are_stored_and_queryable() {
+    if !bpf_tests() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.duckdb");
+    let out = dir.path().join("out.txt");
+    let db_s = db.to_str().unwrap();
+    let summary = ok(&[
+        "trace",
+        "--db",
+        db_s,
+        "--",
+        &standin(),
+        "steps",
+        "60",
+        "20",
+        "2000",
+        out.to_str().unwrap(),
+    ]);
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    assert_eq!(summary["command_exit"], 0);
+    let steps: serde_json::Value =
+        serde_json::from_str(&ok(&["steps", "--db", db_s, "--json"])).unwrap();
+    let series = steps["series"].as_array().unwrap();
+    assert_eq!(series.len(), 1, "{steps}");
+    let s = &series[0];
+    assert_eq!(s["source"], "inferred", "{steps}");
+    let n = s["count"].as_i64().unwrap();
+    // 60 by design; the first and last may be cut where the trace lacks their calls.
+    assert!((58..=60).contains(&n), "{n} steps: {steps}");
+    assert!(
+        steps["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x.as_str().unwrap().contains("stored in `steps`")),
+        "{steps}"
+    );
+    let rows = ok(&[
+        "query",
+        "--db",
+        db_s,
+        "--json",
+        "SELECT count(*), min(end_ns - start_ns), max(end_ns - start_ns) FROM steps WHERE source = 'inferred'",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&rows).unwrap();
+    assert_eq!(v["rows"][0][0].as_i64(), Some(n), "{rows}");
+    // Every step holds its 2 ms of CPU work.
+    assert!(v["rows"][0][1].as_i64().unwrap() >= 2_000_000, "{rows}");
+}

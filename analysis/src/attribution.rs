@@ -83,7 +83,8 @@ pub fn attribute(ctx: &Ctx<'_>) -> Result<Vec<ThreadAttribution>, StoreError> {
             overlaps(&v, ctx.switches.of(node, tid), |c, s, ov| {
                 hit[c.data.0] = true;
                 let key = (c.data.1.pid, c.data.1.warmup, s.data.ran, s.data.state);
-                *off.entry(key).or_default() += ov;
+                let e = off.entry(key).or_default();
+                *e = e.saturating_add(ov);
             });
             // Slow calls by (pid, warm-up, op): count, time, with off-CPU time inside.
             let mut calls: BTreeMap<(u32, bool, u16), (u64, i64, u64)> = BTreeMap::new();

@@ -292,7 +292,13 @@ impl Writer {
 
     /// Appends training steps, stamped with the writer's node.
     pub fn add_steps(&mut self, rows: &[Step]) -> Result<()> {
-        let (conn, path, node) = (self.conn(), self.path(), self.node());
+        let node = self.node().to_string();
+        self.add_steps_on(&node, rows)
+    }
+
+    /// Appends training steps stamped with `node` (a node the store holds).
+    pub fn add_steps_on(&mut self, node: &str, rows: &[Step]) -> Result<()> {
+        let (conn, path) = (self.conn(), self.path());
         let mut app = conn
             .appender("steps")
             .ctx(path, "opening the steps appender")?;

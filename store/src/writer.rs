@@ -426,6 +426,14 @@ impl Writer {
         Ok(w)
     }
 
+    /// Opens an existing store to add rows derived from it (the steps inferred after a
+    /// recording or an import) without registering a node: every node keeps its origin and
+    /// host (`open_append` would mark the node as recorded here, and the engine reads an
+    /// imported node's switches by its origin's convention).
+    pub fn open_derived(path: &Path) -> Result<Writer> {
+        Self::open_unregistered(path, WriterOptions::default())
+    }
+
     /// Opens (and upgrades) an existing store without registering `opts.node`.
     pub(crate) fn open_unregistered(path: &Path, opts: WriterOptions) -> Result<Writer> {
         crate::paths::check_input(path, false)?;

@@ -125,8 +125,10 @@ pub fn host_waits(ctx: &Ctx<'_>) -> Result<Vec<ThreadWaits>, StoreError> {
         for (t, v) in io {
             // Requests in flight together: their union, so that one sleep counts once.
             let merged = spans(union(v));
-            let mut ns = 0;
-            overlaps(&merged, ctx.switches.of(node, t), |_, _, ov| ns += ov);
+            let mut ns = 0i64;
+            overlaps(&merged, ctx.switches.of(node, t), |_, _, ov| {
+                ns = ns.saturating_add(ov)
+            });
             waited.insert(t, ns);
         }
         for ((p, t), n) in requests {
@@ -261,13 +263,13 @@ fn gaps(
         let woken = woken_by_input(ctx, node, &blind)?;
         for ((p, t), mut v) in blind {
             sort(&mut v);
-            let mut ns = 0;
+            let mut ns = 0i64;
             let mut hit: std::collections::BTreeSet<(i64, i64)> = Default::default();
             overlaps(
                 &v,
                 &spans(woken.get(&t).cloned().unwrap_or_default()),
                 |g, _, ov| {
-                    ns += ov;
+                    ns = ns.saturating_add(ov);
                     hit.insert((g.start, g.end));
                 },
             );
@@ -307,7 +309,7 @@ fn gaps(
             .iter()
             .map(|&o| sleeps_of(o, 0))
             .reduce(|a, b| intersect(&a, &b));
-        let mut ns = 0;
+        let mut ns = 0i64;
         for (sampled, mut v) in gaps.into_iter().enumerate() {
             sort(&mut v);
             let min = if sampled == 1 {
@@ -320,7 +322,7 @@ fn gaps(
                 Some(o) => intersect(&own, o),
                 None => own,
             };
-            overlaps(&v, &spans(all), |_, _, ov| ns += ov);
+            overlaps(&v, &spans(all), |_, _, ov| ns = ns.saturating_add(ov));
         }
         *blocked.entry(t).or_default() += ns;
     }

@@ -53,6 +53,12 @@ pub fn store_inferred(db: &std::path::Path) -> Result<usize> {
             &reader,
             &causeway_analysis::steps::StepQuery::default(),
         )?;
+        // A step outside the trace (longer than it, or a trace's length before its first event
+        // or after its last) ends at a call whose duration was clamped (a source's impossible
+        // value), not where the loop turned: not stored. The first step may open before the
+        // first call (a typical fetch earlier).
+        let (_, first, last) = causeway_analysis::window::trace_span(&reader)?;
+        let longest = last.saturating_sub(first).max(0);
         // A series lists a sample of its steps: every step comes from the inference itself.
         for s in all.series.iter().filter(|s| s.source == "inferred") {
             let Some((_, raw)) =
@@ -62,6 +68,11 @@ pub fn store_inferred(db: &std::path::Path) -> Result<usize> {
             };
             let rows = raw
                 .into_iter()
+                .filter(|&(_, start_ns, end_ns)| {
+                    start_ns >= first.saturating_sub(longest)
+                        && end_ns.saturating_sub(start_ns) <= longest
+                        && end_ns <= last.saturating_add(longest)
+                })
                 .map(|(step, start_ns, end_ns)| causeway_store::Step {
                     pid: s.pid,
                     tid: s.tid,
@@ -74,22 +85,13 @@ pub fn store_inferred(db: &std::path::Path) -> Result<usize> {
             found.push((s.node.clone(), rows));
         }
     }
-    let Some((first, _)) = found.first() else {
+    if found.is_empty() {
         return Ok(0);
-    };
-    let mut w = causeway_store::Writer::open_append(
-        db,
-        causeway_store::WriterOptions {
-            node: first.clone(),
-            ..causeway_store::WriterOptions::default()
-        },
-    )?;
+    }
+    let mut w = causeway_store::Writer::open_derived(db)?;
     let mut stored = 0;
     for (node, rows) in &found {
-        if w.node() != node {
-            w.set_node(node, "recorded", "")?;
-        }
-        w.add_steps(rows)?;
+        w.add_steps_on(node, rows)?;
         stored += rows.len();
     }
     w.finish()?;

@@ -387,3 +387,60 @@ fn every_error_gives_its_hint_through_one_registry() {
     let own = no_steps.hint();
     through_main(anyhow::Error::new(no_steps), own, "NoSteps");
 }
+
+/// A real PyTorch profiler trace with its `ProfilerStep#N` events taken out (a trace without
+/// step annotations): the import stores the steps inferred from the training thread's cadence
+/// (source `inferred`, as many as the profiler's 5, which `steps` reports too), and leaves the
+/// node as imported (the first version re-registered it as recorded, and the engine reads an
+/// imported node's switches by its origin).
+#[test]
+fn an_import_without_profiler_steps_stores_the_inferred_ones_and_keeps_its_node() {
+    use std::io::Read as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(
+        std::fs::File::open(shared("kineto/a100-rank0-of-16.pt.trace.json.gz")).unwrap(),
+    )
+    .read_to_string(&mut text)
+    .unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let events = v["traceEvents"].as_array_mut().unwrap();
+    let before = events.len();
+    events.retain(|e| {
+        !e["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("ProfilerStep#"))
+    });
+    assert_eq!(
+        before - events.len(),
+        5,
+        "the trace's 5 ProfilerStep events"
+    );
+    let src = dir.path().join("unmarked.pt.trace.json");
+    std::fs::write(&src, serde_json::to_vec(&v).unwrap()).unwrap();
+    let db = dir.path().join("t.duckdb");
+    let d = db.to_str().unwrap();
+    ok(&["import", src.to_str().unwrap(), "-o", d]);
+    let count = |sql: &str| -> String {
+        let out = ok(&["query", "--db", d, "--json", sql]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["rows"][0][0].to_string()
+    };
+    assert_eq!(
+        count("SELECT count(*) FROM steps WHERE source = 'inferred'"),
+        "5"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM steps WHERE source <> 'inferred'"),
+        "0"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM nodes WHERE origin LIKE 'imported%'"),
+        "1"
+    );
+    let steps: serde_json::Value =
+        serde_json::from_str(&ok(&["steps", "--db", d, "--json"])).unwrap();
+    let s = &steps["series"][0];
+    assert_eq!(s["source"], "inferred", "{steps}");
+    assert_eq!(s["count"], 5, "{steps}");
+}

@@ -41,8 +41,8 @@ lab_build
 
 # The interpreter, its standard library and the shared libraries it loads, read once before
 # the recording: on a disk restored lazily (a VM's, from a snapshot) the first read of a block
-# is remote, and a module the workload imports late (multiprocessing's, at exit) once took
-# 1.43 s for 8 KiB, an I/O stall the healthy memory-pressure twin never had by design.
+# is remote, and the trainer's last reads (at exit, after its last GPU call) once took 1.43 s
+# for 8 KiB, an I/O stall the healthy memory-pressure twin never had by design.
 lab_warm() {
 	local exe lib
 	exe=$(readlink -f "$PY")

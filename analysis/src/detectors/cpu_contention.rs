@@ -352,7 +352,7 @@ mod tests {
                     want.push(ov);
                     hit = true;
                     if state != 1 {
-                        lost = lost.saturating_add(ov);
+                        lost += ov;
                     }
                 }
             }

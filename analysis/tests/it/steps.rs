@@ -239,6 +239,15 @@ fn real_traces_steps_are_the_profilers_and_every_budget_closes() {
     }
 }
 
+/// The count a `SELECT count(*) ...` gives, through the guard as an agent's query goes.
+fn count(r: &Reader, sql: &str) -> i64 {
+    let g = causeway_sqlguard::guard(sql, r.policy(), None).unwrap();
+    let q = r
+        .query(&g, &causeway_store::QueryLimits::default())
+        .unwrap();
+    q.rows[0][0].as_i64().unwrap()
+}
+
 /// Steps inferred from the runtime calls alone (what a recording without annotations holds)
 /// against the profiler's `ProfilerStep#N` of the same trace: count and boundary error.
 #[test]
@@ -303,9 +312,7 @@ fn inferred_steps_against_the_profilers() {
                     p.start_ns,
                     p.start_ns + p.duration_ns
                 );
-                let g = causeway_sqlguard::guard(&sql, r.policy(), None).unwrap();
-                let q = r.query(&g, &causeway_store::QueryLimits::default()).unwrap();
-                q.rows[0][0].as_i64().unwrap()
+                count(&r, &sql)
             })
             .collect();
         per.sort_unstable();
@@ -329,9 +336,7 @@ fn inferred_steps_against_the_profilers() {
                     p.start_ns,
                     p.start_ns + p.duration_ns
                 );
-                let g = causeway_sqlguard::guard(&sql, r.policy(), None).unwrap();
-                let q = r.query(&g, &causeway_store::QueryLimits::default()).unwrap();
-                q.rows[0][0].as_i64().unwrap() > 0
+                count(&r, &sql) > 0
             })
             .count();
         if batch_copies == s.count {

@@ -430,19 +430,8 @@ fn call_bucket(op: u16, dir: i64) -> Bucket {
 /// Every step series in the query's window, with budgets, percentiles, the slowest steps and
 /// periodic slow steps.
 pub fn steps(r: &Reader, q: &StepQuery) -> Result<Steps, StoreError> {
-    let (_, first, last) = crate::window::trace_span(r)?;
-    let mut window = q.window.resolve(first, last);
+    let window = steps_window(r, q)?;
     let mut notes = Vec::new();
-    if r.schema_version() >= DEVICE_SCHEMA && q.window == WindowSpec::All {
-        // A profiler's first step opens before the first call it traced (its DataLoader
-        // fetch): the whole trace includes every step.
-        let (s, e): (Option<i64>, Option<i64>) = r
-            .prepare_trusted(STEPS_SPAN_SQL)?
-            .query_row([], causeway_store::row)
-            .map_err(duck(r, "reading the steps' span"))?;
-        window.from_ns = window.from_ns.min(s.unwrap_or(i64::MAX));
-        window.until_ns = window.until_ns.max(e.unwrap_or(i64::MIN));
-    }
     if r.schema_version() < DEVICE_SCHEMA {
         notes.push("this trace's schema predates steps (version 13): no step is stored".into());
         return Ok(Steps {
@@ -453,28 +442,7 @@ pub fn steps(r: &Reader, q: &StepQuery) -> Result<Steps, StoreError> {
     }
     let pid = q.pid.map_or(-1, i64::from);
     let node = q.node.clone().unwrap_or_default();
-    let rows: Vec<(String, i64, i64, String, i64, i64, i64)> = r
-        .prepare_trusted(STEPS_SQL)?
-        .query_map(
-            duckdb::params![window.from_ns, window.until_ns, pid, node],
-            causeway_store::row,
-        )
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading steps"))?;
-    let mut grouped: BTreeMap<SeriesKey, Vec<(i64, i64, i64)>> = BTreeMap::new();
-    // Inferred steps a recording or an import stored are inferred again here, from the same
-    // calls, with what fixed them (anchor, period, confidence).
-    let mut stored_inferred = std::collections::BTreeSet::new();
-    for (n, p, t, source, step, s, e) in rows {
-        if source == "inferred" {
-            stored_inferred.insert((n, p as u32));
-            continue;
-        }
-        grouped
-            .entry((n, p as u32, t as u32, source))
-            .or_default()
-            .push((step, s, e));
-    }
+    let (grouped, stored_inferred) = stored_steps(r, window, pid, &node)?;
     let resume = crate::convention::resume_nodes(r)?;
     let mut series = Vec::new();
     let annotated: std::collections::BTreeSet<(String, u32)> =
@@ -483,39 +451,38 @@ pub fn steps(r: &Reader, q: &StepQuery) -> Result<Steps, StoreError> {
         series.push(one_series(r, q, &resume, &n, p, t, &source, raw)?);
     }
     // Processes that feed a GPU without annotated steps: steps from their cadence.
-    let feeders = gpu_threads(r, window, pid, &node)?;
-    let mut seen = std::collections::BTreeSet::new();
-    for (n, p, t, _) in feeders {
-        let key = (n.clone(), p as u32);
-        if annotated.contains(&key) || !seen.insert(key) {
-            continue;
-        }
-        if let Some((cad, raw)) = inferred(r, &n, p as u32, t as u32, window)? {
-            let mut s = one_series(r, q, &resume, &n, p as u32, t as u32, "inferred", raw)?;
-            let anchor = catalog::op_by_id(cad.anchor).map_or("?", |o| o.name);
-            let stored = if stored_inferred.contains(&(n.clone(), p as u32)) {
-                "stored in `steps` with source 'inferred'"
-            } else {
-                "not stored"
-            };
-            notes.push(format!(
-                "{n} pid {p}: steps inferred from thread {t}'s cadence ({} calls per step, anchored on {anchor}, confidence {:.2}); {stored}",
-                cad.calls_per_step, cad.confidence
-            ));
-            s.evidence_sql = format!(
-                "SELECT row_number() OVER (ORDER BY timestamp) AS k, timestamp, duration, timestamp - lag(timestamp) OVER (ORDER BY timestamp) AS since_previous_ns FROM events WHERE node = {} AND pid = {p} AND tid = {t} AND op = {} AND timestamp BETWEEN {} AND {} ORDER BY timestamp",
-                lit(&n),
-                lit(anchor),
-                window.from_ns,
-                window.until_ns
-            );
-            s.inferred = Some(Inferred {
-                anchor: anchor.to_string(),
-                calls_per_step: cad.calls_per_step,
-                confidence: cad.confidence,
-            });
-            series.push(s);
-        }
+    for inf in infer_unannotated(r, window, pid, &node, &annotated)? {
+        let Inference {
+            node: n,
+            pid: p,
+            tid: t,
+            cadence: cad,
+            steps: raw,
+        } = inf;
+        let mut s = one_series(r, q, &resume, &n, p, t, "inferred", raw)?;
+        let anchor = catalog::op_by_id(cad.anchor).map_or("?", |o| o.name);
+        let stored = if stored_inferred.contains(&(n.clone(), p)) {
+            "stored in `steps` with source 'inferred'"
+        } else {
+            "not stored"
+        };
+        notes.push(format!(
+            "{n} pid {p}: steps inferred from thread {t}'s cadence ({} calls per step, anchored on {anchor}, confidence {:.2}); {stored}",
+            cad.calls_per_step, cad.confidence
+        ));
+        s.evidence_sql = format!(
+            "SELECT row_number() OVER (ORDER BY timestamp) AS k, timestamp, duration, timestamp - lag(timestamp) OVER (ORDER BY timestamp) AS since_previous_ns FROM events WHERE node = {} AND pid = {p} AND tid = {t} AND op = {} AND timestamp BETWEEN {} AND {} ORDER BY timestamp",
+            lit(&n),
+            lit(anchor),
+            window.from_ns,
+            window.until_ns
+        );
+        s.inferred = Some(Inferred {
+            anchor: anchor.to_string(),
+            calls_per_step: cad.calls_per_step,
+            confidence: cad.confidence,
+        });
+        series.push(s);
     }
     series.sort_by(|a, b| {
         b.count
@@ -635,6 +602,114 @@ pub fn windows(r: &Reader, f: &Feeder, width_ns: i64) -> Result<Series, StoreErr
         from = f.from_ns
     );
     Ok(s)
+}
+
+/// The window `steps` answers for: the query's, and for the whole trace every stored step too
+/// (a profiler's first step opens before the first call it traced: its DataLoader fetch).
+fn steps_window(r: &Reader, q: &StepQuery) -> Result<Window, StoreError> {
+    let (_, first, last) = crate::window::trace_span(r)?;
+    let mut window = q.window.resolve(first, last);
+    if r.schema_version() >= DEVICE_SCHEMA && q.window == WindowSpec::All {
+        let (s, e): (Option<i64>, Option<i64>) = r
+            .prepare_trusted(STEPS_SPAN_SQL)?
+            .query_row([], causeway_store::row)
+            .map_err(duck(r, "reading the steps' span"))?;
+        window.from_ns = window.from_ns.min(s.unwrap_or(i64::MAX));
+        window.until_ns = window.until_ns.max(e.unwrap_or(i64::MIN));
+    }
+    Ok(window)
+}
+
+/// Stored annotated steps in `window` by series, and the (node, pid)s with stored inferred
+/// steps: those are inferred again, from the same calls, with what fixed them (anchor,
+/// period, confidence).
+#[allow(clippy::type_complexity)]
+fn stored_steps(
+    r: &Reader,
+    window: Window,
+    pid: i64,
+    node: &str,
+) -> Result<
+    (
+        BTreeMap<SeriesKey, Vec<(i64, i64, i64)>>,
+        std::collections::BTreeSet<(String, u32)>,
+    ),
+    StoreError,
+> {
+    let rows: Vec<(String, i64, i64, String, i64, i64, i64)> = r
+        .prepare_trusted(STEPS_SQL)?
+        .query_map(
+            duckdb::params![window.from_ns, window.until_ns, pid, node],
+            causeway_store::row,
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading steps"))?;
+    let mut grouped: BTreeMap<SeriesKey, Vec<(i64, i64, i64)>> = BTreeMap::new();
+    let mut stored_inferred = std::collections::BTreeSet::new();
+    for (n, p, t, source, step, s, e) in rows {
+        if source == "inferred" {
+            stored_inferred.insert((n, p as u32));
+            continue;
+        }
+        grouped
+            .entry((n, p as u32, t as u32, source))
+            .or_default()
+            .push((step, s, e));
+    }
+    Ok((grouped, stored_inferred))
+}
+
+/// One process's steps inferred from its busiest GPU-calling thread's cadence.
+#[derive(Debug, Clone)]
+pub struct Inference {
+    pub node: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub cadence: crate::cadence::Cadence,
+    /// (index, start, end) of each step.
+    pub steps: Vec<(i64, i64, i64)>,
+}
+
+/// Steps inferred for every process in `window` (of `pid` where >= 0, of `node` where not
+/// empty) that feeds a GPU and is not in `annotated`, from its busiest GPU-calling thread.
+fn infer_unannotated(
+    r: &Reader,
+    window: Window,
+    pid: i64,
+    node: &str,
+    annotated: &std::collections::BTreeSet<(String, u32)>,
+) -> Result<Vec<Inference>, StoreError> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (n, p, t, _) in gpu_threads(r, window, pid, node)? {
+        let key = (n.clone(), p as u32);
+        if annotated.contains(&key) || !seen.insert(key) {
+            continue;
+        }
+        if let Some((cadence, steps)) = inferred(r, &n, p as u32, t as u32, window)? {
+            out.push(Inference {
+                node: n,
+                pid: p as u32,
+                tid: t as u32,
+                cadence,
+                steps,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The steps a recording or an import stores with source `inferred`: those `steps` infers
+/// over the whole trace for processes without profiler or NVTX steps, without the budgets
+/// and percentiles `steps` adds.
+pub fn inferred_to_store(r: &Reader) -> Result<Vec<Inference>, StoreError> {
+    if r.schema_version() < DEVICE_SCHEMA {
+        return Ok(Vec::new());
+    }
+    let window = steps_window(r, &StepQuery::default())?;
+    let (grouped, _) = stored_steps(r, window, -1, "")?;
+    let annotated = grouped.keys().map(|k| (k.0.clone(), k.1)).collect();
+    infer_unannotated(r, window, -1, "", &annotated)
 }
 
 /// [`FEEDERS_SQL`]'s rows: node, pid, tid and GPU calls of every GPU-calling thread in `window`

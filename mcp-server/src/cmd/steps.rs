@@ -49,24 +49,15 @@ pub fn store_inferred(db: &std::path::Path) -> Result<usize> {
     let mut found: Vec<(String, Vec<causeway_store::Step>)> = Vec::new();
     {
         let reader = Reader::open(db)?;
-        let all = causeway_analysis::steps::steps(
-            &reader,
-            &causeway_analysis::steps::StepQuery::default(),
-        )?;
         // A step outside the trace (longer than it, or a trace's length before its first event
         // or after its last) ends at a call whose duration was clamped (a source's impossible
         // value), not where the loop turned: not stored. The first step may open before the
         // first call (a typical fetch earlier).
         let (_, first, last) = causeway_analysis::window::trace_span(&reader)?;
         let longest = last.saturating_sub(first).max(0);
-        // A series lists a sample of its steps: every step comes from the inference itself.
-        for s in all.series.iter().filter(|s| s.source == "inferred") {
-            let Some((_, raw)) =
-                causeway_analysis::steps::inferred(&reader, &s.node, s.pid, s.tid, all.window)?
-            else {
-                continue;
-            };
-            let rows = raw
+        for inf in causeway_analysis::steps::inferred_to_store(&reader)? {
+            let rows = inf
+                .steps
                 .into_iter()
                 .filter(|&(_, start_ns, end_ns)| {
                     start_ns >= first.saturating_sub(longest)
@@ -74,15 +65,15 @@ pub fn store_inferred(db: &std::path::Path) -> Result<usize> {
                         && end_ns <= last.saturating_add(longest)
                 })
                 .map(|(step, start_ns, end_ns)| causeway_store::Step {
-                    pid: s.pid,
-                    tid: s.tid,
+                    pid: inf.pid,
+                    tid: inf.tid,
                     step,
                     start_ns,
                     end_ns,
                     source: "inferred",
                 })
                 .collect();
-            found.push((s.node.clone(), rows));
+            found.push((inf.node, rows));
         }
     }
     if found.is_empty() {

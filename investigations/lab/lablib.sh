@@ -26,7 +26,7 @@ PY=$LAB_BUILD/venv/bin/python3
 lab_build() {
 	local stamp=$LAB_BUILD/.built newer
 	# the stand-in's sources, and NVTX's loader, which its libnvToolsExt includes
-	newer=$(find "$LAB/standin" "$LAB/../../collector/nvtx/loader.h" -newer "$stamp" -print -quit 2>/dev/null ||
+	newer=$(find "$LAB/standin" "$LAB/../../crates/collector/nvtx/loader.h" -newer "$stamp" -print -quit 2>/dev/null ||
 		echo missing)
 	if [[ ! -e $stamp || -n $newer ]]; then
 		(

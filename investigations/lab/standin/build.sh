@@ -34,7 +34,7 @@ ln -sf libcuda.so.1 "$out/driver/libcuda.so"
 so "$site/nvidia/cuda_runtime/lib/libcudart.so.12" libcudart.so.12 cudart.map "$src/cudart.c" -ldl
 so "$site/nvidia/nccl/lib/libnccl.so.2" libnccl.so.2 nccl.map "$src/nccl.c" -ldl
 # NVTX's loader is the collector's (one copy, beside the injection library it loads)
-so "$site/nvidia/nvtx/lib/libnvToolsExt.so.1" libnvToolsExt.so.1 nvtx.map -I"$src/../../../collector/nvtx" \
+so "$site/nvidia/nvtx/lib/libnvToolsExt.so.1" libnvToolsExt.so.1 nvtx.map -I"$src/../../../crates/collector/nvtx" \
 	"$src/nvtx.c" -ldl
 for variant in "liblab_kernels.so 0" "liblab_kernels_ptx.so 1"; do
 	set -- $variant

@@ -132,7 +132,32 @@ impl Tracks {
     }
 }
 
+fn get<T: causeway_store::duckdb::types::FromSql>(
+    r: &Reader,
+    row: &causeway_store::duckdb::Row<'_>,
+    i: usize,
+) -> Result<T, StoreError> {
+    row.get(i).map_err(duck(r, "reading events"))
+}
+
 impl Row {
+    /// One row of [`EVENTS_SQL`], in its column order.
+    fn read(r: &Reader, row: &causeway_store::duckdb::Row<'_>) -> Result<Self, StoreError> {
+        Ok(Row {
+            node: get(r, row, 0)?,
+            pid: get(r, row, 1)?,
+            tid: get(r, row, 2)?,
+            source: get(r, row, 4)?,
+            op: get(r, row, 5)?,
+            start: get(r, row, 6)?,
+            dur: get(r, row, 7)?,
+            arg0: get(r, row, 8)?,
+            arg1: get(r, row, 9)?,
+            ret: get(r, row, 10)?,
+            stack: get(r, row, 11)?,
+        })
+    }
+
     /// The drawn interval `[start, end)` when the row is a slice, `None` for an instant.
     fn span(&self) -> Option<(i64, i64)> {
         if self.op == SWITCH {
@@ -191,6 +216,19 @@ struct Lanes {
 }
 
 impl Lanes {
+    /// The lanes of a thread about to stream: its own track alone, and its anchors unbound.
+    fn of_thread(node: &str, tid: u32, bound: &Bindings) -> Self {
+        let key = (node.to_string(), tid);
+        Lanes {
+            open: vec![Vec::new()],
+            tids: vec![tid],
+            anchors: bound
+                .range((key.0.clone(), key.1, i64::MIN)..=(key.0.clone(), key.1, i64::MAX))
+                .map(|(k, _)| (k.2, None))
+                .collect(),
+        }
+    }
+
     /// The lane of the slice `[start, end)`; a new lane when it fits none (its index is
     /// `open.len() - 1` then, and the caller names it).
     fn place(&mut self, start: i64, end: i64) -> usize {
@@ -242,9 +280,15 @@ const CUTOFF_SQL: &str =
 const TID_AT_SQL: &str =
     "SELECT tid FROM event_data WHERE node = ? AND timestamp = ? ORDER BY seq LIMIT 1";
 
+/// Evidence rows of one chain as [`anchors`] reads them: (node, tid, ts, end).
+type Anchor = (String, u32, i64, i64);
+
+/// (node, tid, ts) of every anchor -> the output tid of the slice it binds to, if written.
+type Bindings = BTreeMap<(String, u32, i64), Option<u32>>;
+
 /// Evidence rows of a chain that name a moment: (node, tid, ts, end), earliest first. Rows
 /// without a `tid` column are placed on the thread of the event recorded at that moment.
-fn anchors(r: &Reader, c: &Chain, default_node: &str) -> Vec<(String, u32, i64, i64)> {
+fn anchors(r: &Reader, c: &Chain, default_node: &str) -> Vec<Anchor> {
     let Ok(g) = causeway_sqlguard::guard(&c.evidence_sql, r.policy(), Some(200)) else {
         return Vec::new();
     };
@@ -257,7 +301,7 @@ fn anchors(r: &Reader, c: &Chain, default_node: &str) -> Vec<(String, u32, i64, 
     };
     let dur_i = col("duration").or_else(|| col("call_ns"));
     let (tid_i, node_i) = (col("tid"), col("node"));
-    let mut out: Vec<(String, u32, i64, i64)> = res
+    let mut out: Vec<Anchor> = res
         .rows
         .iter()
         .filter_map(|row| {
@@ -284,31 +328,414 @@ fn anchors(r: &Reader, c: &Chain, default_node: &str) -> Vec<(String, u32, i64, 
     out
 }
 
-/// Writes one element of the `traceEvents` array, through the sanitiser's final pass.
-fn item(out: &mut impl Write, first: &mut bool, v: &Value) -> Result<(), ExportError> {
-    let w = |e: std::io::Error| ExportError::Write(e.to_string());
-    if !*first {
-        out.write_all(b",\n").map_err(w)?;
-    }
-    *first = false;
-    let cleaned;
-    let v = if causeway_store::sanitize::json_is_clean(v) {
-        v
-    } else {
-        let mut c = v.clone();
-        causeway_store::sanitize::sanitize_json(&mut c);
-        cleaned = c;
-        &cleaned
-    };
-    serde_json::to_writer(&mut *out, v).map_err(|e| ExportError::Write(e.to_string()))
+/// A failed write to `out`.
+fn io(e: std::io::Error) -> ExportError {
+    ExportError::Write(e.to_string())
 }
 
-fn get<T: causeway_store::duckdb::types::FromSql>(
-    r: &Reader,
-    row: &causeway_store::duckdb::Row<'_>,
-    i: usize,
-) -> Result<T, StoreError> {
-    row.get(i).map_err(duck(r, "reading events"))
+/// What the file is laid out from, read before anything is written.
+struct Plan {
+    /// Events in the trace, all of them.
+    total: i64,
+    /// The trace's first and last moments (node clock, ns).
+    first: i64,
+    last: i64,
+    tracks: Tracks,
+    /// The first node by the store's order: evidence rows without a node happened there.
+    default_node: String,
+    /// (node, pid) -> the process's name, for threads whose rows carry none.
+    names: BTreeMap<(String, u32), String>,
+    /// (node, tid, pid, comm) of every thread among the exported events.
+    threads: Vec<(String, u32, u32, String)>,
+    /// `max_events` as the queries' LIMIT.
+    limit: i64,
+    exported: u64,
+    cut: u64,
+    /// The timestamp of the first event left out (`i64::MAX` when none is).
+    cutoff: i64,
+}
+
+impl Plan {
+    fn read(r: &Reader, opts: &PerfettoOptions) -> Result<Self, ExportError> {
+        let (total, first, last): (i64, i64, i64) = r
+            .prepare_trusted(SPAN_SQL)?
+            .query_row([], causeway_store::row)
+            .map_err(duck(r, "reading the trace span"))?;
+        let nodes: Vec<(String, i64)> = r
+            .prepare_trusted(NODES_SQL)?
+            .query_map([], causeway_store::row)
+            .and_then(|rows| rows.collect())
+            .map_err(duck(r, "listing nodes"))?;
+        let tracks = Tracks {
+            nodes: nodes
+                .iter()
+                .enumerate()
+                .map(|(i, (n, off))| (n.clone(), (i as u32 + 1, *off)))
+                .collect(),
+            t0: first,
+        };
+        let names: BTreeMap<(String, u32), String> = r
+            .prepare_trusted(NAMES_SQL)?
+            .query_map([], |row| Ok(((row.get(0)?, row.get(1)?), row.get(2)?)))
+            .and_then(|rows| rows.collect())
+            .map_err(duck(r, "reading process names"))?;
+        let limit = opts.max_events as i64;
+        let threads: Vec<(String, u32, u32, String)> = r
+            .prepare_trusted(THREADS_SQL)?
+            .query_map([limit], causeway_store::row)
+            .and_then(|rows| rows.collect())
+            .map_err(duck(r, "listing threads"))?;
+        let exported = (total.max(0) as u64).min(opts.max_events as u64);
+        let cut = (total.max(0) as u64) - exported;
+        // Evidence from this moment on was cut: an arrow there would land on whatever earlier
+        // slice still spans it instead of on the evidence.
+        let cutoff = if cut > 0 {
+            r.prepare_trusted(CUTOFF_SQL)?
+                .query_row([limit], |row| row.get::<_, i64>(0))
+                .map_err(duck(r, "finding where --max-events cuts"))?
+        } else {
+            i64::MAX
+        };
+        Ok(Plan {
+            total,
+            first,
+            last,
+            tracks,
+            default_node: nodes.first().map(|n| n.0.clone()).unwrap_or_default(),
+            names,
+            threads,
+            limit,
+            exported,
+            cut,
+            cutoff,
+        })
+    }
+}
+
+/// The thread tracks named so far: overlap tracks extend a thread's name and take tids unused
+/// on its process track.
+#[derive(Default)]
+struct ThreadTracks {
+    names: BTreeMap<(String, u32), String>,
+    /// perfetto pid -> tids taken on that process track.
+    used_tids: BTreeMap<u32, BTreeSet<u32>>,
+}
+
+/// What streaming the events wrote.
+struct Streamed {
+    events: u64,
+    overlap_tracks: usize,
+}
+
+/// The file being written: the `traceEvents` array separates its elements with commas, so it
+/// knows whether one was written yet.
+struct TraceFile<'w, W: Write> {
+    out: &'w mut W,
+    first_item: bool,
+}
+
+impl<'w, W: Write> TraceFile<'w, W> {
+    /// Opens the document: the trace's provenance (and where `max_events` cut it) in
+    /// `otherData`, then the array the rest goes into.
+    fn start(out: &'w mut W, r: &Reader, plan: &Plan) -> Result<Self, ExportError> {
+        let cut = plan.cut;
+        let exported = plan.exported;
+        let other = json!({
+            "exported_by": concat!("causeway ", env!("CARGO_PKG_VERSION")),
+            "trace": r.path().file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+            "t0_ns_since_epoch": plan.first,
+            "events_in_trace": plan.total,
+            "events_cut": cut,
+            "note": if cut > 0 { format!("only the first {exported} events are exported (--max-events)") } else { String::new() },
+        });
+        writeln!(
+            out,
+            "{{\"displayTimeUnit\":\"ns\",\"otherData\":{other},\"traceEvents\":["
+        )
+        .map_err(io)?;
+        Ok(TraceFile {
+            out,
+            first_item: true,
+        })
+    }
+
+    /// Writes one element of the `traceEvents` array, through the sanitiser's final pass.
+    fn item(&mut self, v: &Value) -> Result<(), ExportError> {
+        if !self.first_item {
+            self.out.write_all(b",\n").map_err(io)?;
+        }
+        self.first_item = false;
+        let cleaned;
+        let v = if causeway_store::sanitize::json_is_clean(v) {
+            v
+        } else {
+            let mut c = v.clone();
+            causeway_store::sanitize::sanitize_json(&mut c);
+            cleaned = c;
+            &cleaned
+        };
+        serde_json::to_writer(&mut *self.out, v).map_err(|e| ExportError::Write(e.to_string()))
+    }
+
+    /// A process track per node, labelled with the clock offset merge applied to it.
+    fn process_tracks(&mut self, tracks: &Tracks) -> Result<(), ExportError> {
+        for (node, (pid, off)) in &tracks.nodes {
+            let label = if *off == 0 {
+                format!("node {}", sanitize_with(node, 80))
+            } else {
+                format!(
+                    "node {} (clock offset {} ns applied)",
+                    sanitize_with(node, 80),
+                    off
+                )
+            };
+            self.item(
+                &json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}}),
+            )?;
+            self.item(
+                &json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// A named track per thread (its process's name where its rows carry no comm).
+    fn thread_tracks(&mut self, plan: &Plan) -> Result<ThreadTracks, ExportError> {
+        let mut named = ThreadTracks::default();
+        for (node, tid, pid, comm) in &plan.threads {
+            let comm = if comm.is_empty() {
+                plan.names
+                    .get(&(node.clone(), *pid))
+                    .cloned()
+                    .unwrap_or_default()
+            } else {
+                comm.clone()
+            };
+            let name = format!("{} (pid {pid}, tid {tid})", sanitize_with(&comm, 32));
+            self.item(
+                &json!({"ph": "M", "name": "thread_name", "pid": plan.tracks.pid(node), "tid": tid, "args": {"name": name}}),
+            )?;
+            named
+                .used_tids
+                .entry(plan.tracks.pid(node))
+                .or_default()
+                .insert(*tid);
+            named.names.insert((node.clone(), *tid), name);
+        }
+        Ok(named)
+    }
+
+    /// Streams the exported events as slices, a thread at a time, splitting partial overlaps
+    /// onto overlap tracks and recording in `bound` the track each anchor's slice went to.
+    fn events(
+        &mut self,
+        r: &Reader,
+        opts: &PerfettoOptions,
+        plan: &Plan,
+        threads: &mut ThreadTracks,
+        bound: &mut Bindings,
+    ) -> Result<Streamed, ExportError> {
+        let mut switch_in = String::from("\x1f");
+        for n in &opts.switch_in_nodes {
+            switch_in.push_str(n);
+            switch_in.push('\x1f');
+        }
+        // Read before the events stream: the connection serves one query at a time.
+        let stacks = crate::stacks::stack_args(r, plan.limit)?;
+        let mut stmt = r.prepare_trusted(EVENTS_SQL)?;
+        let mut rows = stmt
+            .query(causeway_store::duckdb::params![plan.limit, switch_in])
+            .map_err(duck(r, "reading events"))?;
+        let mut streamed = Streamed {
+            events: 0,
+            overlap_tracks: 0,
+        };
+        let mut thread: Option<(String, u32)> = None;
+        let mut lanes = Lanes::default();
+        while let Some(row) = rows.next().map_err(duck(r, "reading events"))? {
+            let e = Row::read(r, row)?;
+            if thread
+                .as_ref()
+                .is_none_or(|(n, t)| *n != e.node || *t != e.tid)
+            {
+                if let Some(key) = thread.take() {
+                    keep_bindings(bound, &key, &lanes);
+                }
+                lanes = Lanes::of_thread(&e.node, e.tid, bound);
+                thread = Some((e.node.clone(), e.tid));
+            }
+            let tid = match e.span() {
+                Some((start, end)) => {
+                    let k = lanes.place(start, end);
+                    if k == lanes.tids.len() {
+                        self.overlap_track(&e, k, &plan.tracks, threads, &mut lanes)?;
+                        streamed.overlap_tracks += 1;
+                    }
+                    lanes.bind(start, end, lanes.tids[k]);
+                    lanes.tids[k]
+                }
+                None => e.tid,
+            };
+            self.item(&slice(&e, &plan.tracks, tid, &stacks))?;
+            streamed.events += 1;
+        }
+        if let Some(key) = thread.take() {
+            keep_bindings(bound, &key, &lanes);
+        }
+        Ok(streamed)
+    }
+
+    /// Names overlap lane `k` of `e`'s thread, new to `lanes`, and gives it its tid.
+    fn overlap_track(
+        &mut self,
+        e: &Row,
+        k: usize,
+        tracks: &Tracks,
+        threads: &mut ThreadTracks,
+        lanes: &mut Lanes,
+    ) -> Result<(), ExportError> {
+        let pid = tracks.pid(&e.node);
+        let t = lane_tid(e.tid, k, threads.used_tids.entry(pid).or_default());
+        lanes.tids.push(t);
+        let base = threads
+            .names
+            .get(&(e.node.clone(), e.tid))
+            .map_or("", String::as_str);
+        self.item(
+            &json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": t,
+            "args": {"name": format!("{base} (overlap {})", k + 1)}}),
+        )
+    }
+
+    /// Chains: one thread per chain on a findings process after the nodes, spanning their
+    /// evidence, with flow arrows to the evidence on the threads where it happened. Returns
+    /// how many chains got arrows.
+    fn chains(
+        &mut self,
+        chains: &[Chain],
+        plan: &Plan,
+        marks: &[Vec<Anchor>],
+        bound: &Bindings,
+    ) -> Result<usize, ExportError> {
+        let tracks = &plan.tracks;
+        let findings = tracks.nodes.len() as u32 + 1;
+        let mut flows = 0usize;
+        if !chains.is_empty() {
+            self.item(
+                &json!({"ph": "M", "name": "process_name", "pid": findings, "tid": 0, "args": {"name": "causeway chains"}}),
+            )?;
+            self.item(
+                &json!({"ph": "M", "name": "process_sort_index", "pid": findings, "tid": 0, "args": {"sort_index": 0}}),
+            )?;
+        }
+        for (i, c) in chains.iter().enumerate() {
+            let tid = i as u32 + 1;
+            let marks = &marks[i];
+            let (start, end) = match (
+                marks.iter().map(|m| tracks.at(&m.0, m.2)).min(),
+                marks.iter().map(|m| tracks.at(&m.0, m.3.max(m.2))).max(),
+            ) {
+                (Some(s), Some(e)) => (s, e),
+                _ => (0, plan.last - plan.first),
+            };
+            self.item(&json!({"ph": "M", "name": "thread_name", "pid": findings, "tid": tid,
+            "args": {"name": format!("#{} {} [{}]", i + 1, sanitize_with(&c.detector, 40), c.severity.as_str())}}))?;
+            self.item(
+                &json!({"ph": "X", "cat": "chain", "name": sanitize_with(&c.summary, 200),
+                "pid": findings, "tid": tid, "ts": us(start), "dur": us((end - start).max(1)),
+                "args": chain_args(c)}),
+            )?;
+            let linked = flow_steps(marks, plan, bound);
+            if linked.is_empty() {
+                continue;
+            }
+            let id = i as u64 + 1;
+            self.item(
+                &json!({"ph": "s", "cat": "chain", "name": "evidence", "id": id, "pid": findings, "tid": tid, "ts": us(start)}),
+            )?;
+            for (k, (ts, pid, t)) in linked.iter().enumerate() {
+                let ph = if k + 1 == linked.len() { "f" } else { "t" };
+                self.item(
+                    &json!({"ph": ph, "bp": "e", "cat": "chain", "name": "evidence", "id": id,
+                "pid": pid, "tid": t, "ts": us(*ts)}),
+                )?;
+            }
+            flows += 1;
+        }
+        Ok(flows)
+    }
+
+    /// Closes the array and the document.
+    fn finish(self) -> Result<(), ExportError> {
+        self.out.write_all(b"\n]}\n").map_err(io)
+    }
+}
+
+/// The evidence anchors of every chain, read before the events stream so that its flow steps
+/// can be bound, while the events stream, to the slice (and track) they land in.
+fn chain_anchors(r: &Reader, chains: &[Chain], default_node: &str) -> Vec<Vec<Anchor>> {
+    chains
+        .iter()
+        .map(|c| {
+            let node = if c.node.is_empty() {
+                default_node
+            } else {
+                &c.node
+            };
+            anchors(r, c, node)
+        })
+        .collect()
+}
+
+/// Every anchor placed on a thread, bound to no slice yet.
+fn unbound(marks: &[Vec<Anchor>]) -> Bindings {
+    marks
+        .iter()
+        .flatten()
+        .filter(|m| m.1 != 0)
+        .map(|m| ((m.0.clone(), m.1, m.2), None))
+        .collect()
+}
+
+/// The args of a chain's slice: what it found and the SQL that shows it.
+fn chain_args(c: &Chain) -> Value {
+    let mut args = json!({"id": sanitize_with(&c.id, 80), "severity": c.severity.as_str(),
+             "root_cause": sanitize_with(&c.root_cause, 600),
+             "time_lost_ns": c.time_lost_ns, "evidence_sql": sanitize_with(&c.evidence_sql, 2000)});
+    // Where in the program the finding's calls come from (traces recorded with stacks).
+    if let (Some(cs), Some(a)) = (&c.call_sites, args.as_object_mut()) {
+        let sites: Vec<String> = cs
+            .sites
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} of {}: {}",
+                    s.calls,
+                    cs.calls,
+                    sanitize_with(&s.words(), 400)
+                )
+            })
+            .collect();
+        a.insert("call_sites".into(), json!(sites));
+    }
+    args
+}
+
+/// A chain's flow steps, (ts, pid, tid) by time. Only steps that land in a written slice,
+/// before the cut: an arrow to nothing (an event cut by --max-events, an instant) would dangle.
+fn flow_steps(marks: &[Anchor], plan: &Plan, bound: &Bindings) -> Vec<(i64, u32, u32)> {
+    let tracks = &plan.tracks;
+    let mut linked: Vec<(i64, u32, u32)> = marks
+        .iter()
+        .filter(|m| m.1 != 0 && m.2 < plan.cutoff && tracks.nodes.contains_key(&m.0))
+        .filter_map(|m| {
+            let t = (*bound.get(&(m.0.clone(), m.1, m.2))?)?;
+            Some((tracks.at(&m.0, m.2), tracks.pid(&m.0), t))
+        })
+        .take(MAX_ANCHORS)
+        .collect();
+    linked.sort();
+    linked
 }
 
 /// Writes the trace as trace-event JSON to `out`, streaming the events (memory stays flat).
@@ -317,314 +744,28 @@ pub fn write_perfetto(
     opts: &PerfettoOptions,
     out: &mut impl Write,
 ) -> Result<PerfettoSummary, ExportError> {
-    let (total, first, last): (i64, i64, i64) = r
-        .prepare_trusted(SPAN_SQL)?
-        .query_row([], causeway_store::row)
-        .map_err(duck(r, "reading the trace span"))?;
-    let nodes: Vec<(String, i64)> = r
-        .prepare_trusted(NODES_SQL)?
-        .query_map([], causeway_store::row)
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "listing nodes"))?;
-    let tracks = Tracks {
-        nodes: nodes
-            .iter()
-            .enumerate()
-            .map(|(i, (n, off))| (n.clone(), (i as u32 + 1, *off)))
-            .collect(),
-        t0: first,
-    };
-    let names: BTreeMap<(String, u32), String> = r
-        .prepare_trusted(NAMES_SQL)?
-        .query_map([], |row| Ok(((row.get(0)?, row.get(1)?), row.get(2)?)))
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "reading process names"))?;
-    let limit = opts.max_events as i64;
-    let threads: Vec<(String, u32, u32, String)> = r
-        .prepare_trusted(THREADS_SQL)?
-        .query_map([limit], causeway_store::row)
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "listing threads"))?;
-    let exported = (total.max(0) as u64).min(opts.max_events as u64);
-    let cut = (total.max(0) as u64) - exported;
-    // Evidence from this moment on was cut: an arrow there would land on whatever earlier
-    // slice still spans it instead of on the evidence.
-    let cutoff = if cut > 0 {
-        r.prepare_trusted(CUTOFF_SQL)?
-            .query_row([limit], |row| row.get::<_, i64>(0))
-            .map_err(duck(r, "finding where --max-events cuts"))?
-    } else {
-        i64::MAX
-    };
-
-    let w = |e: std::io::Error| ExportError::Write(e.to_string());
-    let other = json!({
-        "exported_by": concat!("causeway ", env!("CARGO_PKG_VERSION")),
-        "trace": r.path().file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
-        "t0_ns_since_epoch": first,
-        "events_in_trace": total,
-        "events_cut": cut,
-        "note": if cut > 0 { format!("only the first {exported} events are exported (--max-events)") } else { String::new() },
-    });
-    writeln!(
-        out,
-        "{{\"displayTimeUnit\":\"ns\",\"otherData\":{other},\"traceEvents\":["
-    )
-    .map_err(w)?;
-    let mut first_item = true;
-    for (node, (pid, off)) in &tracks.nodes {
-        let label = if *off == 0 {
-            format!("node {}", sanitize_with(node, 80))
-        } else {
-            format!(
-                "node {} (clock offset {} ns applied)",
-                sanitize_with(node, 80),
-                off
-            )
-        };
-        item(
-            out,
-            &mut first_item,
-            &json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}}),
-        )?;
-        item(
-            out,
-            &mut first_item,
-            &json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}),
-        )?;
-    }
-    // Thread names (overlap tracks extend them) and the tids taken on each process track.
-    let mut thread_names: BTreeMap<(String, u32), String> = BTreeMap::new();
-    let mut used_tids: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
-    for (node, tid, pid, comm) in &threads {
-        let comm = if comm.is_empty() {
-            names
-                .get(&(node.clone(), *pid))
-                .cloned()
-                .unwrap_or_default()
-        } else {
-            comm.clone()
-        };
-        let name = format!("{} (pid {pid}, tid {tid})", sanitize_with(&comm, 32));
-        item(
-            out,
-            &mut first_item,
-            &json!({"ph": "M", "name": "thread_name", "pid": tracks.pid(node), "tid": tid, "args": {"name": name}}),
-        )?;
-        used_tids.entry(tracks.pid(node)).or_default().insert(*tid);
-        thread_names.insert((node.clone(), *tid), name);
-    }
-
-    // The chains' evidence is read first so that its flow steps can be bound, while the
-    // events stream, to the slice (and track) they land in.
-    let default_node = nodes.first().map(|n| n.0.clone()).unwrap_or_default();
-    let marks: Vec<Vec<(String, u32, i64, i64)>> = opts
-        .chains
-        .iter()
-        .map(|c| {
-            let node = if c.node.is_empty() {
-                &default_node
-            } else {
-                &c.node
-            };
-            anchors(r, c, node)
-        })
-        .collect();
-    // (node, tid, ts) of every anchor -> the output tid of the slice it binds to, if written.
-    let mut bound: BTreeMap<(String, u32, i64), Option<u32>> = marks
-        .iter()
-        .flatten()
-        .filter(|m| m.1 != 0)
-        .map(|m| ((m.0.clone(), m.1, m.2), None))
-        .collect();
-
-    let mut switch_in = String::from("\x1f");
-    for n in &opts.switch_in_nodes {
-        switch_in.push_str(n);
-        switch_in.push('\x1f');
-    }
-    // Read before the events stream: the connection serves one query at a time.
-    let stacks = crate::stacks::stack_args(r, limit)?;
-    let mut stmt = r.prepare_trusted(EVENTS_SQL)?;
-    let mut rows = stmt
-        .query(causeway_store::duckdb::params![limit, switch_in])
-        .map_err(duck(r, "reading events"))?;
-    let mut written = 0u64;
-    let mut overlap_tracks = 0usize;
-    let mut thread: Option<(String, u32)> = None;
-    let mut lanes = Lanes::default();
-    while let Some(row) = rows.next().map_err(duck(r, "reading events"))? {
-        let e = Row {
-            node: get(r, row, 0)?,
-            pid: get(r, row, 1)?,
-            tid: get(r, row, 2)?,
-            source: get(r, row, 4)?,
-            op: get(r, row, 5)?,
-            start: get(r, row, 6)?,
-            dur: get(r, row, 7)?,
-            arg0: get(r, row, 8)?,
-            arg1: get(r, row, 9)?,
-            ret: get(r, row, 10)?,
-            stack: get(r, row, 11)?,
-        };
-        if thread
-            .as_ref()
-            .is_none_or(|(n, t)| *n != e.node || *t != e.tid)
-        {
-            if let Some(key) = thread.take() {
-                keep_bindings(&mut bound, &key, &lanes);
-            }
-            let key = (e.node.clone(), e.tid);
-            lanes = Lanes {
-                open: vec![Vec::new()],
-                tids: vec![e.tid],
-                anchors: bound
-                    .range((key.0.clone(), key.1, i64::MIN)..=(key.0.clone(), key.1, i64::MAX))
-                    .map(|(k, _)| (k.2, None))
-                    .collect(),
-            };
-            thread = Some(key);
-        }
-        let tid = match e.span() {
-            Some((start, end)) => {
-                let k = lanes.place(start, end);
-                if k == lanes.tids.len() {
-                    let pid = tracks.pid(&e.node);
-                    let t = lane_tid(e.tid, k, used_tids.entry(pid).or_default());
-                    lanes.tids.push(t);
-                    let base = thread_names
-                        .get(&(e.node.clone(), e.tid))
-                        .map_or("", String::as_str);
-                    item(
-                        out,
-                        &mut first_item,
-                        &json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": t,
-                            "args": {"name": format!("{base} (overlap {})", k + 1)}}),
-                    )?;
-                    overlap_tracks += 1;
-                }
-                lanes.bind(start, end, lanes.tids[k]);
-                lanes.tids[k]
-            }
-            None => e.tid,
-        };
-        item(out, &mut first_item, &slice(&e, &tracks, tid, &stacks))?;
-        written += 1;
-    }
-    if let Some(key) = thread.take() {
-        keep_bindings(&mut bound, &key, &lanes);
-    }
-    drop(rows);
-    drop(stmt);
-
-    // Chains: one thread per chain on a findings process after the nodes, spanning their
-    // evidence, with flow arrows to the evidence on the threads where it happened.
-    let findings = tracks.nodes.len() as u32 + 1;
-    let mut flows = 0usize;
-    if !opts.chains.is_empty() {
-        item(
-            out,
-            &mut first_item,
-            &json!({"ph": "M", "name": "process_name", "pid": findings, "tid": 0, "args": {"name": "causeway chains"}}),
-        )?;
-        item(
-            out,
-            &mut first_item,
-            &json!({"ph": "M", "name": "process_sort_index", "pid": findings, "tid": 0, "args": {"sort_index": 0}}),
-        )?;
-    }
-    for (i, c) in opts.chains.iter().enumerate() {
-        let tid = i as u32 + 1;
-        let marks = &marks[i];
-        let (start, end) = match (
-            marks.iter().map(|m| tracks.at(&m.0, m.2)).min(),
-            marks.iter().map(|m| tracks.at(&m.0, m.3.max(m.2))).max(),
-        ) {
-            (Some(s), Some(e)) => (s, e),
-            _ => (0, last - first),
-        };
-        item(
-            out,
-            &mut first_item,
-            &json!({"ph": "M", "name": "thread_name", "pid": findings, "tid": tid,
-            "args": {"name": format!("#{} {} [{}]", i + 1, sanitize_with(&c.detector, 40), c.severity.as_str())}}),
-        )?;
-        let mut args = json!({"id": sanitize_with(&c.id, 80), "severity": c.severity.as_str(),
-                 "root_cause": sanitize_with(&c.root_cause, 600),
-                 "time_lost_ns": c.time_lost_ns, "evidence_sql": sanitize_with(&c.evidence_sql, 2000)});
-        // Where in the program the finding's calls come from (traces recorded with stacks).
-        if let (Some(cs), Some(a)) = (&c.call_sites, args.as_object_mut()) {
-            let sites: Vec<String> = cs
-                .sites
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{} of {}: {}",
-                        s.calls,
-                        cs.calls,
-                        sanitize_with(&s.words(), 400)
-                    )
-                })
-                .collect();
-            a.insert("call_sites".into(), json!(sites));
-        }
-        item(
-            out,
-            &mut first_item,
-            &json!({"ph": "X", "cat": "chain", "name": sanitize_with(&c.summary, 200),
-            "pid": findings, "tid": tid, "ts": us(start), "dur": us((end - start).max(1)),
-            "args": args}),
-        )?;
-        // Only steps that land in a written slice, before the cut: an arrow to nothing (an
-        // event cut by --max-events, an instant) would dangle.
-        let mut linked: Vec<(i64, u32, u32)> = marks
-            .iter()
-            .filter(|m| m.1 != 0 && m.2 < cutoff && tracks.nodes.contains_key(&m.0))
-            .filter_map(|m| {
-                let t = (*bound.get(&(m.0.clone(), m.1, m.2))?)?;
-                Some((tracks.at(&m.0, m.2), tracks.pid(&m.0), t))
-            })
-            .take(MAX_ANCHORS)
-            .collect();
-        linked.sort();
-        if linked.is_empty() {
-            continue;
-        }
-        let id = i as u64 + 1;
-        item(
-            out,
-            &mut first_item,
-            &json!({"ph": "s", "cat": "chain", "name": "evidence", "id": id, "pid": findings, "tid": tid, "ts": us(start)}),
-        )?;
-        for (k, (ts, pid, t)) in linked.iter().enumerate() {
-            let ph = if k + 1 == linked.len() { "f" } else { "t" };
-            item(
-                out,
-                &mut first_item,
-                &json!({"ph": ph, "bp": "e", "cat": "chain", "name": "evidence", "id": id,
-                "pid": pid, "tid": t, "ts": us(*ts)}),
-            )?;
-        }
-        flows += 1;
-    }
-    out.write_all(b"\n]}\n").map_err(w)?;
+    let plan = Plan::read(r, opts)?;
+    let mut file = TraceFile::start(out, r, &plan)?;
+    file.process_tracks(&plan.tracks)?;
+    let mut threads = file.thread_tracks(&plan)?;
+    let marks = chain_anchors(r, &opts.chains, &plan.default_node);
+    let mut bound = unbound(&marks);
+    let streamed = file.events(r, opts, &plan, &mut threads, &mut bound)?;
+    let flows = file.chains(&opts.chains, &plan, &marks, &bound)?;
+    file.finish()?;
     Ok(PerfettoSummary {
-        events: written,
-        events_cut: cut,
-        nodes: tracks.nodes.len(),
-        threads: threads.len(),
+        events: streamed.events,
+        events_cut: plan.cut,
+        nodes: plan.tracks.nodes.len(),
+        threads: plan.threads.len(),
         chains: opts.chains.len(),
         flows,
-        overlap_tracks,
+        overlap_tracks: streamed.overlap_tracks,
     })
 }
 
 /// Stores where the anchors of the thread just streamed were bound.
-fn keep_bindings(
-    bound: &mut BTreeMap<(String, u32, i64), Option<u32>>,
-    key: &(String, u32),
-    lanes: &Lanes,
-) {
+fn keep_bindings(bound: &mut Bindings, key: &(String, u32), lanes: &Lanes) {
     for &(ts, tid) in &lanes.anchors {
         if tid.is_some() {
             bound.insert((key.0.clone(), key.1, ts), tid);

@@ -1,9 +1,11 @@
 //! Integration tests of the importer: every reference-trace vintage in ../shared, checked
 //! against the published figures, the Kineto traces and Nsight Systems exports against their
-//! sources, and its handling of bad input.
+//! sources, the reference node traces merged against their cluster file, and its handling of
+//! bad input.
 
 mod import;
 mod kineto;
+mod merge;
 mod nsys;
 
 use std::path::{Path, PathBuf};

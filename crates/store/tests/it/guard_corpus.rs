@@ -1,12 +1,12 @@
 //! The SQL guard's corpus run end to end: every accepted query executes against a real trace
-//! file and neither the file's bytes nor the filesystem outside it change; every rejected query
-//! is refused before it reaches DuckDB, by both boundaries (the guard and the store's recheck).
+//! file (a three-node cluster the store writes and merges itself) and neither the file's bytes
+//! nor the filesystem outside it change; every rejected query is refused before it reaches
+//! DuckDB, by both boundaries (the guard and the store's recheck).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use causeway_import::{ImportOptions, import};
 use causeway_sqlguard::corpus::parse_corpus;
 use causeway_sqlguard::guard;
 use causeway_store::{QueryLimits, Reader};
@@ -34,15 +34,7 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u64, std::time::SystemTime)> {
 #[test]
 fn accepted_corpus_queries_run_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("trace.duckdb");
-    import(
-        &[crate::common::shared("sample-cluster.db")],
-        &db,
-        false,
-        &ImportOptions::default(),
-        &mut |_| {},
-    )
-    .unwrap();
+    let db = crate::common::cluster_store(dir.path());
     let bytes = std::fs::read(&db).unwrap();
     let before = snapshot(dir.path());
     // The working directory (the crate) stands for "the filesystem outside the trace".

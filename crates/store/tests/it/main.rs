@@ -1,5 +1,5 @@
 //! Integration tests of the trace store: the writer, live readers, merge, received batches and
-//! the locked-down reader (on the reference traces in ../shared, imported).
+//! the locked-down reader (the SQL guard's corpus run against a cluster trace the store writes).
 
 mod common;
 mod device;

@@ -1,17 +1,13 @@
 //! `merge`: node stores combine into one with every row and node intact, stacks deduplicated,
-//! clock offsets estimated from collective completions and recorded (raw timestamps kept), the
-//! reference tool's node traces merge to what its own cluster file holds, and bad input is
-//! refused without leaving a file behind.
+//! clock offsets estimated from collective completions and recorded (raw timestamps kept), and
+//! bad input is refused without leaving a file behind.
 
 use causeway_hint::Hint as _;
 use std::path::{Path, PathBuf};
 
-use causeway_import::{ImportOptions, import};
 use causeway_store::catalog::op_by_name;
 use causeway_store::merge::merge;
 use causeway_store::{Event, Frame, Reader, SampledWindow, StoreError, Writer, WriterOptions};
-
-use crate::common::shared;
 
 const STEP: i64 = 100_000_000;
 const T0: i64 = 1_700_000_000_000_000_000;
@@ -76,15 +72,6 @@ fn node_store(dir: &Path, node: &str, clock_ns: i64, steps: i64) -> PathBuf {
     .unwrap();
     w.finish().unwrap();
     path
-}
-
-fn per_node_ops(r: &Reader) -> Vec<(String, String, i64)> {
-    r.prepare_trusted("SELECT node, op, count(*) FROM events GROUP BY ALL ORDER BY ALL")
-        .unwrap()
-        .query_map([], causeway_store::row)
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
 }
 
 #[test]
@@ -173,51 +160,6 @@ fn a_node_store_older_than_a_column_merges_with_its_default() {
             ("node-a".into(), 1_000_000_000, 100, 0),
             ("node-b".into(), 1_000_000_000, 100, 40_000_000),
         ]
-    );
-}
-
-#[test]
-fn reference_node_traces_merge_to_their_cluster_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut parts = Vec::new();
-    for n in ["01", "02", "03"] {
-        let out = dir.path().join(format!("node-{n}.duckdb"));
-        import(
-            &[shared(&format!("sample-gpu-node-{n}.db"))],
-            &out,
-            false,
-            &ImportOptions::default(),
-            &mut |_| {},
-        )
-        .unwrap();
-        parts.push(out);
-    }
-    let merged = dir.path().join("merged.duckdb");
-    let report = merge(&parts, &merged, false).unwrap();
-    assert_eq!(report.events, 600);
-    let cluster = dir.path().join("cluster.duckdb");
-    import(
-        &[shared("sample-cluster.db")],
-        &cluster,
-        false,
-        &ImportOptions::default(),
-        &mut |_| {},
-    )
-    .unwrap();
-    let (m, c) = (
-        Reader::open(&merged).unwrap(),
-        Reader::open(&cluster).unwrap(),
-    );
-    assert_eq!(per_node_ops(&m), per_node_ops(&c));
-    let chains = |r: &Reader| -> i64 {
-        r.prepare_trusted("SELECT count(*) FROM chains")
-            .unwrap()
-            .query_row([], |row| row.get(0))
-            .unwrap()
-    };
-    assert_eq!(
-        chains(&m),
-        report.sources.iter().map(|s| s.chains as i64).sum::<i64>()
     );
 }
 

@@ -27,7 +27,6 @@ pub mod opsets;
 pub mod placement;
 pub mod probe_overhead;
 pub mod rates;
-pub mod report;
 pub mod scan;
 pub mod sites;
 pub mod stats;

@@ -17,6 +17,7 @@ mod error;
 pub mod fleet;
 pub mod params;
 pub mod pool;
+pub mod print;
 pub mod registry;
 pub mod report;
 pub mod resources;
@@ -25,7 +26,6 @@ pub mod sql;
 pub mod stacks;
 pub mod stats;
 pub mod steps;
-pub mod text;
 pub mod traces;
 
 pub use context::{Context, TraceEntry, with_control};

@@ -17,9 +17,9 @@ use crate::params::{
     ChainsParams, DescribeParams, DiffParams, ListTracesParams, NoParams, SqlParams, StacksParams,
     StatsParams, StepsParams,
 };
-use crate::text::Audience;
+use crate::print::Audience;
 use crate::{
-    budget, check, demo, diff, fleet, report, results, sql, stacks, stats, steps, text, traces,
+    budget, check, demo, diff, fleet, print, report, results, sql, stacks, stats, steps, traces,
 };
 
 /// Behaviour hints sent with a tool (MCP `annotations`).
@@ -255,7 +255,7 @@ pub fn tool_specs() -> &'static [ToolSpec] {
                     "get_trace_stats",
                     "Trace statistics",
                     "Start here. Per-op counts, exact p50/p95/p99/max (ns), off-CPU time, drops. Windows: since 5m, or from/until as ns, RFC 3339, +30s (after start), -5m (before end).",
-                    |c, a, w| invoke(c, a, w, stats::get_trace_stats, text::stats),
+                    |c, a, w| invoke(c, a, w, stats::get_trace_stats, print::stats),
                 )
             },
             ToolSpec {
@@ -264,7 +264,7 @@ pub fn tool_specs() -> &'static [ToolSpec] {
                     "get_causal_chains",
                     "Causal chains",
                     "Ranked findings (cause -> effect, severity, timeline, fixes, evidence SQL), budgets, GPU idle.",
-                    |c, a, w| invoke(c, a, w, stats::get_causal_chains, text::chains),
+                    |c, a, w| invoke(c, a, w, stats::get_causal_chains, print::chains),
                 )
             },
             ToolSpec {
@@ -273,7 +273,7 @@ pub fn tool_specs() -> &'static [ToolSpec] {
                     "get_stacks",
                     "Top call stacks",
                     "Costliest call stacks for an op, pid and window, frames resolved.",
-                    |c, a, w| invoke(c, a, w, stacks::get_stacks, text::stacks),
+                    |c, a, w| invoke(c, a, w, stacks::get_stacks, print::stacks),
                 )
             },
             ToolSpec {
@@ -282,14 +282,14 @@ pub fn tool_specs() -> &'static [ToolSpec] {
                     "get_steps",
                     "Training steps",
                     "Step times (p50/p90/p99/max), where each step's time went, slowest steps with their finding, every-Nth slow steps.",
-                    |c, a, w| invoke(c, a, w, steps::get_steps, text::steps),
+                    |c, a, w| invoke(c, a, w, steps::get_steps, print::steps),
                 )
             },
             spec::<DiffParams, results::DiffOut>(
                 "compare_traces",
                 "Compare two runs",
                 "Why one run's step is slower than another's: the step-time difference by budget bucket, the ops that changed, noise.",
-                |c, a, w| invoke(c, a, w, diff::compare_traces, text::diff),
+                |c, a, w| invoke(c, a, w, diff::compare_traces, print::diff),
             ),
             ToolSpec {
                 aliases: &[("query", "sql"), ("top_n", "limit")],
@@ -297,38 +297,38 @@ pub fn tool_specs() -> &'static [ToolSpec] {
                     "run_sql",
                     "Read-only SQL",
                     "One read-only DuckDB query over the trace (guarded, capped). Tables, units, op meanings: resource causeway://schema.",
-                    |c, a, w| invoke(c, a, w, sql::run_sql, text::sql),
+                    |c, a, w| invoke(c, a, w, sql::run_sql, print::sql),
                 )
             },
             spec::<DescribeParams, traces::TraceDescription>(
                 "describe_trace",
                 "Describe a trace",
                 "One trace: span, nodes, busiest processes, events per source, drops, chains, stacks.",
-                |c, a, w| invoke(c, a, w, traces::describe_trace, text::describe),
+                |c, a, w| invoke(c, a, w, traces::describe_trace, print::describe),
             ),
             spec::<ListTracesParams, traces::TracesResult>(
                 "list_traces",
                 "List traces",
                 "Traces this server can open; pass a name as `trace` to other tools.",
-                |c, a, w| invoke(c, a, w, traces::list_traces, text::traces),
+                |c, a, w| invoke(c, a, w, traces::list_traces, print::traces),
             ),
             spec::<NoParams, check::CheckReport>(
                 "get_check",
                 "Tracing readiness",
                 "Can this machine trace GPU work? Kernel, BTF, privileges, driver, CUDA/NCCL libraries; fixes.",
-                |c, a, w| invoke(c, a, w, |c, _: &NoParams| check::get_check(c), text::check),
+                |c, a, w| invoke(c, a, w, |c, _: &NoParams| check::get_check(c), print::check),
             ),
             spec::<DemoParams, results::DemoOut>(
                 "run_demo",
                 "Run a demo scenario",
                 "Synthetic scenario trace (no GPU) showing what each finding looks like.",
-                |c, a, w| invoke(c, a, w, |_, p| demo::run_demo(p), text::demo),
+                |c, a, w| invoke(c, a, w, |_, p| demo::run_demo(p), print::demo),
             ),
             spec::<NoParams, report::TestReportResult>(
                 "get_test_report",
                 "Self-test report",
                 "Latest `causeway selftest` report of this installation, if any.",
-                |c, a, w| invoke(c, a, w, |c, _: &NoParams| report::get_test_report(c), text::test_report),
+                |c, a, w| invoke(c, a, w, |c, _: &NoParams| report::get_test_report(c), print::test_report),
             ),
             ToolSpec {
                 annotations: FLEET,
@@ -337,7 +337,7 @@ pub fn tool_specs() -> &'static [ToolSpec] {
                     "query_fleet",
                     "Ask every node",
                     "Ask every serving node at once: sql, stats (outlier nodes), chains (ranked together), overview; rows gain a node column.",
-                    |c, a, w| invoke(c, a, w, fleet::query_fleet, text::fleet),
+                    |c, a, w| invoke(c, a, w, fleet::query_fleet, print::fleet),
                 )
             },
         ]

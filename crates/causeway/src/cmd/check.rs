@@ -61,9 +61,9 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode> {
     if args.json {
         crate::print_json(&r)?;
     } else {
-        crate::print_text(&causeway_tools::text::check(
+        crate::print_text(&causeway_tools::print::check(
             &r,
-            causeway_tools::text::Audience::Person,
+            causeway_tools::print::Audience::Person,
         ))?;
     }
     Ok(if r.can_trace {

@@ -5,7 +5,6 @@
 use anyhow::Result;
 use causeway_analysis::ExplainOptions;
 use causeway_analysis::demo::Scenario;
-use causeway_analysis::report::render_text;
 use causeway_hint::Hint as _;
 use causeway_tools::demo::{generate, scenario};
 
@@ -97,6 +96,6 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             .map(|p| format!(", kept in {}", p.display()))
             .unwrap_or_default()
     );
-    text.push_str(&render_text(&e, false));
+    text.push_str(&causeway_tools::print::explain::report(&e, false));
     crate::print_text(&text)
 }

@@ -37,8 +37,8 @@ pub fn run(args: &DiffArgs) -> Result<()> {
     if args.json {
         return crate::print_json(&d);
     }
-    crate::print_text(&causeway_tools::text::diff(
+    crate::print_text(&causeway_tools::print::diff(
         &d,
-        causeway_tools::text::Audience::Person,
+        causeway_tools::print::Audience::Person,
     ))
 }

@@ -5,7 +5,6 @@ use causeway_hint::Hint as _;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use causeway_analysis::report::render_text;
 use causeway_analysis::{ChainQuery, FindingsQuery};
 use causeway_store::Reader;
 
@@ -115,7 +114,7 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
         if args.json {
             return crate::print_json(&f.explain.budgets);
         }
-        return crate::print_text(&causeway_analysis::report::render_budgets(
+        return crate::print_text(&causeway_tools::print::explain::budgets(
             &f.explain.budgets,
             f.explain.window.from_ns,
         ));
@@ -123,14 +122,11 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
     if args.json {
         return crate::print_json(&f);
     }
-    let mut text = render_text(&f.explain, args.verbose);
-    if let Some(stored) = &f.stored_chains {
-        text.push_str(&causeway_analysis::report::render_stored(stored));
-    }
-    if let Some(n) = next_cursor {
-        text.push_str(&format!("\nmore: run again with --cursor {n}\n"));
-    }
-    crate::print_text(&text)
+    crate::print_text(&causeway_tools::print::explain::findings(
+        &f,
+        next_cursor.as_deref(),
+        args.verbose,
+    ))
 }
 
 /// `explain --nodes`: every node's chains (`get_causal_chains` through its query API), ranked
@@ -168,27 +164,7 @@ fn run_fleet(args: &ExplainArgs) -> Result<()> {
             "chains": chains, "nodes": nodes, "warnings": warnings, "fanout_ms": fanout_ms,
         }))?;
     } else {
-        let mut o = format!(
-            "causeway explain over {} node(s): {} chains, worst first\n",
-            answers.len(),
-            chains.len()
-        );
-        for (i, c) in chains.iter().enumerate() {
-            let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
-            o.push_str(&format!(
-                "\n#{} [{}] {} (from {}; {}, {} lost)\n   root cause: {}\n",
-                i + 1,
-                s("severity"),
-                s("summary"),
-                s("reported_by"),
-                s("detector"),
-                causeway_analysis::fmt::dur(c["time_lost_ns"].as_i64().unwrap_or(0)),
-                s("root_cause")
-            ));
-        }
-        for w in &warnings {
-            o.push_str(&format!("warning: node {w}\n"));
-        }
+        let o = causeway_tools::print::fleet::explain_nodes(answers.len(), &chains, &warnings);
         crate::print_text(&o)?;
     }
     if answers.iter().all(|a| !a.ok) {

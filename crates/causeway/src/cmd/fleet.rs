@@ -72,7 +72,7 @@ pub fn run(args: &FleetCmdArgs) -> Result<()> {
     if let Some(l) = args.limit {
         params["limit"] = serde_json::json!(l);
     }
-    let aud = causeway_tools::text::Audience::Person;
+    let aud = causeway_tools::print::Audience::Person;
     let out = causeway_tools::call_for(&ctx, "query_fleet", params, aud).map_err(|e| {
         anyhow::anyhow!(causeway_store::Hinted::new(
             e.message(),
@@ -82,67 +82,5 @@ pub fn run(args: &FleetCmdArgs) -> Result<()> {
     if args.json {
         return crate::print_json(&out.structured);
     }
-    crate::print_text(&render(&out.structured))
-}
-
-/// The person's rendering of a `query_fleet` result: rows in the aligned table `query --nodes`
-/// prints, then one line per node, the chains, outliers and warnings.
-fn render(v: &serde_json::Value) -> String {
-    use crate::cmd::query::{node_line, render_rows};
-    let list = |k: &str| v[k].as_array().cloned().unwrap_or_default();
-    let mut o = String::new();
-    let columns: Vec<String> = list("columns")
-        .iter()
-        .map(|c| c.as_str().unwrap_or("").to_string())
-        .collect();
-    if !columns.is_empty() {
-        let rows: Vec<Vec<serde_json::Value>> = list("rows")
-            .iter()
-            .map(|r| r.as_array().cloned().unwrap_or_default())
-            .collect();
-        let truncated = v["truncated"].as_bool() == Some(true);
-        o.push_str(&render_rows(
-            &columns,
-            &rows,
-            truncated.then_some("rows per node"),
-        ));
-    }
-    for n in list("nodes") {
-        let clock = n["clock_offset_ns"]
-            .as_i64()
-            .map(|off| (off, n["clock_uncertainty_ns"].as_i64().unwrap_or(0)));
-        let node = n["node"].as_str().unwrap_or("");
-        let ok = n["ok"].as_bool() == Some(true);
-        // A silent node's reason is among the warnings below.
-        if ok {
-            o.push_str(&node_line(
-                node,
-                ok,
-                n["ms"].as_f64().unwrap_or(0.0),
-                clock,
-                None,
-            ));
-        }
-    }
-    for (i, c) in list("chains").iter().enumerate() {
-        let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
-        o.push_str(&format!(
-            "#{} [{}] {} (node {}; {}, {} lost)\n",
-            i + 1,
-            s("severity"),
-            s("summary"),
-            s("reported_by"),
-            s("detector"),
-            causeway_analysis::fmt::dur(c["time_lost_ns"].as_i64().unwrap_or(0))
-        ));
-    }
-    for x in list("outliers") {
-        o.push_str(&format!("outlier: {}\n", x.as_str().unwrap_or("")));
-    }
-    for w in list("warnings") {
-        let w = w.as_str().unwrap_or("");
-        let (node, why) = w.split_once(": ").unwrap_or((w, ""));
-        o.push_str(&node_line(node, false, 0.0, None, Some(why)));
-    }
-    o
+    crate::print_text(&out.text)
 }

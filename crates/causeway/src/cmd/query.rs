@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::Result;
 use causeway_store::{QueryLimits, QueryResult};
 
-use crate::output::{Align, table};
+use causeway_tools::print::Audience;
+use causeway_tools::print::sql::{node_line, sql};
 
 /// Arguments of `causeway query`.
 #[derive(Debug, clap::Args)]
@@ -55,82 +56,7 @@ pub fn run(args: &QueryArgs) -> Result<()> {
     if args.json {
         return crate::print_json(&result);
     }
-    crate::print_text(&render(&result))
-}
-
-/// The human rendering.
-pub fn render(r: &QueryResult) -> String {
-    let names: Vec<String> = r.columns.iter().map(|c| c.name.clone()).collect();
-    render_rows(&names, &r.rows, r.truncated_reason.as_deref())
-}
-
-/// Rows under aligned headers (numbers right-aligned), then the row count: `query`,
-/// `query --nodes` and `fleet` print their rows through this one function.
-pub fn render_rows(
-    names: &[String],
-    rows: &[Vec<serde_json::Value>],
-    truncated: Option<&str>,
-) -> String {
-    let headers: Vec<(&str, Align)> = names
-        .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            let numeric = rows
-                .first()
-                .and_then(|row| row.get(i))
-                .is_some_and(|v| v.is_number());
-            (
-                name.as_str(),
-                if numeric { Align::Right } else { Align::Left },
-            )
-        })
-        .collect();
-    let cells: Vec<Vec<String>> = rows
-        .iter()
-        .map(|row| {
-            row.iter()
-                .map(|v| match v {
-                    serde_json::Value::String(s) => s.clone(),
-                    serde_json::Value::Null => "NULL".into(),
-                    other => other.to_string(),
-                })
-                .collect()
-        })
-        .collect();
-    let mut out = table(&headers, &cells);
-    out.push_str(&format!(
-        "({} row{}",
-        rows.len(),
-        if rows.len() == 1 { "" } else { "s" }
-    ));
-    if let Some(why) = truncated {
-        out.push_str(&format!("; truncated: {why}"));
-    }
-    out.push_str(")\n");
-    out
-}
-
-/// One node's line under a fleet answer: its round trip and clock offset, or why it did not
-/// answer.
-pub fn node_line(
-    node: &str,
-    ok: bool,
-    ms: f64,
-    clock: Option<(i64, i64)>,
-    warning: Option<&str>,
-) -> String {
-    match (ok, clock) {
-        (true, Some((off, unc))) => format!(
-            "node {node}: {ms:.1} ms, clock offset {:+.3} ms +- {:.3} ms\n",
-            off as f64 / 1e6,
-            unc as f64 / 1e6
-        ),
-        (true, None) => format!("node {node}: {ms:.1} ms\n"),
-        (false, _) => format!(
-            "warning: node {node} did not answer: {}\n",
-            warning.unwrap_or("")
-        ),
-    }
+    crate::print_text(&sql(&result, Audience::Person))
 }
 
 /// `query --nodes`: the same guarded query on every node, rows merged with a node column;
@@ -167,7 +93,7 @@ fn run_fleet(args: &QueryArgs) -> Result<()> {
             "nodes": answers, "warnings": warnings,
         }))?;
     } else {
-        let mut text = render(&merged);
+        let mut text = sql(&merged, Audience::Person);
         for a in &answers {
             let clock = a
                 .clock_offset_ns

@@ -48,8 +48,8 @@ pub fn run(args: &StacksArgs) -> Result<()> {
     if args.json {
         return crate::print_json(&r);
     }
-    crate::print_text(&causeway_tools::text::stacks(
+    crate::print_text(&causeway_tools::print::stacks(
         &r,
-        causeway_tools::text::Audience::Person,
+        causeway_tools::print::Audience::Person,
     ))
 }

@@ -35,9 +35,9 @@ pub fn run(args: &StepsArgs) -> Result<()> {
     if args.json {
         return crate::print_json(&r);
     }
-    crate::print_text(&causeway_tools::text::steps(
+    crate::print_text(&causeway_tools::print::steps(
         &r,
-        causeway_tools::text::Audience::Person,
+        causeway_tools::print::Audience::Person,
     ))
 }
 

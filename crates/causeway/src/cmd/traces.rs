@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use causeway_tools::params::{DescribeParams, ListTracesParams};
-use causeway_tools::text::Audience;
+use causeway_tools::print::Audience;
 
 /// Arguments of `causeway traces`.
 #[derive(Debug, clap::Args)]
@@ -88,7 +88,7 @@ pub fn run_traces(args: &TracesArgs) -> Result<()> {
             .collect();
         eprintln!("no traces in {}", dirs.join(", "));
     }
-    crate::print_text(&causeway_tools::text::traces(&r, Audience::Person))
+    crate::print_text(&causeway_tools::print::traces(&r, Audience::Person))
 }
 
 /// Runs `describe`.
@@ -99,7 +99,7 @@ pub fn run_describe(args: &DescribeArgs) -> Result<()> {
     if args.json {
         return crate::print_json(&r);
     }
-    crate::print_text(&causeway_tools::text::describe(&r, Audience::Person))
+    crate::print_text(&causeway_tools::print::describe(&r, Audience::Person))
 }
 
 /// Runs `selftest`: every tool once on the trace; writes the report `get_test_report` reads.
@@ -115,7 +115,7 @@ pub fn run_selftest(args: &SelftestArgs) -> Result<()> {
         crate::print_json(&report)?;
     } else {
         let r = causeway_tools::report::get_test_report(&ctx).map_err(tool_err)?;
-        crate::print_text(&causeway_tools::text::test_report(&r, Audience::Person))?;
+        crate::print_text(&causeway_tools::print::test_report(&r, Audience::Person))?;
     }
     if report.failed > 0 {
         bail!(

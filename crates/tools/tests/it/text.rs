@@ -2,7 +2,7 @@
 //! results rendered for people (the CLI's twins), under snapshot. Machine-dependent parts
 //! (temporary paths, timings, this machine's check) are filtered or left out.
 
-use causeway_tools::text::Audience;
+use causeway_tools::print::Audience;
 use causeway_tools::{call, call_for};
 use serde_json::json;
 

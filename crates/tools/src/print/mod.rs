@@ -1,21 +1,30 @@
-//! Compact text renderings of tool results for the model (the `text` content next to the
-//! structured result). Strings recorded on a traced machine are JSON-quoted (so they cannot
-//! break lines or pose as our own text) and every rendering that shows them ends with
-//! [`crate::DATA_NOTE`].
+//! Where every answer is rendered: one function per answer, for a person (what the CLI prints)
+//! and for an agent (the `text` content next to a tool's structured result), from the same typed
+//! answer the handler returned; JSON is the answer itself. In an agent's text, strings recorded
+//! on a traced machine are JSON-quoted (so they cannot break lines or pose as our own text) and
+//! every rendering that shows them ends with [`crate::DATA_NOTE`].
 
 use std::fmt::Write;
 
 use causeway_analysis::diff::Diff;
 use causeway_analysis::steps::{Series, StepBudget, Steps, bucket_meaning};
-use causeway_analysis::{Chain, TraceStats};
-use causeway_store::QueryResult;
 
 use crate::check::CheckReport;
 use crate::demo::DemoResult;
 use crate::report::TestReportResult;
 use crate::stacks::StacksResult;
-use crate::stats::ChainsResult;
 use crate::traces::{TraceDescription, TracesResult};
+
+pub mod explain;
+pub mod fleet;
+pub mod sql;
+pub mod stats;
+pub mod table;
+
+pub use explain::chains;
+pub use fleet::fleet;
+pub use sql::sql;
+pub use stats::stats;
 
 /// Quotes a string that came from the traced machine.
 pub fn q(s: &str) -> String {
@@ -47,7 +56,7 @@ pub enum Audience {
     Agent,
 }
 
-fn note(out: &mut String, aud: Audience) {
+pub(crate) fn note(out: &mut String, aud: Audience) {
     if aud == Audience::Agent {
         out.push_str(crate::DATA_NOTE);
         out.push('\n');
@@ -55,215 +64,12 @@ fn note(out: &mut String, aud: Audience) {
 }
 
 /// The line that says how to get the next page.
-fn more(out: &mut String, next_cursor: &Option<String>, aud: Audience) {
+pub(crate) fn more(out: &mut String, next_cursor: &Option<String>, aud: Audience) {
     if let Some(n) = next_cursor {
         let _ = match aud {
             Audience::Agent => writeln!(out, "more: call again with cursor {n}"),
             Audience::Person => writeln!(out, "more: run again with --cursor {n}"),
         };
-    }
-}
-
-/// `get_trace_stats`.
-pub fn stats(s: &TraceStats, _aud: Audience) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "{} events over {} (window {}..{} ns){}",
-        s.events,
-        dur(s.last_ns - s.first_ns),
-        s.window.from_ns,
-        s.window.until_ns,
-        s.pid.map(|p| format!(", pid {p}")).unwrap_or_default()
-    );
-    o.push_str("source op: calls (kernel count where known) / stored events, p50 p95 p99 max total (of the stored)\n");
-    for op in &s.ops {
-        let mut mark = match op.percentiles {
-            "exact" => String::new(),
-            "stored_only" => " (percentiles over stored calls only)".into(),
-            "none" => " (counted only, no durations)".into(),
-            _ => " (estimated from histograms)".into(),
-        };
-        if let Some(m) = &op.probe_modes {
-            let _ = write!(mark, " [probe modes {}]", m.join("->"));
-        }
-        if let Some(u) = op.untimed_calls {
-            let _ = write!(mark, " [{u} calls untimed]");
-        }
-        if op.calls_estimated {
-            mark.push_str(" [count estimated: probes attached part of the time]");
-        }
-        let _ = writeln!(
-            o,
-            "{} {}: {}{}/{} {} {} {} {} {}{mark}",
-            op.source,
-            op.op,
-            if op.calls_estimated { "~" } else { "" },
-            op.counted_calls.unwrap_or(op.count),
-            op.count,
-            dur(op.p50_ns),
-            dur(op.p95_ns),
-            dur(op.p99_ns),
-            dur(op.max_ns),
-            dur(op.total_ns)
-        );
-    }
-    let c = &s.off_cpu;
-    if c.switches > 0 {
-        let _ = writeln!(
-            o,
-            "off-CPU: {} switches, {} total ({} preempted, {} blocked, {} unknown state)",
-            c.switches,
-            dur(c.total_ns),
-            dur(c.preempted_ns),
-            dur(c.blocked_ns),
-            dur(c.unknown_state_ns)
-        );
-    }
-    if let Some(oh) = &s.overhead {
-        let _ = writeln!(
-            o,
-            "probe overhead: ~{:.2}% of traced CPU time (budget {}%, worst window {:.2}%), {} probe-mode switches",
-            oh.estimated_pct, oh.budget_pct, oh.peak_pct, oh.switches_total
-        );
-    }
-    if !s.kernels.is_empty() {
-        let _ = writeln!(
-            o,
-            "top kernels by launch call time (host side): launches p50 p99 total"
-        );
-        for k in &s.kernels {
-            let _ = writeln!(
-                o,
-                "  {} [{}]: {} {} {} {}",
-                causeway_store::sanitize::sanitize(&k.signature),
-                causeway_store::sanitize::sanitize(&k.module),
-                k.launches,
-                dur(k.p50_ns),
-                dur(k.p99_ns),
-                dur(k.total_ns)
-            );
-        }
-    }
-    if !s.placed.is_empty() {
-        let _ = writeln!(o, "where processes ran (containers and pods):");
-        for p in &s.placed {
-            let san = causeway_store::sanitize::sanitize;
-            let mut line = format!(
-                "  {} {} on {}: {}",
-                p.pid,
-                san(&p.comm),
-                san(&p.node),
-                san(&p.describe())
-            );
-            if !p.gpus.is_empty() {
-                line.push_str(&format!("; GPUs {}", san(&p.gpus)));
-            }
-            if !p.note.is_empty() {
-                line.push_str(&format!("; note: {}", san(&p.note)));
-            }
-            let _ = writeln!(o, "{line}");
-        }
-    }
-    let drops: Vec<String> = s.drops.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let _ = writeln!(o, "drops: {}", drops.join(" "));
-    for n in &s.notes {
-        let _ = writeln!(o, "note: {n}");
-    }
-    o
-}
-
-/// `get_causal_chains`.
-pub fn chains(r: &ChainsResult, aud: Audience) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "{} of {} findings, ranked by time lost",
-        r.chains.len(),
-        r.total
-    );
-    chain_lines(&mut o, &r.chains);
-    more(&mut o, &r.next_cursor, aud);
-    if !r.budgets.is_empty() {
-        let t0 = r
-            .budgets
-            .iter()
-            .flat_map(|b| b.stalls.iter().map(|s| s.start_ns))
-            .min()
-            .unwrap_or(0);
-        let _ = writeln!(
-            o,
-            "\n{}",
-            causeway_analysis::report::render_budgets(&r.budgets, t0)
-        );
-    }
-    if r.devices.iter().any(|d| d.device.is_some()) {
-        o.push_str(&causeway_analysis::report::render_devices(&r.devices));
-    }
-    if let Some(stored) = &r.stored_chains {
-        let _ = writeln!(
-            o,
-            "\n{} chain(s) stored in the file (claims of another tool or node, not causeway's findings):",
-            stored.len()
-        );
-        chain_lines(&mut o, stored);
-    }
-    for n in &r.notes {
-        let _ = writeln!(o, "note: {n}");
-    }
-    note(&mut o, aud);
-    o
-}
-
-/// The chains of `get_causal_chains` and `run_demo`, one block each.
-fn chain_lines(o: &mut String, chains: &[Chain]) {
-    for c in chains {
-        let _ = writeln!(
-            o,
-            "\n[{}] {} {} lost {}: {}",
-            c.severity.as_str(),
-            q(&c.id),
-            q(&c.detector),
-            dur(c.time_lost_ns),
-            q(&c.summary)
-        );
-        let _ = writeln!(o, "root cause: {}", q(&c.root_cause));
-        let _ = writeln!(o, "explanation: {}", q(&c.explanation));
-        if let Some(k) = &c.cost {
-            let _ = writeln!(o, "cost: {}", q(&causeway_analysis::cost::line(k)));
-        }
-        if let Some(p) = &c.per_step {
-            let _ = writeln!(o, "per step: {}", q(&causeway_analysis::step_cost::line(p)));
-        }
-        for t in &c.timeline {
-            let _ = writeln!(
-                o,
-                "  {} {} {} {}",
-                q(&t.layer),
-                q(&t.op),
-                dur(t.duration_ns),
-                q(&t.detail)
-            );
-        }
-        for rec in &c.recommendations {
-            let _ = writeln!(o, "  fix: {}", q(rec));
-        }
-        if !c.evidence_sql.is_empty() {
-            let _ = writeln!(o, "evidence_sql: {}", q(&c.evidence_sql));
-        }
-        if let Some(cs) = &c.call_sites {
-            for s in &cs.sites {
-                let _ = writeln!(
-                    o,
-                    "  site: {} of {} calls {} {}",
-                    s.calls,
-                    cs.calls,
-                    q(&s.kind),
-                    q(&s.words())
-                );
-            }
-            let _ = writeln!(o, "call_sites_sql: {}", q(&cs.evidence_sql));
-        }
     }
 }
 
@@ -284,7 +90,7 @@ pub fn demo(r: &DemoResult, aud: Audience) -> String {
         r.chains.len(),
         r.total_chains
     );
-    chain_lines(&mut o, &r.chains);
+    explain::chain_list(&mut o, &r.chains, aud);
     note(&mut o, aud);
     o
 }
@@ -318,20 +124,6 @@ pub fn stacks(r: &StacksResult, aud: Audience) -> String {
         }
     }
     more(&mut o, &r.next_cursor, aud);
-    note(&mut o, aud);
-    o
-}
-
-/// `run_sql`: tab-separated rows under a header line.
-pub fn sql(r: &QueryResult, aud: Audience) -> String {
-    let mut o = String::new();
-    if let Some(why) = &r.truncated_reason {
-        let _ = writeln!(o, "truncated: {why}");
-    }
-    let names: Vec<&str> = r.columns.iter().map(|c| c.name.as_str()).collect();
-    let _ = writeln!(o, "{}", names.join("\t"));
-    rows(&mut o, &r.rows);
-    let _ = writeln!(o, "({} rows, {:.1} ms)", r.rows.len(), r.elapsed_ms);
     note(&mut o, aud);
     o
 }
@@ -503,75 +295,6 @@ pub fn test_report(r: &TestReportResult, _aud: Audience) -> String {
                 .unwrap_or_default()
         );
     }
-    o
-}
-
-/// Result rows as tab-separated lines, strings quoted as data.
-fn rows(o: &mut String, rows: &[Vec<serde_json::Value>]) {
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .map(|v| match v {
-                serde_json::Value::String(s) => q(s),
-                other => other.to_string(),
-            })
-            .collect();
-        let _ = writeln!(o, "{}", cells.join("\t"));
-    }
-}
-
-/// `query_fleet`.
-pub fn fleet(r: &crate::fleet::FleetOut, aud: Audience) -> String {
-    let mut o = String::new();
-    let answered = r.nodes.iter().filter(|n| n.ok).count();
-    let _ = writeln!(o, "fleet: {answered} of {} nodes answered", r.nodes.len());
-    for n in &r.nodes {
-        let clock = match (n.clock_offset_ns, n.clock_uncertainty_ns) {
-            (Some(off), Some(u)) => format!(
-                ", clock {:+.3} ms +- {:.3} ms",
-                off as f64 / 1e6,
-                u as f64 / 1e6
-            ),
-            _ => String::new(),
-        };
-        let _ = writeln!(
-            o,
-            "node {}: {}{:.1} ms{clock}",
-            q(&n.node),
-            if n.ok { "" } else { "NO ANSWER, " },
-            n.ms
-        );
-    }
-    if !r.columns.is_empty() {
-        let _ = writeln!(o, "{}", r.columns.join("\t"));
-        rows(&mut o, &r.rows);
-        let _ = writeln!(
-            o,
-            "({} rows{})",
-            r.rows.len(),
-            if r.truncated { ", truncated" } else { "" }
-        );
-    }
-    for (i, c) in r.chains.iter().enumerate() {
-        let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
-        let _ = writeln!(
-            o,
-            "#{} [{}] {} (node {}; {}, {} lost)",
-            i + 1,
-            s("severity"),
-            q(&s("summary")),
-            q(&s("reported_by")),
-            s("detector"),
-            dur(c["time_lost_ns"].as_i64().unwrap_or(0))
-        );
-    }
-    for x in &r.outliers {
-        let _ = writeln!(o, "outlier: {x}");
-    }
-    for w in &r.warnings {
-        let _ = writeln!(o, "warning: node {w}");
-    }
-    note(&mut o, aud);
     o
 }
 

@@ -137,7 +137,7 @@ fn stats_lists_containerised_processes_with_their_pod() {
         of(100)
     );
     assert!(of(103).iter().all(String::is_empty), "not a container's");
-    let text = causeway_analysis::report::render_budgets(&e.budgets, e.window.from_ns);
+    let text = causeway_tools::print::explain::budgets(&e.budgets, e.window.from_ns);
     assert!(
         text.contains("python3 pid 100 tid 100, pod ml-jobs/trainer-0, container trainer"),
         "{text}"

@@ -1,16 +1,33 @@
-//! The human incident report of `explain` (and `demo`): ranked chains with severity, root
-//! cause, timeline and fixes, the off-CPU attribution, notes, and per-process statistics.
-//! Plain text; the CLI adds nothing but the bytes to stdout.
+//! `explain` and `get_causal_chains`: the engine's findings, for a person (the incident report:
+//! ranked chains with root cause, timeline and fixes, time budgets, GPU time, attribution,
+//! launch rates, per-process statistics, notes) and for an agent (bounded lines, strings quoted
+//! as data).
 
 use std::fmt::Write;
 
-use crate::budget::{Budget, CallClass};
-use crate::engine::Explain;
-use crate::fmt::{dur, thousands};
+use causeway_analysis::budget::{Budget, CallClass};
+use causeway_analysis::fmt::{dur, thousands};
+use causeway_analysis::{Chain, Explain, Findings};
+
+use super::{Audience, dur as agent_dur, more, note, q};
+use crate::stats::ChainsResult;
+
+/// `causeway explain`: the report, the chains stored in the file when asked for, and the
+/// next page's cursor.
+pub fn findings(f: &Findings, next_cursor: Option<&str>, with_sql: bool) -> String {
+    let mut text = report(&f.explain, with_sql);
+    if let Some(s) = &f.stored_chains {
+        text.push_str(&stored(s));
+    }
+    if let Some(n) = next_cursor {
+        text.push_str(&format!("\nmore: run again with --cursor {n}\n"));
+    }
+    text
+}
 
 /// Renders `e` for people: each finding's evidence as a pointer to
 /// `causeway explain --evidence N`, or, `with_sql`, the SQL itself.
-pub fn render_text(e: &Explain, with_sql: bool) -> String {
+pub fn report(e: &Explain, with_sql: bool) -> String {
     let mut o = String::new();
     let span = e.window.until_ns - e.window.from_ns;
     let _ = writeln!(
@@ -41,69 +58,13 @@ pub fn render_text(e: &Explain, with_sql: bool) -> String {
         );
     }
     for (i, c) in e.chains.iter().enumerate() {
-        let _ = writeln!(
-            o,
-            "\n#{} [{}] {}  ({}, {} lost{})",
-            i + 1,
-            c.severity.as_str(),
-            c.summary,
-            c.detector,
-            dur(c.time_lost_ns),
-            if c.node.is_empty() {
-                String::new()
-            } else {
-                format!(", node {}", c.node)
-            }
-        );
-        let _ = writeln!(o, "   root cause: {}", c.root_cause);
-        let _ = writeln!(o, "   why: {}", c.explanation);
-        if let Some(k) = &c.cost {
-            let _ = writeln!(o, "   cost: {}", crate::cost::line(k));
-        }
-        if let Some(p) = &c.per_step {
-            let _ = writeln!(o, "   per step: {}", crate::step_cost::line(p));
-        }
-        let _ = writeln!(o, "   timeline:");
-        for t in &c.timeline {
-            let d = if t.duration_ns > 0 {
-                format!(" [{}]", dur(t.duration_ns))
-            } else {
-                String::new()
-            };
-            let _ = writeln!(o, "     {:<6} {:<22} {}{d}", t.layer, t.op, t.detail);
-        }
-        let _ = writeln!(o, "   fix:");
-        for r in &c.recommendations {
-            let _ = writeln!(o, "     - {r}");
-        }
-        let rank = c.id.rsplit('-').next().unwrap_or_default();
-        if with_sql {
-            let _ = writeln!(o, "   evidence: {}", c.evidence_sql);
-        } else if !c.evidence_sql.is_empty() {
-            let _ = writeln!(
-                o,
-                "   evidence: causeway explain --evidence {rank} (its SQL; -v prints every finding's)"
-            );
-        }
-        if let Some(cs) = &c.call_sites {
-            let _ = writeln!(
-                o,
-                "   call sites ({} of {} calls with a stack):",
-                cs.calls_with_stack, cs.calls
-            );
-            for s in &cs.sites {
-                let _ = writeln!(o, "     {:>8}  {}", s.calls, s.words());
-            }
-            if with_sql {
-                let _ = writeln!(o, "   call-site evidence: {}", cs.evidence_sql);
-            }
-        }
+        finding(&mut o, i, c, with_sql);
     }
     if !e.budgets.is_empty() {
-        let _ = writeln!(o, "\n{}", render_budgets(&e.budgets, e.window.from_ns));
+        let _ = writeln!(o, "\n{}", budgets(&e.budgets, e.window.from_ns));
     }
     if e.devices.iter().any(|d| d.device.is_some()) {
-        o.push_str(&render_devices(&e.devices));
+        o.push_str(&devices(&e.devices));
     }
     let feeders: Vec<_> = e.attribution.iter().filter(|a| a.slow_calls > 0).collect();
     if !feeders.is_empty() {
@@ -177,6 +138,68 @@ pub fn render_text(e: &Explain, with_sql: bool) -> String {
     o
 }
 
+/// One finding for people: rank, severity, summary, root cause, why, cost, timeline, fixes,
+/// its evidence (a pointer to `explain --evidence N`, or with `with_sql` the SQL) and call sites.
+fn finding(o: &mut String, i: usize, c: &Chain, with_sql: bool) {
+    let _ = writeln!(
+        o,
+        "\n#{} [{}] {}  ({}, {} lost{})",
+        i + 1,
+        c.severity.as_str(),
+        c.summary,
+        c.detector,
+        dur(c.time_lost_ns),
+        if c.node.is_empty() {
+            String::new()
+        } else {
+            format!(", node {}", c.node)
+        }
+    );
+    let _ = writeln!(o, "   root cause: {}", c.root_cause);
+    let _ = writeln!(o, "   why: {}", c.explanation);
+    if let Some(k) = &c.cost {
+        let _ = writeln!(o, "   cost: {}", causeway_analysis::cost::line(k));
+    }
+    if let Some(p) = &c.per_step {
+        let _ = writeln!(o, "   per step: {}", causeway_analysis::step_cost::line(p));
+    }
+    let _ = writeln!(o, "   timeline:");
+    for t in &c.timeline {
+        let d = if t.duration_ns > 0 {
+            format!(" [{}]", dur(t.duration_ns))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(o, "     {:<6} {:<22} {}{d}", t.layer, t.op, t.detail);
+    }
+    let _ = writeln!(o, "   fix:");
+    for r in &c.recommendations {
+        let _ = writeln!(o, "     - {r}");
+    }
+    let rank = c.id.rsplit('-').next().unwrap_or_default();
+    if with_sql {
+        let _ = writeln!(o, "   evidence: {}", c.evidence_sql);
+    } else if !c.evidence_sql.is_empty() {
+        let _ = writeln!(
+            o,
+            "   evidence: causeway explain --evidence {rank} (its SQL; -v prints every finding's)"
+        );
+    }
+    if let Some(cs) = &c.call_sites {
+        let _ = writeln!(
+            o,
+            "   call sites ({} of {} calls with a stack):",
+            cs.calls_with_stack, cs.calls
+        );
+        for s in &cs.sites {
+            let _ = writeln!(o, "     {:>8}  {}", s.calls, s.words());
+        }
+        if with_sql {
+            let _ = writeln!(o, "   call-site evidence: {}", cs.evidence_sql);
+        }
+    }
+}
+
 fn share(part: i64, whole: i64) -> String {
     format!("{:.1}%", part as f64 * 100.0 / whole.max(1) as f64)
 }
@@ -209,7 +232,7 @@ fn class_name(c: Option<CallClass>) -> &'static str {
 
 /// One budget: where a process's or thread's time went, in lines for people. `t0` is the
 /// window start (stalls are placed relative to it).
-pub fn render_budget(b: &Budget, t0: i64) -> String {
+fn budget(b: &Budget, t0: i64) -> String {
     let mut o = String::new();
     let who = match b.tid {
         Some(t) => format!("{} pid {} tid {}", b.comm, b.pid, t),
@@ -316,7 +339,7 @@ pub fn render_budget(b: &Budget, t0: i64) -> String {
 }
 
 /// Every budget, processes whose one thread has its own budget shown once (as the thread).
-pub fn render_budgets(budgets: &[Budget], t0: i64) -> String {
+pub fn budgets(budgets: &[Budget], t0: i64) -> String {
     let mut o =
         String::from("where the time went (each budget's buckets sum to the time it was seen):\n");
     for b in budgets {
@@ -327,14 +350,14 @@ pub fn render_budgets(budgets: &[Budget], t0: i64) -> String {
         if b.tid.is_none() && threads == 1 {
             continue;
         }
-        o.push_str(&render_budget(b, t0));
+        o.push_str(&budget(b, t0));
     }
     o
 }
 
 /// GPU time per device: measured busy and idle (with the reasons for the idle) where the trace
 /// has a device timeline, beside the host-side estimate.
-pub fn render_devices(devices: &[crate::device::DeviceTime]) -> String {
+pub fn devices(devices: &[causeway_analysis::device::DeviceTime]) -> String {
     let mut o = String::from(
         "\nGPU time (measured on the device's own timeline where the trace has one):\n",
     );
@@ -399,7 +422,7 @@ pub fn render_devices(devices: &[crate::device::DeviceTime]) -> String {
 }
 
 /// Chains stored in the file, shown apart from the findings and labelled by origin.
-pub fn render_stored(chains: &[crate::chains::Chain]) -> String {
+pub fn stored(chains: &[Chain]) -> String {
     let mut o = format!(
         "\n{} chain(s) stored in the file: claims of another tool or node, not causeway's findings on these events\n",
         chains.len()
@@ -427,4 +450,161 @@ pub fn render_stored(chains: &[crate::chains::Chain]) -> String {
         }
     }
     o
+}
+
+/// `get_causal_chains`: a page of the findings, their budgets, GPU time and the stored chains
+/// when asked for (an agent's chains are bounded lines; a person's are the report's blocks).
+pub fn chains(r: &ChainsResult, aud: Audience) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} of {} findings, ranked by time lost",
+        r.chains.len(),
+        r.total
+    );
+    chain_list(&mut o, &r.chains, aud);
+    more(&mut o, &r.next_cursor, aud);
+    if !r.budgets.is_empty() {
+        let t0 = r
+            .budgets
+            .iter()
+            .flat_map(|b| b.stalls.iter().map(|s| s.start_ns))
+            .min()
+            .unwrap_or(0);
+        let _ = writeln!(o, "\n{}", budgets(&r.budgets, t0));
+    }
+    if r.devices.iter().any(|d| d.device.is_some()) {
+        o.push_str(&devices(&r.devices));
+    }
+    match (&r.stored_chains, aud) {
+        (Some(s), Audience::Agent) => {
+            let _ = writeln!(
+                o,
+                "\n{} chain(s) stored in the file (claims of another tool or node, not causeway's findings):",
+                s.len()
+            );
+            chain_lines(&mut o, s);
+        }
+        (Some(s), Audience::Person) => o.push_str(&stored(s)),
+        (None, _) => {}
+    }
+    for n in &r.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
+    note(&mut o, aud);
+    o
+}
+
+/// The chains of `get_causal_chains` and `run_demo`: a person's report blocks, or an agent's
+/// lines.
+pub(super) fn chain_list(o: &mut String, chains: &[Chain], aud: Audience) {
+    match aud {
+        Audience::Agent => chain_lines(o, chains),
+        Audience::Person => {
+            for (i, c) in chains.iter().enumerate() {
+                finding(o, i, c, false);
+            }
+        }
+    }
+}
+
+/// An agent's chains, one block each.
+fn chain_lines(o: &mut String, chains: &[Chain]) {
+    for c in chains {
+        let _ = writeln!(
+            o,
+            "\n[{}] {} {} lost {}: {}",
+            c.severity.as_str(),
+            q(&c.id),
+            q(&c.detector),
+            agent_dur(c.time_lost_ns),
+            q(&c.summary)
+        );
+        let _ = writeln!(o, "root cause: {}", q(&c.root_cause));
+        let _ = writeln!(o, "explanation: {}", q(&c.explanation));
+        if let Some(k) = &c.cost {
+            let _ = writeln!(o, "cost: {}", q(&causeway_analysis::cost::line(k)));
+        }
+        if let Some(p) = &c.per_step {
+            let _ = writeln!(o, "per step: {}", q(&causeway_analysis::step_cost::line(p)));
+        }
+        for t in &c.timeline {
+            let _ = writeln!(
+                o,
+                "  {} {} {} {}",
+                q(&t.layer),
+                q(&t.op),
+                agent_dur(t.duration_ns),
+                q(&t.detail)
+            );
+        }
+        for rec in &c.recommendations {
+            let _ = writeln!(o, "  fix: {}", q(rec));
+        }
+        if !c.evidence_sql.is_empty() {
+            let _ = writeln!(o, "evidence_sql: {}", q(&c.evidence_sql));
+        }
+        if let Some(cs) = &c.call_sites {
+            for s in &cs.sites {
+                let _ = writeln!(
+                    o,
+                    "  site: {} of {} calls {} {}",
+                    s.calls,
+                    cs.calls,
+                    q(&s.kind),
+                    q(&s.words())
+                );
+            }
+            let _ = writeln!(o, "call_sites_sql: {}", q(&cs.evidence_sql));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use causeway_analysis::Window;
+    use causeway_analysis::rates::{ChangePoint, RateSeries};
+
+    fn explain(rates: Vec<RateSeries>) -> Explain {
+        Explain {
+            chains: Vec::new(),
+            window: Window {
+                from_ns: 0,
+                until_ns: 10_000_000_000,
+            },
+            nodes: vec!["n".into()],
+            budgets: Vec::new(),
+            devices: Vec::new(),
+            off_cpu: Default::default(),
+            attribution: Vec::new(),
+            rates,
+            per_process: None,
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_rate_that_fell_with_the_probe_mode_says_the_calls_went_on() {
+        let series = RateSeries {
+            node: "n".into(),
+            pid: 7,
+            tid: 8,
+            start_ns: 0,
+            per_second: vec![1000; 10],
+            change: Some(ChangePoint {
+                at_second: 5,
+                before_median: 1000.0,
+                before_low: 990.0,
+                after_median: 40.0,
+                probe_mode: Some("cudaLaunchKernel full -> entry_only".into()),
+            }),
+        };
+        let text = report(&explain(vec![series]), true);
+        assert!(
+            text.contains("  n pid 7 tid 8: 1000/s -> 40/s at second 5 (stored launches only: probe mode cudaLaunchKernel full -> entry_only here; the calls went on)"),
+            "{text}"
+        );
+        assert!(text.contains("No causal chain"), "{text}");
+    }
 }

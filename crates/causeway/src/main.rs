@@ -1,8 +1,8 @@
 //! The `causeway` binary: the command-line interface for people, and (with `mcp`) the
 //! read-only MCP server for agents. Every command is a thin layer over the library crates.
 
+mod cli;
 mod cmd;
-mod flags;
 mod output;
 mod prices;
 
@@ -10,67 +10,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::Parser;
 
-/// Explains why GPU workloads are slow: eBPF traces of CUDA, driver, NCCL and host events in a
-/// DuckDB trace store, causal analysis, and a read-only MCP server for agents.
-#[derive(Debug, Parser)]
-#[command(name = "causeway", version, about, long_about = None, arg_required_else_help = true)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Import traces other tools recorded into a causeway store: reference-tool SQLite traces,
-    /// Nsight Systems SQLite exports, PyTorch profiler (Kineto) traces.
-    Import(cmd::import::ImportArgs),
-    /// Merge the stores of several nodes into one cluster store (clock offsets estimated).
-    Merge(cmd::merge::MergeArgs),
-    /// Per-op counts, exact percentiles, off-CPU totals and drops of a trace.
-    Stats(cmd::stats::StatsArgs),
-    /// Run one read-only SQL query against a trace.
-    Query(cmd::query::QueryArgs),
-    /// Explain why the workload was slow: ranked causal chains with timeline, root cause and fix.
-    Explain(cmd::explain::ExplainArgs),
-    /// Write a self-contained HTML report: findings, time budgets, timeline, latency
-    /// distributions, top kernels and stacks, and the trace's facts (no network needed).
-    Report(cmd::report::ReportArgs),
-    /// Ask every serving node one question (sql, stats, chains, overview); CLI twin of query_fleet.
-    Fleet(cmd::fleet::FleetCmdArgs),
-    /// Export a trace for other tools: Perfetto / Chrome trace-event JSON, or OTLP metrics and
-    /// logs pushed to an OpenTelemetry Collector (or written as protobuf files).
-    Export(cmd::export::ExportArgs),
-    /// Generate a realistic synthetic trace for a scenario (no root, no GPU) and explain it.
-    Demo(cmd::demo::DemoArgs),
-    /// Serve a trace read-only to MCP clients (stdio by default, or streamable HTTP).
-    Mcp(cmd::mcp::McpArgs),
-    /// Serve a recorded trace over HTTP: MCP, the query API (/api/v1) and /metrics.
-    Serve(cmd::mcp::ServeArgs),
-    /// Receive OTLP from many agents into one cluster store and serve MCP over it (token required).
-    Collect(cmd::collect::CollectArgs),
-    /// Top call stacks by total time for an op, process and window.
-    Stacks(cmd::stacks::StacksArgs),
-    /// Training steps: step times, where each step's time went, the slowest steps and why.
-    Steps(cmd::steps::StepsArgs),
-    /// Compare two runs step for step: why is this run's step slower than that one's.
-    Diff(cmd::diff::DiffArgs),
-    /// Traces the MCP server can open: the --db trace and the traces directories.
-    Traces(cmd::traces::TracesArgs),
-    /// One trace: time span, nodes, processes, events per source, drops.
-    Describe(cmd::traces::DescribeArgs),
-    /// Run every MCP tool once on a trace and write the self-test report.
-    Selftest(cmd::traces::SelftestArgs),
-    /// Record a trace with eBPF (root): CUDA runtime/driver/NCCL calls and host events; --listen
-    /// also serves it over MCP while it records.
-    Trace(cmd::trace::TraceCmd),
-    /// Record always (root): rolling segments with retention from one config file, serving
-    /// and pushing like `trace`; `--check-config` validates the file.
-    Agent(cmd::agent::AgentArgs),
-    /// Check this machine for tracing: kernel, BTF, privileges, NVIDIA driver, CUDA libraries.
-    Check(cmd::check::CheckArgs),
-}
+use crate::cli::{Cli, Command};
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAUSEWAY_LOG")

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::mcp::{HttpFlags, QueryFlags, context, http_options};
-use crate::flags::{OtlpProtocol, PushFlags};
+use crate::cli::{OtlpProtocol, PushFlags};
 
 /// Arguments of `causeway agent`.
 #[derive(Debug, clap::Args)]

@@ -16,7 +16,7 @@ pub struct DemoArgs {
     pub scenario: String,
     /// Keep the trace: -o/--output OUT.duckdb (default: a temporary file, removed afterwards).
     #[command(flatten)]
-    pub out: super::OutputArgs,
+    pub out: crate::cli::OutputArgs,
     /// Replace the output if it exists.
     #[arg(long)]
     pub force: bool,

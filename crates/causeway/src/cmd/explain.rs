@@ -8,7 +8,7 @@ use anyhow::Result;
 use causeway_analysis::{ChainQuery, FindingsQuery};
 use causeway_store::Reader;
 
-use crate::cmd::stats::WindowArgs;
+use crate::cli::WindowArgs;
 
 /// Arguments of `causeway explain`.
 #[derive(Debug, clap::Args)]
@@ -54,7 +54,7 @@ pub struct ExplainArgs {
     #[arg(short = 'v', long)]
     pub verbose: bool,
     #[command(flatten)]
-    pub fleet: crate::flags::FleetArgs,
+    pub fleet: crate::cli::FleetArgs,
 }
 
 /// Runs `explain`.

@@ -67,7 +67,7 @@ pub struct OtlpArgs {
     pub endpoint: Option<String>,
     /// OTLP transport.
     #[arg(long, value_enum, default_value = "http", requires = "endpoint")]
-    pub protocol: crate::flags::OtlpProtocol,
+    pub protocol: crate::cli::OtlpProtocol,
     /// File holding the bearer token sent as `Authorization: Bearer` (else $CAUSEWAY_TOKEN).
     #[arg(long, value_name = "FILE", requires = "endpoint")]
     pub token_file: Option<PathBuf>,

@@ -17,7 +17,7 @@ pub struct FleetCmdArgs {
     /// For sql: one read-only query, run on every node.
     pub sql: Option<String>,
     #[command(flatten)]
-    pub fleet: crate::flags::FleetArgs,
+    pub fleet: crate::cli::FleetArgs,
     /// Rows per node (sql, default 100) or chains in all (chains, default 5).
     #[arg(long)]
     pub limit: Option<u32>,

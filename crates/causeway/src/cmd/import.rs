@@ -19,7 +19,7 @@ pub struct ImportArgs {
     #[arg(required = true, value_name = "SRC")]
     pub sources: Vec<PathBuf>,
     #[command(flatten)]
-    pub out: super::OutputArgs,
+    pub out: crate::cli::OutputArgs,
     /// Node name for every imported event (default: the name recorded in the file, else its stem).
     #[arg(long)]
     pub node: Option<String>,

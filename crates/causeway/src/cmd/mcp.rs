@@ -151,7 +151,7 @@ pub struct McpArgs {
     /// Fleet: with --nodes, agents also get `query_fleet` over these serving nodes (the bearer
     /// token sent to them is this server's, from --token-file or $CAUSEWAY_TOKEN).
     #[command(flatten, next_help_heading = "Fleet")]
-    pub fleet: crate::flags::FleetConn,
+    pub fleet: crate::cli::FleetConn,
 }
 
 /// The default trace path of a fleet front-end started without --db: tools that need a local

@@ -22,7 +22,7 @@ pub struct QueryArgs {
     )]
     pub db: Option<PathBuf>,
     #[command(flatten)]
-    pub fleet: crate::flags::FleetArgs,
+    pub fleet: crate::cli::FleetArgs,
     /// One read-only query (SELECT, WITH, FROM-first, VALUES). Tables: see `causeway query --db T "FROM schema_columns"`.
     pub sql: String,
     /// Most rows to return: 1-10,000 (default 1,000); with --nodes, rows per node, 1-1,000

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use causeway_store::Reader;
 
-use crate::cmd::stats::WindowArgs;
+use crate::cli::WindowArgs;
 
 /// Arguments of `causeway report`.
 #[derive(Debug, clap::Args)]

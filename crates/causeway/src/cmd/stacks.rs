@@ -16,7 +16,7 @@ pub struct StacksArgs {
     #[arg(long)]
     pub op: Option<String>,
     #[command(flatten)]
-    pub window: crate::cmd::stats::WindowArgs,
+    pub window: crate::cli::WindowArgs,
     /// Most stacks to show (1-20).
     #[arg(long, visible_alias = "top", default_value_t = 5,
           value_parser = clap::value_parser!(u32).range(1..=20))]

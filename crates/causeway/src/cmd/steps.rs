@@ -14,7 +14,7 @@ pub struct StepsArgs {
     #[arg(long, value_name = "TRACE.duckdb")]
     pub db: PathBuf,
     #[command(flatten)]
-    pub window: crate::cmd::stats::WindowArgs,
+    pub window: crate::cli::WindowArgs,
     /// Slowest steps to explain, each with its budget and finding (0-10).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=10))]
     pub slowest: u32,

@@ -31,7 +31,7 @@ pub struct TraceCmd {
     #[command(flatten, next_help_heading = "Serving (with --listen)")]
     pub http: HttpFlags,
     #[command(flatten, next_help_heading = "OTLP push (with --otlp-endpoint)")]
-    pub otlp: crate::flags::PushFlags,
+    pub otlp: crate::cli::PushFlags,
 }
 
 /// The recording options of `causeway trace` (and `mcp --live`), as the command line spells them.

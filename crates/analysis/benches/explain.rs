@@ -11,8 +11,8 @@
 use std::path::Path;
 use std::time::Instant;
 
-use causeway_analysis::demo::model::{Gen, Knobs, MS, T0, Thread, feed_loop, idle_thread};
 use causeway_analysis::{ChainQuery, explain};
+use causeway_demo::model::{Gen, Knobs, MS, T0, Thread, feed_loop, idle_thread};
 use causeway_store::{Reader, Writer, WriterOptions};
 
 fn time_explain(label: &str, db: &Path, runs: usize) {

@@ -748,8 +748,8 @@ mod tests {
     use causeway_store::OpCount;
 
     use super::CallClass;
-    use crate::demo::model::op;
     use crate::detectors::testutil::{ev, explain_written};
+    use causeway_demo::model::op;
 
     /// Two sync ops of one thread, one sampled (a third of its calls stored), the other stored
     /// whole: each is scaled by its own ratio (300 + 200 ms), not by the class's mix (600 ms).

@@ -100,7 +100,7 @@ mod tests {
     use causeway_store::{Event, Writer, WriterOptions};
 
     use super::*;
-    use crate::demo::model::op;
+    use causeway_demo::model::op;
 
     /// A thread that makes a call 1 ms after each 5 ms off-CPU interval ends.
     fn trace(dir: &std::path::Path, origin: &str, switch_in_stamps: bool) -> Reader {

@@ -108,8 +108,8 @@ mod tests {
     use causeway_store::{Event, LibraryAttach, Writer, WriterOptions};
 
     use crate::chains::ChainQuery;
-    use crate::demo::model::op;
     use crate::stats::{StatsQuery, trace_stats};
+    use causeway_demo::model::op;
 
     const T0: i64 = 1_700_000_000_000_000_000;
 

@@ -233,7 +233,7 @@ fn per_process(ctx: &Ctx<'_>) -> Vec<ProcessStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::{Scenario, write_scenario};
+    use causeway_demo::{Scenario, write_scenario};
 
     #[test]
     fn healthy_demo_has_no_chain_and_chains_are_ranked() {

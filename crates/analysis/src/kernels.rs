@@ -71,8 +71,8 @@ pub fn top(
 mod tests {
     use causeway_store::{Event, KernelName, Writer, WriterOptions};
 
-    use crate::demo::model::op;
     use crate::stats::{StatsQuery, trace_stats};
+    use causeway_demo::model::op;
 
     const T0: i64 = 1_700_000_000_000_000_000;
 

@@ -11,7 +11,6 @@ pub mod cost;
 pub mod counts;
 pub mod coverage;
 pub mod cursor;
-pub mod demo;
 pub mod derive;
 pub mod detectors;
 pub mod device;

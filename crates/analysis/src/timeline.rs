@@ -321,7 +321,7 @@ mod tests {
     use causeway_store::{Event, Writer, WriterOptions};
 
     use super::*;
-    use crate::demo::model::op;
+    use causeway_demo::model::op;
 
     const T0: i64 = 1_700_000_000_000_000_000;
 

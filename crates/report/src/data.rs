@@ -343,7 +343,7 @@ pub fn build(r: &Reader, q: &WindowParams, prices: &Prices) -> Result<ReportData
 #[cfg(test)]
 mod tests {
     use super::*;
-    use causeway_analysis::demo::{Scenario, write_scenario};
+    use causeway_demo::{Scenario, write_scenario};
 
     #[test]
     fn evidence_runs_within_the_budget_and_past_it_says_why_it_did_not() {

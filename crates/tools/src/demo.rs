@@ -6,8 +6,8 @@ use causeway_hint::Hint as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use causeway_analysis::demo::{DemoSummary, Scenario, write_scenario};
 use causeway_analysis::{Chain, ChainQuery, Explain, ExplainOptions, TraceStats, explain_with};
+use causeway_demo::{DemoSummary, Scenario, write_scenario};
 use causeway_store::Reader;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};

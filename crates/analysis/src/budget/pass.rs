@@ -580,9 +580,9 @@ mod tests {
 
     use super::*;
     use crate::chains::ChainQuery;
-    use crate::demo::model::op;
     use crate::facts::Ctx;
     use crate::window::WindowSpec;
+    use causeway_demo::model::op;
 
     const T0: i64 = 1_700_000_000_000_000_000;
 

@@ -262,8 +262,8 @@ fn first_use(
 
 #[cfg(test)]
 mod tests {
-    use crate::demo::Scenario;
     use crate::detectors::testutil::chains_of;
+    use causeway_demo::Scenario;
 
     #[test]
     fn fires_on_lazy_loading() {

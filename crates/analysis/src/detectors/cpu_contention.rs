@@ -231,8 +231,8 @@ fn from_budgets(inp: &Input<'_>, out: &mut Vec<Chain>, named: &mut Vec<(String, 
 
 #[cfg(test)]
 mod tests {
-    use crate::demo::Scenario;
     use crate::detectors::testutil::{chains_of, ev, explain_written};
+    use causeway_demo::Scenario;
 
     #[test]
     fn fires_on_preemption_and_names_the_culprit() {
@@ -292,7 +292,7 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.duckdb");
-        crate::demo::write_scenario(&p, Scenario::CpuContention, false).unwrap();
+        causeway_demo::write_scenario(&p, Scenario::CpuContention, false).unwrap();
         let r = causeway_store::Reader::open(&p).unwrap();
         let e = crate::engine::explain(&r, &crate::chains::ChainQuery::default()).unwrap();
         let c = e

@@ -677,8 +677,8 @@ fn is_child(ctx: &crate::facts::Ctx<'_>, node: &str, pid: u32, parent: u32) -> b
 
 #[cfg(test)]
 mod tests {
-    use crate::demo::Scenario;
     use crate::detectors::testutil::chains_of;
+    use causeway_demo::Scenario;
 
     #[test]
     fn fires_when_the_loop_waits_for_batches() {
@@ -701,18 +701,18 @@ mod tests {
     fn copies_untimed(waker: Option<i64>) -> Vec<crate::chains::Chain> {
         use causeway_store::Reader;
         let s = Scenario::DataloaderStarvation;
-        let mut nodes = crate::demo::build(s, false);
+        let mut nodes = causeway_demo::build(s, false);
         let node = nodes[0].node.clone();
         let g = &mut nodes[0].trace;
-        let copy = crate::demo::model::op("cudaMemcpy");
+        let copy = causeway_demo::model::op("cudaMemcpy");
         let (switch, wakeup) = (
-            crate::demo::model::op("sched_switch"),
-            crate::demo::model::op("sched_wakeup"),
+            causeway_demo::model::op("sched_switch"),
+            causeway_demo::model::op("sched_wakeup"),
         );
         let first = g.events.iter().map(|e| e.timestamp).min().unwrap();
         g.events.retain(|e| e.op_id != copy);
         if let Some(by) = waker {
-            let main = crate::demo::model::Thread::new(4242, 4242, "python3", 0);
+            let main = causeway_demo::model::Thread::new(4242, 4242, "python3", 0);
             let sleeps: Vec<(i64, i64)> = g
                 .events
                 .iter()
@@ -726,7 +726,7 @@ mod tests {
         }
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("t.duckdb");
-        crate::demo::write_nodes(&p, s, nodes).expect("demo trace");
+        causeway_demo::write_nodes(&p, s, nodes).expect("demo trace");
         {
             let c = causeway_store::duckdb::Connection::open(&p).expect("open");
             c.execute(
@@ -741,10 +741,10 @@ mod tests {
 
     /// The starvation scenario's `nodes`, as changed by a test, written and explained: its
     /// dataloader_starvation chains, their evidence checked.
-    fn starvation_of(nodes: Vec<crate::demo::scenarios::NodeTrace>) -> Vec<crate::chains::Chain> {
+    fn starvation_of(nodes: Vec<causeway_demo::scenarios::NodeTrace>) -> Vec<crate::chains::Chain> {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("t.duckdb");
-        crate::demo::write_nodes(&p, Scenario::DataloaderStarvation, nodes).expect("demo trace");
+        causeway_demo::write_nodes(&p, Scenario::DataloaderStarvation, nodes).expect("demo trace");
         let r = causeway_store::Reader::open(&p).expect("reader");
         explained(&r)
             .into_iter()
@@ -813,11 +813,11 @@ mod tests {
     /// `iowait`, and a wakeup from `waker` ending each of the trainer's sleeps: its
     /// dataloader_starvation chains, their evidence checked.
     fn one_slow_worker(iowait: bool, waker: u32) -> Vec<crate::chains::Chain> {
-        use crate::demo::model::Thread;
+        use causeway_demo::model::Thread;
         let s = Scenario::DataloaderStarvation;
-        let mut nodes = crate::demo::build(s, false);
+        let mut nodes = causeway_demo::build(s, false);
         let g = &mut nodes[0].trace;
-        let switch = crate::demo::model::op("sched_switch");
+        let switch = causeway_demo::model::op("sched_switch");
         let main = Thread::new(4242, 4242, "python3", 0);
         let slow = Thread::new(4300, 4300, "pt_data_worker", -1);
         let idle = Thread::new(4301, 4301, "pt_data_worker", -1);
@@ -886,9 +886,9 @@ mod tests {
     /// outside the job (tid 5151), of which only every `keep`-th is kept.
     fn preempted_from_outside(keep: usize) -> Vec<crate::chains::Chain> {
         let s = Scenario::DataloaderStarvation;
-        let mut nodes = crate::demo::build(s, false);
+        let mut nodes = causeway_demo::build(s, false);
         let g = &mut nodes[0].trace;
-        let switch = crate::demo::model::op("sched_switch");
+        let switch = causeway_demo::model::op("sched_switch");
         let mut n = 0usize;
         g.events.retain_mut(|e| {
             if e.op_id != switch || e.arg1 != 0 || !(4250..4256).contains(&e.pid) {

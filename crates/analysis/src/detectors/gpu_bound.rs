@@ -282,9 +282,9 @@ mod tests {
     use causeway_store::Reader;
 
     use crate::chains::{Chain, ChainQuery};
-    use crate::demo::Scenario;
-    use crate::demo::model::{Gen, MS, T0, Thread, US};
-    use crate::demo::scenarios::NodeTrace;
+    use causeway_demo::Scenario;
+    use causeway_demo::model::{Gen, MS, T0, Thread, US};
+    use causeway_demo::scenarios::NodeTrace;
 
     /// 200 steps of 10 launches (64 blocks) and a 20 ms stream sync; the steps in `long` launch
     /// one 4,096-block kernel and their sync takes 600 ms; `between` of host work (on the CPU)
@@ -330,7 +330,7 @@ mod tests {
             node: "demo-node".into(),
             trace: g,
         }];
-        crate::demo::write_nodes(&p, Scenario::Healthy, nodes).expect("trace");
+        causeway_demo::write_nodes(&p, Scenario::Healthy, nodes).expect("trace");
         if histogram {
             // 600 ms falls in the bucket [2^29, 2^30) ns.
             let sync = causeway_store::catalog::op_by_name("cudaStreamSynchronize").unwrap();

@@ -230,8 +230,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::device_of;
-    use crate::demo::Scenario;
     use crate::detectors::testutil::chains_of;
+    use causeway_demo::Scenario;
 
     #[test]
     fn the_device_a_process_was_given() {

@@ -410,9 +410,9 @@ mod tests {
     use causeway_store::Reader;
 
     use crate::chains::{Chain, ChainQuery, Severity};
-    use crate::demo::Scenario;
-    use crate::demo::model::{Thread, op};
     use crate::detectors::testutil::chains_of;
+    use causeway_demo::Scenario;
+    use causeway_demo::model::{Thread, op};
 
     #[test]
     fn fires_on_oom_and_heavy_allocation() {
@@ -438,7 +438,7 @@ mod tests {
         freed: i64,
         trainer: Option<(i64, i64)>,
     ) -> Vec<Chain> {
-        let mut nodes = crate::demo::build(s, false);
+        let mut nodes = causeway_demo::build(s, false);
         let g = &mut nodes[0].trace;
         let read = op("block_read");
         let reads: Vec<(Thread, i64)> = g
@@ -480,7 +480,7 @@ mod tests {
         }
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("t.duckdb");
-        crate::demo::write_nodes(&p, s, nodes).expect("demo trace");
+        causeway_demo::write_nodes(&p, s, nodes).expect("demo trace");
         let r = Reader::open(&p).expect("reader");
         crate::engine::explain(&r, &ChainQuery::default())
             .expect("explain")

@@ -97,8 +97,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::demo::Scenario;
     use crate::detectors::testutil::{chains_of, ev, explain_written};
+    use causeway_demo::Scenario;
 
     #[test]
     fn fires_on_synchronous_checkpoints() {

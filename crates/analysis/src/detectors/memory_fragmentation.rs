@@ -172,8 +172,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::demo::Scenario;
     use crate::detectors::testutil::chains_of;
+    use causeway_demo::Scenario;
 
     #[test]
     fn fires_on_climbing_allocation_latency() {
@@ -187,7 +187,7 @@ mod tests {
     fn nested_without_pointers() -> Vec<crate::chains::Chain> {
         use causeway_store::{Event, Reader, Writer, WriterOptions};
 
-        use crate::demo::model::op;
+        use causeway_demo::model::op;
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("m.duckdb");
         let mut w = Writer::create(&p, WriterOptions::default()).unwrap();

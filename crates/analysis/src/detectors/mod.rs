@@ -596,7 +596,7 @@ pub(crate) mod testutil {
     use causeway_store::{Event, Reader, Writer, WriterOptions};
 
     use crate::chains::{Chain, ChainQuery};
-    use crate::demo::{Scenario, write_scenario};
+    use causeway_demo::{Scenario, write_scenario};
 
     /// Writes a demo scenario to a temporary store, explains it, and returns the chains of one
     /// detector.
@@ -620,7 +620,7 @@ pub(crate) mod testutil {
             pid: 10,
             tid: 10,
             comm: "python3".into(),
-            op_id: crate::demo::model::op(op),
+            op_id: causeway_demo::model::op(op),
             arg0,
             arg1,
             ..Event::default()

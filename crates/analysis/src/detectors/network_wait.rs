@@ -81,8 +81,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::demo::Scenario;
     use crate::detectors::testutil::chains_of;
+    use causeway_demo::Scenario;
 
     #[test]
     fn fires_when_the_feeder_blocks_on_sockets() {

@@ -181,9 +181,9 @@ mod tests {
 
     use super::outlier;
     use crate::chains::ChainQuery;
-    use crate::demo::{Scenario, write_scenario};
     use crate::detectors::testutil::chains_of;
     use crate::engine::explain;
+    use causeway_demo::{Scenario, write_scenario};
 
     #[test]
     fn mad_outlier_direction() {

@@ -274,8 +274,8 @@ pub fn detect(inp: &Input<'_>) -> Result<Vec<Chain>, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::demo::Scenario;
     use crate::detectors::testutil::chains_of;
+    use causeway_demo::Scenario;
 
     #[test]
     fn fires_on_per_step_item_calls() {

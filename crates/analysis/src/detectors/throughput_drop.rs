@@ -103,9 +103,9 @@ mod tests {
     use causeway_store::{ModeSwitch, Reader, Writer, WriterOptions};
 
     use crate::chains::ChainQuery;
-    use crate::demo::{Scenario, write_scenario};
     use crate::detectors::testutil::chains_of;
     use crate::engine::explain;
+    use causeway_demo::{Scenario, write_scenario};
 
     #[test]
     fn fires_on_a_sustained_rate_drop() {

@@ -9,9 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
-use causeway_analysis::demo::{Scenario, write_scenario};
 use causeway_analysis::detectors::{figures_not_in_rows, loss_in_rows};
 use causeway_analysis::{ChainQuery, explain};
+use causeway_demo::{Scenario, write_scenario};
 use causeway_store::{QueryLimits, Reader};
 use serde::Deserialize;
 

@@ -2,8 +2,8 @@
 //! rewritten to a task outside the job (a busy loop the trainer did not start), is blamed on
 //! that task; the demo as generated (workers preempting each other) is not.
 
-use causeway_analysis::demo::{Scenario, write_scenario};
 use causeway_analysis::{ChainQuery, explain};
+use causeway_demo::{Scenario, write_scenario};
 use causeway_store::Reader;
 
 fn starvation_cause(p: &std::path::Path) -> String {

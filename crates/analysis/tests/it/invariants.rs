@@ -4,8 +4,8 @@
 //! sampled lightly or absurdly, below the stored events, running totals, a `stored` column
 //! that lies), must keep every invariant of `causeway_analysis::invariants` in `explain`.
 
-use causeway_analysis::demo::model::op;
 use causeway_analysis::{ChainQuery, explain, invariants};
+use causeway_demo::model::op;
 use causeway_store::{Event, OpCount, Reader, Writer, WriterOptions};
 use proptest::prelude::*;
 

@@ -1,8 +1,8 @@
 //! An agent's data directory reads as one trace: `explain` over a scenario written as closed
 //! segments gives the findings and budgets it gives over the same events in one file.
 
-use causeway_analysis::demo::{Scenario, write_scenario, write_scenario_segments};
 use causeway_analysis::{ChainQuery, explain};
+use causeway_demo::{Scenario, write_scenario, write_scenario_segments};
 use causeway_store::Reader;
 
 #[test]

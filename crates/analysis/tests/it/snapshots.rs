@@ -2,8 +2,8 @@
 //! JSON. Demo traces are deterministic, so any change here is a change in the engine. (The
 //! person's report of the same scenarios: crates/tools/tests/it/report.rs.)
 
-use causeway_analysis::demo::{Scenario, write_scenario};
 use causeway_analysis::{ChainQuery, ExplainOptions, explain_with};
+use causeway_demo::{Scenario, write_scenario};
 use causeway_store::Reader;
 
 fn explain_demo(s: Scenario) -> causeway_analysis::Explain {

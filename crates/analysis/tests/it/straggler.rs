@@ -3,9 +3,9 @@
 //! the healthy job has no straggler. The same holds for ranks sharing a node (named by RANK; on
 //! one node, by the order they enter the collectives), and for 1- and 2-rank jobs, which fall back to each rank's own baseline.
 
-use causeway_analysis::demo::model::MS;
-use causeway_analysis::demo::sync_job::{SyncJob, write};
 use causeway_analysis::{ChainQuery, explain};
+use causeway_demo::model::MS;
+use causeway_demo::sync_job::{SyncJob, write};
 use causeway_store::Reader;
 
 fn chains(job: &SyncJob) -> (Vec<causeway_analysis::Chain>, i64) {

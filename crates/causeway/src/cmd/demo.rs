@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use causeway_analysis::ExplainOptions;
-use causeway_analysis::demo::Scenario;
+use causeway_demo::Scenario;
 use causeway_hint::Hint as _;
 use causeway_tools::demo::{generate, scenario};
 

@@ -12,8 +12,8 @@ mod stacks;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use causeway_analysis::demo::{Scenario, write_scenario};
 use causeway_analysis::{ChainQuery, explain};
+use causeway_demo::{Scenario, write_scenario};
 use causeway_export::{PerfettoOptions, write_perfetto};
 use causeway_store::Reader;
 use serde_json::Value;

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use causeway_analysis::chains::{Chain, Severity};
-use causeway_analysis::demo::{Scenario, write_scenario};
 use causeway_analysis::{ChainQuery, explain};
+use causeway_demo::{Scenario, write_scenario};
 use causeway_export::{PerfettoOptions, PerfettoSummary, write_perfetto};
 use causeway_store::{Event, ProcessInfo, Reader, Writer, WriterOptions};
 use serde_json::Value;

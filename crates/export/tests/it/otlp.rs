@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use causeway_analysis::demo::{Scenario, write_scenario};
+use causeway_demo::{Scenario, write_scenario};
 use causeway_export::gather::gather;
 use causeway_export::otlp::{self, LogsOptions};
 use causeway_store::Reader;
@@ -552,7 +552,7 @@ fn a_findings_cost_per_step_is_exported() {
     write_scenario(&p, Scenario::DataloaderStarvation, false).unwrap();
     {
         let c = causeway_store::duckdb::Connection::open(&p).unwrap();
-        let t0 = causeway_analysis::demo::model::T0;
+        let t0 = causeway_demo::model::T0;
         for k in 0..40i64 {
             c.execute(
                 "INSERT INTO steps VALUES ('demo-node', 4242, 4242, ?, ?, ?, 'nvtx')",

@@ -2,8 +2,8 @@
 //! findings rendered by the one printer the CLI calls. Demo traces are deterministic, so a change
 //! here is a change in the engine or in the rendering.
 
-use causeway_analysis::demo::{Scenario, write_scenario};
 use causeway_analysis::{ChainQuery, ExplainOptions, explain_with};
+use causeway_demo::{Scenario, write_scenario};
 use causeway_store::Reader;
 use causeway_tools::print::explain::report;
 

@@ -313,7 +313,7 @@ fn strings_from_traced_processes_are_sanitised() {
 
 #[test]
 fn recordings_without_stored_chains_get_the_engines_chains() {
-    use causeway_analysis::demo::{Scenario, write_scenario};
+    use causeway_demo::{Scenario, write_scenario};
     let dir = tempfile::tempdir().unwrap();
     let sick = dir.path().join("sync.duckdb");
     write_scenario(&sick, Scenario::SyncStorm, false).unwrap();
@@ -538,12 +538,8 @@ fn stacks_show_python_frames_before_the_native_ones() {
 fn steps_of_a_long_run_fit_the_budget() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("starved.duckdb");
-    causeway_analysis::demo::write_scenario(
-        &db,
-        causeway_analysis::demo::Scenario::DataloaderStarvation,
-        false,
-    )
-    .unwrap();
+    causeway_demo::write_scenario(&db, causeway_demo::Scenario::DataloaderStarvation, false)
+        .unwrap();
     let c = Context::new(db, vec![]);
     let out = ok(&c, "get_steps", json!({"slowest": 10}));
     let s = &out.structured["series"][0];

@@ -3,7 +3,7 @@
 //! recording. Deterministic: the same scenario always gives the same trace.
 
 pub mod model;
-pub(crate) mod scenarios;
+pub mod scenarios;
 pub mod sync_job;
 
 use std::path::Path;
@@ -190,13 +190,12 @@ pub fn write_scenario_segments(
 }
 
 /// A scenario's traces, for tests that add to them before [`write_nodes`].
-#[cfg(test)]
-pub(crate) fn build(s: Scenario, healthy: bool) -> Vec<scenarios::NodeTrace> {
+pub fn build(s: Scenario, healthy: bool) -> Vec<scenarios::NodeTrace> {
     scenarios::build(s, healthy)
 }
 
 /// Writes traces built from scenario `s` to a new store at `path`.
-pub(crate) fn write_nodes(
+pub fn write_nodes(
     path: &Path,
     s: Scenario,
     nodes: Vec<scenarios::NodeTrace>,

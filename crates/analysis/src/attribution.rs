@@ -15,11 +15,7 @@ use serde::Serialize;
 use crate::facts::Ctx;
 use crate::intervals::{Span, overlaps, sort};
 use crate::timeline::SlowCall;
-
-/// A call is slow when it takes at least this long ...
-pub const SLOW_MIN_NS: i64 = 1_000_000;
-/// ... and at least this many times its op's p50 in the same process.
-pub const SLOW_P50_FACTOR: i64 = 10;
+pub use crate::timeline::{SLOW_MIN_NS, SLOW_P50_FACTOR};
 
 /// Attribution of one thread's slow calls (outside or inside the warm-up phase).
 #[derive(Debug, Clone, Default, Serialize)]

@@ -5,7 +5,7 @@ use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 use serde::{Deserialize, Serialize};
 
-use crate::window::WindowSpec;
+pub use crate::base::query::ChainQuery;
 
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -146,21 +146,6 @@ impl Chain {
         }
         self
     }
-}
-
-/// Which chains to return.
-#[derive(Debug, Clone, Default)]
-pub struct ChainQuery {
-    /// Time window (anchored to the trace end).
-    pub window: WindowSpec,
-    /// Only this process.
-    pub pid: Option<u32>,
-    /// Only this node.
-    pub node: Option<String>,
-    /// At most this many, best first.
-    pub top_n: Option<usize>,
-    /// Prices per GPU-hour for the findings' cost.
-    pub prices: crate::cost::Prices,
 }
 
 const STORED_SQL: &str = "

@@ -10,7 +10,7 @@ use causeway_store::catalog::Source;
 use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 
-use crate::facts::duck;
+use crate::base::errors::duck;
 use crate::intervals::strictly_inside;
 use crate::opsets::op_filter;
 use crate::scan::columns;

@@ -7,84 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use causeway_store::{Reader, StoreError};
 use serde::{Deserialize, Serialize};
 
+use crate::base::errors::duck;
+pub use crate::base::query::{BadPrice, Prices, money};
 use crate::chains::Chain;
-use crate::facts::{Ctx, duck};
-
-/// Prices per GPU-hour: the `[cost]` table of the config file.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Prices {
-    /// Price of one GPU for one hour, for GPU models `models` does not name.
-    #[serde(default)]
-    pub gpu_hour: Option<f64>,
-    /// Prices per GPU model: a key matches a model that contains it (case-insensitive; the
-    /// longest matching key wins), e.g. `"H100" = 4.0`.
-    #[serde(default)]
-    pub models: BTreeMap<String, f64>,
-    /// Currency the prices are in ("USD" or "$" print as `$1.23`; anything else follows the
-    /// amount). Default: USD.
-    #[serde(default)]
-    pub currency: Option<String>,
-}
-
-/// A price that is not a price.
-#[derive(Debug, thiserror::Error)]
-#[error("[cost] {what} = {value}: a price per GPU-hour must be a finite number >= 0")]
-pub struct BadPrice {
-    what: String,
-    value: f64,
-}
-
-impl Prices {
-    /// Checks every price is a finite number >= 0.
-    pub fn validate(&self) -> Result<(), BadPrice> {
-        let all = self
-            .gpu_hour
-            .map(|v| ("gpu_hour".to_string(), v))
-            .into_iter()
-            .chain(
-                self.models
-                    .iter()
-                    .map(|(k, v)| (format!("models.\"{k}\""), *v)),
-            );
-        for (what, value) in all {
-            if !value.is_finite() || value < 0.0 {
-                return Err(BadPrice { what, value });
-            }
-        }
-        Ok(())
-    }
-
-    /// The price of one GPU-hour of `model`, where one is configured.
-    pub fn for_model(&self, model: &str) -> Option<f64> {
-        let m = model.to_lowercase();
-        self.models
-            .iter()
-            .filter(|(k, _)| !k.is_empty() && m.contains(&k.to_lowercase()))
-            .max_by_key(|(k, _)| k.len())
-            .map(|(_, v)| *v)
-            .or(self.gpu_hour)
-    }
-
-    /// `amount` in the configured currency, e.g. "$7.75" or "7.75 EUR".
-    pub fn money(&self, amount: f64) -> String {
-        money(amount, self.currency.as_deref().unwrap_or_default())
-    }
-}
-
-/// `amount` in `currency`: "$7.75" for USD (or "$" or none), else "7.75 EUR"; amounts under
-/// one with 3 significant digits ("$0.0382").
-pub fn money(amount: f64, currency: &str) -> String {
-    let a = if amount.abs() >= 1.0 || amount == 0.0 {
-        format!("{amount:.2}")
-    } else {
-        sig3(amount)
-    };
-    match currency.trim() {
-        "" | "$" | "USD" => format!("${a}"),
-        c => format!("{a} {c}"),
-    }
-}
+use crate::facts::Ctx;
+pub use crate::fmt::sig3;
 
 /// What one finding costs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -292,15 +219,6 @@ pub fn price(
         });
     }
     Ok(())
-}
-
-/// "3 significant digits", for GPU-hours that range from milliseconds of one GPU to days.
-pub fn sig3(v: f64) -> String {
-    if v == 0.0 || !v.is_finite() {
-        return format!("{v}");
-    }
-    let digits = (2 - v.abs().log10().floor() as i32).max(0) as usize;
-    format!("{v:.digits$}")
 }
 
 /// One line for people and agents: "0.00956 GPU-hours (2 GPUs, CUDA_VISIBLE_DEVICES), ~41.3 a

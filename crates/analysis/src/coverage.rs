@@ -35,7 +35,7 @@ pub(crate) fn has_rows(
     }
     r.prepare_trusted(any_sql)?
         .query_row([], |row| row.get(0))
-        .map_err(crate::facts::duck(r, what))
+        .map_err(crate::base::errors::duck(r, what))
 }
 
 /// Notes shown at most; the rest are counted.
@@ -63,7 +63,7 @@ pub fn notes(
             causeway_store::row,
         )
         .and_then(|rows| rows.collect())
-        .map_err(crate::facts::duck(r, "reading library_attach"))?;
+        .map_err(crate::base::errors::duck(r, "reading library_attach"))?;
     let mut out: Vec<String> = gaps
         .iter()
         .take(SHOWN)

@@ -4,10 +4,91 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::facts::{GpuLaunches, OpFacts, ThreadFacts};
+use serde::Serialize;
+
+use crate::intervals::sat;
 use crate::opsets::{is_gpu_source, is_launch, is_sync};
 use crate::scan::ThreadOpRow;
 use crate::switches::SWITCH_OP;
+
+/// Totals of one thread in the window.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ThreadFacts {
+    /// Node.
+    pub node: String,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Thread name (data from the traced machine).
+    pub comm: String,
+    /// Kernel launches.
+    pub launches: u64,
+    /// CUDA/driver/graph/NCCL calls.
+    pub gpu_calls: u64,
+    /// Time inside those calls (ns).
+    pub gpu_call_ns: i64,
+    /// First and last event of the thread (ns).
+    pub first_ns: i64,
+    /// Last event end (ns).
+    pub last_ns: i64,
+    /// Context switches.
+    pub switches: u64,
+    /// Off-CPU total (ns).
+    pub off_ns: i64,
+    /// Off-CPU while runnable (ns).
+    pub preempted_ns: i64,
+    /// Off-CPU while sleeping (ns).
+    pub blocked_ns: i64,
+    /// Off-CPU in an unknown state (ns).
+    pub unknown_ns: i64,
+    /// Time in socket send/receive calls (ns).
+    pub net_ns: i64,
+    /// Block I/O requests issued.
+    pub io_requests: u64,
+}
+
+/// Exact statistics of one (node, pid, op) in the window.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OpFacts {
+    /// Node.
+    pub node: String,
+    /// Process id.
+    pub pid: u32,
+    /// Source name.
+    pub source: String,
+    /// Op name.
+    pub op: String,
+    /// Calls.
+    pub count: u64,
+    /// Nearest-rank p50 (ns).
+    pub p50_ns: i64,
+    /// Nearest-rank p99 (ns).
+    pub p99_ns: i64,
+    /// Max (ns).
+    pub max_ns: i64,
+    /// Sum of durations (ns).
+    pub total_ns: i64,
+    /// Sum of arg0 (bytes for memory and I/O ops).
+    pub arg0_sum: i64,
+}
+
+/// Kernel launches of one process on one GPU.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GpuLaunches {
+    /// Node.
+    pub node: String,
+    /// GPU id.
+    pub gpu_id: i16,
+    /// Process.
+    pub pid: u32,
+    /// Launches.
+    pub launches: u64,
+    /// First launch (ns).
+    pub first_ns: i64,
+    /// Last launch start (ns).
+    pub last_ns: i64,
+}
 
 /// What one node's rows give besides op statistics.
 #[derive(Debug, Default)]
@@ -27,11 +108,6 @@ type Sums = (i128, i128, [i128; 3], i128);
 
 /// A process needs this many launches on a GPU to count as using it.
 pub const GPU_MIN_LAUNCHES: u64 = 100;
-
-/// i128 sums as i64, saturating (sums of pointers in arg0 can exceed i64).
-pub fn sat(x: i128) -> i64 {
-    i64::try_from(x).unwrap_or(if x < 0 { i64::MIN } else { i64::MAX })
-}
 
 fn keep(pid_filter: i64, pid: u32) -> bool {
     pid_filter < 0 || i64::from(pid) == pid_filter

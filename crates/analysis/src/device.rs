@@ -17,9 +17,10 @@ use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 use serde::Serialize;
 
+use crate::base::errors::duck;
 use crate::budget::{Budget, CallClass};
 use crate::counts::lit;
-use crate::facts::{Ctx, duck};
+use crate::facts::Ctx;
 use crate::window::DEVICE_SCHEMA;
 
 /// A host-side range narrower than this (percentage points of the window) is a known estimate.

@@ -12,8 +12,8 @@ use std::sync::LazyLock;
 use causeway_store::{Reader, StoreError, duckdb};
 use serde::Serialize;
 
+use crate::base::errors::duck;
 use crate::counts::lit;
-use crate::facts::duck;
 use crate::fmt::dur;
 use crate::steps::{BUCKETS, Feeder, Series, StepQuery, bucket_meaning, steps};
 

@@ -6,91 +6,21 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 
 use crate::budget::pass::{CallPass, NodeCalls};
 use crate::scan::{self, NodeRef};
 use crate::switches::Switches;
 use crate::timeline::{self, SlowRule, Timeline};
-use serde::Serialize;
 
-use crate::chains::ChainQuery;
+use crate::base::query::ChainQuery;
 use crate::derive;
 use crate::window::Window;
 
-/// Ops whose job is to wait for the GPU: the sync class, in the order evidence queries have
-/// always shown it (snapshots pin it; the build checks the set).
-pub const SYNC_OPS: [&str; 5] = [
-    "cudaStreamSynchronize",
-    "cudaDeviceSynchronize",
-    "cuCtxSynchronize",
-    "cuStreamSynchronize",
-    "cudaEventSynchronize",
-];
-const _: () = assert!(causeway_ops::is_class(&SYNC_OPS, causeway_ops::Class::Sync));
-
-/// Totals of one thread in the window.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct ThreadFacts {
-    /// Node.
-    pub node: String,
-    /// Process id.
-    pub pid: u32,
-    /// Thread id.
-    pub tid: u32,
-    /// Thread name (data from the traced machine).
-    pub comm: String,
-    /// Kernel launches.
-    pub launches: u64,
-    /// CUDA/driver/graph/NCCL calls.
-    pub gpu_calls: u64,
-    /// Time inside those calls (ns).
-    pub gpu_call_ns: i64,
-    /// First and last event of the thread (ns).
-    pub first_ns: i64,
-    /// Last event end (ns).
-    pub last_ns: i64,
-    /// Context switches.
-    pub switches: u64,
-    /// Off-CPU total (ns).
-    pub off_ns: i64,
-    /// Off-CPU while runnable (ns).
-    pub preempted_ns: i64,
-    /// Off-CPU while sleeping (ns).
-    pub blocked_ns: i64,
-    /// Off-CPU in an unknown state (ns).
-    pub unknown_ns: i64,
-    /// Time in socket send/receive calls (ns).
-    pub net_ns: i64,
-    /// Block I/O requests issued.
-    pub io_requests: u64,
-}
-
-/// Exact statistics of one (node, pid, op) in the window.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct OpFacts {
-    /// Node.
-    pub node: String,
-    /// Process id.
-    pub pid: u32,
-    /// Source name.
-    pub source: String,
-    /// Op name.
-    pub op: String,
-    /// Calls.
-    pub count: u64,
-    /// Nearest-rank p50 (ns).
-    pub p50_ns: i64,
-    /// Nearest-rank p99 (ns).
-    pub p99_ns: i64,
-    /// Max (ns).
-    pub max_ns: i64,
-    /// Sum of durations (ns).
-    pub total_ns: i64,
-    /// Sum of arg0 (bytes for memory and I/O ops).
-    pub arg0_sum: i64,
-}
+// Until every caller names their new homes (the ground floor).
+pub(crate) use crate::base::errors::duck;
+pub use crate::derive::{GpuLaunches, OpFacts, ThreadFacts};
+pub use crate::opsets::SYNC_OPS;
 
 /// Facts shared by all detectors.
 #[derive(Debug)]
@@ -145,34 +75,6 @@ pub struct Ctx<'a> {
     /// By node: the stretches where an op that can wait (anything but a launch: a sync, a copy,
     /// a free) was sampled, so a sleep between stored calls may have been inside one.
     pub sampled_waits: HashMap<String, Vec<(i64, i64)>>,
-}
-
-/// Kernel launches of one process on one GPU.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct GpuLaunches {
-    /// Node.
-    pub node: String,
-    /// GPU id.
-    pub gpu_id: i16,
-    /// Process.
-    pub pid: u32,
-    /// Launches.
-    pub launches: u64,
-    /// First launch (ns).
-    pub first_ns: i64,
-    /// Last launch start (ns).
-    pub last_ns: i64,
-}
-
-pub(crate) fn duck<'r>(
-    r: &'r Reader,
-    action: &'static str,
-) -> impl Fn(duckdb::Error) -> StoreError + 'r {
-    move |source| StoreError::Duck {
-        path: r.path().to_path_buf(),
-        action,
-        source,
-    }
 }
 
 const NAMES_SQL: &str = "SELECT node, pid, comm, ppid FROM processes";

@@ -98,7 +98,7 @@ pub fn check_filter(
         let known: i64 = r
             .prepare_trusted(PID_SQL)?
             .query_row(duckdb::params![p, p, p], |row| row.get(0))
-            .map_err(crate::facts::duck(r, "looking up the process"))?;
+            .map_err(crate::base::errors::duck(r, "looking up the process"))?;
         if known == 0 {
             return Err(invalid(
                 format!("process {pid} is not in this trace"),
@@ -110,7 +110,7 @@ pub fn check_filter(
         let known: i64 = r
             .prepare_trusted(NODE_SQL)?
             .query_row([node], |row| row.get(0))
-            .map_err(crate::facts::duck(r, "looking up the node"))?;
+            .map_err(crate::base::errors::duck(r, "looking up the node"))?;
         if known == 0 {
             return Err(invalid(
                 format!("node '{}' is not in this trace", sanitize_with(node, 80)),

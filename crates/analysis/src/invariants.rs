@@ -245,7 +245,7 @@ fn event_bytes(
             causeway_store::row,
         )
         .and_then(|rows| rows.collect())
-        .map_err(crate::facts::duck(r, "summing copied bytes"))?;
+        .map_err(crate::base::errors::duck(r, "summing copied bytes"))?;
     let mut out: HashMap<String, f64> = HashMap::new();
     for (node, pid, op, b) in rows {
         let scale = cov

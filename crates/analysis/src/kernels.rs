@@ -64,7 +64,7 @@ pub fn top(
             })
         })
         .and_then(|rows| rows.collect())
-        .map_err(crate::facts::duck(r, "grouping launches by kernel"))
+        .map_err(crate::base::errors::duck(r, "grouping launches by kernel"))
 }
 
 #[cfg(test)]

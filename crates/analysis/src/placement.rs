@@ -95,5 +95,5 @@ pub fn placed(
             })
         })
         .and_then(|rows| rows.collect())
-        .map_err(crate::facts::duck(r, "listing where processes ran"))
+        .map_err(crate::base::errors::duck(r, "listing where processes ran"))
 }

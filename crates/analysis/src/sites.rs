@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::CallClass;
 use crate::chains::Chain;
-use crate::detectors::lit;
+use crate::counts::lit;
 use crate::window::Window;
 
 /// Sites listed in a chain's `call_sites` (the evidence query returns up to [`ROWS`]).
@@ -173,7 +173,7 @@ pub fn cite(r: &Reader, window: &Window, chains: &mut [Chain]) -> Result<(), Sto
     let count = |sql: &'static str| -> Result<i64, StoreError> {
         r.prepare_trusted(sql)?
             .query_row([], |row| row.get(0))
-            .map_err(crate::facts::duck(r, "looking for call stacks"))
+            .map_err(crate::base::errors::duck(r, "looking for call stacks"))
     };
     let python = r.schema_version() >= PYTHON_SCHEMA && count(HAS_PYTHON_SQL)? > 0;
     if !python && count(HAS_NATIVE_SQL)? == 0 {

@@ -221,242 +221,54 @@ fn histogram_percentile(buckets: &[(u8, u64)], p_permille: u64) -> i64 {
     0
 }
 
+/// The query's filters as the SQL takes them.
+struct Scope {
+    /// The window, resolved against the trace's span.
+    window: Window,
+    /// The process, or -1 for every process.
+    pid: i64,
+    /// The node, or '' for every node.
+    node: String,
+    /// The node's id: -1 = every node, -2 = a node not in the file.
+    node_id: i64,
+}
+
+/// What the stored events say: one row per (source, op) with events in the window.
+struct Stored {
+    ops: Vec<OpStats>,
+    /// Events in the window.
+    events: u64,
+    /// Their first and last timestamps (`i64::MAX`, `i64::MIN` when there are none).
+    first: i64,
+    last: i64,
+    /// Each op's row in `ops`.
+    index: BTreeMap<u16, usize>,
+}
+
 /// Computes [`TraceStats`] for `q` over the store behind `r`.
 pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError> {
     crate::findings::check_filter(r, q.window, q.pid, q.node.as_deref())?;
-    let (total, first, last) = crate::window::trace_span(r)?;
-    let (first, last) = if total == 0 {
-        r.prepare_trusted(COUNTS_SPAN_SQL)?
-            .query_row([], causeway_store::row)
-            .map_err(duck(r, "reading the span of the kernel counts"))?
-    } else {
-        (first, last)
-    };
-    let window = q.window.resolve(first, last);
-    let pid: i64 = q.pid.map_or(-1, i64::from);
-    let node = q.node.clone().unwrap_or_default();
-    let node_id: i64 = if node.is_empty() {
-        -1
-    } else {
-        r.prepare_trusted(NODE_ID_SQL)?
-            .query_row([&node], |row| row.get(0))
-            .map_err(duck(r, "looking up the node"))?
-    };
-
-    let mut ops = Vec::new();
-    let mut events = 0u64;
-    let (mut wfirst, mut wlast) = (i64::MAX, i64::MIN);
-    let mut stored_ids = BTreeMap::new();
-    {
-        let mut st = r.prepare_trusted(OPS_SQL)?;
-        let mut rows = st
-            .query(duckdb::params![
-                window.from_ns,
-                window.until_ns,
-                pid,
-                pid,
-                node_id,
-                node_id
-            ])
-            .map_err(duck(r, "computing op statistics"))?;
-        while let Some(row) = rows.next().map_err(duck(r, "reading op statistics"))? {
-            let g = |i: usize| -> Result<i64, StoreError> {
-                row.get::<_, i64>(i)
-                    .map_err(duck(r, "reading op statistics"))
-            };
-            let count = g(3)? as u64;
-            events += count;
-            wfirst = wfirst.min(g(10)?);
-            wlast = wlast.max(g(11)?);
-            let op_id: u16 = row.get(12).map_err(duck(r, "reading op statistics"))?;
-            stored_ids.insert(op_id, ops.len());
-            ops.push(OpStats {
-                source: row.get(1).map_err(duck(r, "reading op statistics"))?,
-                op: row.get(2).map_err(duck(r, "reading op statistics"))?,
-                count,
-                p50_ns: g(4)?,
-                p95_ns: g(5)?,
-                p99_ns: g(6)?,
-                max_ns: g(7)?,
-                mean_ns: row.get(8).map_err(duck(r, "reading op statistics"))?,
-                total_ns: g(9)?,
-                percentiles: "exact",
-                counted_calls: None,
-                untimed_calls: None,
-                probe_modes: None,
-                calls_estimated: false,
-            });
-        }
-    }
-
-    // Calls the kernel or the source counted (crate::counts, the one source of these figures):
-    // mark ops whose stored rows are fewer, and add ops seen only there.
-    {
-        let cov = crate::counts::coverage(
-            r,
-            &window,
-            (!node.is_empty()).then_some(node.as_str()),
-            q.pid,
-        )?;
-        let mut per_op: BTreeMap<u16, (u64, i64)> = BTreeMap::new();
-        for c in &cov {
-            let e = per_op.entry(c.op_id).or_default();
-            e.0 = e.0.saturating_add(c.calls);
-            if c.stored == 0 {
-                e.1 = e.1.saturating_add(c.counted_ns);
-            }
-        }
-        let rows = per_op.into_iter().filter_map(|(op_id, (calls, total_ns))| {
-            let o = causeway_store::catalog::op_by_id(op_id)?;
-            Some((
-                o.source.name().to_string(),
-                o.name.to_string(),
-                op_id,
-                calls as i64,
-                total_ns,
-            ))
-        });
-        for (source, op, op_id, calls, total_ns) in rows {
-            let calls = calls as u64;
-            match stored_ids.get(&op_id) {
-                Some(&i) if calls > ops[i].count => {
-                    ops[i].counted_calls = Some(calls);
-                    ops[i].percentiles = "stored_only";
-                }
-                Some(_) => {}
-                None if calls > 0 => {
-                    let mut hs = r.prepare_trusted(HIST_SQL)?;
-                    let buckets: Vec<(u8, u64)> = hs
-                        .query_map(
-                            duckdb::params![
-                                op_id,
-                                window.from_ns,
-                                window.until_ns,
-                                pid,
-                                pid,
-                                node,
-                                node
-                            ],
-                            |row| Ok((row.get::<_, u8>(0)?, row.get::<_, i64>(1)? as u64)),
-                        )
-                        .and_then(|rows| rows.collect())
-                        .map_err(duck(r, "reading histograms"))?;
-                    let max_bucket = buckets.last().map(|b| b.0);
-                    let timed: u64 = buckets.iter().map(|b| b.1).sum();
-                    ops.push(OpStats {
-                        source,
-                        op,
-                        count: 0,
-                        p50_ns: histogram_percentile(&buckets, 500),
-                        p95_ns: histogram_percentile(&buckets, 950),
-                        p99_ns: histogram_percentile(&buckets, 990),
-                        max_ns: max_bucket.map_or(0, |b| {
-                            1i64.checked_shl(b as u32 + 1).unwrap_or(i64::MAX) - 1
-                        }),
-                        // Over the timed calls; imported counts carry durations without histograms.
-                        mean_ns: total_ns as f64 / if timed > 0 { timed } else { calls } as f64,
-                        total_ns,
-                        percentiles: if timed > 0 {
-                            "histogram_estimate"
-                        } else {
-                            "none"
-                        },
-                        counted_calls: Some(calls),
-                        untimed_calls: None,
-                        probe_modes: None,
-                        calls_estimated: false,
-                    });
-                }
-                None => {}
-            }
-        }
-    }
-
-    // Calls counted without a duration (entry-only mode): counted calls beyond the histogram's.
-    // Only recordings have the kernel's histograms (imports carry counts without them).
-    let overhead = overhead(r, &window, pid, &node)?;
-    if overhead.is_some() {
-        let counted: BTreeMap<&str, u64> = ops
-            .iter()
-            .filter_map(|o| o.counted_calls.map(|c| (o.op.as_str(), c)))
-            .collect();
-        let timed: BTreeMap<u16, i64> = r
-            .prepare_trusted(TIMED_SQL)?
-            .query_map(
-                duckdb::params![window.from_ns, window.until_ns, pid, pid, node, node],
-                causeway_store::row,
-            )
-            .and_then(|rows| rows.collect())
-            .map_err(duck(r, "reading histogram totals"))?;
-        let mut untimed = BTreeMap::new();
-        for o in &ops {
-            let Some(&calls) = counted.get(o.op.as_str()) else {
-                continue;
-            };
-            let Some(op) = causeway_store::catalog::op_by_name(&o.op) else {
-                continue;
-            };
-            let is_call = !matches!(o.source.as_str(), "HOST" | "IO" | "TCP" | "NET");
-            let t = timed.get(&op.id).copied().unwrap_or(0).max(0) as u64;
-            if is_call && calls > t {
-                untimed.insert(o.op.clone(), calls - t);
-            }
-        }
-        for o in &mut ops {
-            o.untimed_calls = untimed.get(&o.op).copied();
-        }
-    }
+    let (first, last) = trace_bounds(r)?;
+    let s = scope(r, q, first, last)?;
+    let Stored {
+        mut ops,
+        events,
+        first: wfirst,
+        last: wlast,
+        index,
+    } = stored_ops(r, &s)?;
+    add_counted(r, q, &s, &mut ops, &index)?;
+    // Only recordings with the overhead controller have the kernel's histograms and probe
+    // modes (imports carry counts without them).
+    let overhead = overhead(r, &s.window, s.pid, &s.node)?;
     if let Some(oh) = &overhead {
-        let modes = modes_in_window(&oh.switches, window.from_ns);
-        for o in &mut ops {
-            o.probe_modes = modes.get(&o.op).cloned();
-            o.calls_estimated = o
-                .probe_modes
-                .as_ref()
-                .is_some_and(|m| m.iter().any(|m| m == "sampled"));
-        }
+        mark_untimed(r, &s, &mut ops)?;
+        mark_probe_modes(oh, s.window.from_ns, &mut ops);
     }
-
-    let off_cpu = r
-        .prepare_trusted(OFF_CPU_SQL)?
-        .query_row(
-            duckdb::params![window.from_ns, window.until_ns, pid, pid, node_id, node_id],
-            |row| {
-                Ok(OffCpu {
-                    switches: row.get::<_, i64>(0)? as u64,
-                    total_ns: row.get(1)?,
-                    preempted_ns: row.get(2)?,
-                    blocked_ns: row.get(3)?,
-                    unknown_state_ns: row.get(4)?,
-                })
-            },
-        )
-        .map_err(duck(r, "computing off-CPU totals"))?;
-
-    let mut drops = BTreeMap::new();
-    let mut drop_total = 0u64;
-    {
-        let mut st = r.prepare_trusted(DROPS_SQL)?;
-        let rows: Vec<(String, i64)> = st
-            .query_map(duckdb::params![node, node], causeway_store::row)
-            .and_then(|rows| rows.collect())
-            .map_err(duck(r, "reading drop counters"))?;
-        for (k, n) in rows {
-            drop_total += n as u64;
-            drops.insert(k, n as u64);
-        }
-    }
-    drops.insert("total".into(), drop_total);
-
-    let nodes: Vec<String> = r
-        .prepare_trusted(NODES_SQL)?
-        .query_map(
-            duckdb::params![window.from_ns, window.until_ns, node],
-            |row| row.get(0),
-        )
-        .and_then(|rows| rows.collect())
-        .map_err(duck(r, "listing nodes"))?;
-
+    let off_cpu = off_cpu(r, &s)?;
+    let drops = drops(r, &s.node)?;
+    let nodes = nodes(r, &s)?;
+    let window = s.window;
     let notes = crate::coverage::notes(r, &window, q.pid, q.node.as_deref())?;
     let kernels = crate::kernels::top(r, &window, q.pid, q.node.as_deref(), TOP_KERNELS)?;
     let placed = crate::placement::placed(r, &window, q.pid, q.node.as_deref(), TOP_PLACED)?;
@@ -477,6 +289,308 @@ pub fn trace_stats(r: &Reader, q: &StatsQuery) -> Result<TraceStats, StoreError>
         drops,
         overhead,
     })
+}
+
+/// The trace's first and last timestamps: its events', or for a store without events (a
+/// collected cluster store holds counters and histograms only) its kernel counts' windows.
+fn trace_bounds(r: &Reader) -> Result<(i64, i64), StoreError> {
+    let (total, first, last) = crate::window::trace_span(r)?;
+    if total == 0 {
+        r.prepare_trusted(COUNTS_SPAN_SQL)?
+            .query_row([], causeway_store::row)
+            .map_err(duck(r, "reading the span of the kernel counts"))
+    } else {
+        Ok((first, last))
+    }
+}
+
+/// `q`'s window resolved against the trace's span (`first`..`last`), and its filters as the
+/// SQL takes them (the node looked up once, so the event queries need no join).
+fn scope(r: &Reader, q: &StatsQuery, first: i64, last: i64) -> Result<Scope, StoreError> {
+    let window = q.window.resolve(first, last);
+    let pid: i64 = q.pid.map_or(-1, i64::from);
+    let node = q.node.clone().unwrap_or_default();
+    let node_id: i64 = if node.is_empty() {
+        -1
+    } else {
+        r.prepare_trusted(NODE_ID_SQL)?
+            .query_row([&node], |row| row.get(0))
+            .map_err(duck(r, "looking up the node"))?
+    };
+    Ok(Scope {
+        window,
+        pid,
+        node,
+        node_id,
+    })
+}
+
+/// Exact per-op statistics over the stored events in the window, and their count and span.
+fn stored_ops(r: &Reader, s: &Scope) -> Result<Stored, StoreError> {
+    let mut ops = Vec::new();
+    let mut events = 0u64;
+    let (mut wfirst, mut wlast) = (i64::MAX, i64::MIN);
+    let mut stored_ids = BTreeMap::new();
+    let mut st = r.prepare_trusted(OPS_SQL)?;
+    let mut rows = st
+        .query(duckdb::params![
+            s.window.from_ns,
+            s.window.until_ns,
+            s.pid,
+            s.pid,
+            s.node_id,
+            s.node_id
+        ])
+        .map_err(duck(r, "computing op statistics"))?;
+    while let Some(row) = rows.next().map_err(duck(r, "reading op statistics"))? {
+        let g = |i: usize| -> Result<i64, StoreError> {
+            row.get::<_, i64>(i)
+                .map_err(duck(r, "reading op statistics"))
+        };
+        let count = g(3)? as u64;
+        events += count;
+        wfirst = wfirst.min(g(10)?);
+        wlast = wlast.max(g(11)?);
+        let op_id: u16 = row.get(12).map_err(duck(r, "reading op statistics"))?;
+        stored_ids.insert(op_id, ops.len());
+        ops.push(OpStats {
+            source: row.get(1).map_err(duck(r, "reading op statistics"))?,
+            op: row.get(2).map_err(duck(r, "reading op statistics"))?,
+            count,
+            p50_ns: g(4)?,
+            p95_ns: g(5)?,
+            p99_ns: g(6)?,
+            max_ns: g(7)?,
+            mean_ns: row.get(8).map_err(duck(r, "reading op statistics"))?,
+            total_ns: g(9)?,
+            percentiles: "exact",
+            counted_calls: None,
+            untimed_calls: None,
+            probe_modes: None,
+            calls_estimated: false,
+        });
+    }
+    Ok(Stored {
+        ops,
+        events,
+        first: wfirst,
+        last: wlast,
+        index: stored_ids,
+    })
+}
+
+/// Folds in the calls the kernel or the source counted (crate::counts, the one source of these
+/// figures): marks the ops of `ops` (rows by op id in `stored_ids`) whose stored rows are
+/// fewer, and adds the ops seen only there, estimated from their histograms.
+fn add_counted(
+    r: &Reader,
+    q: &StatsQuery,
+    s: &Scope,
+    ops: &mut Vec<OpStats>,
+    stored_ids: &BTreeMap<u16, usize>,
+) -> Result<(), StoreError> {
+    let node = &s.node;
+    let cov = crate::counts::coverage(
+        r,
+        &s.window,
+        (!node.is_empty()).then_some(node.as_str()),
+        q.pid,
+    )?;
+    let mut per_op: BTreeMap<u16, (u64, i64)> = BTreeMap::new();
+    for c in &cov {
+        let e = per_op.entry(c.op_id).or_default();
+        e.0 = e.0.saturating_add(c.calls);
+        if c.stored == 0 {
+            e.1 = e.1.saturating_add(c.counted_ns);
+        }
+    }
+    let rows = per_op.into_iter().filter_map(|(op_id, (calls, total_ns))| {
+        let o = causeway_store::catalog::op_by_id(op_id)?;
+        Some((
+            o.source.name().to_string(),
+            o.name.to_string(),
+            op_id,
+            calls as i64,
+            total_ns,
+        ))
+    });
+    for (source, op, op_id, calls, total_ns) in rows {
+        let calls = calls as u64;
+        match stored_ids.get(&op_id) {
+            Some(&i) if calls > ops[i].count => {
+                ops[i].counted_calls = Some(calls);
+                ops[i].percentiles = "stored_only";
+            }
+            Some(_) => {}
+            None if calls > 0 => {
+                ops.push(counted_only(r, s, source, op, op_id, calls, total_ns)?);
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// The statistics of an op with counted calls but no stored events: percentiles estimated
+/// from the kernel's log2 histograms (upper bucket bounds), or none without a timed call.
+fn counted_only(
+    r: &Reader,
+    s: &Scope,
+    source: String,
+    op: String,
+    op_id: u16,
+    calls: u64,
+    total_ns: i64,
+) -> Result<OpStats, StoreError> {
+    let mut hs = r.prepare_trusted(HIST_SQL)?;
+    let buckets: Vec<(u8, u64)> = hs
+        .query_map(
+            duckdb::params![
+                op_id,
+                s.window.from_ns,
+                s.window.until_ns,
+                s.pid,
+                s.pid,
+                s.node,
+                s.node
+            ],
+            |row| Ok((row.get::<_, u8>(0)?, row.get::<_, i64>(1)? as u64)),
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading histograms"))?;
+    let max_bucket = buckets.last().map(|b| b.0);
+    let timed: u64 = buckets.iter().map(|b| b.1).sum();
+    Ok(OpStats {
+        source,
+        op,
+        count: 0,
+        p50_ns: histogram_percentile(&buckets, 500),
+        p95_ns: histogram_percentile(&buckets, 950),
+        p99_ns: histogram_percentile(&buckets, 990),
+        max_ns: max_bucket.map_or(0, |b| {
+            1i64.checked_shl(b as u32 + 1).unwrap_or(i64::MAX) - 1
+        }),
+        // Over the timed calls; imported counts carry durations without histograms.
+        mean_ns: total_ns as f64 / if timed > 0 { timed } else { calls } as f64,
+        total_ns,
+        percentiles: if timed > 0 {
+            "histogram_estimate"
+        } else {
+            "none"
+        },
+        counted_calls: Some(calls),
+        untimed_calls: None,
+        probe_modes: None,
+        calls_estimated: false,
+    })
+}
+
+/// Sets each call op's calls counted without a duration (entry-only mode): its counted calls
+/// beyond those in the kernel's histograms.
+fn mark_untimed(r: &Reader, s: &Scope, ops: &mut [OpStats]) -> Result<(), StoreError> {
+    let counted: BTreeMap<&str, u64> = ops
+        .iter()
+        .filter_map(|o| o.counted_calls.map(|c| (o.op.as_str(), c)))
+        .collect();
+    let timed: BTreeMap<u16, i64> = r
+        .prepare_trusted(TIMED_SQL)?
+        .query_map(
+            duckdb::params![
+                s.window.from_ns,
+                s.window.until_ns,
+                s.pid,
+                s.pid,
+                s.node,
+                s.node
+            ],
+            causeway_store::row,
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading histogram totals"))?;
+    let mut untimed = BTreeMap::new();
+    for o in ops.iter() {
+        let Some(&calls) = counted.get(o.op.as_str()) else {
+            continue;
+        };
+        let Some(op) = causeway_store::catalog::op_by_name(&o.op) else {
+            continue;
+        };
+        let is_call = !matches!(o.source.as_str(), "HOST" | "IO" | "TCP" | "NET");
+        let t = timed.get(&op.id).copied().unwrap_or(0).max(0) as u64;
+        if is_call && calls > t {
+            untimed.insert(o.op.clone(), calls - t);
+        }
+    }
+    for o in ops {
+        o.untimed_calls = untimed.get(&o.op).copied();
+    }
+    Ok(())
+}
+
+/// Sets each op's probe modes in the window from `from_ns` on, and whether its counted calls
+/// include estimates (it ran sampled).
+fn mark_probe_modes(oh: &Overhead, from_ns: i64, ops: &mut [OpStats]) {
+    let modes = modes_in_window(&oh.switches, from_ns);
+    for o in ops {
+        o.probe_modes = modes.get(&o.op).cloned();
+        o.calls_estimated = o
+            .probe_modes
+            .as_ref()
+            .is_some_and(|m| m.iter().any(|m| m == "sampled"));
+    }
+}
+
+/// The traced threads' off-CPU totals in the window (sched_switch), by why they were off.
+fn off_cpu(r: &Reader, s: &Scope) -> Result<OffCpu, StoreError> {
+    r.prepare_trusted(OFF_CPU_SQL)?
+        .query_row(
+            duckdb::params![
+                s.window.from_ns,
+                s.window.until_ns,
+                s.pid,
+                s.pid,
+                s.node_id,
+                s.node_id
+            ],
+            |row| {
+                Ok(OffCpu {
+                    switches: row.get::<_, i64>(0)? as u64,
+                    total_ns: row.get(1)?,
+                    preempted_ns: row.get(2)?,
+                    blocked_ns: row.get(3)?,
+                    unknown_state_ns: row.get(4)?,
+                })
+            },
+        )
+        .map_err(duck(r, "computing off-CPU totals"))
+}
+
+/// Lost events by kind over the whole trace (of `node`, '' for every node), plus `total`.
+fn drops(r: &Reader, node: &str) -> Result<BTreeMap<String, u64>, StoreError> {
+    let mut drops = BTreeMap::new();
+    let mut drop_total = 0u64;
+    let mut st = r.prepare_trusted(DROPS_SQL)?;
+    let rows: Vec<(String, i64)> = st
+        .query_map(duckdb::params![node, node], causeway_store::row)
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "reading drop counters"))?;
+    for (k, n) in rows {
+        drop_total += n as u64;
+        drops.insert(k, n as u64);
+    }
+    drops.insert("total".into(), drop_total);
+    Ok(drops)
+}
+
+/// The nodes with events or kernel counts in the window (only the filter's node, if any).
+fn nodes(r: &Reader, s: &Scope) -> Result<Vec<String>, StoreError> {
+    r.prepare_trusted(NODES_SQL)?
+        .query_map(
+            duckdb::params![s.window.from_ns, s.window.until_ns, s.node],
+            |row| row.get(0),
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(duck(r, "listing nodes"))
 }
 
 #[cfg(test)]

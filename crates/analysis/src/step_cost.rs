@@ -7,9 +7,9 @@ use std::collections::BTreeSet;
 use causeway_store::{Reader, StoreError, duckdb};
 use serde::{Deserialize, Serialize};
 
+use crate::base::errors::duck;
 use crate::chains::Chain;
 use crate::counts::lit;
-use crate::facts::duck;
 use crate::fmt::dur;
 use crate::window::{DEVICE_SCHEMA, Window};
 

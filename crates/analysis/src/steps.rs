@@ -17,10 +17,10 @@ use causeway_store::catalog::{self, Source};
 use causeway_store::{Reader, StoreError, duckdb};
 use serde::Serialize;
 
+use crate::base::errors::duck;
 use crate::budget::CallClass;
 use crate::chains::{ChainQuery, Severity};
 use crate::counts::lit;
-use crate::facts::duck;
 use crate::opsets::op_filter;
 use crate::scan::NodeRef;
 use crate::switches::Switches;

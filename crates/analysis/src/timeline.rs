@@ -19,7 +19,6 @@ use causeway_store::catalog;
 use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 
-use crate::attribution::{SLOW_MIN_NS, SLOW_P50_FACTOR};
 use crate::budget::pass::{CallPass, ThreadCalls};
 use crate::cursor::{Call, Cursor};
 use crate::opsets::{self, is_gpu_source, is_launch, is_sync};
@@ -28,8 +27,13 @@ use crate::scan::{columns, for_each_batch};
 use crate::switches::MARGIN_NS;
 use crate::window::Window;
 
-/// A gap is a wait when it lasts at least this long (also the fallback's bucket width).
-pub const MIN_GAP_NS: i64 = 1_000_000;
+pub use crate::cursor::{Gap, LaunchSecond, MIN_GAP_NS};
+
+/// A call is slow when it takes at least this long ...
+pub const SLOW_MIN_NS: i64 = 1_000_000;
+/// ... and at least this many times its op's p50 in the same process.
+pub const SLOW_P50_FACTOR: i64 = 10;
+
 /// Rows per chunk of the pass (bounds the memory of one query's result).
 pub const CHUNK_ROWS: i64 = 1 << 20;
 
@@ -37,32 +41,6 @@ pub const CHUNK_ROWS: i64 = 1 << 20;
 const GPU: u8 = 1;
 const LAUNCH: u8 = 2;
 const SYNC: u8 = 4;
-
-/// A gap between two consecutive GPU calls of one thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gap {
-    /// Process (of the call after the gap).
-    pub pid: u32,
-    /// Thread.
-    pub tid: u32,
-    /// End of the call before (ns).
-    pub start: i64,
-    /// Start of the call after (ns).
-    pub end: i64,
-}
-
-/// Launches of one thread in one second of the window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LaunchSecond {
-    /// Process.
-    pub pid: u32,
-    /// Thread.
-    pub tid: u32,
-    /// Second since the window start.
-    pub sec: i64,
-    /// Launches.
-    pub launches: i64,
-}
 
 /// A slow GPU call (not a synchronisation) of a process under the pid filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +120,7 @@ const ROWS_SQL: &str = "SELECT count(*) FROM event_rows";
 pub fn event_rows(r: &Reader) -> Result<i64, StoreError> {
     r.prepare_trusted(ROWS_SQL)?
         .query_row([], |row| row.get(0))
-        .map_err(crate::facts::duck(r, "counting events"))
+        .map_err(crate::base::errors::duck(r, "counting events"))
 }
 
 impl Timeline {

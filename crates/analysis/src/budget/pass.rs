@@ -21,8 +21,8 @@ use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 
 use crate::cursor::Call;
-use crate::derive::sat;
 use crate::intervals::Span;
+use crate::intervals::sat;
 use crate::opsets::{self, tid_list};
 use crate::scan::{NodeRef, for_each_batch};
 use crate::switches::{MARGIN_NS, Off, Switches};

@@ -19,8 +19,8 @@
 use causeway_store::{StoreError, duckdb};
 
 use super::{Finding, Input, d, lit, pct, severity, step};
+use crate::base::errors::duck;
 use crate::chains::Chain;
-use crate::facts::duck;
 
 // Op ids written into this file's SQL as literals.
 causeway_ops::sql_id!("cudaLaunchKernel", 3);

@@ -324,7 +324,7 @@ mod tests {
             evs.into_iter().partition(|e| e.2 == "sched_switch");
         let calls: Vec<_> = calls
             .into_iter()
-            .filter(|c| !crate::facts::SYNC_OPS.contains(&c.2.as_str()))
+            .filter(|c| !crate::opsets::SYNC_OPS.contains(&c.2.as_str()))
             .collect();
         let mut by_op: HashMap<&str, Vec<i64>> = HashMap::new();
         for c in &calls {

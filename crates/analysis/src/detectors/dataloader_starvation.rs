@@ -73,7 +73,7 @@ fn taken_by_outside(
             causeway_store::row,
         )
         .and_then(|rows| rows.collect())
-        .map_err(crate::facts::duck(
+        .map_err(crate::base::errors::duck(
             ctx.r,
             "reading who preempted the input workers",
         ))?;

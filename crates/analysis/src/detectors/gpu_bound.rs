@@ -25,9 +25,9 @@ use causeway_store::StoreError;
 use causeway_store::catalog::{self, SYNCS_SQL};
 
 use super::{Finding, Input, d, lit, severity, step, thread_budgets};
+use crate::base::errors::duck;
 use crate::budget::{CallClass, STALL_MIN_NS};
 use crate::chains::Chain;
-use crate::facts::duck;
 use crate::opsets::LAUNCH_NAMES;
 
 /// A long wait is at least this many times the thread's median wait in the same call.

@@ -16,8 +16,8 @@ use causeway_store::StoreError;
 use causeway_store::catalog::SYNCS_SQL;
 
 use super::{Finding, Input, d, lit, severity, step};
+use crate::base::errors::duck;
 use crate::chains::Chain;
-use crate::facts::duck;
 use crate::opsets::LAUNCH_NAMES;
 
 /// Processes' device selection as the collector recorded it.

@@ -20,8 +20,8 @@ use causeway_store::duckdb;
 
 use super::dataloader_starvation::Starved;
 use super::{Finding, Input, d, lit, pct, severity, step};
+use crate::base::errors::duck;
 use crate::chains::{Chain, Severity};
-use crate::facts::duck;
 use crate::fmt::{bytes, thousands};
 use crate::opsets::named;
 

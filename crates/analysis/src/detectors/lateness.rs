@@ -432,18 +432,75 @@ FROM r LEFT JOIN processes p ON p.node = r.node AND p.pid = r.pid ORDER BY late_
 pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
     let ctx = inp.ctx;
     // Most traces call no collective: they skip the scans below.
+    if !calls_collectives(ctx) {
+        return Ok(None);
+    }
+    let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
+    let members = members(ctx, from, until)?;
+    let steps = members.iter().map(|m| m.steps.len()).min().unwrap_or(0);
+    if members.is_empty() || steps < ONSET_STEPS * 2 {
+        return Ok(None);
+    }
+    let one_node = members.iter().all(|x| x.node == members[0].node);
+    let Some(l) = straggler(&members, steps, one_node) else {
+        return Ok(None);
+    };
+    let m = &members[l.who];
+    if taking_turns(ctx, m, &members, &l, until) {
+        return Ok(None);
+    }
+    let node = m.node.clone();
+    let label = label(&members, m);
+    let since_s = (l.since - from) as f64 / 1e9;
+    let (cause, per_step_off) = local_cause(ctx, m, &l, steps, until)?;
+    let t = match l.baseline {
+        None => by_peers_texts(&l, &label, &cause, members.len(), one_node, since_s),
+        Some(base) => by_own_baseline_texts(&l, base, &label, &cause, members.len(), since_s),
+    };
+    let (typical, lost) = (l.typical, l.lost);
+    Ok(Some(
+        Finding {
+            detector: "straggler",
+            node: node.clone(),
+            time_lost_ns: lost,
+            severity: severity(lost, (until - from).max(1)),
+            summary: t.summary,
+            root_cause: t.root_cause,
+            explanation: t.explanation,
+            timeline: vec![
+                step("NODE", &label, format!("late by {} per step since +{since_s:.1}s", d(typical)), lost),
+                step("HOST", "sched_switch", cause.clone(), per_step_off),
+                step("NCCL", "ncclAllReduce", t.wait_step, lost),
+            ],
+            recommendations: vec![
+                format!("Inspect {label} from +{since_s:.0}s: causeway explain --db TRACE --node {node} --pid {} --from +{since_s:.0}s (CPU contention, throttling, thermals).", m.pid),
+                format!("Drain {label} (or move its rank to a spare) until it keeps pace; the job loses {} per step meanwhile.", d(typical)),
+            ],
+            evidence_sql: evidence_sql(&l, from, until, one_node),
+        }
+        .into_chain(),
+    ))
+}
+
+/// Whether the trace counted any call of a collective.
+fn calls_collectives(ctx: &crate::facts::Ctx<'_>) -> bool {
     let collectives: Vec<&str> = COLLECTIVES_SQL
         .split(',')
         .map(|s| s.trim().trim_matches('\''))
         .collect();
-    if !ctx
-        .ops
+    ctx.ops
         .iter()
         .any(|o| o.count > 0 && collectives.contains(&o.op.as_str()))
-    {
-        return Ok(None);
-    }
-    let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
+}
+
+/// Each member's collectives in the window paired with the sync after each, by (node, pid):
+/// per step its wait (CPU waits still in), completion, entry and time in the calls, and the
+/// wait's two parts as spans.
+fn read_members(
+    ctx: &crate::facts::Ctx<'_>,
+    from: i64,
+    until: i64,
+) -> Result<BTreeMap<(String, u32), (Member, WaitSpans)>, StoreError> {
     type Row = (String, u32, u32, i64, i64, Option<i32>, i64, i64, i64);
     let rows: Vec<Row> = ctx
         .r
@@ -484,6 +541,13 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
             data: (),
         });
     }
+    Ok(per)
+}
+
+/// The members in (node, pid) order, each step's wait less the time its thread waited for a
+/// CPU in it (kept per step in `cpu`).
+fn members(ctx: &crate::facts::Ctx<'_>, from: i64, until: i64) -> Result<Vec<Member>, StoreError> {
+    let per = read_members(ctx, from, until)?;
     let mut members = Vec::with_capacity(per.len());
     for (mut m, spans) in per.into_values() {
         let cpu = cpu_waits(ctx, &m, &spans, from, until)?;
@@ -494,46 +558,66 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
         }
         members.push(m);
     }
-    let steps = members.iter().map(|m| m.steps.len()).min().unwrap_or(0);
-    if members.is_empty() || steps < ONSET_STEPS * 2 {
-        return Ok(None);
-    }
+    Ok(members)
+}
+
+/// The persistently late member over the first `steps` steps, if any: against its peers with
+/// 3 or more members, else against the job's own baseline.
+fn straggler(members: &[Member], steps: usize, one_node: bool) -> Option<Late> {
     let stamps: Vec<i64> = (0..steps)
         .map(|k| median(members.iter().map(|m| m.steps[k].1).collect()))
         .collect();
-    let one_node = members.iter().all(|x| x.node == members[0].node);
-    let found = if members.len() >= 3 {
-        by_peers(&members, steps, &stamps, one_node)
+    if members.len() >= 3 {
+        by_peers(members, steps, &stamps, one_node)
     } else {
-        by_own_baseline(&members, steps, &stamps)
-    };
-    let Some(l) = found else {
-        return Ok(None);
-    };
-    let m = &members[l.who];
-    let (node, tid) = (m.node.clone(), m.tid);
+        by_own_baseline(members, steps, &stamps)
+    }
+}
+
+/// Whether the peer-relative finding `l` for `m` is only ranks taking turns: late in no more
+/// than the busy machine's share of the steps, and not kept from its CPU by tasks outside the
+/// job.
+fn taking_turns(
+    ctx: &crate::facts::Ctx<'_>,
+    m: &Member,
+    members: &[Member],
+    l: &Late,
+    until: i64,
+) -> bool {
     // Late in only the busy machine's share of the steps, but not kept from its CPU by tasks
     // outside the job: ranks sharing a CPU by the job's placement, one of which is last in
     // turn (healthy lab twins, three ranks on one core: 404 ms of rank 2's 446 ms preempted by
     // ranks 0 and 1; another time 170 us preempted in all, mostly for the idle task, against
     // 649 ms lost), not a rank slowed by something else.
-    if l.baseline.is_none()
+    l.baseline.is_none()
         && (l.late_steps as f64) < LATER_SHARE * l.steps_after as f64
-        && !kept_by_outside(ctx, m, &members, l.since, until, l.lost)
-    {
-        return Ok(None);
-    }
-    // Several ranks on its node: name the rank.
-    let label = if members.iter().filter(|x| x.node == m.node).count() > 1 {
+        && !kept_by_outside(ctx, m, members, l.since, until, l.lost)
+}
+
+/// How findings name `m`: its node, and its rank (else its pid) when the node has several.
+fn label(members: &[Member], m: &Member) -> String {
+    let node = &m.node;
+    if members.iter().filter(|x| x.node == m.node).count() > 1 {
         match m.rank {
             Some(r) => format!("{node} rank {r}"),
             None => format!("{node} pid {}", m.pid),
         }
     } else {
         node.clone()
-    };
-    let since_s = (l.since - from) as f64 / 1e9;
-    let share = l.late_steps as f64 / l.steps_after as f64 * 100.0;
+    }
+}
+
+/// The local cause of `l` from its onset on: the sentence naming it, and `m`'s
+/// collective-calling thread's off-CPU time per step (the cause when it explains at least
+/// half of the typical lateness).
+fn local_cause(
+    ctx: &crate::facts::Ctx<'_>,
+    m: &Member,
+    l: &Late,
+    steps: usize,
+    until: i64,
+) -> Result<(String, i64), StoreError> {
+    let (node, tid) = (&m.node, m.tid);
     let (off, preempted, by): (i64, i64, i64) = ctx
         .r
         .prepare_trusted(OFF_CPU_SQL)?
@@ -550,7 +634,7 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
             d(per_step_off),
             d(preempted / l.steps_after.max(1) as i64),
             d(cpu_wait),
-            ctx.name(&node, by as u32)
+            ctx.name(node, by as u32)
         )
     } else {
         format!(
@@ -558,111 +642,128 @@ pub fn detect(inp: &Input<'_>) -> Result<Option<Chain>, StoreError> {
             d(per_step_off)
         )
     };
+    Ok((cause, per_step_off))
+}
+
+/// A finding's sentences.
+struct Texts {
+    summary: String,
+    root_cause: String,
+    explanation: String,
+    /// What the peers' step of the timeline says.
+    wait_step: String,
+}
+
+/// The sentences of the peer-relative finding `l` for `label` among `ranks` ranks.
+fn by_peers_texts(
+    l: &Late,
+    label: &str,
+    cause: &str,
+    ranks: usize,
+    one_node: bool,
+    since_s: f64,
+) -> Texts {
+    let share = l.late_steps as f64 / l.steps_after as f64 * 100.0;
     let (k0, typical, lost) = (l.k0, l.typical, l.lost);
-    let peers = members.len() - 1;
-    let (summary, root_cause, explanation, wait_step) = match l.baseline {
-        None => (
-            format!(
-                "{label} reaches each collective {} after its {peers} peers since +{since_s:.1}s ({share:.0}% of {} steps): {cause}",
-                d(typical),
-                l.steps_after
-            ),
-            format!(
-                "{}: {label} arrives late at the collectives and the whole synchronous job waits for it; locally, {cause}",
-                if one_node {
-                    "Straggler rank"
-                } else {
-                    "Cross-node straggler"
-                }
-            ),
-            format!(
-                "From step {k0} (+{since_s:.1}s) on, {label} {} among {} ranks in {} of {} steps: it arrives a median {} after the median rank, so its {peers} peers idle that long at every collective ({} in all). Launch rates stay alike because every rank steps at the straggler's pace.",
-                if one_node {
-                    "enters the collective last, by at least a quarter of the median rank's time in it and the sync after it,"
-                } else {
-                    "has the shortest wait for its peers (in its collectives and the syncs after them, less its waits for a CPU there), a low outlier"
-                },
-                members.len(),
-                l.late_steps,
-                l.steps_after,
-                d(typical),
-                d(lost)
-            ),
-            format!("{peers} peers wait in the sync after each collective"),
+    let peers = ranks - 1;
+    Texts {
+        summary: format!(
+            "{label} reaches each collective {} after its {peers} peers since +{since_s:.1}s ({share:.0}% of {} steps): {cause}",
+            d(typical),
+            l.steps_after
         ),
-        Some(base) => {
-            let alone = if peers == 0 {
-                "the only rank traced".to_string()
+        root_cause: format!(
+            "{}: {label} arrives late at the collectives and the whole synchronous job waits for it; locally, {cause}",
+            if one_node {
+                "Straggler rank"
             } else {
-                "1 peer: too few to compare, so against its own baseline".to_string()
-            };
-            (
-                format!(
-                    "{label} slowed the job's steps by {} (+{:.0}% over its own baseline of {}) since +{since_s:.1}s ({share:.0}% of {} steps; {alone}): {cause}",
-                    d(typical),
-                    typical as f64 / base as f64 * 100.0,
-                    d(base),
-                    l.steps_after
-                ),
-                format!(
-                    "Straggler against its own baseline: {label}'s steps take {} longer than its first {BASELINE_STEPS}, and a synchronous job goes at its slowest rank's pace; locally, {cause}",
-                    d(typical)
-                ),
-                format!(
-                    "With {} rank(s) there are no 3 peers to compare, so each is compared with its own first {BASELINE_STEPS} steps (median step {}). From step {k0} (+{since_s:.1}s) on, {} of {} steps are at least {:.0}% slower (typically by {}, {} in all){}.",
-                    members.len(),
-                    d(base),
-                    l.late_steps,
-                    l.steps_after,
-                    SLOWDOWN * 100.0,
-                    d(typical),
-                    d(lost),
-                    if peers > 0 {
-                        format!(
-                            "; {label}'s wait after the collectives shrank the most, so it is the rank arriving last"
-                        )
-                    } else {
-                        String::new()
-                    }
-                ),
-                if peers > 0 {
-                    "its peer waits in the sync after each collective".to_string()
-                } else {
-                    "every step ends later".to_string()
-                },
-            )
-        }
-    };
-    Ok(Some(
-        Finding {
-            detector: "straggler",
-            node: node.clone(),
-            time_lost_ns: lost,
-            severity: severity(lost, (until - from).max(1)),
-            summary,
-            root_cause,
-            explanation,
-            timeline: vec![
-                step("NODE", &label, format!("late by {} per step since +{since_s:.1}s", d(typical)), lost),
-                step("HOST", "sched_switch", cause.clone(), per_step_off),
-                step("NCCL", "ncclAllReduce", wait_step, lost),
-            ],
-            recommendations: vec![
-                format!("Inspect {label} from +{since_s:.0}s: causeway explain --db TRACE --node {node} --pid {} --from +{since_s:.0}s (CPU contention, throttling, thermals).", m.pid),
-                format!("Drain {label} (or move its rank to a spare) until it keeps pace; the job loses {} per step meanwhile.", d(typical)),
-            ],
-            evidence_sql: match l.baseline {
-                None => by_peers_evidence(from, until, k0, l.since, one_node),
-                // Per rank since the onset: time in the collectives, the part of it spent
-                // waiting for a CPU, and the rest (waiting for the peers).
-                Some(_) => format!(
-                    "WITH c AS (SELECT node, pid, tid, rank, timestamp AS t, duration AS d FROM events WHERE op IN ({COLLECTIVES_SQL}) AND timestamp >= {since}), w AS (SELECT c.*, coalesce((SELECT sum(least(x.timestamp + x.duration, c.t + c.d) - greatest(x.timestamp, c.t)) FROM events x WHERE x.node = c.node AND x.tid = c.tid AND (x.op = 'sched_wakeup' OR (x.op = 'sched_switch' AND x.arg1 = 0)) AND x.timestamp < c.t + c.d AND x.timestamp + x.duration > c.t), 0) AS cpu_wait FROM c) SELECT node, pid, any_value(rank) AS rank, count(*) AS collectives, median(d) AS median_in_call_ns, median(cpu_wait) AS median_cpu_wait_ns, median(d - cpu_wait) AS median_wait_for_peers_ns FROM w GROUP BY node, pid ORDER BY median_wait_for_peers_ns",
-                    since = l.since
-                ),
+                "Cross-node straggler"
+            }
+        ),
+        explanation: format!(
+            "From step {k0} (+{since_s:.1}s) on, {label} {} among {} ranks in {} of {} steps: it arrives a median {} after the median rank, so its {peers} peers idle that long at every collective ({} in all). Launch rates stay alike because every rank steps at the straggler's pace.",
+            if one_node {
+                "enters the collective last, by at least a quarter of the median rank's time in it and the sync after it,"
+            } else {
+                "has the shortest wait for its peers (in its collectives and the syncs after them, less its waits for a CPU there), a low outlier"
             },
-        }
-        .into_chain(),
-    ))
+            ranks,
+            l.late_steps,
+            l.steps_after,
+            d(typical),
+            d(lost)
+        ),
+        wait_step: format!("{peers} peers wait in the sync after each collective"),
+    }
+}
+
+/// The sentences of the own-baseline finding `l` (baseline step time `base`) for `label`
+/// among `ranks` ranks (1 or 2).
+fn by_own_baseline_texts(
+    l: &Late,
+    base: i64,
+    label: &str,
+    cause: &str,
+    ranks: usize,
+    since_s: f64,
+) -> Texts {
+    let share = l.late_steps as f64 / l.steps_after as f64 * 100.0;
+    let (k0, typical, lost) = (l.k0, l.typical, l.lost);
+    let peers = ranks - 1;
+    let alone = if peers == 0 {
+        "the only rank traced".to_string()
+    } else {
+        "1 peer: too few to compare, so against its own baseline".to_string()
+    };
+    Texts {
+        summary: format!(
+            "{label} slowed the job's steps by {} (+{:.0}% over its own baseline of {}) since +{since_s:.1}s ({share:.0}% of {} steps; {alone}): {cause}",
+            d(typical),
+            typical as f64 / base as f64 * 100.0,
+            d(base),
+            l.steps_after
+        ),
+        root_cause: format!(
+            "Straggler against its own baseline: {label}'s steps take {} longer than its first {BASELINE_STEPS}, and a synchronous job goes at its slowest rank's pace; locally, {cause}",
+            d(typical)
+        ),
+        explanation: format!(
+            "With {} rank(s) there are no 3 peers to compare, so each is compared with its own first {BASELINE_STEPS} steps (median step {}). From step {k0} (+{since_s:.1}s) on, {} of {} steps are at least {:.0}% slower (typically by {}, {} in all){}.",
+            ranks,
+            d(base),
+            l.late_steps,
+            l.steps_after,
+            SLOWDOWN * 100.0,
+            d(typical),
+            d(lost),
+            if peers > 0 {
+                format!(
+                    "; {label}'s wait after the collectives shrank the most, so it is the rank arriving last"
+                )
+            } else {
+                String::new()
+            }
+        ),
+        wait_step: if peers > 0 {
+            "its peer waits in the sync after each collective".to_string()
+        } else {
+            "every step ends later".to_string()
+        },
+    }
+}
+
+/// The finding's evidence SQL: the peer-relative steps redone, or per rank its time in the
+/// collectives since the onset.
+fn evidence_sql(l: &Late, from: i64, until: i64, one_node: bool) -> String {
+    match l.baseline {
+        None => by_peers_evidence(from, until, l.k0, l.since, one_node),
+        // Per rank since the onset: time in the collectives, the part of it spent
+        // waiting for a CPU, and the rest (waiting for the peers).
+        Some(_) => format!(
+            "WITH c AS (SELECT node, pid, tid, rank, timestamp AS t, duration AS d FROM events WHERE op IN ({COLLECTIVES_SQL}) AND timestamp >= {since}), w AS (SELECT c.*, coalesce((SELECT sum(least(x.timestamp + x.duration, c.t + c.d) - greatest(x.timestamp, c.t)) FROM events x WHERE x.node = c.node AND x.tid = c.tid AND (x.op = 'sched_wakeup' OR (x.op = 'sched_switch' AND x.arg1 = 0)) AND x.timestamp < c.t + c.d AND x.timestamp + x.duration > c.t), 0) AS cpu_wait FROM c) SELECT node, pid, any_value(rank) AS rank, count(*) AS collectives, median(d) AS median_in_call_ns, median(cpu_wait) AS median_cpu_wait_ns, median(d - cpu_wait) AS median_wait_for_peers_ns FROM w GROUP BY node, pid ORDER BY median_wait_for_peers_ns",
+            since = l.since
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -17,8 +17,8 @@ use causeway_store::StoreError;
 use causeway_store::duckdb;
 
 use super::{Finding, Input, d, lit, severity, step};
+use crate::base::errors::duck;
 use crate::chains::Chain;
-use crate::facts::duck;
 use crate::fmt::bytes;
 use crate::opsets::named;
 

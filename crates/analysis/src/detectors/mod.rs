@@ -293,7 +293,7 @@ pub fn slow_calls_ctes(ctx: &Ctx<'_>, node: &str, pid: u32, tid: u32) -> String 
     use crate::attribution::{SLOW_MIN_NS, SLOW_P50_FACTOR};
     let n = lit(node);
     let (from, until) = (ctx.window.from_ns, ctx.window.until_ns);
-    let syncs = crate::facts::SYNC_OPS.map(lit).join(", ");
+    let syncs = crate::opsets::SYNC_OPS.map(lit).join(", ");
     format!(
         "pe AS (SELECT * FROM events WHERE node = {n} AND pid = {pid} AND timestamp BETWEEN {from} AND {until}), \
 q AS (SELECT op, quantile_disc(duration, 0.5) p50 FROM pe WHERE op <> 'sched_switch' GROUP BY op), \

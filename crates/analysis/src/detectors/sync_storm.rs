@@ -24,7 +24,8 @@ use causeway_store::StoreError;
 use super::{Finding, Input, d, pct, severity, steady_span, step, thread_budgets};
 use crate::budget::{Budget, CallClass};
 use crate::chains::Chain;
-use crate::facts::{Ctx, SYNC_OPS};
+use crate::facts::Ctx;
+use crate::opsets::SYNC_OPS;
 
 /// Syncs per second that start to look like a storm.
 pub const MIN_SYNCS_PER_S: f64 = 100.0;

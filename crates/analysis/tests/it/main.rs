@@ -7,6 +7,7 @@
 mod corpus;
 mod device;
 mod diff;
+mod house;
 mod input;
 mod invariants;
 mod segments;

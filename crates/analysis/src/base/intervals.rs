@@ -88,6 +88,11 @@ pub fn strictly_inside(points: &[i64], starts: &[i64], ends: &[i64]) -> i64 {
         .sum()
 }
 
+/// i128 sums as i64, saturating (sums of pointers in arg0 can exceed i64).
+pub fn sat(x: i128) -> i64 {
+    i64::try_from(x).unwrap_or(if x < 0 { i64::MIN } else { i64::MAX })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

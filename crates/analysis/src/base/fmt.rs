@@ -43,6 +43,15 @@ pub fn bytes(b: i64) -> String {
     }
 }
 
+/// "3 significant digits", for GPU-hours that range from milliseconds of one GPU to days.
+pub fn sig3(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let digits = (2 - v.abs().log10().floor() as i32).max(0) as usize;
+    format!("{v:.digits$}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

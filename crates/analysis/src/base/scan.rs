@@ -9,7 +9,7 @@ use causeway_store::duckdb::arrow::array::{Array, Int64Array};
 use causeway_store::duckdb::{self, Params};
 use causeway_store::{Reader, StoreError};
 
-use crate::facts::duck;
+use crate::base::errors::duck;
 use crate::window::Window;
 
 // Op ids written into this file's SQL as literals.

@@ -8,7 +8,16 @@ use std::sync::LazyLock;
 use causeway_ops::Class;
 use causeway_store::catalog::{self, OpInfo, Source};
 
-use crate::facts::SYNC_OPS;
+/// Ops whose job is to wait for the GPU: the sync class, in the order evidence queries have
+/// always shown it (snapshots pin it; the build checks the set).
+pub const SYNC_OPS: [&str; 5] = [
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cuCtxSynchronize",
+    "cuStreamSynchronize",
+    "cudaEventSynchronize",
+];
+const _: () = assert!(causeway_ops::is_class(&SYNC_OPS, causeway_ops::Class::Sync));
 
 /// Kernel launches (the GPU-feeding calls): the launch class, in the order evidence queries
 /// have always shown it (snapshots pin it; the build checks the set).

@@ -181,7 +181,7 @@ pub fn trace_span(
     };
     r.prepare_trusted(sql)?
         .query_row([], causeway_store::row)
-        .map_err(crate::facts::duck(r, "reading the trace span"))
+        .map_err(crate::base::errors::duck(r, "reading the trace span"))
 }
 
 /// Absolute, inclusive bounds in ns since the Unix epoch.

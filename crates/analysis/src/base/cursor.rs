@@ -5,7 +5,34 @@
 
 use std::collections::VecDeque;
 
-use crate::timeline::{Gap, LaunchSecond, MIN_GAP_NS};
+/// A gap is a wait when it lasts at least this long (also the fallback's bucket width).
+pub const MIN_GAP_NS: i64 = 1_000_000;
+
+/// A gap between two consecutive GPU calls of one thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap {
+    /// Process (of the call after the gap).
+    pub pid: u32,
+    /// Thread.
+    pub tid: u32,
+    /// End of the call before (ns).
+    pub start: i64,
+    /// Start of the call after (ns).
+    pub end: i64,
+}
+
+/// Launches of one thread in one second of the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchSecond {
+    /// Process.
+    pub pid: u32,
+    /// Thread.
+    pub tid: u32,
+    /// Second since the window start.
+    pub sec: i64,
+    /// Launches.
+    pub launches: i64,
+}
 
 /// Calls a thread may have out of stored time order before the pass gives up on it.
 pub const REORDER_ROWS: usize = 4096;

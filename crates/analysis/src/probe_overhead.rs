@@ -9,6 +9,7 @@ use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 use serde::Serialize;
 
+use crate::base::errors::duck;
 use crate::window::Window;
 
 /// Switches listed at most (the total is given).
@@ -105,14 +106,6 @@ FROM probe_in_situ p LEFT JOIN ops o ON o.op_id = p.op_id
 WHERE p.ts_ns <= ? AND (?::VARCHAR = '' OR p.node = ?::VARCHAR)
 QUALIFY row_number() OVER (PARTITION BY p.node, p.op_id ORDER BY p.ts_ns DESC) = 1
 ORDER BY 1, p.node";
-
-fn duck<'a>(r: &'a Reader, action: &'static str) -> impl Fn(duckdb::Error) -> StoreError + 'a {
-    move |source| StoreError::Duck {
-        path: r.path().to_path_buf(),
-        action,
-        source,
-    }
-}
 
 /// The overhead in `window` (pid < 0: every process, node '': every node); None when the trace
 /// has no controller data.

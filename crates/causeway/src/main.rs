@@ -5,6 +5,7 @@ mod cli;
 mod cmd;
 mod output;
 mod prices;
+mod settings;
 
 use std::io::Write;
 use std::process::ExitCode;

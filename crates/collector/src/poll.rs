@@ -121,6 +121,105 @@ impl Held {
     }
 }
 
+/// One window of counts as cut by [`PollState::snapshot`]: its bounds, and per sampled op the
+/// time its probes were attached in it (ops missing were attached all window long).
+struct Cut<'s, S> {
+    start: i64,
+    end: i64,
+    /// `end - start`, at least 1.
+    window_ns: i64,
+    observed: BTreeMap<u16, Seen>,
+    sampling: &'s S,
+}
+
+impl<S: SampledTime> Cut<'_, S> {
+    /// The attached time and span of `pid`'s own part of the window for the sampled `op`,
+    /// given when processes started (`born`) and exited (`died`) inside it: the attached time
+    /// outside its life would dilute (after its exit) or inflate its rate.
+    fn own(
+        &self,
+        born: &HashMap<u32, i64>,
+        died: &HashMap<u32, i64>,
+        pid: u32,
+        op: u16,
+    ) -> (Seen, i64) {
+        let (b, d) = (born.get(&pid).copied(), died.get(&pid).copied());
+        own_part(
+            self.observed[&op],
+            (self.start, self.end),
+            (b, d),
+            op,
+            self.sampling,
+        )
+    }
+
+    /// The attached time and span that `k`'s `calls` counted in the window are estimated over:
+    /// the whole window for an op never detached, else the process's own part ([`Cut::own`]).
+    fn counted_part(
+        &self,
+        born: &HashMap<u32, i64>,
+        died: &HashMap<u32, i64>,
+        k: StatKey,
+        calls: u64,
+    ) -> (Seen, i64) {
+        match self.observed.get(&k.op) {
+            None => (
+                Seen {
+                    observed_ns: self.window_ns,
+                    switching_ns: 0,
+                },
+                self.window_ns,
+            ),
+            // A sampled op's calls were counted while attached: where none of that fell in
+            // the process's own part of the window as cut (an exit seen late), the window's.
+            Some(&whole) => match self.own(born, died, k.pid, k.op) {
+                (seen, _) if seen.observed_ns <= 0 && calls > 0 => (whole, self.window_ns),
+                own => own,
+            },
+        }
+    }
+
+    /// The sampled-window rows: per op detached some of the window (or sampled now), its
+    /// attached and switching time and the calls counted in it (`sampled`).
+    fn sampled_windows(&self, sampled: &BTreeMap<u16, u64>) -> Vec<SampledWindow> {
+        let window_ns = self.window_ns;
+        self.observed
+            .iter()
+            // A window wholly attached too while the op is sampled (a short last one).
+            .filter(|&(&op, seen)| seen.observed_ns < window_ns || self.sampling.is_sampled(op))
+            .map(|(&op, seen)| SampledWindow {
+                op_id: op,
+                window_start_ns: self.start,
+                window_end_ns: self.end,
+                observed_ns: seen.observed_ns as u64,
+                counted: sampled.get(&op).copied().unwrap_or(0),
+                switching_ns: seen.switching_ns.clamp(0, window_ns - seen.observed_ns) as u64,
+            })
+            .collect()
+    }
+}
+
+/// The histogram rows of `k` for the window `(start, end)`: per log2 bucket, the timed calls
+/// added since the last snapshot (`prev`).
+fn hist_rows<'a>(
+    k: StatKey,
+    s: &'a Stat,
+    prev: Option<&'a Stat>,
+    (start, end): (i64, i64),
+) -> impl Iterator<Item = HistogramBucket> + 'a {
+    s.hist.iter().enumerate().filter_map(move |(i, c)| {
+        let delta = c.saturating_sub(prev.map(|p| p.hist[i]).unwrap_or(0));
+        (delta > 0).then_some(HistogramBucket {
+            pid: k.pid,
+            op_id: k.op,
+            window_start_ns: start,
+            window_end_ns: end,
+            log2_bucket: i as u8,
+            count: delta,
+        })
+    })
+}
+
 /// Everything the poll thread accumulates.
 #[derive(Debug)]
 pub struct PollState {
@@ -504,7 +603,34 @@ impl PollState {
         sampling: &impl SampledTime,
         last: bool,
     ) {
-        let speedup = |op, pid| sampling.speedup(op, pid);
+        let cut = self.cut_window(stats, sampling);
+        let mut dark_rows = self.dark_rows(&cut);
+        // Taken before this window's rows, which may be held back in turn.
+        let waiting = std::mem::take(&mut self.held);
+        let (mut counts, hist, sampled) = self.count_rows(stats, &cut, &mut dark_rows, last);
+        self.release(waiting, dark_rows, &cut, last, &mut counts);
+        if !counts.is_empty() {
+            let _ = sink.ctl.send(Ctl::Counts(counts, hist));
+        }
+        let windows = cut.sampled_windows(&sampled);
+        if !windows.is_empty() {
+            let _ = sink.ctl.send(Ctl::Sampled(windows));
+        }
+        // Later windows start after these; a process that exited before this one began has
+        // no part in any (its rate went above).
+        self.born.retain(|_, &mut t| t > cut.end);
+        self.died.retain(|_, &mut t| t > cut.start);
+        self.send_ring_drops(skel, sink);
+        self.send_channel_drops(sink);
+    }
+
+    /// Ends the current window of counts now (the next one starts here): its bounds, and the
+    /// time each sampled op's probes were attached in it.
+    fn cut_window<'s, S: SampledTime>(
+        &mut self,
+        stats: &HashMap<StatKey, Stat>,
+        sampling: &'s S,
+    ) -> Cut<'s, S> {
         let now = causeway_store::now_ns();
         let (start, end) = (self.window_start_ns, now);
         self.window_start_ns = now;
@@ -513,18 +639,22 @@ impl PollState {
         let observed = self
             .detached
             .window(stats.keys().map(|k| k.op), end, window_ns, sampling);
-        // Each process's own part of the window, where it started or exited inside it: the
-        // attached time outside its life would dilute (after its exit) or inflate its rate.
-        let (born, died) = (&self.born, &self.died);
-        let own = |pid: u32, op: u16| {
-            let (b, d) = (born.get(&pid).copied(), died.get(&pid).copied());
-            own_part(observed[&op], (start, end), (b, d), op, sampling)
-        };
-        // Processes whose op's probes stayed detached all the part of the window they lived:
-        // their calls go at the rate last counted (carried). The others' rates are this
-        // window's.
+        Cut {
+            start,
+            end,
+            window_ns,
+            observed,
+            sampling,
+        }
+    }
+
+    /// This window's rows (calls still 0) of the processes whose op's probes stayed detached
+    /// all the part of the window they lived: their calls go at the rate last counted
+    /// (carried). The others' rates are dropped: theirs are this window's.
+    fn dark_rows<S: SampledTime>(&mut self, cut: &Cut<'_, S>) -> BTreeMap<(u32, u16), Held> {
+        let own = |pid: u32, op: u16| cut.own(&self.born, &self.died, pid, op);
         self.rates.retain(|&(pid, op), _| {
-            observed.contains_key(&op) && {
+            cut.observed.contains_key(&op) && {
                 let (seen, span) = own(pid, op);
                 seen.observed_ns <= 0 && span > 0
             }
@@ -534,8 +664,8 @@ impl PollState {
             let row = OpCount {
                 pid,
                 op_id: op,
-                window_start_ns: start,
-                window_end_ns: end,
+                window_start_ns: cut.start,
+                window_end_ns: cut.end,
                 calls: 0,
                 stored: 0,
                 total_ns: 0,
@@ -553,10 +683,23 @@ impl PollState {
                 },
             );
         }
+        dark_rows
+    }
+
+    /// This window's counts rows (those still waiting for a speedup go to `self.held`) and
+    /// histogram rows, from the deltas of `stats` since the last snapshot, and the calls
+    /// counted per sampled op; takes the processes that called after all out of `dark_rows`,
+    /// and updates the rates, totals and last stats.
+    fn count_rows<S: SampledTime>(
+        &mut self,
+        stats: &HashMap<StatKey, Stat>,
+        cut: &Cut<'_, S>,
+        dark_rows: &mut BTreeMap<(u32, u16), Held>,
+        last: bool,
+    ) -> (Vec<OpCount>, Vec<HistogramBucket>, BTreeMap<u16, u64>) {
         let mut sampled: BTreeMap<u16, u64> = BTreeMap::new();
         let mut counts = Vec::new();
         let mut hist = Vec::new();
-        let waiting = std::mem::take(&mut self.held);
         for (&k, s) in stats {
             let prev = self.prev_stats.get(&k);
             let d = |f: fn(&Stat) -> u64| f(s).saturating_sub(prev.map(f).unwrap_or(0));
@@ -564,43 +707,30 @@ impl PollState {
             if calls == 0 && d(Stat::timed) == 0 {
                 continue;
             }
-            // A sampled op's calls were counted while attached: where none of that fell in
-            // the process's own part of the window as cut (an exit seen late), the window's.
             let dark = dark_rows.remove(&(k.pid, k.op));
-            let (seen, span_ns) = match observed.get(&k.op) {
-                None => (
-                    Seen {
-                        observed_ns: window_ns,
-                        switching_ns: 0,
-                    },
-                    window_ns,
-                ),
-                Some(&whole) => match own(k.pid, k.op) {
-                    (seen, _) if seen.observed_ns <= 0 && calls > 0 => (whole, window_ns),
-                    own => own,
-                },
-            };
-            if observed.contains_key(&k.op) {
+            let (seen, span_ns) = cut.counted_part(&self.born, &self.died, k, calls);
+            let ever_detached = cut.observed.contains_key(&k.op);
+            if ever_detached {
                 *sampled.entry(k.op).or_default() += calls;
             }
             let sampled_now = seen.observed_ns < span_ns;
             let g = if sampled_now {
-                speedup(k.op, k.pid)
+                cut.sampling.speedup(k.op, k.pid)
             } else {
                 Some(1.0)
             };
             let row = OpCount {
                 pid: k.pid,
                 op_id: k.op,
-                window_start_ns: start,
-                window_end_ns: end,
+                window_start_ns: cut.start,
+                window_end_ns: cut.end,
                 calls,
                 stored: d(|s| s.stored),
                 total_ns: d(|s| s.total_ns),
                 bytes: d(|s| s.bytes),
             };
             let rate = dark.and_then(|h| h.rate).filter(|_| calls == 0);
-            if observed.contains_key(&k.op) && seen.observed_ns > 0 {
+            if ever_detached && seen.observed_ns > 0 {
                 let per_ns = |n: u64| n as f64 / seen.observed_ns as f64;
                 let r = Rate {
                     calls: per_ns(row.calls),
@@ -626,19 +756,7 @@ impl PollState {
                     made
                 }
             };
-            for (i, c) in s.hist.iter().enumerate() {
-                let delta = c.saturating_sub(prev.map(|p| p.hist[i]).unwrap_or(0));
-                if delta > 0 {
-                    hist.push(HistogramBucket {
-                        pid: k.pid,
-                        op_id: k.op,
-                        window_start_ns: start,
-                        window_end_ns: end,
-                        log2_bucket: i as u8,
-                        count: delta,
-                    });
-                }
-            }
+            hist.extend(hist_rows(k, s, prev, (cut.start, cut.end)));
             let t = self.totals.entry(k.op).or_default();
             t.calls += made;
             t.estimated |= sampled_now;
@@ -647,11 +765,23 @@ impl PollState {
             t.total_ns += d(|s| s.total_ns);
             self.prev_stats.insert(k, s.clone());
         }
-        // Rows held back whose speedup is measured now or that waited long enough, and this
-        // window's rows of processes whose probes stayed detached.
+        (counts, hist, sampled)
+    }
+
+    /// Moves into `counts`, estimated, the rows held back (`waiting`) whose speedup is measured
+    /// now or that waited long enough, and this window's rows of processes whose probes stayed
+    /// detached (`dark_rows`); the others wait on in `self.held`.
+    fn release<S: SampledTime>(
+        &mut self,
+        waiting: Vec<Held>,
+        dark_rows: BTreeMap<(u32, u16), Held>,
+        cut: &Cut<'_, S>,
+        last: bool,
+        counts: &mut Vec<OpCount>,
+    ) {
         for h in waiting.into_iter().chain(dark_rows.into_values()) {
-            let g = speedup(h.row.op_id, h.row.pid);
-            if g.is_none() && !last && end - h.row.window_end_ns < HOLD_NS {
+            let g = cut.sampling.speedup(h.row.op_id, h.row.pid);
+            if g.is_none() && !last && cut.end - h.row.window_end_ns < HOLD_NS {
                 self.held.push(h);
                 continue;
             }
@@ -662,29 +792,11 @@ impl PollState {
             t.estimated |= carried;
             counts.push(row);
         }
-        if !counts.is_empty() {
-            let _ = sink.ctl.send(Ctl::Counts(counts, hist));
-        }
-        let windows: Vec<SampledWindow> = observed
-            .into_iter()
-            // A window wholly attached too while the op is sampled (a short last one).
-            .filter(|&(op, seen)| seen.observed_ns < window_ns || sampling.is_sampled(op))
-            .map(|(op, seen)| SampledWindow {
-                op_id: op,
-                window_start_ns: start,
-                window_end_ns: end,
-                observed_ns: seen.observed_ns as u64,
-                counted: sampled.get(&op).copied().unwrap_or(0),
-                switching_ns: seen.switching_ns.clamp(0, window_ns - seen.observed_ns) as u64,
-            })
-            .collect();
-        if !windows.is_empty() {
-            let _ = sink.ctl.send(Ctl::Sampled(windows));
-        }
-        // Later windows start after these; a process that exited before this one began has
-        // no part in any (its rate went above).
-        self.born.retain(|_, &mut t| t > end);
-        self.died.retain(|_, &mut t| t > start);
+    }
+
+    /// Sends as drop rows the ring-buffer reservation failures the kernel counted per op since
+    /// the last snapshot (the collector's calibration left out).
+    fn send_ring_drops(&mut self, skel: &CausewaySkel<'_>, sink: &Sink) {
         for op in (0..MAX_OPS).filter(|&op| op != u32::from(OP_CALIBRATE)) {
             let Ok(Some(vals)) = skel
                 .maps
@@ -719,6 +831,10 @@ impl PollState {
                 });
             }
         }
+    }
+
+    /// Sends as drop rows the events lost to a full writer channel since the last report, per op.
+    fn send_channel_drops(&mut self, sink: &Sink) {
         for (&op, &n) in &self.channel_drops {
             let reported = self.channel_reported.entry(op).or_default();
             if n > *reported {

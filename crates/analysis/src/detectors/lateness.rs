@@ -108,6 +108,9 @@ struct Member {
 /// A member's wait parts, two per step (in the collective, in the sync after it).
 type WaitSpans = Vec<Span<()>>;
 
+/// The members by (node, pid), each with its wait parts.
+type ByMember = BTreeMap<(String, u32), (Member, WaitSpans)>;
+
 /// Steps that must mostly be late right after the onset.
 const ONSET_STEPS: usize = 5;
 /// Of those, how many must be late.
@@ -500,7 +503,7 @@ fn read_members(
     ctx: &crate::facts::Ctx<'_>,
     from: i64,
     until: i64,
-) -> Result<BTreeMap<(String, u32), (Member, WaitSpans)>, StoreError> {
+) -> Result<ByMember, StoreError> {
     type Row = (String, u32, u32, i64, i64, Option<i32>, i64, i64, i64);
     let rows: Vec<Row> = ctx
         .r
@@ -511,7 +514,7 @@ fn read_members(
         )
         .and_then(|rows| rows.collect())
         .map_err(duck(ctx.r, "pairing collectives with their waits"))?;
-    let mut per: BTreeMap<(String, u32), (Member, WaitSpans)> = BTreeMap::new();
+    let mut per: ByMember = BTreeMap::new();
     for (node, pid, tid, wait, done, rank, ct, ce, st) in rows {
         let (m, spans) = per.entry((node.clone(), pid)).or_insert_with(|| {
             let m = Member {

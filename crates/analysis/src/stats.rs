@@ -8,6 +8,7 @@ use causeway_store::duckdb;
 use causeway_store::{Reader, StoreError};
 use serde::Serialize;
 
+use crate::base::errors::duck;
 use crate::probe_overhead::{Overhead, modes_in_window, overhead};
 use crate::window::{Window, WindowSpec};
 
@@ -194,14 +195,6 @@ ORDER BY node";
 // The span of a store without events: its kernel counts' windows (a collected cluster store
 // holds counters and histograms only).
 const COUNTS_SPAN_SQL: &str = "SELECT coalesce(min(window_start_ns), 0)::BIGINT, coalesce(max(window_end_ns), 0)::BIGINT FROM op_counts";
-
-fn duck<'a>(r: &'a Reader, action: &'static str) -> impl Fn(duckdb::Error) -> StoreError + 'a {
-    move |source| StoreError::Duck {
-        path: r.path().to_path_buf(),
-        action,
-        source,
-    }
-}
 
 /// Nearest-rank percentile from a log2 histogram: the upper bound of the bucket holding rank
 /// ceil(p * n). An estimate, labelled so by callers.

@@ -45,8 +45,8 @@ use causeway_store::catalog::{COLLECTIVES_SQL, SYNCS_SQL};
 
 use super::straggler::outlier;
 use super::{Finding, Input, d, severity, step};
+use crate::base::errors::duck;
 use crate::chains::Chain;
-use crate::facts::duck;
 use crate::intervals::{Span, overlaps};
 use crate::switches::MARGIN_NS;
 

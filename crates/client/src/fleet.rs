@@ -349,3 +349,27 @@ pub fn run_blocking(fleet: &Fleet, tool: &str, params: &Value) -> Result<(Vec<No
     let answers = runtime.block_on(fan_out(fleet, tool, params));
     Ok((answers, started.elapsed().as_secs_f64() * 1e3))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_are_split_into_scheme_and_authority() {
+        assert_eq!(split("https://gpu-1:8765/"), (true, "gpu-1:8765"));
+        assert_eq!(split("http://gpu-1:8765"), (false, "gpu-1:8765"));
+        assert_eq!(split("gpu-1:8765"), (false, "gpu-1:8765"));
+        assert_eq!(split("[::1]:8765//"), (false, "[::1]:8765"));
+        // Only the lower-case schemes are known; anything else is an authority to dial.
+        assert_eq!(split("HTTPS://gpu-1:8765"), (false, "HTTPS://gpu-1:8765"));
+    }
+
+    #[test]
+    fn a_failed_answer_says_why_and_nothing_else() {
+        let a = failed("gpu-1:8765", "the request task failed".into());
+        assert_eq!(a.node, "gpu-1:8765");
+        assert!(!a.ok);
+        assert_eq!(a.warning.as_deref(), Some("the request task failed"));
+        assert!(a.result.is_none() && a.refusal.is_none() && a.clock_offset_ns.is_none());
+    }
+}

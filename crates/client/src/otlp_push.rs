@@ -433,4 +433,158 @@ mod tests {
         let hint = &e.downcast_ref::<causeway_store::Hinted>().unwrap().hint;
         assert!(hint.contains("--ca-cert"), "{e}: {hint}");
     }
+
+    #[test]
+    fn ports_default_by_scheme_and_ipv6_hosts_keep_their_brackets() {
+        let t = |u: &str| Target::new(u, Protocol::Http, None, None, Duration::from_secs(1));
+        let plain = t("http://collector").unwrap();
+        assert_eq!(
+            (plain.authority.as_str(), plain.https),
+            ("collector:80", false)
+        );
+        assert_eq!(plain.base_path, "");
+        let v6 = t("http://[fd00::7]:4318/").unwrap();
+        assert_eq!(v6.authority, "[fd00::7]:4318");
+        assert_eq!(v6.base_path, "", "a lone slash is no prefix");
+        let e = t("http://collector:4318/v1?x=1").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("a query string is not allowed"),
+            "{e:#}"
+        );
+    }
+
+    /// A PEM CA certificate in `dir`.
+    fn ca_file(dir: &Path) -> std::path::PathBuf {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let path = dir.join("ca.pem");
+        std::fs::write(&path, params.self_signed(&key).unwrap().pem()).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_ca_goes_with_https_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = ca_file(dir.path());
+        let t = |u: &str, ca: &Path| {
+            Target::new(u, Protocol::Grpc, None, Some(ca), Duration::from_secs(1))
+        };
+        let https = t("https://collector.example", &ca).unwrap();
+        assert_eq!(https.authority, "collector.example:443");
+        assert!(https.https && https.tls.is_some() && https.ca_pem.is_some());
+        let e = t("http://collector:4317", &ca).unwrap_err();
+        let h = e.downcast_ref::<causeway_store::Hinted>().unwrap();
+        assert_eq!(
+            h.message,
+            "--ca-cert is only used with an https:// endpoint"
+        );
+        assert_eq!(h.hint, "use https://collector:4317 or drop --ca-cert");
+        let missing = dir.path().join("missing.pem");
+        let e = t("https://collector:4317", &missing).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("missing.pem: cannot read the CA certificate"),
+            "{e:#}"
+        );
+    }
+
+    #[test]
+    fn the_token_never_reaches_a_debug_line() {
+        let t = Target::new(
+            "http://127.0.0.1:4318",
+            Protocol::Http,
+            Some("hunter2-token".into()),
+            None,
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let text = format!("{t:?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("<set>"), "{text}");
+    }
+
+    #[test]
+    fn receiver_text_is_quoted_clean_and_short() {
+        assert_eq!(quote(b""), "(empty body)");
+        assert_eq!(quote(b"  \n "), "(empty body)");
+        assert_eq!(quote(b" queue full\n"), "queue full");
+        let q = quote(b"bad \x1b[2J\x07 input");
+        assert!(!q.contains('\u{1b}') && !q.contains('\u{7}'), "{q:?}");
+        // Capped, and marked as cut.
+        let long = quote(&[b'x'; 10_000]);
+        assert_eq!(long, format!("{}…", "x".repeat(MAX_QUOTED)));
+        // Not UTF-8: quoted lossily rather than refused.
+        assert!(quote(b"\xff\xfe oops").ends_with("oops"));
+    }
+
+    #[test]
+    fn grpc_status_codes_become_errors_with_what_to_check() {
+        let t = Target::new(
+            "http://collector:4317",
+            Protocol::Grpc,
+            None,
+            None,
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let hinted = |s: tonic::Status| {
+            let e = t.grpc_error(s);
+            let h = e.downcast_ref::<causeway_store::Hinted>().unwrap().clone();
+            (h.message, h.hint)
+        };
+        for s in [
+            tonic::Status::unauthenticated("no"),
+            tonic::Status::permission_denied("no"),
+        ] {
+            let code = s.code();
+            let (m, h) = hinted(s);
+            assert_eq!(
+                m,
+                format!(
+                    "http://collector:4317 refused the push (gRPC {code:?}): the bearer token is missing or wrong"
+                )
+            );
+            assert!(h.contains("--token-file"), "{h}");
+        }
+        let (m, _) = hinted(tonic::Status::unavailable(""));
+        assert_eq!(
+            m,
+            "cannot push to http://collector:4317: unavailable: (empty body)"
+        );
+        let (m, h) = hinted(tonic::Status::unimplemented("unknown service"));
+        assert!(
+            m.contains("does not implement this OTLP service: unknown service"),
+            "{m}"
+        );
+        assert!(h.contains("--protocol http"), "{h}");
+        let (m, h) = hinted(tonic::Status::resource_exhausted("slow down"));
+        assert_eq!(
+            m,
+            "http://collector:4317 answered gRPC ResourceExhausted: slow down"
+        );
+        assert_eq!(h, "see the receiver's logs");
+    }
+
+    #[test]
+    fn a_token_is_sent_as_bearer_metadata_if_a_header_can_carry_it() {
+        let t = |token: &str| {
+            Target::new(
+                "http://collector:4317",
+                Protocol::Grpc,
+                Some(token.into()),
+                None,
+                Duration::from_secs(1),
+            )
+            .unwrap()
+        };
+        let req = t("abc123").grpc_request(()).unwrap();
+        assert_eq!(
+            req.metadata().get("authorization").unwrap(),
+            "Bearer abc123"
+        );
+        let e = t("two\nlines").grpc_request(()).unwrap_err();
+        let h = e.downcast_ref::<causeway_store::Hinted>().unwrap();
+        assert!(h.hint.contains("printable ASCII"), "{}", h.hint);
+    }
 }

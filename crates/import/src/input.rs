@@ -11,7 +11,8 @@ use causeway_store::Writer;
 
 use crate::kineto::{self, KinetoError, KinetoTrace};
 use crate::nsys::{self, NsysTrace};
-use crate::{ImportError, ImportOptions, Progress, SourceReport, SqliteTrace};
+use crate::reference::SqliteTrace;
+use crate::{ImportError, ImportOptions, Progress, SourceReport};
 
 /// One source, opened and checked.
 pub(crate) enum Input {
@@ -80,7 +81,7 @@ impl Input {
         }
         // Everything else is judged (and named) by the SQLite reader; both SQLite formats start
         // `SQLite format 3`, so their tables tell them apart.
-        let db = crate::open_sqlite(path)?;
+        let db = crate::sqlite::open_sqlite(path)?;
         if nsys::is_nsys(&db.tables) {
             return Ok(Input::Nsys(NsysTrace::open(path, db)?));
         }

@@ -144,3 +144,70 @@ pub async fn handle(req: Request<InBody>, ctx: Arc<Context>, max_body: usize) ->
         Err(e) => tool_error(&e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn options(addr: &str, allow_host: &[&str]) -> HttpOptions {
+        HttpOptions {
+            addr: addr.parse().unwrap(),
+            token: None,
+            tls: None,
+            client_ca: None,
+            allowed_origins: Vec::new(),
+            allowed_hosts: allow_host.iter().map(|h| h.to_string()).collect(),
+            max_body_bytes: 1 << 20,
+            max_connections: 64,
+            max_sessions: 8,
+            max_sessions_per_client: 4,
+            unused_session_timeout: Duration::from_secs(30),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn hosts_follow_the_listen_address_and_allow_host() {
+        let loopback = ["localhost", "127.0.0.1", "[::1]"];
+        assert_eq!(
+            allowed_hosts(&options("127.0.0.1:8765", &[])).unwrap(),
+            loopback
+        );
+        assert_eq!(allowed_hosts(&options("[::1]:0", &[])).unwrap(), loopback);
+        // Off loopback, names are unknown in advance: any host (the token is mandatory there).
+        assert_eq!(allowed_hosts(&options("0.0.0.0:8765", &[])), None);
+        // --allow-host narrows it again, and adds to the loopback names.
+        assert_eq!(
+            allowed_hosts(&options("0.0.0.0:8765", &["trace.example"])).unwrap(),
+            ["localhost", "127.0.0.1", "[::1]", "trace.example"]
+        );
+    }
+
+    #[tokio::test]
+    async fn tool_errors_become_statuses_with_the_error_and_hint_as_json() {
+        for (e, status) in [
+            (ToolError::UnknownTool("nope".into()), StatusCode::NOT_FOUND),
+            (
+                ToolError::InvalidArgument {
+                    field: "/sql".into(),
+                    rule: "required".into(),
+                    hint: "send {\"sql\": ...}".into(),
+                },
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                ToolError::failed("no such table", "see causeway://schema"),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            ),
+        ] {
+            let r = tool_error(&e);
+            assert_eq!(r.status(), status, "{e:?}");
+            assert_eq!(r.headers()[hyper::header::CONTENT_TYPE], "application/json");
+            let body = r.into_body().collect().await.unwrap().to_bytes();
+            let v: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v, json!({"error": e.message(), "hint": e.hint()}));
+        }
+    }
+}

@@ -418,4 +418,117 @@ mod tests {
         assert!(!token_ok(b"secret-longer", b"secret"));
         assert!(!token_ok(b"", b"secret"));
     }
+
+    fn with_headers(method: &str, headers: &[(&str, &str)]) -> Request<()> {
+        let mut b = Request::builder().method(method).uri("/mcp");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).unwrap()
+    }
+
+    #[test]
+    fn only_the_bearer_scheme_with_the_exact_token_is_authorized() {
+        let auth = |v: &str| with_headers("POST", &[("Authorization", v)]);
+        assert!(authorized(&auth("Bearer s3cret"), Some("s3cret")));
+        // Surrounding blanks of the token itself are forgiven, not the scheme's spelling.
+        assert!(authorized(&auth("Bearer  s3cret "), Some("s3cret")));
+        for bad in [
+            "bearer s3cret",
+            "Basic s3cret",
+            "s3cret",
+            "Bearer s3cre",
+            "Bearer ",
+        ] {
+            assert!(!authorized(&auth(bad), Some("s3cret")), "{bad}");
+        }
+        assert!(!authorized(&with_headers("GET", &[]), Some("s3cret")));
+        // No token configured (loopback): every request passes.
+        assert!(authorized(&with_headers("GET", &[]), None));
+    }
+
+    #[test]
+    fn refusals_are_bare_and_a_401_names_the_scheme() {
+        let r = bare(StatusCode::UNAUTHORIZED);
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(r.headers()[hyper::header::WWW_AUTHENTICATE], "Bearer");
+        let r = bare(StatusCode::FORBIDDEN);
+        assert!(r.headers().is_empty(), "{:?}", r.headers());
+        let r = unavailable();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[hyper::header::RETRY_AFTER], "5");
+        assert!(OVER_CAPACITY.starts_with(b"HTTP/1.1 503 "));
+    }
+
+    #[test]
+    fn a_post_without_a_session_id_starts_a_session() {
+        assert!(starts_a_session(&with_headers("POST", &[])));
+        let named = with_headers("POST", &[("Mcp-Session-Id", "abc")]);
+        assert!(!starts_a_session(&named));
+        assert_eq!(session_of(named.headers()), Some("abc"));
+        assert!(!starts_a_session(&with_headers("GET", &[])));
+        assert!(!starts_a_session(&with_headers("DELETE", &[])));
+        assert_eq!(session_of(with_headers("POST", &[]).headers()), None);
+    }
+
+    /// A CA and a certificate it signed for 127.0.0.1, as PEM files in `dir`; returns
+    /// (ca, cert, key, another key).
+    fn pki(dir: &std::path::Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let p = |n: &str| dir.join(n);
+        std::fs::write(p("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(p("server.pem"), cert.pem()).unwrap();
+        std::fs::write(p("server.key"), key.serialize_pem()).unwrap();
+        let other = KeyPair::generate().unwrap();
+        std::fs::write(p("other.key"), other.serialize_pem()).unwrap();
+        (
+            p("ca.pem"),
+            p("server.pem"),
+            p("server.key"),
+            p("other.key"),
+        )
+    }
+
+    #[test]
+    fn tls_configuration_errors_say_which_file_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, cert, key, other) = pki(dir.path());
+        assert!(tls_acceptor(&cert, &key, None).is_ok());
+        assert!(tls_acceptor(&cert, &key, Some(&ca)).is_ok(), "mutual TLS");
+        let missing = dir.path().join("missing.pem");
+        let e = tls_acceptor(&missing, &key, None).err().expect("refused");
+        assert!(
+            format!("{e:#}").contains("missing.pem: cannot read the TLS certificate chain (PEM)"),
+            "{e:#}"
+        );
+        let e = tls_acceptor(&cert, &missing, None).err().expect("refused");
+        assert!(
+            format!("{e:#}").contains("missing.pem: cannot read the TLS private key (PEM)"),
+            "{e:#}"
+        );
+        let e = tls_acceptor(&cert, &key, Some(&missing))
+            .err()
+            .expect("refused");
+        assert!(
+            format!("{e:#}").contains("missing.pem: cannot read the client CA (PEM)"),
+            "{e:#}"
+        );
+        // A key of another certificate: the message and the fix travel together.
+        let e = tls_acceptor(&cert, &other, None).err().expect("refused");
+        let h = e
+            .downcast_ref::<causeway_store::Hinted>()
+            .expect("a hinted error");
+        assert_eq!(h.message, "the TLS certificate and key do not match");
+        assert_eq!(h.hint, "pass the key of the --tls-cert certificate");
+    }
 }

@@ -312,6 +312,160 @@ mod tests {
     }
 
     #[test]
+    fn origin_patterns_match_a_port_or_none_and_nothing_else() {
+        let any_port = "http://localhost:*";
+        for ok in [
+            "http://localhost",
+            "http://localhost/",
+            "http://LOCALHOST:8080",
+            "http://localhost:5173/",
+        ] {
+            assert!(origin_matches(any_port, ok), "{ok}");
+        }
+        // A longer host sharing the prefix, an empty or non-numeric port, another scheme.
+        for bad in [
+            "http://localhostx:80",
+            "http://localhost:",
+            "http://localhost:80a",
+            "https://localhost:80",
+            "http://localhost:80/path",
+        ] {
+            assert!(!origin_matches(any_port, bad), "{bad}");
+        }
+        // Without `:*` the origin must be the same, its port included.
+        let exact = "https://inspector.example:443/";
+        assert!(origin_matches(exact, "https://INSPECTOR.example:443"));
+        assert!(!origin_matches(exact, "https://inspector.example"));
+        assert!(!origin_matches(exact, "https://inspector.example:4430"));
+    }
+
+    #[test]
+    fn hosts_are_checked_by_name_without_their_port() {
+        let p = AccessPolicy::new(
+            Some(vec![
+                "localhost".into(),
+                "[::1]".into(),
+                "trace.example".into(),
+            ]),
+            "http",
+            &[],
+        );
+        for ok in [
+            "localhost",
+            "LOCALHOST:8765",
+            "[::1]:8765",
+            "trace.example:80",
+        ] {
+            assert_eq!(p.refuse(&req(&[("Host", ok)])), None, "{ok}");
+        }
+        // A port that is not a number leaves the whole value as the name; no Host at all is
+        // no allowed name either.
+        for bad in ["localhost:http", "other.example:8765", "::1"] {
+            assert_eq!(
+                p.refuse(&req(&[("Host", bad)])),
+                Some(StatusCode::FORBIDDEN),
+                "{bad}"
+            );
+        }
+        assert_eq!(p.refuse(&req(&[])), Some(StatusCode::FORBIDDEN));
+    }
+
+    #[test]
+    fn without_a_host_list_any_host_passes_but_origins_are_still_checked() {
+        // Off loopback without --allow-host: a token guards the server, Host is not checked.
+        let p = AccessPolicy::new(None, "https", &[]);
+        assert_eq!(
+            p.refuse(&req(&[("Host", "gpu-node-7.internal:8765")])),
+            None
+        );
+        assert_eq!(p.refuse(&req(&[])), None);
+        assert_eq!(
+            p.refuse(&req(&[
+                ("Host", "gpu-node-7.internal"),
+                ("Origin", "https://localhost:1")
+            ])),
+            None
+        );
+        // The loopback origins are those of the server's own scheme.
+        assert_eq!(
+            p.refuse(&req(&[("Origin", "http://localhost:1")])),
+            Some(StatusCode::FORBIDDEN)
+        );
+        assert!(p.origins().iter().all(|o| o.starts_with("https://")));
+    }
+
+    #[test]
+    fn the_connection_cap_leaves_descriptors_for_the_store() {
+        assert_eq!(connection_cap(100, 65_536), 100);
+        assert_eq!(connection_cap(4096, 1024), 1024 - 128);
+        // A tiny descriptor limit still serves a few connections.
+        assert_eq!(connection_cap(4096, 100), 16);
+        assert_eq!(connection_cap(4096, 0), 16);
+        assert_eq!(connection_cap(8, 0), 8);
+    }
+
+    #[test]
+    fn the_raised_fd_limit_is_within_the_hard_limit() {
+        use nix::sys::resource::{Resource, getrlimit};
+        let (soft_before, _) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        let raised = raise_fd_limit();
+        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        assert_eq!(raised, soft, "it reports the limit in force");
+        assert!(
+            raised >= soft_before && raised <= hard,
+            "{soft_before} {raised} {hard}"
+        );
+    }
+
+    /// A body whose client sent the headers and then nothing more.
+    struct Silent;
+
+    impl hyper::body::Body for Silent {
+        type Data = hyper::body::Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+            std::task::Poll::Pending
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_that_stops_arriving_fails_at_its_deadline() {
+        use http_body_util::BodyExt as _;
+        let within = Duration::from_millis(50);
+        // The outer timeout only keeps a broken deadline from hanging the test.
+        let read = tokio::time::timeout(
+            Duration::from_secs(30),
+            DeadlineBody::new(within, Silent).collect(),
+        )
+        .await
+        .expect("the deadline ends the body");
+        let e = read.expect_err("a body that never ends is an error");
+        assert!(e.is::<BodyTimedOut>(), "{e}");
+        assert_eq!(e.to_string(), "the request body did not arrive within 50ms");
+    }
+
+    #[tokio::test]
+    async fn a_whole_body_within_its_deadline_passes_through() {
+        use http_body_util::{BodyExt as _, Full};
+        const SQL: &[u8] = br#"{"sql": "SELECT 1"}"#;
+        let body = DeadlineBody::new(
+            Duration::from_secs(3600),
+            Full::new(hyper::body::Bytes::from_static(SQL)),
+        );
+        assert_eq!(
+            hyper::body::Body::size_hint(&body).exact(),
+            Some(SQL.len() as u64),
+            "the size hint is the inner body's"
+        );
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], SQL);
+    }
+
+    #[test]
     fn backoff_grows_and_resets() {
         let mut b = AcceptBackoff::default();
         let e = std::io::Error::from_raw_os_error(24);

@@ -415,3 +415,118 @@ impl LogsService for GrpcReceiver {
             .map_err(grpc_status)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn every_gzip_member_is_inflated_up_to_the_limit() {
+        // Exporters may send several members back to back (RFC 1952): all are the body.
+        let mut body = gzip(b"first half, ");
+        body.extend(gzip(b"second half"));
+        assert_eq!(
+            &gunzip(&body, 1024).unwrap()[..],
+            b"first half, second half"
+        );
+        // Exactly the limit is taken; one byte more is refused with what to do.
+        let zeros = gzip(&[0u8; 4096]);
+        assert_eq!(gunzip(&zeros, 4096).unwrap().len(), 4096);
+        let e = gunzip(&zeros, 4095).unwrap_err();
+        assert!(
+            e.starts_with("the body inflates to more than 4095 bytes"),
+            "{e}"
+        );
+        assert!(e.contains("--max-otlp-body"), "{e}");
+        let e = gunzip(b"not gzip at all", 1024).unwrap_err();
+        assert!(e.starts_with("the body is not valid gzip"), "{e}");
+        // A member cut short is damage, not a shorter body.
+        let cut = &zeros[..zeros.len() - 4];
+        assert!(gunzip(cut, 8192).is_err());
+    }
+
+    fn grpc_answer(status: &str, message: &str) -> hyper::Response<()> {
+        let mut r = hyper::Response::new(());
+        r.headers_mut()
+            .insert("grpc-status", status.parse().unwrap());
+        r.headers_mut()
+            .insert("grpc-message", message.parse().unwrap());
+        r
+    }
+
+    fn status_of(r: &hyper::Response<()>) -> &str {
+        r.headers()["grpc-status"].to_str().unwrap()
+    }
+
+    #[test]
+    fn messages_that_can_never_be_decoded_are_not_retried() {
+        // tonic's INTERNAL for an undecodable message, OUT_OF_RANGE for an oversized one.
+        let r = non_retryable_decode_errors(grpc_answer("13", "failed to decode Protobuf message"));
+        assert_eq!(status_of(&r), "3");
+        let r = non_retryable_decode_errors(grpc_answer(
+            "11",
+            "Error, decoded message length too large: found 9000000 bytes",
+        ));
+        assert_eq!(status_of(&r), "3");
+        // Other failures keep their code: UNAVAILABLE stays retryable, an INTERNAL that is not
+        // about decoding stays INTERNAL.
+        let r = non_retryable_decode_errors(grpc_answer("14", "too large a queue to decode"));
+        assert_eq!(status_of(&r), "14");
+        let r = non_retryable_decode_errors(grpc_answer("13", "the store failed"));
+        assert_eq!(status_of(&r), "13");
+        let ok = non_retryable_decode_errors(hyper::Response::new(()));
+        assert!(ok.headers().get("grpc-status").is_none());
+    }
+
+    #[tokio::test]
+    async fn refusals_map_to_the_otlp_status_codes() {
+        use http_body_util::BodyExt as _;
+        // (the refusal, made afresh per use; its HTTP status; its gRPC code)
+        type Case = (fn() -> Refusal, u16, tonic::Code);
+        let cases: [Case; 4] = [
+            (
+                || Refusal::Invalid("bad".into()),
+                400,
+                tonic::Code::InvalidArgument,
+            ),
+            (
+                || Refusal::TooLarge("big".into()),
+                413,
+                tonic::Code::InvalidArgument,
+            ),
+            (
+                || Refusal::Busy("busy".into()),
+                503,
+                tonic::Code::Unavailable,
+            ),
+            (
+                || Refusal::Unavailable("closing".into()),
+                503,
+                tonic::Code::Unavailable,
+            ),
+        ];
+        for (refusal, http, grpc) in cases {
+            let what = format!("{:?}", refusal());
+            let resp = refusal_response(refusal());
+            assert_eq!(resp.status().as_u16(), http, "{what}");
+            // Only the retryable answers ask to come back, and say when.
+            assert_eq!(
+                resp.headers().contains_key(hyper::header::RETRY_AFTER),
+                http == 503,
+                "{what}"
+            );
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            let status = RpcStatus::decode(body).unwrap();
+            assert_eq!(status.code, grpc as i32, "{what}");
+            assert!(what.contains(&status.message), "{what}: {}", status.message);
+            assert_eq!(grpc_status(refusal()).code(), grpc, "{what}");
+        }
+    }
+}

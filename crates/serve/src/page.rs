@@ -215,4 +215,43 @@ mod tests {
         assert!(window_params(Some("sql=select")).is_err());
         assert!(window_params(Some("from=%zz")).is_err());
     }
+
+    #[test]
+    fn form_components_decode_or_are_refused() {
+        assert_eq!(decode("a+b%20c%2B").as_deref(), Some("a b c+"));
+        assert_eq!(decode("%E2%9C%93").as_deref(), Some("\u{2713}"));
+        assert_eq!(decode("").as_deref(), Some(""));
+        // A cut escape, a non-hex escape and bytes that are not UTF-8.
+        for bad in ["%", "%2", "abc%zz", "%ff%fe"] {
+            assert_eq!(decode(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_refused_parameter_is_named_with_what_to_send() {
+        let e = window_params(Some("since=5m&limit=10")).unwrap_err();
+        assert_eq!(e.message(), "invalid argument /limit: unknown parameter");
+        assert!(e.hint().unwrap().contains("?since=5m"), "{e:?}");
+        let e = window_params(Some("pid=-1")).unwrap_err();
+        assert_eq!(e.message(), "invalid argument /pid: not a process id");
+        let e = window_params(Some("node=%C3%28")).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "invalid argument /node: not valid percent-encoded UTF-8"
+        );
+        // A long key is cut before it is echoed back.
+        let long = "k".repeat(500);
+        let e = window_params(Some(&format!("{long}=1"))).unwrap_err();
+        assert!(e.message().len() < 120, "{}", e.message());
+    }
+
+    #[test]
+    fn every_window_parameter_is_read_and_empty_pairs_are_skipped() {
+        let p = window_params(Some("&from=%2B30s&&until=-10s&since&pid=7&")).unwrap();
+        assert_eq!(p.from.as_deref(), Some("+30s"));
+        assert_eq!(p.until.as_deref(), Some("-10s"));
+        assert_eq!(p.since.as_deref(), Some(""), "a bare key is an empty value");
+        assert_eq!(p.pid, Some(7));
+        assert_eq!(p.node, None);
+    }
 }

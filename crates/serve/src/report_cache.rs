@@ -185,6 +185,41 @@ mod tests {
     }
 
     #[test]
+    fn a_clock_before_the_build_counts_as_too_recent() {
+        // Instants from another thread may read earlier than `built`: no rebuild storm then.
+        let t0 = Instant::now() + Duration::from_secs(60);
+        let e = entry("v1", t0, Duration::ZERO);
+        assert_eq!(
+            e.decide("v2", t0 - Duration::from_secs(30)),
+            Decision::Stale
+        );
+        assert_eq!(
+            e.decide("v1", t0 - Duration::from_secs(30)),
+            Decision::Current
+        );
+    }
+
+    #[test]
+    fn rebuilding_a_kept_report_at_the_cap_forgets_no_other() {
+        let t0 = Instant::now();
+        let mut c = ReportCache::default();
+        assert!(c.is_empty());
+        let e = entry("v", t0, Duration::ZERO);
+        for i in 0..MAX_ENTRIES {
+            let mut e = e.clone();
+            e.built = t0 + Duration::from_secs(i as u64);
+            c.put(format!("q{i}"), e);
+        }
+        let mut newer = e.clone();
+        newer.version = "v2".into();
+        newer.built = t0 + Duration::from_secs(3600);
+        c.put("q5".into(), newer);
+        assert_eq!(c.len(), MAX_ENTRIES);
+        assert!((0..MAX_ENTRIES).all(|i| c.get(&format!("q{i}")).is_some()));
+        assert_eq!(c.get("q5").unwrap().version, "v2");
+    }
+
+    #[test]
     fn store_version_changes_with_appended_events_and_rows_updated_in_place() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("live.duckdb");

@@ -175,4 +175,69 @@ mod tests {
         assert!(manager.has_session(&ids[0]).await.unwrap());
         assert_eq!(guard.admit(flood).await, Ok(()));
     }
+
+    /// A guard of `max_total` sessions, `per_client` each, over a fresh manager.
+    fn guard(
+        max_total: usize,
+        per_client: usize,
+        unused_expiry: Duration,
+    ) -> (Arc<LocalSessionManager>, Arc<SessionGuard>) {
+        let manager = Arc::new(LocalSessionManager::default());
+        let g = SessionGuard::new(manager.clone(), max_total, per_client, unused_expiry);
+        (manager, g)
+    }
+
+    /// What the server does for an admitted `initialize`: rmcp creates it, the guard notes it.
+    async fn open(m: &LocalSessionManager, g: &SessionGuard, client: IpAddr) -> Arc<str> {
+        g.admit(client).await.expect("admitted");
+        let (id, _transport) = m.create_session().await.unwrap();
+        g.opened(&id, client);
+        id
+    }
+
+    #[tokio::test]
+    async fn the_server_cap_counts_the_sessions_of_every_client() {
+        let (m, g) = guard(3, 2, Duration::from_secs(3600));
+        let ips: Vec<IpAddr> = ["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        open(&m, &g, ips[0]).await;
+        open(&m, &g, ips[1]).await;
+        open(&m, &g, ips[2]).await;
+        // Each client holds one of its two, yet the server is full: a new client is refused
+        // for the server's sake, not its own.
+        assert_eq!(g.admit(ips[3]).await, Err(Refusal::Server));
+        assert_eq!(g.admit(ips[0]).await, Err(Refusal::Server));
+    }
+
+    #[tokio::test]
+    async fn sessions_rmcp_closed_no_longer_count_against_their_client() {
+        let (m, g) = guard(8, 1, Duration::from_secs(3600));
+        let client: IpAddr = "10.0.0.9".parse().unwrap();
+        let id = open(&m, &g, client).await;
+        assert_eq!(g.admit(client).await, Err(Refusal::Client));
+        // The client ended its session (DELETE), or rmcp's idle expiry did.
+        m.close_session(&id).await.unwrap();
+        assert_eq!(g.admit(client).await, Ok(()));
+        // The next sweep forgets it without closing anything.
+        assert_eq!(g.expire_unused().await, 0);
+        assert_eq!(g.owners.lock().unwrap().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn only_sessions_never_named_since_their_initialize_expire() {
+        // A zero expiry: every unused session is past it, with no waiting in the test.
+        let (m, g) = guard(8, 8, Duration::ZERO);
+        let client: IpAddr = "::1".parse().unwrap();
+        let used = open(&m, &g, client).await;
+        let unused = open(&m, &g, client).await;
+        g.touched(&used);
+        // A request naming a session this guard never saw changes nothing.
+        g.touched("no-such-session");
+        assert_eq!(g.expire_unused().await, 1);
+        assert!(m.has_session(&used).await.unwrap());
+        assert!(!m.has_session(&unused).await.unwrap());
+        assert_eq!(g.expire_unused().await, 0, "nothing left to close");
+    }
 }

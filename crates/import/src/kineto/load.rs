@@ -13,7 +13,8 @@ use super::map::{
 use super::parse::{Header, Id, RawEvent, micros_to_ns, parse_event};
 use super::split::{Parts, Scanned, Stop};
 use super::{KinetoReport, KinetoTrace};
-use crate::{ImportError, ImportOptions, Invalid, Progress, SourceReport};
+use crate::skips::Invalid;
+use crate::{ImportError, ImportOptions, Progress, SourceReport};
 
 /// Rows of a side table buffered before they are appended.
 const BATCH: usize = 8192;
@@ -67,7 +68,7 @@ impl Load<'_> {
         let ok = |id: &Option<Id>| {
             id.as_ref()
                 .and_then(Id::num)
-                .filter(|v| (0..=crate::MAX_PID).contains(v))
+                .filter(|v| (0..=crate::skips::MAX_PID).contains(v))
                 .map(|v| v as u32)
         };
         Some((ok(&ev.pid)?, ok(&ev.tid)?))
@@ -86,7 +87,7 @@ impl Load<'_> {
         self.report.runtime_calls += 1;
         let name = ev.name.as_deref().unwrap_or("");
         let Some(op) = call_op(name) else {
-            crate::tally(&mut self.skipped, name, 1);
+            crate::skips::tally(&mut self.skipped, name, 1);
             return Ok(());
         };
         let (Some((start, end)), Some((pid, tid))) = (self.span(&ev), Self::host_ids(&ev)) else {
@@ -269,7 +270,7 @@ impl Load<'_> {
                 ev.ph.as_deref().unwrap_or(""),
                 ev.cat.as_deref().unwrap_or("")
             );
-            crate::tally(&mut self.report.not_imported, &key, 1);
+            crate::skips::tally(&mut self.report.not_imported, &key, 1);
             return Ok(());
         }
         match ev.cat.as_deref().unwrap_or("") {
@@ -283,7 +284,7 @@ impl Load<'_> {
             "python_function" => self.range(ev, "python_function"),
             other => {
                 let key = format!("X/{other}");
-                crate::tally(&mut self.report.not_imported, &key, 1);
+                crate::skips::tally(&mut self.report.not_imported, &key, 1);
                 Ok(())
             }
         }
@@ -424,7 +425,7 @@ impl KinetoTrace {
             ..SourceReport::default()
         };
         out.invalid = invalid.store(w, &origin, |first| format!("traceEvents[{}]", first - 1))?;
-        out.skipped += crate::record_skipped(w, &origin, &skipped)?;
+        out.skipped += crate::skips::record_skipped(w, &origin, &skipped)?;
         if first_ns <= last_ns {
             let gpu_model = h
                 .devices

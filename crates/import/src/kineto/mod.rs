@@ -276,7 +276,7 @@ impl KinetoTrace {
         let pid = scan
             .calls_by_pid
             .iter()
-            .filter(|(p, _)| (0..=crate::MAX_PID).contains(*p))
+            .filter(|(p, _)| (0..=crate::skips::MAX_PID).contains(*p))
             .max_by_key(|(p, n)| (**n, std::cmp::Reverse(**p)))
             .map(|(p, _)| *p as u32);
         Ok(KinetoTrace {

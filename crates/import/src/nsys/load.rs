@@ -14,7 +14,8 @@ use super::schema::{
 };
 use super::{NsysReport, NsysTrace, global_pid, global_tid};
 use crate::kineto::map::{AnnotationSteps, Depths, Launched, call_args, call_op, kernel_name};
-use crate::{ImportError, ImportOptions, Invalid, MAX_PID, Progress, SourceReport};
+use crate::skips::{Invalid, MAX_PID};
+use crate::{ImportError, ImportOptions, Progress, SourceReport};
 
 /// Tables of runtime and driver calls.
 const CALL_TABLES: &[&str] = &["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"];
@@ -61,7 +62,7 @@ struct Load<'a> {
 
 impl Load<'_> {
     fn sq<T>(&self, r: rusqlite::Result<T>) -> Result<T, ImportError> {
-        r.map_err(|e| crate::classify(&self.file.path, e))
+        r.map_err(|e| crate::sqlite::classify(&self.file.path, e))
     }
 
     fn tick(&mut self) {
@@ -225,7 +226,7 @@ impl Load<'_> {
             && class != 1
         {
             let label = classes.get(&class).map(String::as_str).unwrap_or("?");
-            crate::tally(
+            crate::skips::tally(
                 &mut self.report.not_imported,
                 &format!("{table}/eventClass {class} ({label})"),
                 1,
@@ -236,7 +237,7 @@ impl Load<'_> {
         let name: Option<String> = self.sq(r.get(6))?;
         let name = name.unwrap_or_default();
         let Some(op) = nsys_call_op(&name) else {
-            crate::tally(&mut self.skipped, without_version(&name), 1);
+            crate::skips::tally(&mut self.skipped, without_version(&name), 1);
             return Ok(());
         };
         let span = self.span(self.sq(r.get(2))?, self.sq(r.get(3))?);
@@ -516,7 +517,7 @@ impl Load<'_> {
                     format!("{T}/{what}")
                 };
                 *self.done += n as u64;
-                crate::tally(&mut self.report.not_imported, &key, n as u64);
+                crate::skips::tally(&mut self.report.not_imported, &key, n as u64);
             }
             parts.push(format!(
                 "SELECT 0 AS k, n.rowid, n.start, n.end, n.globalTid, {name}, {domain},
@@ -623,7 +624,7 @@ impl NsysTrace {
         total: u64,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<SourceReport, ImportError> {
-        let sq = |e| crate::classify(&self.path, e);
+        let sq = |e| crate::sqlite::classify(&self.path, e);
         let node = self.default_node(opts);
         let file_name = self
             .path
@@ -698,7 +699,7 @@ impl NsysTrace {
         for (table, inv) in &invalid {
             out.invalid += inv.store(w, &origin, |rowid| format!("{table} rowid {rowid}"))?;
         }
-        out.skipped += crate::record_skipped(w, &origin, &skipped)?;
+        out.skipped += crate::skips::record_skipped(w, &origin, &skipped)?;
         if first_ns <= last_ns {
             let gpu_model = self
                 .schema

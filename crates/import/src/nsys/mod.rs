@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::{ImportError, ImportOptions, SqliteDb, classify};
+use crate::sqlite::{SqliteDb, classify};
+use crate::{ImportError, ImportOptions};
 use schema::Schema;
 
 /// What can go wrong reading an Nsight Systems export.

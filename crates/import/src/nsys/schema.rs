@@ -6,7 +6,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use super::NsysError;
-use crate::{ImportError, classify};
+use crate::ImportError;
+use crate::sqlite::classify;
 
 /// Columns each mapped table must have, when the table is present. Everything else is read
 /// when present and NULL otherwise.

@@ -7,6 +7,8 @@
 //! without the token, 503 / UNAVAILABLE (retryable, the OTLP spec's codes) when the queue or
 //! the memory budget of requests in flight is full for now.
 
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 use causeway_ingest::{DECODE_FACTOR, Decoded, Ingest, MemoryBudget, SubmitError, decode};
@@ -414,6 +416,83 @@ impl LogsService for GrpcReceiver {
             .map(tonic::Response::new)
             .map_err(grpc_status)
     }
+}
+
+/// The TLS of the OTLP/gRPC server: the same certificate, key and client CA as the HTTP
+/// listener; None without a certificate and key.
+pub fn grpc_tls(
+    cert: Option<&Path>,
+    key: Option<&Path>,
+    client_ca: Option<&Path>,
+) -> anyhow::Result<Option<tonic::transport::ServerTlsConfig>> {
+    use anyhow::Context as _;
+    let (Some(cert), Some(key)) = (cert, key) else {
+        return Ok(None);
+    };
+    let read =
+        |p: &Path| std::fs::read(p).with_context(|| format!("{}: cannot read (PEM)", p.display()));
+    let mut tls = tonic::transport::ServerTlsConfig::new().identity(
+        tonic::transport::Identity::from_pem(read(cert)?, read(key)?),
+    );
+    if let Some(ca) = client_ca {
+        tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
+    }
+    Ok(Some(tls))
+}
+
+/// Serves OTLP/gRPC (metrics and logs, gzip either way) on `addr` until the task is dropped:
+/// each message admitted or refused by `admission` first, decode errors answered as not
+/// retryable. `bound` is told the address once it listens.
+pub async fn serve_grpc(
+    addr: SocketAddr,
+    receiver: GrpcReceiver,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    admission: GrpcAdmission,
+    bound: impl FnOnce(SocketAddr),
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsServiceServer;
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsServiceServer;
+    use tonic::codec::CompressionEncoding::Gzip;
+    let max_body = admission.max_message;
+    let incoming = tonic::transport::server::TcpIncoming::bind(addr)
+        .map_err(|e| {
+            anyhow::anyhow!(e).context(causeway_store::Hinted::new(
+                format!("cannot listen on {addr}"),
+                "choose another --grpc-listen address or port",
+            ))
+        })?
+        .with_nodelay(Some(true));
+    bound(incoming.local_addr()?);
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls)
+            .context("configuring TLS for OTLP/gRPC")?;
+    }
+    let metrics = tonic::service::interceptor::InterceptedService::new(
+        MetricsServiceServer::new(receiver.clone())
+            .max_decoding_message_size(max_body)
+            .accept_compressed(Gzip)
+            .send_compressed(Gzip),
+        admission.clone(),
+    );
+    let logs = tonic::service::interceptor::InterceptedService::new(
+        LogsServiceServer::new(receiver)
+            .max_decoding_message_size(max_body)
+            .accept_compressed(Gzip)
+            .send_compressed(Gzip),
+        admission,
+    );
+    builder
+        .layer(tower::util::MapResponseLayer::new(
+            non_retryable_decode_errors,
+        ))
+        .add_service(metrics)
+        .add_service(logs)
+        .serve_with_incoming(incoming)
+        .await
+        .context("serving OTLP/gRPC")
 }
 
 #[cfg(test)]

@@ -13,13 +13,11 @@ use anyhow::{Context as _, Result, bail};
 use causeway_ingest::{Ingest, IngestOptions, IngestStats};
 use causeway_store::WriterOptions;
 use causeway_store::received::CollectedStore;
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsServiceServer;
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsServiceServer;
 use serde::Serialize;
 
 use super::mcp::{HttpFlags, context, http_options, runtime};
 use causeway_serve::http::OtlpRoutes;
-use causeway_serve::otlp_receive::GrpcReceiver;
+use causeway_serve::otlp_receive::{GrpcReceiver, grpc_tls, serve_grpc};
 
 /// Arguments of `causeway collect`.
 #[derive(Debug, clap::Args)]
@@ -57,71 +55,6 @@ struct CollectSummary {
     stats: IngestStats,
 }
 
-fn grpc_tls(flags: &HttpFlags) -> Result<Option<tonic::transport::ServerTlsConfig>> {
-    let (Some(cert), Some(key)) = (&flags.tls_cert, &flags.tls_key) else {
-        return Ok(None);
-    };
-    let read = |p: &PathBuf| {
-        std::fs::read(p).with_context(|| format!("{}: cannot read (PEM)", p.display()))
-    };
-    let mut tls = tonic::transport::ServerTlsConfig::new().identity(
-        tonic::transport::Identity::from_pem(read(cert)?, read(key)?),
-    );
-    if let Some(ca) = &flags.tls_client_ca {
-        tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
-    }
-    Ok(Some(tls))
-}
-
-async fn serve_grpc(
-    addr: SocketAddr,
-    receiver: GrpcReceiver,
-    tls: Option<tonic::transport::ServerTlsConfig>,
-    admission: causeway_serve::otlp_receive::GrpcAdmission,
-) -> Result<()> {
-    let max_body = admission.max_message;
-    use tonic::codec::CompressionEncoding::Gzip;
-    let incoming = tonic::transport::server::TcpIncoming::bind(addr)
-        .map_err(|e| {
-            anyhow::anyhow!(e).context(causeway_store::Hinted::new(
-                format!("cannot listen on {addr}"),
-                "choose another --grpc-listen address or port",
-            ))
-        })?
-        .with_nodelay(Some(true));
-    let bound = incoming.local_addr()?;
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        builder = builder
-            .tls_config(tls)
-            .context("configuring TLS for OTLP/gRPC")?;
-    }
-    let metrics = tonic::service::interceptor::InterceptedService::new(
-        MetricsServiceServer::new(receiver.clone())
-            .max_decoding_message_size(max_body)
-            .accept_compressed(Gzip)
-            .send_compressed(Gzip),
-        admission.clone(),
-    );
-    let logs = tonic::service::interceptor::InterceptedService::new(
-        LogsServiceServer::new(receiver)
-            .max_decoding_message_size(max_body)
-            .accept_compressed(Gzip)
-            .send_compressed(Gzip),
-        admission,
-    );
-    eprintln!("causeway collect: OTLP/gRPC listening on {bound}");
-    builder
-        .layer(tower::util::MapResponseLayer::new(
-            causeway_serve::otlp_receive::non_retryable_decode_errors,
-        ))
-        .add_service(metrics)
-        .add_service(logs)
-        .serve_with_incoming(incoming)
-        .await
-        .context("serving OTLP/gRPC")
-}
-
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
@@ -150,7 +83,12 @@ pub fn run(args: &CollectArgs) -> Result<()> {
             "set CAUSEWAY_TOKEN or pass --token-file FILE (generate one with `openssl rand -hex 32`); agents send it as `Authorization: Bearer <token>`"
         ));
     };
-    let grpc_tls = grpc_tls(&args.http_flags)?;
+    let f = &args.http_flags;
+    let grpc_tls = grpc_tls(
+        f.tls_cert.as_deref(),
+        f.tls_key.as_deref(),
+        f.tls_client_ca.as_deref(),
+    )?;
     let writer_opts = WriterOptions {
         node: "collector".into(),
         memory_limit: Some(args.memory_limit.clone()),
@@ -222,7 +160,12 @@ pub fn run(args: &CollectArgs) -> Result<()> {
         });
         let grpc = async {
             match args.grpc_listen {
-                Some(addr) => serve_grpc(addr, receiver, grpc_tls, admission).await,
+                Some(addr) => {
+                    serve_grpc(addr, receiver, grpc_tls, admission, |b| {
+                        eprintln!("causeway collect: OTLP/gRPC listening on {b}")
+                    })
+                    .await
+                }
                 None => std::future::pending().await,
             }
         };

@@ -84,8 +84,9 @@ fn metrics_and_logs_of_a_real_trace_are_committed_before_the_answer() {
     assert_eq!(answer.partial_success, None, "every point was taken");
     let stats = ingest.stats();
     assert_eq!(stats.requests_accepted, 1);
+    // Committed before the answer (the queue's own count of waiting items drops just after
+    // the writer answers, so it is not the witness).
     assert!(stats.stored_items > 0, "{stats:?}");
-    assert_eq!(stats.queued_items, 0, "committed before the answer");
     let stored = stats.stored_items;
 
     let r = srv.send("POST", "/v1/logs", &[AUTH, PROTOBUF], &logs.encode_to_vec());
